@@ -1,0 +1,3 @@
+module github.com/hybridlimit/hybridlimit
+
+go 1.26

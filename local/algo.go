@@ -1,0 +1,267 @@
+package local
+
+import "time"
+
+// state is one key's algorithm state, all integers, time in microseconds
+// since the Unix epoch. Its fields mean, per algorithm:
+//
+//	fixed window:            a = window start, b = count
+//	sliding window log:      a = newest stored time, log = admitted requests
+//	sliding window counter:  a = current window start, b = its count,
+//	                         c = the previous window's count
+//	token/leaky bucket, GCRA: a = TAT (whole µs), b = TAT's fraction in
+//	                         units of 1/rl µs (0 ≤ b < rl)
+//
+// The zero state is every algorithm's initial state.
+type state struct {
+	a, b, c int64
+	log     *ring
+}
+
+// verdict is a decision as the algorithms produce it, times in µs. It is
+// four words, which the compiler passes in registers (at most four fields of
+// at most 32 bytes): a Decision is built and copied in memory at every
+// return through the call chain, which costs more than the algorithm.
+type verdict struct {
+	reason    Reason // ReasonOK or reasonAdmittedOverflow admit; the rest reject
+	remaining int64
+	reset     int64
+	retry     int64
+}
+
+// reasonAdmittedOverflow marks an admission under OverflowAllow; the
+// Decision reports it as Allowed with ReasonOverflow.
+const reasonAdmittedOverflow Reason = 255
+
+// decision dresses v as the Decision the API returns. limit is the limit's
+// MaxCost. Off the hot path only: the Go compiler copies a Decision returned
+// by an inlined call once more in memory, so the hot methods write the
+// literal themselves from allowed, public and the durations.
+func (v verdict) decision(limit int64) Decision {
+	return Decision{
+		Allowed: v.allowed(), Reason: v.public(), Limit: limit,
+		Remaining: v.remaining, ResetAfter: micros(v.reset), RetryAfter: micros(v.retry),
+	}
+}
+
+func (v verdict) allowed() bool { return v.reason == ReasonOK || v.reason == reasonAdmittedOverflow }
+
+// public returns the Reason the Decision reports.
+func (v verdict) public() Reason {
+	if v.reason == reasonAdmittedOverflow {
+		return ReasonOverflow
+	}
+	return v.reason
+}
+
+// decide is the algorithm's transition (state, now, n) → (state', decision).
+// It assumes 0 ≤ n ≤ l.max and now ≥ 0. State changes only when commit is
+// true and the request is admitted: a rejected request consumes nothing.
+// Time running backwards is clamped to the last time the state stored.
+func (l *Limit) decide(s *state, now, n int64, commit bool) verdict {
+	switch l.p.Algorithm {
+	case FixedWindow:
+		return l.fixed(s, now, n, commit)
+	case SlidingWindowLog:
+		return l.slidingLog(s, now, n, commit)
+	case SlidingWindowCounter:
+		return l.counter(s, now, n, commit)
+	default:
+		return l.bucket(s, now, n, commit)
+	}
+}
+
+// initial reports whether s is back to the initial state at now: a fresh
+// key would be decided identically, so the key may be forgotten.
+func (l *Limit) initial(s *state, now int64) bool {
+	switch l.p.Algorithm {
+	case FixedWindow:
+		return s.b == 0 || now >= s.a+l.w
+	case SlidingWindowLog:
+		return s.log == nil || s.log.n == 0 || now >= s.a+l.w
+	case SlidingWindowCounter:
+		return (s.b == 0 && s.c == 0) || now >= s.a+2*l.w || (s.b == 0 && now >= s.a+l.w)
+	default:
+		return s.a < now || (s.a == now && s.b == 0)
+	}
+}
+
+func micros(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
+	start, count := s.a, s.b
+	if now >= start+l.w {
+		start, count = now-now%l.w, 0
+	} else if now < start {
+		now = start
+	}
+	if count+n > l.p.Limit {
+		reset := start + l.w - now
+		return verdict{reason: ReasonLimited, remaining: l.p.Limit - count, reset: reset, retry: reset}
+	}
+	count += n
+	if commit {
+		s.a, s.b = start, count
+	}
+	v := verdict{remaining: l.p.Limit - count}
+	if count > 0 {
+		v.reset = start + l.w - now
+	}
+	return v
+}
+
+func (l *Limit) counter(s *state, now, n int64, commit bool) verdict {
+	start, cur, prev := s.a, s.b, s.c
+	if now >= start+l.w {
+		next := now - now%l.w
+		if next == start+l.w {
+			prev = cur
+		} else {
+			prev = 0
+		}
+		start, cur = next, 0
+	} else if now < start {
+		now = start
+	}
+	lim, ws := l.p.Limit, l.ws
+	left := ws - (now-start)/l.step // steps of the previous window still inside the sliding one
+	// estimate + n ≤ limit, with estimate = prev·left/ws + cur, cross-multiplied.
+	if cur+n <= lim && prev*left <= (lim-cur-n)*ws {
+		cur += n
+		if commit {
+			s.a, s.b, s.c = start, cur, prev
+		}
+		return verdict{remaining: (lim*ws - prev*left - cur*ws) / ws, reset: counterReset(start, cur, prev, now, l.w)}
+	}
+	v := verdict{reason: ReasonLimited, reset: counterReset(start, cur, prev, now, l.w)}
+	if room := lim*ws - prev*left - cur*ws; room > 0 {
+		v.remaining = room / ws
+	}
+	// The earliest step at which the request fits, with no other traffic.
+	var at int64
+	if cur+n <= lim { // later in this window, as the previous one weighs less (prev > 0 here)
+		at = start + (ws-(lim-cur-n)*ws/prev)*l.step
+	} else { // in the next window, where this window's count is the previous one (cur > 0)
+		at = start + l.w + (ws-(lim-n)*ws/cur)*l.step
+	}
+	v.retry = at - now
+	return v
+}
+
+func counterReset(start, cur, prev, now, w int64) int64 {
+	switch {
+	case cur > 0:
+		return start + 2*w - now
+	case prev > 0:
+		return start + w - now
+	}
+	return 0
+}
+
+func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
+	if now < s.a {
+		now = s.a
+	}
+	lim := l.p.Limit
+	r := s.log
+	var expired int
+	var count, expiredSum int64
+	if r != nil {
+		expired, expiredSum = r.expired(now - l.w) // the window is (now − w, now]
+		count = r.sum - expiredSum
+	}
+	if count+n > lim {
+		// Free enough by letting the oldest entries leave the window.
+		need := count + n - lim
+		return verdict{
+			reason: ReasonLimited, remaining: max(lim-count, 0),
+			reset: s.a + l.w - now, retry: r.freedAt(expired, need) + l.w - now,
+		}
+	}
+	count += n
+	newest := s.a
+	if commit {
+		if r != nil {
+			r.drop(expired, expiredSum)
+		}
+		if n > 0 {
+			if r == nil {
+				r = newRing(lim)
+				s.log = r
+			}
+			r.push(now, n)
+			s.a, newest = now, now
+		}
+	} else if n > 0 {
+		newest = now
+	}
+	v := verdict{remaining: lim - count}
+	if count > 0 {
+		v.reset = newest + l.w - now
+	}
+	return v
+}
+
+func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
+	tat, frac := s.a, s.b
+	if tat < now {
+		tat, frac = now, 0
+	}
+	dl := (tat-now)*l.rl + frac // (TAT − now)·rl
+	need := n * l.el
+	if dl+need > l.tau {
+		return verdict{
+			reason: ReasonLimited, remaining: max(l.tau-dl, 0) / l.el,
+			reset: ceilDiv(dl, l.rl), retry: ceilDiv(dl+need-l.tau, l.rl),
+		}
+	}
+	dl += need
+	if commit {
+		f := frac + need
+		s.a, s.b = tat+f/l.rl, f%l.rl
+	}
+	return verdict{remaining: (l.tau - dl) / l.el, reset: ceilDiv(dl, l.rl)}
+}
+
+// convert re-expresses s, last decided under from, for the limit to. For the
+// same algorithm consumption is kept: window counts stay (clamped to the new
+// limit) and a bucket keeps its available tokens, rounded down and clamped to
+// the new burst. A different algorithm starts afresh.
+func (to *Limit) convert(s *state, from *Limit, now int64) {
+	if from.p.Algorithm != to.p.Algorithm {
+		*s = state{}
+		return
+	}
+	switch to.p.Algorithm {
+	case FixedWindow:
+		if now >= s.a+from.w {
+			s.b = 0
+		}
+		s.a = now - now%to.w
+		s.b = min(s.b, to.p.Limit)
+	case SlidingWindowCounter:
+		if to.w != from.w {
+			// Windows of another length: keep what the current window
+			// counted, as the current window of the new length.
+			cur := s.b
+			if now >= s.a+from.w {
+				cur = 0
+			}
+			s.a, s.b, s.c = now-now%to.w, cur, 0
+		}
+		s.b, s.c = min(s.b, to.p.Limit), min(s.c, to.p.Limit)
+	case SlidingWindowLog:
+		// The log holds timestamps; it reads the same under any limit.
+	default:
+		tokens := from.p.Burst
+		if s.a > now || (s.a == now && s.b > 0) {
+			dl := (s.a-now)*from.rl + s.b
+			tokens = max(from.tau-dl, 0) / from.el
+		}
+		used := to.p.Burst - min(tokens, to.p.Burst)
+		f := used * to.el
+		s.a, s.b = now+f/to.rl, f%to.rl
+	}
+}

@@ -1,0 +1,35 @@
+// Package local is hybridlimit's in-process rate limiting: every algorithm of
+// the design articles, and a sharded table of keys that decides in
+// nanoseconds without allocating.
+//
+// # Limits and algorithms
+//
+// A Limit is an algorithm and its parameters, validated once by NewLimit:
+//
+//	FixedWindow           Limit per Window, windows aligned to the epoch
+//	SlidingWindowLog      at most Limit in any (t − Window, t]
+//	SlidingWindowCounter  previous window weighted in, estimate + n ≤ Limit
+//	TokenBucket           Limit per Window refill, Burst capacity
+//	LeakyBucket           the same as a meter; Reserve and Wait shape with it
+//	GCRA                  theoretical arrival time, Burst tolerance
+//
+// Every algorithm is a pure transition (state, now, cost) → (state',
+// decision) over integers, time in microseconds, with comparisons
+// cross-multiplied; the Redis implementation in package syncer reproduces it
+// exactly. docs/algorithms.md gives each one's guarantees and error at window
+// boundaries.
+//
+// # Limiter
+//
+// A Limiter applies one Limit per key. Methods come in pairs: AllowN reads
+// the Limiter's Clock, AllowNAt takes the time, for tests and for callers
+// that already have it. Decisions are values; a rejected request consumes
+// nothing, and Decision.RetryAfter is honest: the same request at now +
+// RetryAfter is admitted if nothing else consumes in between.
+//
+// AllowMultiAt decides several rules as one, all admitted or none charged.
+//
+// The table evicts keys once their state is back to the initial state and
+// holds at most Config.MaxKeys; Config.Overflow says what happens beyond.
+// Close stops the Limiter's goroutines.
+package local

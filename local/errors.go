@@ -1,0 +1,20 @@
+package local
+
+import "errors"
+
+// Sentinel errors. Match them with errors.Is.
+var (
+	// ErrInvalidLimit reports invalid limit parameters. NewLimit returns it
+	// wrapped in a *LimitError that names the field.
+	ErrInvalidLimit = errors.New("local: invalid limit")
+	// ErrInvalidConfig reports an invalid Config. New returns it wrapped with
+	// the name of the field.
+	ErrInvalidConfig = errors.New("local: invalid config")
+	// ErrNotShaper is returned by Reserve and Wait on a Limiter whose
+	// algorithm cannot delay requests (only the bucket algorithms can).
+	ErrNotShaper = errors.New("local: algorithm cannot shape: Reserve and Wait need token_bucket, leaky_bucket or gcra")
+	// ErrLimitExceeded is returned by Wait when the request cannot be
+	// admitted before the context's deadline, or never (cost above the
+	// burst), or when the key table is full.
+	ErrLimitExceeded = errors.New("local: rate limit exceeded")
+)

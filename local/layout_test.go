@@ -1,0 +1,19 @@
+package local
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// TestLayout holds the sizes the memory and false-sharing budgets rely on.
+func TestLayout(t *testing.T) {
+	if s := unsafe.Sizeof(entry{}); s != 64 {
+		t.Errorf("entry is %d bytes, want 64 (one size class)", s)
+	}
+	if s := unsafe.Sizeof(shard{}); s != 2*cacheLine {
+		t.Errorf("shard is %d bytes, want %d", s, 2*cacheLine)
+	}
+	if o := unsafe.Offsetof(shard{}.mu); o != cacheLine {
+		t.Errorf("shard.mu at offset %d, want %d: lookups and inserts would share a line", o, cacheLine)
+	}
+}

@@ -1,0 +1,380 @@
+package local
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Algorithm names a rate limiting algorithm. The zero value is not a valid
+// algorithm.
+type Algorithm uint8
+
+// The algorithms. See docs/algorithms.md for the guarantees and the error
+// at window boundaries of each.
+const (
+	// FixedWindow counts requests in windows aligned to multiples of Window
+	// since the Unix epoch. It admits up to twice Limit across a window
+	// boundary.
+	FixedWindow Algorithm = iota + 1
+	// SlidingWindowLog records every admitted request and admits while the
+	// requests in (t − Window, t] number at most Limit. It is exact and costs
+	// memory proportional to Limit.
+	SlidingWindowLog
+	// SlidingWindowCounter weights the previous fixed window's count by the
+	// part of it still inside the sliding window and admits iff
+	// estimate + n ≤ Limit.
+	SlidingWindowCounter
+	// TokenBucket refills Limit tokens per Window into a bucket holding at
+	// most Burst tokens; a request takes n tokens.
+	TokenBucket
+	// LeakyBucket is the leaky bucket as a meter: each request pours n into a
+	// bucket of capacity Burst that drains Limit per Window. As a meter it is
+	// the token bucket seen from the other side; Limiter.Reserve and
+	// Limiter.Wait use it as a shaper that delays instead of rejecting.
+	LeakyBucket
+	// GCRA is the generic cell rate algorithm: a theoretical arrival time
+	// advanced by Window/Limit per request, admitting while it stays within
+	// Burst emission intervals of now.
+	GCRA
+
+	numAlgorithms = int(GCRA)
+)
+
+var algorithmNames = [...]string{
+	FixedWindow:          "fixed_window",
+	SlidingWindowLog:     "sliding_window_log",
+	SlidingWindowCounter: "sliding_window_counter",
+	TokenBucket:          "token_bucket",
+	LeakyBucket:          "leaky_bucket",
+	GCRA:                 "gcra",
+}
+
+// Algorithms lists every algorithm, in the order of their constants.
+func Algorithms() []Algorithm {
+	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, GCRA}
+}
+
+// String returns the algorithm's name in snake case, as ParseAlgorithm
+// accepts it.
+func (a Algorithm) String() string {
+	if a.valid() {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+func (a Algorithm) valid() bool { return a >= FixedWindow && int(a) <= numAlgorithms }
+
+// bucket reports whether the algorithm is one of the three bucket
+// algorithms, which share one state (a theoretical arrival time) and take a
+// Burst.
+func (a Algorithm) bucket() bool { return a == TokenBucket || a == LeakyBucket || a == GCRA }
+
+// ParseAlgorithm returns the algorithm named s. It accepts the names String
+// returns, case-insensitively, with '-' or ' ' in place of '_'.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	norm := strings.ToLower(strings.NewReplacer("-", "_", " ", "_").Replace(strings.TrimSpace(s)))
+	for a := FixedWindow; int(a) <= numAlgorithms; a++ {
+		if algorithmNames[a] == norm {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q", ErrInvalidLimit, s)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if !a.valid() {
+		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(a))
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (a *Algorithm) UnmarshalText(b []byte) error {
+	v, err := ParseAlgorithm(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// Bounds on parameters. Every product the algorithms form stays at or below
+// MaxProduct, so that a sum of two of them is exact in an IEEE double: the
+// Redis (Lua) twin of each algorithm computes in doubles and must give the
+// same answer as the Go one.
+const (
+	// MaxProduct bounds Limit × (window steps) for the sliding window counter
+	// and Burst × (emission interval) for the bucket algorithms; see
+	// docs/algorithms.md.
+	MaxProduct = 1 << 52
+	// MaxWindow is the longest window accepted: 366 days.
+	MaxWindow = 366 * 24 * time.Hour
+	// MaxLogLimit is the largest Limit of a SlidingWindowLog. The log keeps
+	// up to Limit timestamps per key (16 bytes each); larger limits belong to
+	// the sliding window counter.
+	MaxLogLimit = 1 << 16
+)
+
+// Params are the parameters of a Limit. Build a Limit from them with
+// NewLimit, which validates them.
+type Params struct {
+	// Algorithm is the algorithm. Required.
+	Algorithm Algorithm
+	// Limit is the number of requests admitted per Window. For the bucket
+	// algorithms (TokenBucket, LeakyBucket, GCRA) it is the refill, drain or
+	// emission rate: Limit per Window. Required, at least 1.
+	Limit int64
+	// Window is the length of the window, or the period of the rate. It must
+	// be a whole number of microseconds, from 1µs to MaxWindow. Required.
+	Window time.Duration
+	// Burst is the capacity of the bucket algorithms: the most requests
+	// admitted at once. Zero means Limit. The window algorithms take no burst
+	// and reject a non-zero one.
+	Burst int64
+}
+
+// Limit is a validated algorithm and its parameters, with the integer
+// constants its decisions use precomputed. The zero Limit is not valid; build
+// one with NewLimit or NewRateLimit. A Limit is an immutable value, safe to
+// copy and to share between goroutines.
+type Limit struct {
+	p Params
+
+	w    int64 // window in µs
+	max  int64 // most a single request may cost: Limit, or Burst for buckets
+	step int64 // sliding window counter: length of one weighting step in µs
+	ws   int64 // sliding window counter: steps per window (w / step)
+
+	// Bucket algorithms: the rate Limit/w reduced by gcd, so the emission
+	// interval is el/rl µs exactly, and the tolerance is burst·el in the same
+	// scaled unit (µs·rl).
+	rl  int64
+	el  int64
+	tau int64
+}
+
+// LimitError describes an invalid parameter. It wraps ErrInvalidLimit, so
+// errors.Is(err, ErrInvalidLimit) holds.
+type LimitError struct {
+	Field  string // the offending field of Params, or "rate"
+	Value  any    // its value
+	Reason string // what is wrong with it
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("local: invalid limit: %s %v: %s", e.Field, e.Value, e.Reason)
+}
+
+// Unwrap returns ErrInvalidLimit.
+func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
+
+func invalid(field string, value any, reason string) error {
+	return &LimitError{Field: field, Value: value, Reason: reason}
+}
+
+// NewLimit validates p and returns the Limit it describes. The error is a
+// *LimitError naming the first bad field.
+func NewLimit(p Params) (Limit, error) {
+	if !p.Algorithm.valid() {
+		return Limit{}, invalid("Algorithm", p.Algorithm, "unknown algorithm")
+	}
+	if p.Limit < 1 {
+		return Limit{}, invalid("Limit", p.Limit, "must be at least 1")
+	}
+	if p.Window <= 0 {
+		return Limit{}, invalid("Window", p.Window, "must be positive")
+	}
+	if p.Window%time.Microsecond != 0 {
+		return Limit{}, invalid("Window", p.Window, "must be a whole number of microseconds")
+	}
+	if p.Window > MaxWindow {
+		return Limit{}, invalid("Window", p.Window, "must be at most 366 days")
+	}
+	l := Limit{p: p, w: p.Window.Microseconds()}
+	switch p.Algorithm {
+	case FixedWindow:
+		if p.Burst != 0 {
+			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
+		}
+		if p.Limit > MaxProduct {
+			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^52")
+		}
+		l.max = p.Limit
+	case SlidingWindowLog:
+		if p.Burst != 0 {
+			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
+		}
+		if p.Limit > MaxLogLimit {
+			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("the sliding window log keeps one timestamp per request and takes at most %d; use the sliding window counter", MaxLogLimit))
+		}
+		l.max = p.Limit
+	case SlidingWindowCounter:
+		if p.Burst != 0 {
+			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
+		}
+		l.step = counterStep(l.w)
+		l.ws = l.w / l.step
+		if p.Limit > MaxProduct/l.ws {
+			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("Limit × %d window steps would pass 2^52; lower the limit or use a rounder window", l.ws))
+		}
+		l.max = p.Limit
+	default: // bucket algorithms
+		if p.Burst < 0 {
+			return Limit{}, invalid("Burst", p.Burst, "must be at least 1 (or 0 for the default, Limit)")
+		}
+		burst := p.Burst
+		if burst == 0 {
+			burst = p.Limit
+		}
+		l.p.Burst = burst
+		g := gcd(p.Limit, l.w)
+		l.rl, l.el = p.Limit/g, l.w/g
+		if burst > MaxProduct/l.el {
+			return Limit{}, invalid("Burst", burst, fmt.Sprintf("Burst × emission interval (%d/%d µs) would pass 2^52", l.el, l.rl))
+		}
+		l.tau = burst * l.el
+		l.max = burst
+	}
+	return l, nil
+}
+
+// MustLimit is like NewLimit but panics on an invalid p. It is meant for
+// package-level variables and tests with constant parameters.
+func MustLimit(p Params) Limit {
+	l, err := NewLimit(p)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// NewRateLimit returns a bucket-algorithm Limit for a rate given in events per
+// second, such as 0.5 or 2.5. The rate is turned into Limit per Window exactly
+// when it is a ratio of small integers, and to within one part in 10^9
+// otherwise. NaN, infinite, zero, negative and too small or too large rates
+// are rejected with a *LimitError whose Field is "rate".
+func NewRateLimit(algo Algorithm, perSecond float64, burst int64) (Limit, error) {
+	if !algo.bucket() {
+		return Limit{}, invalid("Algorithm", algo, "a rate in events per second needs a bucket algorithm (token_bucket, leaky_bucket or gcra)")
+	}
+	n, w, err := rateToWindow(perSecond)
+	if err != nil {
+		return Limit{}, err
+	}
+	return NewLimit(Params{Algorithm: algo, Limit: n, Window: w, Burst: burst})
+}
+
+// rateToWindow returns n and w with n per w equal to perSecond events per
+// second within one part in 10^9, w a whole number of microseconds.
+func rateToWindow(perSecond float64) (int64, time.Duration, error) {
+	switch {
+	case math.IsNaN(perSecond) || math.IsInf(perSecond, 0):
+		return 0, 0, invalid("rate", perSecond, "must be a finite number")
+	case perSecond <= 0:
+		return 0, 0, invalid("rate", perSecond, "must be positive")
+	case perSecond > 1e12:
+		return 0, 0, invalid("rate", perSecond, "must be at most 10^12 per second")
+	}
+	// Best rational approximation p/q of perSecond by continued fractions,
+	// q in seconds, kept small enough that the window fits.
+	const maxQ = int64(MaxWindow / time.Second)
+	var p0, q0, p1, q1 int64 = 0, 1, 1, 0
+	x := perSecond
+	for range 64 {
+		a := math.Floor(x)
+		if a > 1e15 {
+			break
+		}
+		ai := int64(a)
+		p2, q2 := ai*p1+p0, ai*q1+q0
+		if q2 > maxQ || p2 > MaxProduct {
+			break
+		}
+		p0, q0, p1, q1 = p1, q1, p2, q2
+		if math.Abs(float64(p1)/float64(q1)-perSecond) <= 1e-9*perSecond {
+			break
+		}
+		frac := x - a
+		if frac <= 0 {
+			break
+		}
+		x = 1 / frac
+	}
+	if q1 == 0 || p1 == 0 || math.Abs(float64(p1)/float64(q1)-perSecond) > 1e-9*perSecond {
+		return 0, 0, invalid("rate", perSecond, "cannot be written as events per window of at most 366 days")
+	}
+	return p1, time.Duration(q1) * time.Second, nil
+}
+
+// counterStep returns the length in µs of the steps in which the sliding
+// window counter measures how far into its window it is: the largest power of
+// ten that divides the window and leaves at least 1,000 steps in it (1µs when
+// none does). A one-minute window moves in 10ms steps (6,000 per window).
+// Coarser steps keep Limit × steps small enough for exact arithmetic.
+func counterStep(w int64) int64 {
+	step := int64(1)
+	for w%(step*10) == 0 && w/(step*10) >= 1000 {
+		step *= 10
+	}
+	return step
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// Params returns the parameters of l, with Burst filled in with its default
+// for the bucket algorithms.
+func (l Limit) Params() Params { return l.p }
+
+// Algorithm returns l's algorithm.
+func (l Limit) Algorithm() Algorithm { return l.p.Algorithm }
+
+// Limit returns the number of requests admitted per window (the rate, for
+// bucket algorithms).
+func (l Limit) Limit() int64 { return l.p.Limit }
+
+// Window returns the window, or the period of the rate.
+func (l Limit) Window() time.Duration { return l.p.Window }
+
+// Burst returns the bucket capacity of the bucket algorithms and 0 for the
+// window algorithms.
+func (l Limit) Burst() int64 { return l.p.Burst }
+
+// MaxCost returns the largest cost a single request can ever be admitted
+// with: Limit for the window algorithms, Burst for the bucket algorithms.
+// Decision.Limit reports this figure.
+func (l Limit) MaxCost() int64 { return l.max }
+
+// Valid reports whether l was built by NewLimit (the zero Limit is not valid).
+func (l Limit) Valid() bool { return l.p.Algorithm.valid() }
+
+// Counter returns the step of the sliding window counter: the length of one
+// step in microseconds and the number of steps per window. Both are zero for
+// the other algorithms. The Redis implementation takes them as arguments.
+func (l Limit) Counter() (stepMicros, steps int64) { return l.step, l.ws }
+
+// Emission returns the bucket algorithms' rate reduced to lowest terms: one
+// request per intervalMicros/per microseconds, and the tolerance
+// Burst × intervalMicros in the same scaled unit. All three are zero for the
+// window algorithms. The Redis implementation takes them as arguments.
+func (l Limit) Emission() (per, intervalMicros, tolerance int64) { return l.rl, l.el, l.tau }
+
+// String describes l, for example "token_bucket 2/1s burst 10".
+func (l Limit) String() string {
+	if !l.Valid() {
+		return "invalid limit"
+	}
+	s := fmt.Sprintf("%s %d/%s", l.p.Algorithm, l.p.Limit, l.p.Window)
+	if l.p.Algorithm.bucket() {
+		s += fmt.Sprintf(" burst %d", l.p.Burst)
+	}
+	return s
+}

@@ -1,0 +1,336 @@
+package local_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
+	"github.com/hybridlimit/hybridlimit/internal/vectors"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+var t0 = time.UnixMicro(vectors.Base)
+
+// one limit of each algorithm, small enough to reach.
+func eachAlgorithm() []local.Limit {
+	return []local.Limit{
+		local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Minute}),
+		local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 5, Window: time.Minute}),
+		local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 5, Window: time.Minute}),
+		local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 5, Window: time.Minute}),
+		local.MustLimit(local.Params{Algorithm: local.LeakyBucket, Limit: 5, Window: time.Minute}),
+		local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 5, Window: time.Minute}),
+	}
+}
+
+func TestConfigRejects(t *testing.T) {
+	lim := eachAlgorithm()[0]
+	for _, c := range []struct {
+		cfg   local.Config
+		field string
+	}{
+		{local.Config{Shards: 3}, "Shards"},
+		{local.Config{Shards: -1}, "Shards"},
+		{local.Config{Shards: 1 << 17}, "Shards"},
+		{local.Config{MaxKeys: -1}, "MaxKeys"},
+		{local.Config{Overflow: 9}, "Overflow"},
+		{local.Config{SweepInterval: -time.Second}, "SweepInterval"},
+	} {
+		_, err := local.New(lim, c.cfg)
+		if !errors.Is(err, local.ErrInvalidConfig) || !contains(err.Error(), c.field) {
+			t.Errorf("%+v: err = %v, want ErrInvalidConfig naming %s", c.cfg, err, c.field)
+		}
+	}
+	if _, err := local.New(local.Limit{}, local.Config{}); !errors.Is(err, local.ErrInvalidLimit) {
+		t.Errorf("zero Limit: err = %v", err)
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func TestNewCopiesConfig(t *testing.T) {
+	leakcheck.Check(t)
+	cfg := local.Config{MaxKeys: 10}
+	want := cfg
+	l, err := local.New(eachAlgorithm()[0], cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if cfg != want {
+		t.Fatalf("New modified its config: %+v", cfg)
+	}
+}
+
+// TestCloseStopsEverything starts a Limiter with its default clock and
+// sweeper, and checks Close stops both, idempotently.
+func TestCloseStopsEverything(t *testing.T) {
+	leakcheck.Check(t)
+	l, err := local.New(eachAlgorithm()[3], local.Config{SweepInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Allow("k").Allowed {
+		t.Fatal("first request rejected")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Decisions still work after Close, on time.Now.
+	if d := l.AllowN("k", 0); !d.Allowed {
+		t.Fatalf("after Close: %+v", d)
+	}
+	c := local.NewCoarseClock(time.Millisecond)
+	c.Close()
+	c.Close()
+	if since := time.Since(c.Now()); since < 0 || since > time.Minute {
+		t.Fatalf("closed coarse clock is off by %v", since)
+	}
+}
+
+// TestEvictsOnlyInitialState: a key is kept while anything it consumed
+// could still matter, and evicted from the moment its state is initial.
+func TestEvictsOnlyInitialState(t *testing.T) {
+	for _, lim := range eachAlgorithm() {
+		t.Run(lim.Algorithm().String(), func(t *testing.T) {
+			l := newLimiter(t, lim, local.Config{})
+			d := l.AllowNAt(t0, "victim", 3)
+			if !d.Allowed || d.ResetAfter <= 0 {
+				t.Fatalf("%+v", d)
+			}
+			if n := l.SweepAt(t0.Add(d.ResetAfter - time.Microsecond)); n != 0 || l.Len() != 1 {
+				t.Fatalf("swept %d before reset-after; %d keys held", n, l.Len())
+			}
+			if n := l.SweepAt(t0.Add(d.ResetAfter)); n != 1 || l.Len() != 0 {
+				t.Fatalf("swept %d at reset-after; %d keys held", n, l.Len())
+			}
+			if s := l.Stats(); s.Evictions != 1 {
+				t.Fatalf("stats %+v", s)
+			}
+			// Evicted means forgotten, which is exactly the initial state.
+			if d := l.AllowNAt(t0.Add(d.ResetAfter), "victim", 0); d.Remaining != lim.MaxCost() {
+				t.Fatalf("after eviction: %+v", d)
+			}
+		})
+	}
+}
+
+// TestFullTableKeepsVictimsBudget: flooding a full table with new keys
+// never evicts a live key, so it cannot reset anybody's budget.
+func TestFullTableKeepsVictimsBudget(t *testing.T) {
+	for _, policy := range []local.Overflow{local.OverflowReject, local.OverflowAllow, local.OverflowShared} {
+		t.Run(policy.String(), func(t *testing.T) {
+			lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute})
+			l := newLimiter(t, lim, local.Config{Shards: 1, MaxKeys: 64, Overflow: policy})
+			for range 3 {
+				l.AllowAt(t0, "victim")
+			}
+			admitted, overflowed := 0, 0
+			for i := range 10000 {
+				d := l.AllowAt(t0, fmt.Sprintf("flood-%d", i))
+				if d.Allowed {
+					admitted++
+				}
+				if d.Reason == local.ReasonOverflow {
+					overflowed++
+				}
+			}
+			if d := l.AllowAt(t0, "victim"); d.Allowed {
+				t.Fatalf("victim's budget was reset: %+v", d)
+			}
+			held := 63 // the victim and 63 flood keys
+			switch policy {
+			case local.OverflowReject:
+				if admitted != held || overflowed != 10000-held {
+					t.Fatalf("admitted %d, overflowed %d", admitted, overflowed)
+				}
+			case local.OverflowAllow:
+				if admitted != 10000 || overflowed != 10000-held {
+					t.Fatalf("admitted %d, overflowed %d", admitted, overflowed)
+				}
+			case local.OverflowShared:
+				// The overflowing keys share one budget of 3.
+				if admitted != held+3 {
+					t.Fatalf("admitted %d", admitted)
+				}
+			}
+			if s := l.Stats(); s.Keys != 64 || s.Overflows != uint64(10000-held) {
+				t.Fatalf("stats %+v", s)
+			}
+			// Once the flood keys are idle, new keys get in again: the
+			// insert sweeps make room.
+			later := t0.Add(2 * time.Minute)
+			if d := l.AllowAt(later, "newcomer"); !d.Allowed || d.Reason != local.ReasonOK {
+				t.Fatalf("newcomer after the flood: %+v", d)
+			}
+		})
+	}
+}
+
+func TestManyKeysGrowAndSweep(t *testing.T) {
+	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 10, Window: time.Second})
+	l := newLimiter(t, lim, local.Config{Shards: 4})
+	const n = 50000
+	for i := range n {
+		if !l.AllowAt(t0, fmt.Sprint(i)).Allowed {
+			t.Fatalf("key %d rejected", i)
+		}
+	}
+	if l.Len() != n {
+		t.Fatalf("%d keys held, want %d", l.Len(), n)
+	}
+	for i := range n { // every key found again: its second request sees the first
+		if d := l.AllowNAt(t0, fmt.Sprint(i), 0); d.Remaining != 9 {
+			t.Fatalf("key %d: %+v", i, d)
+		}
+	}
+	if evicted := l.SweepAt(t0.Add(time.Second)); evicted != n || l.Len() != 0 {
+		t.Fatalf("evicted %d, %d left", evicted, l.Len())
+	}
+}
+
+func TestAnyKeyBytes(t *testing.T) {
+	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Minute})
+	l := newLimiter(t, lim, local.Config{})
+	big := make([]byte, 1<<20)
+	for i := range big {
+		big[i] = byte(i)
+	}
+	keys := []string{"", "{", "}", "a:b", "\n", "\xff\xfe", string(big), string(big[:len(big)-1]), "\x00"}
+	for _, k := range keys {
+		if !l.AllowAt(t0, k).Allowed {
+			t.Fatalf("key %q rejected on first use", k[:min(len(k), 8)])
+		}
+	}
+	for _, k := range keys {
+		if l.AllowAt(t0, k).Allowed {
+			t.Fatalf("key %q admitted twice", k[:min(len(k), 8)])
+		}
+	}
+}
+
+func TestSetLimitKeepsConsumption(t *testing.T) {
+	fw := func(n int64) local.Limit {
+		return local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: n, Window: time.Minute})
+	}
+	tb := func(burst int64) local.Limit {
+		return local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: burst})
+	}
+	for _, c := range []struct {
+		name                 string
+		from, to             local.Limit
+		consume, wantRemains int64
+	}{
+		{"window raised", fw(10), fw(20), 7, 13},
+		{"window lowered below use", fw(10), fw(5), 7, 0},
+		{"bucket burst lowered clamps tokens", tb(10), tb(3), 6, 3},
+		{"bucket burst raised keeps tokens", tb(10), tb(20), 6, 4},
+		{"algorithm changed starts afresh", fw(10), tb(4), 7, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLimiter(t, c.from, local.Config{})
+			if !l.AllowNAt(t0, "k", c.consume).Allowed {
+				t.Fatal("setup rejected")
+			}
+			if err := l.SetLimit(c.to); err != nil {
+				t.Fatal(err)
+			}
+			if d := l.AllowNAt(t0, "k", 0); d.Remaining != c.wantRemains || d.Limit != c.to.MaxCost() {
+				t.Fatalf("after SetLimit: %+v, want remaining %d", d, c.wantRemains)
+			}
+		})
+	}
+	l := newLimiter(t, fw(1), local.Config{})
+	if err := l.SetLimit(local.Limit{}); !errors.Is(err, local.ErrInvalidLimit) {
+		t.Fatalf("SetLimit(zero) = %v", err)
+	}
+}
+
+func TestCostReasons(t *testing.T) {
+	for _, lim := range eachAlgorithm() {
+		l := newLimiter(t, lim, local.Config{})
+		if d := l.AllowNAt(t0, "k", lim.MaxCost()+1); d.Allowed || d.Reason != local.ReasonCostTooHigh || d.RetryAfter != 0 {
+			t.Errorf("%v: cost above max: %+v", lim, d)
+		}
+		if d := l.AllowNAt(t0, "k", -1); d.Allowed || d.Reason != local.ReasonInvalidCost {
+			t.Errorf("%v: negative cost: %+v", lim, d)
+		}
+		if d := l.AllowNAt(t0, "k", lim.MaxCost()); !d.Allowed || d.Remaining != 0 {
+			t.Errorf("%v: cost equal to max: %+v", lim, d)
+		}
+		if d := l.AllowNAt(t0, "k", 1); d.Allowed || d.Reason != local.ReasonLimited || d.RetryAfter <= 0 {
+			t.Errorf("%v: exhausted: %+v", lim, d)
+		}
+	}
+}
+
+// TestNoAllocations holds the hot path to zero allocations for a key already
+// held, in every algorithm, with the time passed in and read from the clock.
+func TestNoAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, lim := range eachAlgorithm() {
+		l := newLimiter(t, lim, local.Config{Clock: local.NewCoarseClock(time.Millisecond)})
+		now := t0
+		for range 1000 { // grow the sliding log to its working size
+			now = now.Add(time.Second)
+			l.AllowAt(now, "hot")
+		}
+		if a := testing.AllocsPerRun(1000, func() {
+			now = now.Add(time.Second)
+			l.AllowAt(now, "hot")
+		}); a != 0 {
+			t.Errorf("%v: AllowAt allocates %v per call", lim, a)
+		}
+		if a := testing.AllocsPerRun(1000, func() { l.Allow("hot") }); a != 0 {
+			t.Errorf("%v: Allow allocates %v per call", lim, a)
+		}
+		reqs := []local.Request{{l, "hot", 0}, {l, "other", 0}}
+		out := make([]local.Decision, 2)
+		local.AllowMultiAt(now, reqs, out)
+		if a := testing.AllocsPerRun(1000, func() { local.AllowMultiAt(now, reqs, out) }); a != 0 {
+			t.Errorf("%v: AllowMultiAt allocates %v per call", lim, a)
+		}
+	}
+}
+
+// TestConcurrentExact: goroutines racing on one key at one instant admit
+// exactly what the limit allows, never more.
+func TestConcurrentExact(t *testing.T) {
+	for _, lim := range eachAlgorithm() {
+		t.Run(lim.Algorithm().String(), func(t *testing.T) {
+			big := local.MustLimit(local.Params{Algorithm: lim.Algorithm(), Limit: 1000, Window: time.Minute})
+			l := newLimiter(t, big, local.Config{})
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					for range 500 {
+						if l.AllowAt(t0, "hot").Allowed {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if got := admitted.Load(); got != big.MaxCost() {
+				t.Fatalf("admitted %d of 4000, want exactly %d", got, big.MaxCost())
+			}
+		})
+	}
+}

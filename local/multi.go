@@ -1,0 +1,180 @@
+package local
+
+import (
+	"hash/maphash"
+	"time"
+	"unsafe"
+)
+
+// Request is one rule of a multi-rule decision: a cost N for Key under
+// Limiter.
+type Request struct {
+	Limiter *Limiter
+	Key     string
+	N       int64
+}
+
+// AllowMulti is AllowMultiAt with the time of reqs[0].Limiter's clock.
+func AllowMulti(reqs []Request, out []Decision) bool {
+	if len(reqs) == 0 {
+		return true
+	}
+	return allowMulti(reqs[0].Limiter.nowMicro(), reqs, out)
+}
+
+// AllowMultiAt decides several requests as one: it admits them all, charging
+// each, or none, charging nothing. It writes one Decision per request into
+// out, which must be at least as long as reqs, and reports whether all were
+// admitted.
+//
+// When they are not all admitted, out[i].Allowed is false for every i and
+// out[i].Reason tells which rules refused (ReasonOK marks a rule that had
+// room); Remaining and ResetAfter then describe each key without this
+// request. Requests naming the same Limiter and key are decided together,
+// with the sum of their costs.
+//
+// The keys' locks are taken in one global order, so concurrent calls over
+// overlapping keys cannot deadlock. AllowMultiAt allocates nothing for up to
+// eight requests.
+func AllowMultiAt(now time.Time, reqs []Request, out []Decision) bool {
+	return allowMulti(now.UnixMicro(), reqs, out)
+}
+
+// multiInline is how many requests AllowMultiAt handles without allocating.
+const multiInline = 8
+
+func allowMulti(now int64, reqs []Request, out []Decision) bool {
+	if len(out) < len(reqs) {
+		panic("local: AllowMulti: out is shorter than reqs")
+	}
+	now = max(now, 0)
+	var ebuf [multiInline]*entry
+	var obuf [multiInline]int
+	ents, order := ebuf[:0], obuf[:0]
+	if len(reqs) > multiInline {
+		ents, order = make([]*entry, 0, len(reqs)), make([]int, 0, len(reqs))
+	}
+	ents, order = ents[:len(reqs)], order[:len(reqs)]
+retry:
+	ok := true
+	for i, r := range reqs {
+		out[i] = Decision{}
+		ents[i] = nil
+		order[i] = i
+		if r.N < 0 {
+			out[i] = verdict{reason: ReasonInvalidCost}.decision(r.Limiter.limit.Load().max)
+			ok = false
+			continue
+		}
+		e := r.Limiter.lookup(r.Key, now)
+		if e == nil {
+			switch r.Limiter.overflow {
+			case OverflowShared:
+				e = &r.Limiter.shared
+			case OverflowAllow:
+				out[i] = decisionOf(r.Limiter.overflowed(now, r.N))
+				ok = ok && out[i].Allowed
+				continue
+			default:
+				out[i] = decisionOf(r.Limiter.overflowed(now, r.N))
+				ok = false
+				continue
+			}
+		}
+		ents[i] = e
+	}
+	// Lock order: entry address. Insertion sort: the lists are short.
+	for i := 1; i < len(order); i++ {
+		for j := i; j > 0 && addr(ents[order[j]]) < addr(ents[order[j-1]]); j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
+	for k, i := range order {
+		if e := ents[i]; e != nil && (k == 0 || e != ents[order[k-1]]) {
+			e.mu.Lock()
+		}
+	}
+	unlock := func() {
+		for k, i := range order {
+			if e := ents[i]; e != nil && (k == 0 || e != ents[order[k-1]]) {
+				e.mu.Unlock()
+			}
+		}
+	}
+	for _, e := range ents {
+		if e != nil && e.lim == nil { // evicted between lookup and lock
+			unlock()
+			goto retry
+		}
+	}
+	// Decide each distinct entry once, for the sum of its requests' costs.
+	// order groups equal entries next to each other.
+	for k := 0; k < len(order); {
+		e := ents[order[k]]
+		end := k + 1
+		for end < len(order) && ents[order[end]] == e {
+			end++
+		}
+		if e != nil {
+			var total int64
+			for _, i := range order[k:end] {
+				total += reqs[i].N
+			}
+			d := decisionOf(reqs[order[k]].Limiter.decideLocked(e, now, total, false))
+			for _, i := range order[k:end] {
+				out[i] = d
+			}
+			ok = ok && d.Allowed
+		}
+		k = end
+	}
+	for k := 0; k < len(order); {
+		e := ents[order[k]]
+		end := k + 1
+		for end < len(order) && ents[order[end]] == e {
+			end++
+		}
+		if e != nil {
+			lim := reqs[order[k]].Limiter
+			if ok {
+				var total int64
+				for _, i := range order[k:end] {
+					total += reqs[i].N
+				}
+				lim.decideLocked(e, now, total, true)
+			} else if out[order[k]].Allowed {
+				// It had room but another rule refused: report it uncharged.
+				d := decisionOf(lim.decideLocked(e, now, 0, false))
+				d.Allowed = false
+				for _, i := range order[k:end] {
+					out[i] = d
+				}
+			}
+		}
+		k = end
+	}
+	unlock()
+	if !ok {
+		for i := range reqs {
+			out[i].Allowed = false
+		}
+	}
+	return ok
+}
+
+// lookup returns key's entry, inserting it if need be, or nil when the table
+// is full.
+func (l *Limiter) lookup(key string, now int64) *entry {
+	h := maphash.String(l.seed, key)
+	sh := &l.shards[h>>l.shift]
+	if e := sh.tab.Load().find(h, key); e != nil {
+		return e
+	}
+	return sh.insert(h, key, l.limit.Load(), now, l.perShard)
+}
+
+// addr orders entries for locking. Go's heap objects do not move, so an
+// entry's address is a stable, total order; nil sorts first.
+func addr(e *entry) uintptr { return uintptr(unsafe.Pointer(e)) }
+
+func decisionOf(v verdict, limit int64) Decision { return v.decision(limit) }

@@ -1,0 +1,183 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"time"
+)
+
+// Reservation is a request scheduled by Reserve: instead of being rejected
+// when the bucket is short, it is admitted at a later time, TimeToAct. This is
+// the leaky bucket as a shaper (a queue drained at the limit's rate), and it
+// works on the same state as Allow: queued reservations count as consumed.
+type Reservation struct {
+	// OK reports whether the request was scheduled. When it was not, nothing
+	// was consumed and Reason says why: ReasonLimited if it would have had
+	// to wait longer than the maximum delay, ReasonCostTooHigh,
+	// ReasonInvalidCost or ReasonOverflow.
+	OK     bool
+	Reason Reason
+	// Delay is how long after the reservation's time the request may act.
+	Delay time.Duration
+	// TimeToAct is the reservation's time plus Delay.
+	TimeToAct time.Time
+
+	l         *Limiter
+	e         *entry
+	lim       *Limit
+	n         int64
+	at        int64 // TimeToAct in µs
+	tat, frac int64 // the state this reservation left, to recognise it as the last one
+}
+
+// Reserve is ReserveAt with the Limiter's clock.
+func (l *Limiter) Reserve(key string, n int64, maxDelay time.Duration) (Reservation, error) {
+	return l.reserve(l.nowMicro(), key, n, maxDelay)
+}
+
+// ReserveAt schedules a request of cost n for key at the earliest time at or
+// after now that the bucket admits it, provided that is at most maxDelay
+// away. The limit's Burst requests may act at once; the rest are spaced at the
+// limit's rate. It returns ErrNotShaper for the window algorithms.
+func (l *Limiter) ReserveAt(now time.Time, key string, n int64, maxDelay time.Duration) (Reservation, error) {
+	return l.reserve(now.UnixMicro(), key, n, maxDelay)
+}
+
+func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration) (Reservation, error) {
+	now = max(now, 0)
+	if !l.limit.Load().p.Algorithm.bucket() {
+		return Reservation{}, ErrNotShaper
+	}
+	if n < 0 {
+		return Reservation{Reason: ReasonInvalidCost}, nil
+	}
+	h := maphash.String(l.seed, key)
+	sh := &l.shards[h>>l.shift]
+	for {
+		e := sh.tab.Load().find(h, key)
+		if e == nil {
+			if e = sh.insert(h, key, l.limit.Load(), now, l.perShard); e == nil {
+				if l.overflow != OverflowShared {
+					return Reservation{Reason: ReasonOverflow}, nil
+				}
+				e = &l.shared
+			}
+		}
+		e.mu.Lock()
+		if e.lim == nil {
+			e.mu.Unlock()
+			continue
+		}
+		r, err := l.reserveLocked(e, now, n, maxDelay)
+		e.mu.Unlock()
+		return r, err
+	}
+}
+
+func (l *Limiter) reserveLocked(e *entry, now, n int64, maxDelay time.Duration) (Reservation, error) {
+	lim := l.limit.Load()
+	if e.lim != lim {
+		lim.convert(&e.state, e.lim, now)
+		e.lim = lim
+	}
+	if !lim.p.Algorithm.bucket() {
+		return Reservation{}, ErrNotShaper
+	}
+	if n > lim.max {
+		return Reservation{Reason: ReasonCostTooHigh}, nil
+	}
+	// Keep (TAT − now)·rl far from overflowing however long the queue.
+	limitDelay := min(max(maxDelay.Microseconds(), 0), (math.MaxInt64/4)/lim.rl)
+	tat, frac := e.a, e.b
+	if tat < now {
+		tat, frac = now, 0
+	}
+	dl := (tat-now)*lim.rl + frac
+	var delay int64
+	if excess := dl + n*lim.el - lim.tau; excess > 0 {
+		delay = ceilDiv(excess, lim.rl)
+	}
+	if delay > limitDelay {
+		return Reservation{Reason: ReasonLimited, Delay: micros(delay)}, nil
+	}
+	f := frac + n*lim.el
+	e.a, e.b = tat+f/lim.rl, f%lim.rl
+	return Reservation{
+		OK: true, Delay: micros(delay), TimeToAct: time.UnixMicro(now + delay),
+		l: l, e: e, lim: lim, n: n, at: now + delay, tat: e.a, frac: e.b,
+	}, nil
+}
+
+// Cancel is CancelAt with the time of the Limiter the reservation came from.
+func (r *Reservation) Cancel() {
+	if r.e != nil {
+		r.CancelAt(time.UnixMicro(r.l.nowMicro()))
+	}
+}
+
+// CancelAt gives the reservation back, if it can be given back exactly: when
+// its time to act is still ahead and no later reservation or admission for
+// the key has been queued behind it. The key's state is then as if it had
+// never been made. A reservation with others behind it keeps its slot, which
+// stays unused: moving the later ones is impossible, since their times were
+// promised, and reusing the slot would break the spacing. Cancel at most once.
+func (r *Reservation) CancelAt(now time.Time) {
+	e := r.e
+	if e == nil {
+		return
+	}
+	r.e = nil
+	us := now.UnixMicro()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lim != r.lim || us >= r.at || e.a != r.tat || e.b != r.frac {
+		return
+	}
+	f, a := e.b-r.n*r.lim.el, e.a
+	if f < 0 {
+		k := ceilDiv(-f, r.lim.rl)
+		a, f = a-k, f+k*r.lim.rl
+	}
+	e.a, e.b = a, f
+}
+
+// Wait blocks until a request of cost n for key may act, and returns nil; or
+// returns an error, having consumed nothing, when the context ends first or
+// its deadline is nearer than the request's time to act (ErrLimitExceeded,
+// without waiting), or when the key cannot be shaped (ErrNotShaper,
+// ErrLimitExceeded for costs above the burst or a full key table). Wait
+// measures the delay with the Limiter's clock and sleeps on a real timer.
+func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := l.nowMicro()
+	maxDelay := MaxWindow
+	if dl, ok := ctx.Deadline(); ok {
+		maxDelay = dl.Sub(time.UnixMicro(now))
+	}
+	r, err := l.reserve(now, key, n, maxDelay)
+	if err != nil {
+		return err
+	}
+	if !r.OK {
+		if r.Reason == ReasonLimited {
+			return fmt.Errorf("%w: the request could act in %v, after the context's deadline", ErrLimitExceeded, r.Delay)
+		}
+		return fmt.Errorf("%w: %s", ErrLimitExceeded, r.Reason)
+	}
+	if r.Delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(r.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.CancelAt(time.UnixMicro(l.nowMicro()))
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,45 @@
+package local_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/vectors"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// TestVectors runs the shared decision vectors, which the Redis scripts must
+// reproduce too.
+func TestVectors(t *testing.T) {
+	for _, c := range vectors.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			lim, err := local.NewLimit(c.Params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newLimiter(t, lim, local.Config{})
+			for i, s := range c.Steps {
+				got := l.AllowNAt(time.UnixMicro(vectors.Base+s.At), "key", s.N)
+				if got != s.Want {
+					t.Errorf("step %d (at %v, n=%d):\n got %+v\nwant %+v", i, time.Duration(s.At)*time.Microsecond, s.N, got, s.Want)
+				}
+			}
+		})
+	}
+}
+
+// newLimiter returns a Limiter with no background goroutines, closed when
+// the test ends.
+func newLimiter(t testing.TB, lim local.Limit, cfg local.Config) *local.Limiter {
+	t.Helper()
+	cfg.NoBackgroundSweep = true
+	if cfg.Clock == nil {
+		cfg.Clock = local.SystemClock{}
+	}
+	l, err := local.New(lim, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
