@@ -44,6 +44,18 @@ func (v verdict) decision(limit int64) Decision {
 	}
 }
 
+// overflowed marks v as decided for a key that did not fit in the table,
+// against the state such keys share (OverflowShared).
+func (v verdict) overflowed() verdict {
+	switch v.reason {
+	case ReasonOK:
+		v.reason = reasonAdmittedOverflow
+	case ReasonLimited:
+		v.reason = ReasonOverflow
+	}
+	return v
+}
+
 func (v verdict) allowed() bool { return v.reason == ReasonOK || v.reason == reasonAdmittedOverflow }
 
 // public returns the Reason the Decision reports.
@@ -208,6 +220,12 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 	tat, frac := s.a, s.b
 	if tat < now {
 		tat, frac = now, 0
+	} else if early := tat - ceilDiv(l.tau, l.rl); now < early {
+		// Time ran back before any time the state could have been stored at
+		// (a stored TAT is never more than τ ahead): clamp, which keeps
+		// (TAT − now)·rl within τ + rl and the decision the same, a
+		// rejection.
+		now = early
 	}
 	dl := (tat-now)*l.rl + frac // (TAT − now)·rl
 	need := n * l.el
@@ -256,7 +274,10 @@ func (to *Limit) convert(s *state, from *Limit, now int64) {
 		// The log holds timestamps; it reads the same under any limit.
 	default:
 		tokens := from.p.Burst
-		if s.a > now || (s.a == now && s.b > 0) {
+		switch {
+		case s.a-now > ceilDiv(from.tau, from.rl): // queued past the burst (the shaper), or time ran back
+			tokens = 0
+		case s.a > now || (s.a == now && s.b > 0):
 			dl := (s.a-now)*from.rl + s.b
 			tokens = max(from.tau-dl, 0) / from.el
 		}

@@ -103,14 +103,16 @@ func (a *Algorithm) UnmarshalText(b []byte) error {
 }
 
 // Bounds on parameters. Every product the algorithms form stays at or below
-// MaxProduct, so that a sum of two of them is exact in an IEEE double: the
-// Redis (Lua) twin of each algorithm computes in doubles and must give the
-// same answer as the Go one.
+// MaxProduct, so that sums of two of them, and the quotients the algorithms
+// take of those sums, are exact in IEEE doubles: the Redis (Lua) twin of
+// each algorithm computes in doubles (exact below 2^53) and must give the
+// same answer as the Go one. Its exact floor division q = ⌊a/b⌋, corrected
+// by the remainder a − q·b, needs a + b < 2^53, which 2^51 leaves room for.
 const (
 	// MaxProduct bounds Limit × (window steps) for the sliding window counter
-	// and Burst × (emission interval) for the bucket algorithms; see
-	// docs/algorithms.md.
-	MaxProduct = 1 << 52
+	// and Burst × (emission interval) for the bucket algorithms, and Limit
+	// for the fixed window; see docs/algorithms.md.
+	MaxProduct = 1 << 51
 	// MaxWindow is the longest window accepted: 366 days.
 	MaxWindow = 366 * 24 * time.Hour
 	// MaxLogLimit is the largest Limit of a SlidingWindowLog. The log keeps
@@ -201,7 +203,7 @@ func NewLimit(p Params) (Limit, error) {
 			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
 		}
 		if p.Limit > MaxProduct {
-			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^52")
+			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^51")
 		}
 		l.max = p.Limit
 	case SlidingWindowLog:
@@ -219,10 +221,13 @@ func NewLimit(p Params) (Limit, error) {
 		l.step = counterStep(l.w)
 		l.ws = l.w / l.step
 		if p.Limit > MaxProduct/l.ws {
-			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("Limit × %d window steps would pass 2^52; lower the limit or use a rounder window", l.ws))
+			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("Limit × %d window steps would pass 2^51; lower the limit or use a rounder window", l.ws))
 		}
 		l.max = p.Limit
 	default: // bucket algorithms
+		if p.Limit > MaxProduct {
+			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^51")
+		}
 		if p.Burst < 0 {
 			return Limit{}, invalid("Burst", p.Burst, "must be at least 1 (or 0 for the default, Limit)")
 		}
@@ -234,7 +239,7 @@ func NewLimit(p Params) (Limit, error) {
 		g := gcd(p.Limit, l.w)
 		l.rl, l.el = p.Limit/g, l.w/g
 		if burst > MaxProduct/l.el {
-			return Limit{}, invalid("Burst", burst, fmt.Sprintf("Burst × emission interval (%d/%d µs) would pass 2^52", l.el, l.rl))
+			return Limit{}, invalid("Burst", burst, fmt.Sprintf("Burst × emission interval (%d/%d µs) would pass 2^51", l.el, l.rl))
 		}
 		l.tau = burst * l.el
 		l.max = burst
@@ -367,14 +372,28 @@ func (l Limit) Counter() (stepMicros, steps int64) { return l.step, l.ws }
 // window algorithms. The Redis implementation takes them as arguments.
 func (l Limit) Emission() (per, intervalMicros, tolerance int64) { return l.rl, l.el, l.tau }
 
-// String describes l, for example "token_bucket 2/1s burst 10".
+// String describes l, for example "token_bucket 2/1s burst 10" or
+// "fixed_window 100/1m".
 func (l Limit) String() string {
 	if !l.Valid() {
 		return "invalid limit"
 	}
-	s := fmt.Sprintf("%s %d/%s", l.p.Algorithm, l.p.Limit, l.p.Window)
+	s := fmt.Sprintf("%s %d/%s", l.p.Algorithm, l.p.Limit, shortDuration(l.p.Window))
 	if l.p.Algorithm.bucket() {
 		s += fmt.Sprintf(" burst %d", l.p.Burst)
+	}
+	return s
+}
+
+// shortDuration formats d like time.Duration.String without its zero
+// trailing units: 1m rather than 1m0s, 1h30m rather than 1h30m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
 	}
 	return s
 }

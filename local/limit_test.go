@@ -29,11 +29,11 @@ func TestNewLimitRejects(t *testing.T) {
 		{"burst on the counter", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 1, Window: time.Second, Burst: 2}, "Burst"},
 		{"negative burst", local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Second, Burst: -1}, "Burst"},
 		{"log too long", local.Params{Algorithm: local.SlidingWindowLog, Limit: local.MaxLogLimit + 1, Window: time.Second}, "Limit"},
-		{"fixed window past 2^52", local.Params{Algorithm: local.FixedWindow, Limit: 1<<52 + 1, Window: time.Second}, "Limit"},
-		// A window of 999,999µs has no round step: 999,999 steps × 10^10 > 2^52.
-		{"counter product past 2^52", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 1e10, Window: 999999 * time.Microsecond}, "Limit"},
-		// One per 366 days is an interval of 3.16·10^13µs; × 10^6 > 2^52.
-		{"bucket product past 2^52", local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: 366 * day, Burst: 1e6}, "Burst"},
+		{"fixed window past 2^51", local.Params{Algorithm: local.FixedWindow, Limit: 1<<51 + 1, Window: time.Second}, "Limit"},
+		// A window of 999,999µs has no round step: 999,999 steps × 10^10 > 2^51.
+		{"counter product past 2^51", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 1e10, Window: 999999 * time.Microsecond}, "Limit"},
+		// One per 366 days is an interval of 3.16·10^13µs; × 10^6 > 2^51.
+		{"bucket product past 2^51", local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: 366 * day, Burst: 1e6}, "Burst"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := local.NewLimit(c.p)
@@ -53,10 +53,10 @@ func TestNewLimitAccepts(t *testing.T) {
 		p                   local.Params
 		maxCost, steps, per int64
 	}{
-		{local.Params{Algorithm: local.FixedWindow, Limit: 1 << 52, Window: time.Second}, 1 << 52, 0, 0},
+		{local.Params{Algorithm: local.FixedWindow, Limit: 1 << 51, Window: time.Second}, 1 << 51, 0, 0},
 		{local.Params{Algorithm: local.SlidingWindowLog, Limit: local.MaxLogLimit, Window: local.MaxWindow}, local.MaxLogLimit, 0, 0},
-		// A round day moves in 10s steps, which admits limits up to ~5·10^11.
-		{local.Params{Algorithm: local.SlidingWindowCounter, Limit: 5e11, Window: 24 * time.Hour}, 5e11, 8640, 0},
+		// A round day moves in 10s steps, which admits limits up to ~2.6·10^11.
+		{local.Params{Algorithm: local.SlidingWindowCounter, Limit: 2.6e11, Window: 24 * time.Hour}, 2.6e11, 8640, 0},
 		{local.Params{Algorithm: local.SlidingWindowCounter, Limit: 7, Window: time.Minute}, 7, 6000, 0},
 		{local.Params{Algorithm: local.SlidingWindowCounter, Limit: 7, Window: 7 * time.Microsecond}, 7, 7, 0},
 		// 10,000 per second is one per 100µs: the rate is reduced by the gcd.

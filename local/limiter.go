@@ -61,14 +61,23 @@ type Config struct {
 	// Overflow is the policy for new keys beyond MaxKeys. Default
 	// OverflowReject. Every overflow is counted in Stats.
 	Overflow Overflow
-	// Clock tells the time for the methods without an At suffix. Default: a
-	// CoarseClock of DefaultResolution (1ms) that the Limiter starts and
-	// Close stops. Pass a shared CoarseClock when running many limiters.
+	// Clock tells the time for the methods without an At suffix and for the
+	// background sweeper. Default: a CoarseClock of DefaultResolution (1ms)
+	// that the Limiter starts and Close stops. Pass a shared CoarseClock when
+	// running many limiters.
+	//
+	// Eviction compares a key's state with a time, so all times a Limiter
+	// sees must be on one timeline: the times passed to the At methods must
+	// be the Clock's (time.Now with the default), or the sweeper, judging by
+	// the Clock, may forget keys that are live on the caller's timeline and
+	// let them start afresh. Callers passing times of their own (simulations,
+	// replays) set NoBackgroundSweep and call SweepAt with their time.
 	Clock Clock
 	// SweepInterval is how often a background goroutine evicts the keys
 	// whose state is back to the initial state. Default
 	// DefaultSweepInterval (1 minute). Keys are also evicted as new keys
-	// arrive: when a shard's table is about to grow or is full.
+	// arrive, judged at the new request's time: when a shard's table is
+	// about to grow or is full.
 	SweepInterval time.Duration
 	// NoBackgroundSweep turns the sweeping goroutine off; call SweepAt to
 	// free idle keys. Default false.
@@ -88,6 +97,7 @@ type Limiter struct {
 	shards []shard
 	shift  uint // a hash's top bits pick its shard: h >> shift
 	seed   maphash.Seed
+	seed2  maphash.Seed
 
 	clock    Clock
 	coarse   *CoarseClock // clock, when it is one: read without an interface call
@@ -134,6 +144,7 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 		shards:   make([]shard, cfg.Shards),
 		shift:    uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
 		seed:     maphash.MakeSeed(),
+		seed2:    maphash.MakeSeed(),
 		clock:    cfg.Clock,
 		perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
 		overflow: cfg.Overflow,
@@ -257,14 +268,10 @@ func (l *Limiter) allow(now int64, key string, n int64) (verdict, int64) {
 	if n < 0 {
 		return verdict{reason: ReasonInvalidCost}, l.limit.Load().max
 	}
-	h := maphash.String(l.seed, key)
-	sh := &l.shards[h>>l.shift]
 	for {
-		e := sh.tab.Load().find(h, key)
+		e := l.lookup(key, now)
 		if e == nil {
-			if e = sh.insert(h, key, l.limit.Load(), now, l.perShard); e == nil {
-				return l.overflowed(now, n)
-			}
+			return l.overflowed(now, n)
 		}
 		e.mu.Lock()
 		lim := l.limit.Load()
@@ -283,10 +290,26 @@ func (l *Limiter) allow(now int64, key string, n int64) (verdict, int64) {
 	}
 }
 
+// lookup returns key's entry, inserting it if need be, or nil when the
+// table is full. The caller locks the entry and checks it was not evicted in
+// between (lim == nil).
+func (l *Limiter) lookup(key string, now int64) *entry {
+	h, h2 := maphash.String(l.seed, key), maphash.String(l.seed2, key)
+	sh := &l.shards[h>>l.shift]
+	if e := sh.tab.Load().find(h, h2); e != nil {
+		return e
+	}
+	return sh.insert(h, h2, l.limit.Load(), now, l.perShard)
+}
+
 // decideLocked decides for e, which the caller has locked, under the limit
 // in force, carrying e's state over to it first if it changed.
 func (l *Limiter) decideLocked(e *entry, now, n int64, commit bool) (verdict, int64) {
-	lim := l.limit.Load()
+	return decideWith(e, l.limit.Load(), now, n, commit)
+}
+
+// decideWith decides for e, which the caller has locked, under lim.
+func decideWith(e *entry, lim *Limit, now, n int64, commit bool) (verdict, int64) {
 	if e.lim != lim {
 		lim.convert(&e.state, e.lim, now)
 		e.lim = lim
@@ -310,7 +333,7 @@ func (l *Limiter) overflowed(now, n int64) (verdict, int64) {
 		l.shared.mu.Lock()
 		v, limit := l.decideLocked(&l.shared, now, n, true)
 		l.shared.mu.Unlock()
-		return v, limit
+		return v.overflowed(), limit
 	default:
 		return verdict{reason: ReasonOverflow}, l.limit.Load().max
 	}

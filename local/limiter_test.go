@@ -334,3 +334,103 @@ func TestConcurrentExact(t *testing.T) {
 		})
 	}
 }
+
+// TestTimeFarBackwards: a request stamped long before what a key has stored
+// is clamped, never admitted past the limit, and reports sane figures (the
+// bucket algorithms once overflowed here and admitted).
+func TestTimeFarBackwards(t *testing.T) {
+	fast := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 7777777, Window: time.Second, Burst: 1})
+	for _, lim := range append(eachAlgorithm(), fast) {
+		t.Run(lim.String(), func(t *testing.T) {
+			l := newLimiter(t, lim, local.Config{})
+			if !l.AllowNAt(t0, "k", lim.MaxCost()).Allowed {
+				t.Fatal("setup rejected")
+			}
+			for _, back := range []time.Time{{}, time.Unix(0, 0), t0.Add(-time.Hour), t0.Add(-time.Microsecond)} {
+				d := l.AllowAt(back, "k")
+				if d.Allowed || d.Remaining < 0 || d.ResetAfter < 0 || d.RetryAfter <= 0 {
+					t.Fatalf("at %v: %+v", back, d)
+				}
+			}
+		})
+	}
+}
+
+func TestOverflowReasonsAgree(t *testing.T) {
+	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: 1})
+	for _, c := range []struct {
+		policy      local.Overflow
+		allowOK     bool
+		reserveOK   bool
+		secondAllow bool
+	}{
+		{local.OverflowReject, false, false, false},
+		{local.OverflowAllow, true, true, true},
+		{local.OverflowShared, true, true, false},
+	} {
+		t.Run(c.policy.String(), func(t *testing.T) {
+			l := newLimiter(t, lim, local.Config{Shards: 1, MaxKeys: 1, Overflow: c.policy})
+			l.AllowAt(t0, "held")
+			d := l.AllowAt(t0, "new")
+			if d.Allowed != c.allowOK || d.Reason != local.ReasonOverflow {
+				t.Fatalf("Allow: %+v", d)
+			}
+			r, err := l.ReserveAt(t0, "other", 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The shared budget of 1 went to "new" above: Reserve must wait
+			// for it, which a max delay of 0 refuses.
+			wantOK := c.reserveOK && c.policy != local.OverflowShared
+			if r.OK != wantOK || r.Reason != local.ReasonOverflow {
+				t.Fatalf("Reserve: %+v", r)
+			}
+			if d := l.AllowAt(t0, "third"); d.Allowed != c.secondAllow || d.Reason != local.ReasonOverflow {
+				t.Fatalf("second Allow: %+v", d)
+			}
+		})
+	}
+}
+
+// TestAllowMultiSurvivesSetLimit: a limit flipped while multi-rule decisions
+// run never leaves a rule reported admitted but uncharged.
+func TestAllowMultiSurvivesSetLimit(t *testing.T) {
+	big := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1 << 16, Window: time.Hour})
+	small := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Hour})
+	flipped := newLimiter(t, big, local.Config{})
+	other := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 20, Window: time.Hour}), local.Config{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { // flip the limit for as long as the decisions run
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				flipped.SetLimit(small)
+			} else {
+				flipped.SetLimit(big)
+			}
+		}
+	}()
+	admitted := int64(0)
+	out := make([]local.Decision, 2)
+	reqs := []local.Request{{flipped, "k", 1}, {other, "k", 1}}
+	for i := range 60000 {
+		if local.AllowMultiAt(t0.Add(time.Duration(i)*time.Microsecond), reqs, out) {
+			admitted++
+		}
+	}
+	close(stop)
+	<-done
+	flipped.SetLimit(big)
+	now := t0.Add(time.Minute)
+	if got := big.MaxCost() - flipped.AllowNAt(now, "k", 0).Remaining; got != admitted {
+		t.Fatalf("flipped rule charged %d, %d multi decisions admitted", got, admitted)
+	}
+	if got := int64(1<<20) - other.AllowNAt(now, "k", 0).Remaining; got != admitted {
+		t.Fatalf("other rule charged %d, %d admitted", got, admitted)
+	}
+}

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"hash/maphash"
 	"time"
 	"unsafe"
 )
@@ -107,52 +106,52 @@ retry:
 			goto retry
 		}
 	}
-	// Decide each distinct entry once, for the sum of its requests' costs.
-	// order groups equal entries next to each other.
-	for k := 0; k < len(order); {
-		e := ents[order[k]]
-		end := k + 1
-		for end < len(order) && ents[order[end]] == e {
-			end++
-		}
-		if e != nil {
-			var total int64
-			for _, i := range order[k:end] {
-				total += reqs[i].N
+	// groups calls f once per distinct entry, with the requests on it (order
+	// puts equal entries next to each other) and the sum of their costs.
+	groups := func(f func(e *entry, lim *Limiter, group []int, total int64)) {
+		for k := 0; k < len(order); {
+			e := ents[order[k]]
+			end := k + 1
+			for end < len(order) && ents[order[end]] == e {
+				end++
 			}
-			d := decisionOf(reqs[order[k]].Limiter.decideLocked(e, now, total, false))
-			for _, i := range order[k:end] {
-				out[i] = d
-			}
-			ok = ok && d.Allowed
-		}
-		k = end
-	}
-	for k := 0; k < len(order); {
-		e := ents[order[k]]
-		end := k + 1
-		for end < len(order) && ents[order[end]] == e {
-			end++
-		}
-		if e != nil {
-			lim := reqs[order[k]].Limiter
-			if ok {
+			if e != nil {
 				var total int64
 				for _, i := range order[k:end] {
 					total += reqs[i].N
 				}
-				lim.decideLocked(e, now, total, true)
-			} else if out[order[k]].Allowed {
-				// It had room but another rule refused: report it uncharged.
-				d := decisionOf(lim.decideLocked(e, now, 0, false))
-				d.Allowed = false
-				for _, i := range order[k:end] {
-					out[i] = d
-				}
+				f(e, reqs[order[k]].Limiter, order[k:end], total)
+			}
+			k = end
+		}
+	}
+	// Check every rule, charging nothing. This carries each entry over to
+	// its limiter's limit in force (e.lim), which the commit below reuses:
+	// a SetLimit in between must not change what was checked.
+	groups(func(e *entry, lim *Limiter, group []int, total int64) {
+		v, limit := lim.decideLocked(e, now, total, false)
+		if e == &lim.shared {
+			v = v.overflowed()
+		}
+		d := v.decision(limit)
+		for _, i := range group {
+			out[i] = d
+		}
+		ok = ok && d.Allowed
+	})
+	groups(func(e *entry, lim *Limiter, group []int, total int64) {
+		switch {
+		case ok:
+			decideWith(e, e.lim, now, total, true)
+		case out[group[0]].Allowed:
+			// It had room but another rule refused: report it uncharged.
+			d := decisionOf(decideWith(e, e.lim, now, 0, false))
+			d.Allowed = false
+			for _, i := range group {
+				out[i] = d
 			}
 		}
-		k = end
-	}
+	})
 	unlock()
 	if !ok {
 		for i := range reqs {
@@ -160,17 +159,6 @@ retry:
 		}
 	}
 	return ok
-}
-
-// lookup returns key's entry, inserting it if need be, or nil when the table
-// is full.
-func (l *Limiter) lookup(key string, now int64) *entry {
-	h := maphash.String(l.seed, key)
-	sh := &l.shards[h>>l.shift]
-	if e := sh.tab.Load().find(h, key); e != nil {
-		return e
-	}
-	return sh.insert(h, key, l.limit.Load(), now, l.perShard)
 }
 
 // addr orders entries for locking. Go's heap objects do not move, so an

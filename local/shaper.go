@@ -3,7 +3,6 @@ package local
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"time"
 )
@@ -16,10 +15,13 @@ type Reservation struct {
 	// OK reports whether the request was scheduled. When it was not, nothing
 	// was consumed and Reason says why: ReasonLimited if it would have had
 	// to wait longer than the maximum delay, ReasonCostTooHigh,
-	// ReasonInvalidCost or ReasonOverflow.
+	// ReasonInvalidCost or ReasonOverflow. A key that did not fit in a full
+	// table is reported with ReasonOverflow whatever OK is (see Overflow).
 	OK     bool
 	Reason Reason
 	// Delay is how long after the reservation's time the request may act.
+	// For a request refused with ReasonLimited, it is the delay it would
+	// have needed.
 	Delay time.Duration
 	// TimeToAct is the reservation's time plus Delay.
 	TimeToAct time.Time
@@ -53,16 +55,19 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 	if n < 0 {
 		return Reservation{Reason: ReasonInvalidCost}, nil
 	}
-	h := maphash.String(l.seed, key)
-	sh := &l.shards[h>>l.shift]
 	for {
-		e := sh.tab.Load().find(h, key)
+		e := l.lookup(key, now)
 		if e == nil {
-			if e = sh.insert(h, key, l.limit.Load(), now, l.perShard); e == nil {
-				if l.overflow != OverflowShared {
-					return Reservation{Reason: ReasonOverflow}, nil
+			switch l.overflow {
+			case OverflowAllow:
+				if n > l.limit.Load().max {
+					return Reservation{Reason: ReasonCostTooHigh}, nil
 				}
+				return Reservation{OK: true, Reason: ReasonOverflow, TimeToAct: time.UnixMicro(now)}, nil
+			case OverflowShared:
 				e = &l.shared
+			default:
+				return Reservation{Reason: ReasonOverflow}, nil
 			}
 		}
 		e.mu.Lock()
@@ -72,6 +77,9 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 		}
 		r, err := l.reserveLocked(e, now, n, maxDelay)
 		e.mu.Unlock()
+		if e == &l.shared && r.Reason != ReasonCostTooHigh {
+			r.Reason = ReasonOverflow
+		}
 		return r, err
 	}
 }
@@ -93,6 +101,8 @@ func (l *Limiter) reserveLocked(e *entry, now, n int64, maxDelay time.Duration) 
 	tat, frac := e.a, e.b
 	if tat < now {
 		tat, frac = now, 0
+	} else if early := tat - ceilDiv(lim.tau, lim.rl) - limitDelay; now < early {
+		now = early // time ran back beyond any delay allowed: refused either way
 	}
 	dl := (tat-now)*lim.rl + frac
 	var delay int64

@@ -1,23 +1,31 @@
 package local
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 )
 
-// entry is one key's state. The shard's table points at it; mu guards
-// everything but key, which never changes. An entry is evicted by setting lim
-// to nil under mu: a goroutine that found it in a table before the eviction
-// sees lim == nil once it holds mu and looks the key up again.
+// entry is one key's state. The shard's table points at it; mu guards the
+// state and lim. An entry is evicted by setting lim to nil under mu: a
+// goroutine that found it in a table before the eviction sees lim == nil
+// once it holds mu and looks the key up again.
+//
+// A key is identified by two 64-bit hashes of its bytes under two
+// independent random seeds (maphash): h1 in the table slot, h2 here. The key
+// bytes themselves are not kept. Comparing them would cost a dependent cache
+// miss per decision among many keys and a copy of every key; two distinct
+// keys are taken for one with probability 2^-128 per pair (about 10^-27 for
+// a million keys held), far below hardware error rates, and the seeds are
+// secret, so a client cannot craft a collision. See docs/algorithms.md.
 //
 // The layout is 64 bytes on 64-bit platforms, one allocation size class
-// (TestEntrySize holds it there).
+// and one cache line (TestLayout holds it there).
 type entry struct {
 	mu  sync.Mutex
 	lim *Limit // the limit state is expressed in; nil once evicted
 	state
-	key string
+	h2 uint64
+	_  [8]byte
 }
 
 // slot is a table cell. A writer stores hash before ent; a reader loads ent
@@ -42,15 +50,16 @@ func newTable(size int) *table {
 	return &table{slots: make([]slot, size), mask: uint64(size - 1)}
 }
 
-// find returns the entry for key, or nil. It takes no lock.
-func (t *table) find(h uint64, key string) *entry {
+// find returns the entry whose hashes are h and h2, or nil. It takes no
+// lock.
+func (t *table) find(h, h2 uint64) *entry {
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		s := &t.slots[i]
 		e := s.ent.Load()
 		if e == nil {
 			return nil
 		}
-		if e != tombstone && s.hash.Load() == h && e.key == key {
+		if s.hash.Load() == h && e.h2 == h2 && e != tombstone {
 			return e
 		}
 	}
@@ -167,14 +176,15 @@ func (sh *shard) rebuild() *table {
 // make room, which bounds the work a flood of new keys causes per request.
 const overflowSweep = 64
 
-// insert returns the entry for key, creating it if it is absent. It returns
+// insert returns the entry for the key hashed to h and h2, creating it if it
+// is absent. It returns
 // nil when the shard holds perShard keys and none of the slots it looked at
 // could be evicted.
-func (sh *shard) insert(h uint64, key string, lim *Limit, now int64, perShard int) *entry {
+func (sh *shard) insert(h, h2 uint64, lim *Limit, now int64, perShard int) *entry {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.tab.Load()
-	if e := t.find(h, key); e != nil {
+	if e := t.find(h, h2); e != nil {
 		return e
 	}
 	if sh.live >= perShard && sh.sweep(now, overflowSweep) == 0 {
@@ -187,7 +197,7 @@ func (sh *shard) insert(h uint64, key string, lim *Limit, now int64, perShard in
 		sh.sweep(now, len(t.slots))
 		t = sh.rebuild()
 	}
-	e := &entry{lim: lim, key: strings.Clone(key)}
+	e := &entry{lim: lim, h2: h2}
 	if t.put(h, e) {
 		sh.used++
 	}

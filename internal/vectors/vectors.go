@@ -166,7 +166,7 @@ var Cases = []Case{
 			{S(3), 5, ok(10, 0, d(5))},
 			{S(100), 10, ok(10, 0, d(5))},
 			{S(100), 11, tooHigh(10)},
-			{S(99), 1, no(10, 0, d(6), d(1.5))}, // time backwards: only stricter
+			{S(99), 1, no(10, 0, d(5), d(0.5))}, // time backwards: clamped to TAT − τ = 100s
 		},
 	},
 	{

@@ -1,0 +1,196 @@
+// Command benchtable turns the output of several runs of the micro
+// benchmarks (bench/micro) into the table of docs/performance.md: the median
+// of each benchmark over the runs, and every budget of the design checked
+// against the baseline measured in the same runs.
+//
+//	go test -run '^$' -bench . -benchmem -count 1 ./micro/ > runs.txt  (several times)
+//	go run ./cmd/benchtable < runs.txt
+//
+// It exits with status 1 when a budget is missed, so scripts can tell.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// sample is one benchmark's results over the runs.
+type sample struct {
+	ns, bytes, allocs []float64
+}
+
+// median returns the median of v, or NaN-free 0 when v is empty.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op\s+([\d.]+) allocs/op)?`)
+
+func parse(r io.Reader) (map[string]*sample, []string, error) {
+	res := map[string]*sample{}
+	var order []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		m := line.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		name := strings.TrimPrefix(m[1], "Benchmark")
+		s, ok := res[name]
+		if !ok {
+			s = &sample{}
+			res[name] = s
+			order = append(order, name)
+		}
+		ns, _ := strconv.ParseFloat(m[2], 64)
+		s.ns = append(s.ns, ns)
+		if m[3] != "" {
+			b, _ := strconv.ParseFloat(m[3], 64)
+			a, _ := strconv.ParseFloat(m[4], 64)
+			s.bytes = append(s.bytes, b)
+			s.allocs = append(s.allocs, a)
+		}
+	}
+	return res, order, sc.Err()
+}
+
+type check struct {
+	what   string
+	got    string
+	budget string
+	ok     bool
+}
+
+func main() {
+	markdown := flag.Bool("markdown", false, "print Markdown tables")
+	flag.Parse()
+	res, order, err := parse(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(2)
+	}
+	if len(res) == 0 {
+		fmt.Fprintln(os.Stderr, "benchtable: no benchmark lines on stdin")
+		os.Exit(2)
+	}
+	ns := func(name string) float64 {
+		if s, ok := res[name]; ok {
+			return median(s.ns)
+		}
+		return 0
+	}
+	runs := 0
+	for _, s := range res {
+		runs = max(runs, len(s.ns))
+	}
+
+	// Table 1: every benchmark, medians.
+	fmt.Printf("Medians of %d runs (ns/op; B/op, allocs/op).\n\n", runs)
+	rows := [][]string{{"benchmark", "ns/op", "B/op", "allocs/op", "runs"}}
+	for _, name := range order {
+		s := res[name]
+		rows = append(rows, []string{name, fmt.Sprintf("%.1f", median(s.ns)), fmt.Sprintf("%.0f", median(s.bytes)), fmt.Sprintf("%.0f", median(s.allocs)), strconv.Itoa(len(s.ns))})
+	}
+	printTable(rows, *markdown)
+
+	// Table 2: the budgets.
+	var checks []check
+	floor1m := ns("Floor/1m-at")
+	xrate := ns("Peer/xrate/hot-allow")
+	for _, name := range order {
+		algo, ok := strings.CutPrefix(name, "Local/")
+		if !ok || !strings.HasSuffix(algo, "/hot-at") {
+			continue
+		}
+		algo = strings.TrimSuffix(algo, "/hot-at")
+		p := "Local/" + algo + "/"
+		hot, allow, par := ns(p+"hot-at"), ns(p+"hot-allow"), ns(p+"hot-at-par")
+		if hot > 0 {
+			checks = append(checks, check{algo + ": AllowAt, hot key", fmt.Sprintf("%.1f ns", hot), "≤ 25 ns", hot <= 25})
+		}
+		if allow > 0 && xrate > 0 {
+			r := xrate / allow
+			checks = append(checks, check{algo + ": Allow vs x/time/rate Allow", fmt.Sprintf("%.1f ns, %.2f× faster (x/time/rate %.1f ns)", allow, r, xrate), "≥ 2×", r >= 2})
+		}
+		if par > 0 && hot > 0 {
+			r := hot / par // throughput(par) / throughput(single)
+			checks = append(checks, check{algo + ": hot key, RunParallel vs 1 goroutine", fmt.Sprintf("%.2f× the throughput", r), "≥ 0.7×", r >= 0.7})
+		}
+		for _, c := range []string{"1k-at", "1k-at-par"} {
+			if v := ns(p + c); v > 0 {
+				rate := 1e3 / v // million decisions per second
+				checks = append(checks, check{algo + ": 1K hot keys (" + c + ")", fmt.Sprintf("%.1f M decisions/s", rate), "≥ 10 M/s", rate >= 10})
+			}
+		}
+		if v := ns(p + "1m-at"); v > 0 && floor1m > 0 {
+			r := v / floor1m
+			checks = append(checks, check{algo + ": 1M uniform keys vs floor", fmt.Sprintf("%.0f ns, %.2f× the floor (%.0f ns)", v, r, floor1m), "≤ 1.25×", r <= 1.25})
+		}
+		worst := 0.0
+		for _, n := range order {
+			if strings.HasPrefix(n, p) {
+				worst = max(worst, median(res[n].allocs))
+			}
+		}
+		checks = append(checks, check{algo + ": allocations per decision", fmt.Sprintf("%.0f", worst), "0", worst == 0})
+	}
+	fmt.Printf("\nBudgets (docs/performance.md), each against a baseline measured in the same runs.\n\n")
+	rows = [][]string{{"check", "measured", "budget", "verdict"}}
+	missed := 0
+	for _, c := range checks {
+		v := "ok"
+		if !c.ok {
+			v = "MISSED"
+			missed++
+		}
+		rows = append(rows, []string{c.what, c.got, c.budget, v})
+	}
+	printTable(rows, *markdown)
+	fmt.Printf("\n%d of %d budgets met.\n", len(checks)-missed, len(checks))
+	if missed > 0 {
+		os.Exit(1)
+	}
+}
+
+func printTable(rows [][]string, markdown bool) {
+	if markdown {
+		for i, r := range rows {
+			fmt.Println("| " + strings.Join(r, " | ") + " |")
+			if i == 0 {
+				fmt.Println("|" + strings.Repeat("---|", len(r)))
+			}
+		}
+		return
+	}
+	width := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, c := range r {
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	for _, r := range rows {
+		var b strings.Builder
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", width[i]-len([]rune(c))+2))
+			}
+		}
+		fmt.Println(b.String())
+	}
+}

@@ -1,0 +1,427 @@
+// Package micro holds the micro-benchmarks of the local limiter: ns/op and
+// allocations per decision, on one hot key, on 1,000 hot keys and among
+// 1,000,000 keys drawn uniformly, one goroutine and b.RunParallel. The peers
+// and the floor are measured in the same run:
+//
+//	Peer/xrate            golang.org/x/time/rate, one Limiter
+//	Peer/xrate-syncmap    a sync.Map of x/time/rate Limiters, one per key
+//	Peer/uber             go.uber.org/ratelimit (blocking Take, one limiter)
+//	Floor                 a read-only 64-shard Go map of the same keys to
+//	                      padded counters, plus one atomic add
+//
+// scripts/bench.sh runs them several times, interleaved, and
+// cmd/benchtable turns the output into the table of docs/performance.md.
+package micro
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/ratelimit"
+	"golang.org/x/time/rate"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+const (
+	manyKeys = 1 << 20 // "1M keys": 1,048,576
+	hotKeys  = 1000
+	hotKey   = "user:0000042"
+)
+
+var (
+	keysOnce sync.Once
+	keys     []string // manyKeys pre-built keys
+	uniform  []int32  // a uniform random stream of indexes into keys
+)
+
+func setupKeys() {
+	keysOnce.Do(func() {
+		keys = make([]string, manyKeys)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("user:%07d", i)
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		uniform = make([]int32, manyKeys)
+		for i := range uniform {
+			uniform[i] = int32(r.IntN(manyKeys))
+		}
+	})
+}
+
+// The limit each algorithm runs under: 10,000 per second, so a hot key fed
+// one request per 100µs of virtual time is admitted every time and the
+// sliding log keeps 10,000 timestamps.
+func limitFor(a local.Algorithm) local.Limit {
+	return local.MustLimit(local.Params{Algorithm: a, Limit: 10000, Window: time.Second})
+}
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newLimiter(b *testing.B, a local.Algorithm, clock local.Clock) *local.Limiter {
+	l, err := local.New(limitFor(a), local.Config{Clock: clock, MaxKeys: 2 * manyKeys, NoBackgroundSweep: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
+var sink atomic.Int64
+
+// BenchmarkLocal/<algorithm>/<case>:
+//
+//	hot-at            one key, time passed in (AllowAt)
+//	hot-allow         one key, the Limiter's clock (Allow; a 1ms CoarseClock)
+//	hot-at-par        one key, AllowAt under RunParallel
+//	hot-allow-par     one key, Allow under RunParallel
+//	1k-at, 1k-at-par  1,000 hot keys in turn
+//	1m-at, 1m-at-par  1,048,576 pre-built keys, drawn uniformly
+func BenchmarkLocal(b *testing.B) {
+	for _, a := range local.Algorithms() {
+		// The keyed limiters are built once per algorithm, not once per
+		// round of b.N, and closed when its cases are done.
+		var many, thousand *local.Limiter
+		prebuilt := func(b *testing.B, n int) *local.Limiter {
+			setupKeys()
+			p := &many
+			if n == hotKeys {
+				p = &thousand
+			}
+			if *p == nil {
+				l, err := local.New(limitFor(a), local.Config{Clock: local.SystemClock{}, MaxKeys: 2 * manyKeys, NoBackgroundSweep: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range keys[:n] {
+					l.AllowAt(t0, k)
+				}
+				*p = l
+			}
+			return *p
+		}
+		b.Run(a.String(), func(b *testing.B) {
+			b.Run("hot-at", func(b *testing.B) {
+				l := newLimiter(b, a, local.SystemClock{})
+				b.ReportAllocs()
+				now, admitted := t0, 0
+				for b.Loop() {
+					now = now.Add(100 * time.Microsecond)
+					if l.AllowAt(now, hotKey).Allowed {
+						admitted++
+					}
+				}
+				sink.Add(int64(admitted))
+			})
+			b.Run("hot-allow", func(b *testing.B) {
+				clock := local.NewCoarseClock(time.Millisecond)
+				defer clock.Close()
+				l := newLimiter(b, a, clock)
+				b.ReportAllocs()
+				admitted := 0
+				for b.Loop() {
+					if l.Allow(hotKey).Allowed {
+						admitted++
+					}
+				}
+				sink.Add(int64(admitted))
+			})
+			b.Run("hot-at-par", func(b *testing.B) {
+				l := newLimiter(b, a, local.SystemClock{})
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					now, admitted := t0, 0
+					for pb.Next() {
+						now = now.Add(100 * time.Microsecond)
+						if l.AllowAt(now, hotKey).Allowed {
+							admitted++
+						}
+					}
+					sink.Add(int64(admitted))
+				})
+			})
+			b.Run("hot-allow-par", func(b *testing.B) {
+				clock := local.NewCoarseClock(time.Millisecond)
+				defer clock.Close()
+				l := newLimiter(b, a, clock)
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					admitted := 0
+					for pb.Next() {
+						if l.Allow(hotKey).Allowed {
+							admitted++
+						}
+					}
+					sink.Add(int64(admitted))
+				})
+			})
+			b.Run("1k-at", func(b *testing.B) {
+				l := prebuilt(b, hotKeys)
+				b.ReportAllocs()
+				now, admitted := t0, 0
+				for i := 0; b.Loop(); i++ {
+					now = now.Add(time.Microsecond)
+					if l.AllowAt(now, keys[i%hotKeys]).Allowed {
+						admitted++
+					}
+				}
+				sink.Add(int64(admitted))
+			})
+			b.Run("1k-at-par", func(b *testing.B) {
+				l := prebuilt(b, hotKeys)
+				var seq atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(seq.Add(1)) * 7919
+					now, admitted := t0, 0
+					for pb.Next() {
+						i++
+						now = now.Add(time.Microsecond)
+						if l.AllowAt(now, keys[i%hotKeys]).Allowed {
+							admitted++
+						}
+					}
+					sink.Add(int64(admitted))
+				})
+			})
+			b.Run("1m-at", func(b *testing.B) {
+				l := prebuilt(b, manyKeys)
+				b.ReportAllocs()
+				now, admitted := t0, 0
+				for i := 0; b.Loop(); i++ {
+					now = now.Add(time.Microsecond)
+					if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed {
+						admitted++
+					}
+				}
+				sink.Add(int64(admitted))
+			})
+			b.Run("1m-at-par", func(b *testing.B) {
+				l := prebuilt(b, manyKeys)
+				var seq atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(seq.Add(1)) * 104729
+					now, admitted := t0, 0
+					for pb.Next() {
+						i++
+						now = now.Add(time.Microsecond)
+						if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed {
+							admitted++
+						}
+					}
+					sink.Add(int64(admitted))
+				})
+			})
+		})
+		for _, l := range []*local.Limiter{many, thousand} {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+}
+
+// floor is the least any keyed limiter can cost: find the key's counter in
+// a read-only 64-shard Go map and add to it atomically.
+type floor struct {
+	seed   maphash.Seed
+	shards [64]map[string]*paddedCounter
+}
+
+type paddedCounter struct {
+	_ [56]byte
+	n atomic.Int64
+	_ [56]byte
+}
+
+func newFloor(ks []string) *floor {
+	f := &floor{seed: maphash.MakeSeed()}
+	for i := range f.shards {
+		f.shards[i] = make(map[string]*paddedCounter, len(ks)/64+1)
+	}
+	for _, k := range ks {
+		f.shards[maphash.String(f.seed, k)>>58][k] = new(paddedCounter)
+	}
+	return f
+}
+
+func (f *floor) hit(k string) int64 {
+	return f.shards[maphash.String(f.seed, k)>>58][k].n.Add(1)
+}
+
+// BenchmarkFloor: the same cases as BenchmarkLocal, with the floor.
+func BenchmarkFloor(b *testing.B) {
+	b.Run("hot-at", func(b *testing.B) {
+		f := newFloor([]string{hotKey})
+		b.ReportAllocs()
+		for b.Loop() {
+			f.hit(hotKey)
+		}
+	})
+	b.Run("hot-at-par", func(b *testing.B) {
+		f := newFloor([]string{hotKey})
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				f.hit(hotKey)
+			}
+		})
+	})
+	b.Run("1k-at", func(b *testing.B) {
+		setupKeys()
+		f := newFloor(keys[:hotKeys])
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			f.hit(keys[i%hotKeys])
+		}
+	})
+	b.Run("1k-at-par", func(b *testing.B) {
+		setupKeys()
+		f := newFloor(keys[:hotKeys])
+		var seq atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(1)) * 7919
+			for pb.Next() {
+				i++
+				f.hit(keys[i%hotKeys])
+			}
+		})
+	})
+	b.Run("1m-at", func(b *testing.B) {
+		setupKeys()
+		f := newFloor(keys)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			f.hit(keys[uniform[i&(manyKeys-1)]])
+		}
+	})
+	b.Run("1m-at-par", func(b *testing.B) {
+		setupKeys()
+		f := newFloor(keys)
+		var seq atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(1)) * 104729
+			for pb.Next() {
+				i++
+				f.hit(keys[uniform[i&(manyKeys-1)]])
+			}
+		})
+	})
+}
+
+// BenchmarkPeer: the libraries people use instead.
+func BenchmarkPeer(b *testing.B) {
+	// x/time/rate at 10,000 per second, burst 10,000, like limitFor.
+	newX := func() *rate.Limiter { return rate.NewLimiter(10000, 10000) }
+	b.Run("xrate/hot-at", func(b *testing.B) {
+		l := newX()
+		b.ReportAllocs()
+		now := t0
+		for b.Loop() {
+			now = now.Add(100 * time.Microsecond)
+			l.AllowN(now, 1)
+		}
+	})
+	b.Run("xrate/hot-allow", func(b *testing.B) {
+		l := newX()
+		b.ReportAllocs()
+		for b.Loop() {
+			l.Allow()
+		}
+	})
+	b.Run("xrate/hot-allow-par", func(b *testing.B) {
+		l := newX()
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Allow()
+			}
+		})
+	})
+	// A sync.Map of limiters, as people write it for many keys.
+	syncMap := func(ks []string) *sync.Map {
+		var m sync.Map
+		for _, k := range ks {
+			m.Store(k, newX())
+		}
+		return &m
+	}
+	allowKey := func(m *sync.Map, k string, now time.Time) bool {
+		v, ok := m.Load(k)
+		if !ok {
+			v, _ = m.LoadOrStore(k, newX())
+		}
+		return v.(*rate.Limiter).AllowN(now, 1)
+	}
+	b.Run("xrate-syncmap/hot-at", func(b *testing.B) {
+		m := syncMap([]string{hotKey})
+		b.ReportAllocs()
+		now := t0
+		for b.Loop() {
+			now = now.Add(100 * time.Microsecond)
+			allowKey(m, hotKey, now)
+		}
+	})
+	b.Run("xrate-syncmap/1k-at", func(b *testing.B) {
+		setupKeys()
+		m := syncMap(keys[:hotKeys])
+		b.ReportAllocs()
+		now := t0
+		for i := 0; b.Loop(); i++ {
+			now = now.Add(time.Microsecond)
+			allowKey(m, keys[i%hotKeys], now)
+		}
+	})
+	b.Run("xrate-syncmap/1m-at", func(b *testing.B) {
+		setupKeys()
+		m := syncMap(keys)
+		b.ReportAllocs()
+		now := t0
+		for i := 0; b.Loop(); i++ {
+			now = now.Add(time.Microsecond)
+			allowKey(m, keys[uniform[i&(manyKeys-1)]], now)
+		}
+	})
+	// uber-go/ratelimit blocks in Take until the request may go; at 10^9
+	// per second it never waits, so this is its bookkeeping cost.
+	b.Run("uber/hot-take", func(b *testing.B) {
+		l := ratelimit.New(1e9, ratelimit.WithoutSlack)
+		b.ReportAllocs()
+		for b.Loop() {
+			l.Take()
+		}
+	})
+	b.Run("uber/hot-take-par", func(b *testing.B) {
+		l := ratelimit.New(1e9, ratelimit.WithoutSlack)
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Take()
+			}
+		})
+	})
+	b.Run("time.Now", func(b *testing.B) {
+		var s int64
+		for b.Loop() {
+			s += time.Now().UnixNano()
+		}
+		sink.Add(s)
+	})
+}

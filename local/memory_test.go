@@ -1,0 +1,159 @@
+package local_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// The memory budget of DESIGN.md: at most 128 bytes per key held, plus the
+// key itself. The sliding window log holds one 16-byte (time, cost) pair per
+// admitted request on top, in a ring whose capacity grows by doubling, and a
+// ring header: a slice and three words (ring in ring.go), 48 bytes, one size
+// class.
+const (
+	memBudgetPerKey = 128
+	logPairBytes    = 16
+	logRingHeader   = 48
+)
+
+// heapInUse returns the bytes of live heap objects after a full collection.
+// runtime.GC blocks until the collection and its sweep are done, so
+// HeapAlloc then counts only what is reachable.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// perKey returns the heap bytes fill leaves reachable, divided by keys.
+// Whatever fill's results hang from must be allocated before the call and
+// kept alive after it by the caller.
+func perKey(keys int, fill func()) float64 {
+	before := heapInUse()
+	fill()
+	after := heapInUse()
+	return (float64(after) - float64(before)) / float64(keys)
+}
+
+// ringCap is the capacity the log's ring reaches holding pairs pairs: it
+// starts at the least power of two ≥ min(limit, 4) and doubles when full.
+func ringCap(pairs int64) int64 {
+	c := int64(1)
+	for c < pairs {
+		c *= 2
+	}
+	return c
+}
+
+// TestMemoryPerKey measures the heap a Limiter holds per key, for every
+// algorithm, and holds it to the budget of DESIGN.md. It inserts many keys,
+// each admitted at one fixed time so that none is back in its initial state
+// (and none may be evicted), and divides the growth of the live heap by the
+// number of keys. The keys are built before the first measurement, so only
+// what the Limiter allocates is counted, including any copy it keeps of a
+// key. The budget allows for the key itself: the figure held to it is the
+// total minus the allocation a copy of the key takes (strings.Clone),
+// measured the same way, by cloning every key once.
+func TestMemoryPerKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates about 100 MB; skipped in -short mode")
+	}
+	if raceEnabled {
+		t.Skip("the race detector changes allocation sizes")
+	}
+	const n = 200_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%07d", i)
+	}
+	at := time.UnixMicro(1_700_006_400_000_000)
+
+	clones := make([]string, n)
+	keyBytes := perKey(n, func() {
+		for i, k := range keys {
+			clones[i] = strings.Clone(k)
+		}
+	})
+	runtime.KeepAlive(clones)
+	clones = nil
+	if keyBytes < float64(len(keys[0])) || keyBytes > 2*float64(len(keys[0])) {
+		t.Fatalf("a %d-byte key clone measured %.1f bytes: the measurement is off", len(keys[0]), keyBytes)
+	}
+
+	type row struct {
+		name          string
+		limit         int64
+		keys          int
+		total, budget float64
+	}
+	var rows []row
+	measure := func(p local.Params, keys []string, perKeyCalls int64) row {
+		t.Helper()
+		lim, err := local.NewLimit(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := local.New(lim, local.Config{
+			Clock:             local.SystemClock{},
+			NoBackgroundSweep: true,
+			MaxKeys:           1 << 30,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		denied := 0
+		total := perKey(len(keys), func() {
+			for _, k := range keys {
+				// Distinct microseconds, so a log holds one pair per request.
+				for j := range perKeyCalls {
+					if !l.AllowNAt(at.Add(time.Duration(j)*time.Microsecond), k, 1).Allowed {
+						denied++
+					}
+				}
+			}
+		})
+		runtime.KeepAlive(l)
+		if denied > 0 {
+			t.Fatalf("%v: %d requests denied; every key must be admitted to be held", lim, denied)
+		}
+		if got := l.Len(); got != len(keys) {
+			t.Fatalf("%v: %d keys held, want %d", lim, got, len(keys))
+		}
+		return row{name: p.Algorithm.String(), limit: p.Limit, keys: len(keys), total: total, budget: memBudgetPerKey}
+	}
+
+	for _, a := range local.Algorithms() {
+		if a == local.SlidingWindowLog {
+			continue
+		}
+		rows = append(rows, measure(local.Params{Algorithm: a, Limit: 100, Window: time.Minute}, keys, 1))
+	}
+	// The log, full: Limit requests per key, at distinct microseconds. Fewer
+	// keys at limit 100 keep the test near 50 MB; 20,000 is still plenty to
+	// average over.
+	for _, c := range []struct {
+		limit int64
+		keys  int
+	}{{1, n}, {10, n}, {100, n / 10}} {
+		r := measure(local.Params{Algorithm: local.SlidingWindowLog, Limit: c.limit, Window: time.Minute}, keys[:c.keys], c.limit)
+		r.budget = memBudgetPerKey + logRingHeader + float64(logPairBytes*ringCap(c.limit))
+		rows = append(rows, r)
+	}
+
+	t.Logf("heap bytes per key held; key %q is %d bytes, a clone of it measured %.1f", keys[0], len(keys[0]), keyBytes)
+	t.Logf("%-24s %6s %8s %11s %16s %8s", "algorithm", "limit", "keys", "total B/key", "minus key clone", "budget")
+	for _, r := range rows {
+		held := r.total - keyBytes
+		t.Logf("%-24s %6d %8d %11.1f %16.1f %8.0f", r.name, r.limit, r.keys, r.total, held, r.budget)
+		if held > r.budget {
+			t.Errorf("%s (limit %d): %.1f bytes per key besides the key, budget %.0f", r.name, r.limit, held, r.budget)
+		}
+	}
+}
