@@ -1,0 +1,79 @@
+# hybridlimit: make test | bench | demo | lint. Needs GNU make, bash and Go;
+# Redis is installed with apt-get when missing (scripts/redis.sh ensure).
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+GOFMT ?= $(dir $(GO))gofmt
+GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
+
+# Go modules in this repository: the library, and bench/ (its own go.mod,
+# so comparison peers never reach users' dependency graphs) once it exists.
+MODULES := . $(if $(wildcard bench/go.mod),bench)
+
+.PHONY: test test-go bench demo lint staticcheck redis-start redis-stop cluster-start clean
+
+## test: start a Redis server and a 3-master Cluster, vet and test every module with -race, stop them.
+test:
+	bash scripts/with-redis.sh $(MAKE) --no-print-directory test-go
+
+## test-go: vet and test every module against whatever HYBRIDLIMIT_REDIS_* point at (no servers started).
+test-go:
+	@if [[ ! -f bench/go.mod ]]; then echo "make: bench/go.mod not found: skipping the bench module"; fi
+	@failed=(); \
+	for m in $(MODULES); do \
+		echo "== $$m: go vet ./..."; \
+		(cd "$$m" && $(GO) vet ./...) || failed+=("go vet in $$m"); \
+		echo "== $$m: go test -race -count=1 ./..."; \
+		(cd "$$m" && $(GO) test -race -count=1 ./...) || failed+=("go test in $$m"); \
+	done; \
+	if (( $${#failed[@]} )); then printf 'FAILED: %s\n' "$${failed[@]}"; exit 1; fi
+
+## bench: run scripts/bench.sh with Redis servers started for it.
+bench:
+	bash scripts/with-redis.sh bash scripts/bench.sh
+
+## demo: run the local-mode example. (The cluster demo, several nodes sharing
+## limits through Redis, will replace it once hybrid mode exists.)
+demo:
+	$(GO) run ./examples/local
+
+## lint: gofmt, go vet, staticcheck and go mod tidy -diff on every module.
+lint: staticcheck
+	@out=$$($(GOFMT) -l .); if [[ -n $$out ]]; then echo "gofmt -l: these files need gofmt:"; echo "$$out"; exit 1; fi
+	@for m in $(MODULES); do \
+		echo "== $$m: go vet ./..."; (cd "$$m" && $(GO) vet ./...); \
+		echo "== $$m: staticcheck ./..."; (cd "$$m" && "$(STATICCHECK)" ./...); \
+		echo "== $$m: go mod tidy -diff"; (cd "$$m" && $(GO) mod tidy -diff); \
+	done
+	@echo "lint: ok"
+
+# staticcheck from PATH or GOPATH/bin; installed with go install when missing.
+STATICCHECK = $(or $(shell command -v staticcheck 2>/dev/null),$(GOBIN_DIR)/staticcheck)
+staticcheck:
+	@if [[ ! -x "$(STATICCHECK)" ]]; then \
+		echo "installing staticcheck"; \
+		GOBIN="$(GOBIN_DIR)" $(GO) install honnef.co/go/tools/cmd/staticcheck@latest; \
+	fi
+
+## redis-start: start one Redis server (address in .run/redis.addr).
+redis-start:
+	bash scripts/redis.sh ensure
+	bash scripts/redis.sh start-single
+	@bash scripts/redis.sh env
+
+## cluster-start: start a 3-master Redis Cluster (addresses in .run/cluster.addrs).
+cluster-start:
+	bash scripts/redis.sh ensure
+	bash scripts/redis.sh start-cluster
+	@bash scripts/redis.sh env
+
+## redis-stop: stop every Redis server this checkout started.
+redis-stop:
+	bash scripts/redis.sh stop
+
+## clean: stop the servers and remove .run/.
+clean: redis-stop
+	rm -rf .run
