@@ -68,8 +68,9 @@ func (v verdict) public() Reason {
 
 // decide is the algorithm's transition (state, now, n) → (state', decision).
 // It assumes 0 ≤ n ≤ l.max and now ≥ 0. State changes only when commit is
-// true and the request is admitted: a rejected request consumes nothing.
-// Time running backwards is clamped to the last time the state stored.
+// true and a request of cost n > 0 is admitted: a rejected request consumes
+// nothing, and a cost of 0 only asks. Time running backwards is clamped to
+// the last time the state stored.
 func (l *Limit) decide(s *state, now, n int64, commit bool) verdict {
 	switch l.p.Algorithm {
 	case FixedWindow:
@@ -114,7 +115,7 @@ func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
 		return verdict{reason: ReasonLimited, remaining: l.p.Limit - count, reset: reset, retry: reset}
 	}
 	count += n
-	if commit {
+	if commit && n > 0 {
 		s.a, s.b = start, count
 	}
 	v := verdict{remaining: l.p.Limit - count}
@@ -142,7 +143,7 @@ func (l *Limit) counter(s *state, now, n int64, commit bool) verdict {
 	// estimate + n ≤ limit, with estimate = prev·left/ws + cur, cross-multiplied.
 	if cur+n <= lim && prev*left <= (lim-cur-n)*ws {
 		cur += n
-		if commit {
+		if commit && n > 0 {
 			s.a, s.b, s.c = start, cur, prev
 		}
 		return verdict{remaining: (lim*ws - prev*left - cur*ws) / ws, reset: counterReset(start, cur, prev, now, l.w)}
@@ -194,20 +195,18 @@ func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
 	}
 	count += n
 	newest := s.a
-	if commit {
-		if r != nil {
-			r.drop(expired, expiredSum)
-		}
-		if n > 0 {
-			if r == nil {
+	if n > 0 {
+		newest = now
+		if commit {
+			if r != nil {
+				r.drop(expired, expiredSum)
+			} else {
 				r = newRing(lim)
 				s.log = r
 			}
 			r.push(now, n)
-			s.a, newest = now, now
+			s.a = now
 		}
-	} else if n > 0 {
-		newest = now
 	}
 	v := verdict{remaining: lim - count}
 	if count > 0 {
@@ -236,7 +235,7 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 		}
 	}
 	dl += need
-	if commit {
+	if commit && n > 0 {
 		f := frac + need
 		s.a, s.b = tat+f/l.rl, f%l.rl
 	}
@@ -246,14 +245,25 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 // convert re-expresses s, last decided under from, for the limit to. For the
 // same algorithm consumption is kept: window counts stay (clamped to the new
 // limit) and a bucket keeps its available tokens, rounded down and clamped to
-// the new burst. A different algorithm starts afresh.
+// the new burst; the three bucket algorithms count as one here, as they share
+// one state. Any other change of algorithm starts afresh, and so does a key
+// back in its initial state.
 func (to *Limit) convert(s *state, from *Limit, now int64) {
-	if from.p.Algorithm != to.p.Algorithm {
+	switch {
+	case from.p == to.p: // the same parameters: nothing to carry over
+		return
+	case from.initial(s, now):
+		// Nothing consumed is pending: the key is as a new one (and may be
+		// evicted and come back as one at any time), so it starts afresh.
+		*s = state{}
+		return
+	case from.p.Algorithm != to.p.Algorithm && !(from.p.Algorithm.bucket() && to.p.Algorithm.bucket()):
 		*s = state{}
 		return
 	}
 	switch to.p.Algorithm {
 	case FixedWindow:
+		now = max(now, s.a) // time ran back: the window stored is the current one
 		if now >= s.a+from.w {
 			s.b = 0
 		}
@@ -263,6 +273,7 @@ func (to *Limit) convert(s *state, from *Limit, now int64) {
 		if to.w != from.w {
 			// Windows of another length: keep what the current window
 			// counted, as the current window of the new length.
+			now = max(now, s.a)
 			cur := s.b
 			if now >= s.a+from.w {
 				cur = 0

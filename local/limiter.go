@@ -210,7 +210,8 @@ func (l *Limiter) Limit() Limit { return *l.limit.Load() }
 // consumed. Each key's state is carried over the first time the key is next
 // decided: for the same algorithm, window counts are kept (clamped to the
 // new limit) and buckets keep their available tokens (rounded down, clamped
-// to the new burst); a change of algorithm starts every key afresh.
+// to the new burst), also from one bucket algorithm to another; any other
+// change of algorithm starts every key afresh.
 func (l *Limiter) SetLimit(lim Limit) error {
 	if !lim.Valid() {
 		return fmt.Errorf("%w: zero Limit; build one with NewLimit", ErrInvalidLimit)
@@ -308,14 +309,16 @@ func (l *Limiter) decideLocked(e *entry, now, n int64, commit bool) (verdict, in
 	return decideWith(e, l.limit.Load(), now, n, commit)
 }
 
-// decideWith decides for e, which the caller has locked, under lim.
+// decideWith decides for e, which the caller has locked, under lim. A cost
+// no state can admit is refused before the state is looked at, or carried
+// over to a changed limit: the Redis twin refuses it without a script.
 func decideWith(e *entry, lim *Limit, now, n int64, commit bool) (verdict, int64) {
+	if n > lim.max {
+		return verdict{reason: ReasonCostTooHigh}, lim.max
+	}
 	if e.lim != lim {
 		lim.convert(&e.state, e.lim, now)
 		e.lim = lim
-	}
-	if n > lim.max {
-		return verdict{reason: ReasonCostTooHigh}, lim.max
 	}
 	return lim.decide(&e.state, now, n, commit), lim.max
 }

@@ -1,0 +1,390 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// DefaultTimeout bounds a call to Redis whose context has no deadline.
+const DefaultTimeout = 250 * time.Millisecond
+
+// Config configures a Central.
+type Config struct {
+	// Client reaches Redis: a *redis.Client (one server, or Sentinel
+	// through redis.NewFailoverClient), a *redis.ClusterClient, or another
+	// redis.UniversalClient. Required.
+	//
+	// A go-redis client ignores contexts' deadlines on its sockets unless
+	// its options set ContextTimeoutEnabled; a call to a paused Redis would
+	// then hang until ReadTimeout whatever the caller's deadline. New
+	// rejects a *redis.Client, *redis.ClusterClient or *redis.Ring without
+	// it.
+	Client redis.UniversalClient
+	// Keyspace names the keys; see Keyspace. Every process sharing limits
+	// must use the same one.
+	Keyspace Keyspace
+	// Timeout bounds each call whose context carries no deadline. Default
+	// DefaultTimeout (250ms).
+	Timeout time.Duration
+}
+
+// Central decides every request with one atomic script in Redis: exact
+// across any number of processes, at the cost of a round trip per decision.
+// It is the mode for small or security-critical limits, and the ground the
+// hybrid mode stands on. A Central holds no goroutines and is safe for
+// concurrent use.
+//
+// Each algorithm of package local has a Lua twin that makes the same
+// decisions from the same state (the shared vectors and a randomized
+// differential test hold them equal). Scripts read Redis's clock
+// (redis.call('TIME')); the At methods pass the time instead, for tests and
+// simulations.
+type Central struct {
+	client  redis.UniversalClient
+	ks      Keyspace
+	timeout time.Duration
+	cluster bool // keys of different hash tags may live on different nodes
+}
+
+// NewCentral returns a Central for cfg. It copies cfg and reports a bad
+// field with an error wrapping ErrInvalidConfig.
+func NewCentral(cfg Config) (*Central, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Client: required", ErrInvalidConfig)
+	}
+	if enabled, known := contextTimeouts(cfg.Client); known && !enabled {
+		return nil, fmt.Errorf("%w: Client: set ContextTimeoutEnabled in its options, or deadlines will not bound calls to Redis", ErrInvalidConfig)
+	}
+	if err := cfg.Keyspace.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, cfg.Timeout)
+	}
+	ks := cfg.Keyspace
+	ks.Secret = append([]byte(nil), ks.Secret...)
+	_, single := cfg.Client.(*redis.Client)
+	return &Central{client: cfg.Client, ks: ks, timeout: cfg.Timeout, cluster: !single}, nil
+}
+
+func contextTimeouts(c redis.UniversalClient) (enabled, known bool) {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled, true
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled, true
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled, true
+	}
+	return false, false
+}
+
+// Keyspace returns the Keyspace the Central names keys with.
+func (c *Central) Keyspace() *Keyspace { return &c.ks }
+
+// Preload loads every script into Redis (every master, on a Cluster), so the
+// first decisions run by SHA. It is optional: a node without a script gets
+// it on first use.
+func (c *Central) Preload(ctx context.Context) error {
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	for _, s := range scripts {
+		if err := s.Load(ctx, c.client).Err(); err != nil {
+			return wrap("preload", err)
+		}
+	}
+	return nil
+}
+
+func (c *Central) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// AllowN decides a request of cost n for key under rule, at Redis's time,
+// and charges n if it is admitted. A negative cost, or one above what the
+// rule can ever admit, is decided without asking Redis (see local.Decision).
+// The error, when Redis cannot decide, wraps ErrUnavailable or ErrRedis.
+func (c *Central) AllowN(ctx context.Context, rule *Rule, key string, n int64) (local.Decision, error) {
+	return c.allow(ctx, "", rule, key, n)
+}
+
+// AllowNAt is AllowN with the time passed to the script instead of read
+// from Redis's clock. The state clamps it as local does: a time earlier than
+// one the key has stored counts as that time.
+func (c *Central) AllowNAt(ctx context.Context, now time.Time, rule *Rule, key string, n int64) (local.Decision, error) {
+	return c.allow(ctx, micros(now), rule, key, n)
+}
+
+func micros(t time.Time) string { return strconv.FormatInt(max(t.UnixMicro(), 0), 10) }
+
+// precheck decides the costs no state can admit.
+func precheck(r *Rule, n int64) (local.Decision, bool) {
+	switch {
+	case n < 0:
+		return local.Decision{Reason: local.ReasonInvalidCost, Limit: r.limit.MaxCost()}, true
+	case n > r.limit.MaxCost():
+		return local.Decision{Reason: local.ReasonCostTooHigh, Limit: r.limit.MaxCost()}, true
+	}
+	return local.Decision{}, false
+}
+
+func (c *Central) allow(ctx context.Context, now string, r *Rule, key string, n int64) (local.Decision, error) {
+	if d, done := precheck(r, n); done {
+		return d, nil
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	state, log := c.ks.Keys(r, key)
+	res, err := scriptFor(r).Run(ctx, c.client, []string{state, log}, ruleArgs(now, n, r)...).Int64Slice()
+	if err != nil {
+		return local.Decision{}, wrap("decide", err)
+	}
+	if len(res) != 5 {
+		return local.Decision{}, fmt.Errorf("%w: script answered %d values", ErrRedis, len(res))
+	}
+	return decision(r, res), nil
+}
+
+func ruleArgs(now string, n int64, r *Rule) []any {
+	args := make([]any, 0, 2+len(r.args))
+	args = append(args, now, n)
+	return append(args, r.args...)
+}
+
+// decision reads a script's answer {reason, remaining, reset µs, retry µs,
+// now}.
+func decision(r *Rule, v []int64) local.Decision {
+	return local.Decision{
+		Allowed:    v[0] == 0,
+		Reason:     local.Reason(v[0]),
+		Limit:      r.limit.MaxCost(),
+		Remaining:  v[1],
+		ResetAfter: time.Duration(v[2]) * time.Microsecond,
+		RetryAfter: time.Duration(v[3]) * time.Microsecond,
+	}
+}
+
+// Request is one rule of a multi-rule decision.
+type Request struct {
+	Rule *Rule
+	Key  string
+	N    int64
+}
+
+// AllowMulti decides several requests as one, at Redis's time: all are
+// admitted and charged, or none is charged. It writes one Decision per
+// request into out (at least as long as reqs) and reports whether all were
+// admitted; the Decisions follow local.AllowMultiAt's conventions.
+//
+// When every key lives in one slot (one Redis server, or a Cluster with
+// Keyspace.SharedKeyTag and one user key) it is a single script and exact.
+// Otherwise each rule is reserved by its own script, in one pipelined
+// exchange per node, and the reservations are refunded if any rule refused:
+// never more admitted than the limits allow, but a concurrent request may be
+// refused because of a reservation about to be refunded.
+func (c *Central) AllowMulti(ctx context.Context, reqs []Request, out []local.Decision) (bool, error) {
+	return c.allowMulti(ctx, "", reqs, out)
+}
+
+// AllowMultiAt is AllowMulti at the time now.
+func (c *Central) AllowMultiAt(ctx context.Context, now time.Time, reqs []Request, out []local.Decision) (bool, error) {
+	return c.allowMulti(ctx, micros(now), reqs, out)
+}
+
+// group is the requests of a multi-rule decision that name one state: the
+// same rule and key, decided together with the sum of their costs.
+type group struct {
+	rule        *Rule
+	state, log  string
+	n           int64
+	reqs        []int
+	valid       bool // every cost in it passed the precheck
+	admittedNow int64
+}
+
+func (c *Central) allowMulti(ctx context.Context, now string, reqs []Request, out []local.Decision) (bool, error) {
+	if len(out) < len(reqs) {
+		panic("syncer: AllowMulti: out is shorter than reqs")
+	}
+	if len(reqs) == 0 {
+		return true, nil
+	}
+	ok := true
+	var groups []*group
+	byState := map[string]*group{}
+	for i, q := range reqs {
+		if d, done := precheck(q.Rule, q.N); done {
+			out[i], ok = d, false
+		}
+		state, log := c.ks.Keys(q.Rule, q.Key)
+		g := byState[state]
+		if g == nil {
+			g = &group{rule: q.Rule, state: state, log: log, valid: true}
+			byState[state] = g
+			groups = append(groups, g)
+		}
+		g.reqs = append(g.reqs, i)
+		if _, done := precheck(q.Rule, q.N); done {
+			g.valid = false
+		} else {
+			g.n += q.N
+		}
+	}
+	for _, g := range groups {
+		if g.valid && g.n > g.rule.limit.MaxCost() { // the same key twice, over the limit together
+			g.valid, ok = false, false
+			for _, i := range g.reqs {
+				out[i] = local.Decision{Reason: local.ReasonCostTooHigh, Limit: g.rule.limit.MaxCost()}
+			}
+		}
+	}
+	if !ok { // refused before asking: charge nothing, report the others' state
+		for _, g := range groups {
+			g.n = 0
+		}
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	oneSlot := true
+	for _, g := range groups[1:] {
+		oneSlot = oneSlot && slot(g.state) == slot(groups[0].state)
+	}
+	var err error
+	if !c.cluster || oneSlot || !ok {
+		ok, err = c.multiScript(ctx, now, groups, ok, out)
+	} else {
+		ok, err = c.reserveAll(ctx, now, groups, out)
+	}
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		for i := range reqs {
+			out[i].Allowed = false
+		}
+	}
+	return ok, nil
+}
+
+// multiScript decides every group in one script: exact, for keys that may
+// share a script. With ok false (a cost was refused before asking), it only
+// reads the groups' state; on a Cluster it then reads each group on its own.
+func (c *Central) multiScript(ctx context.Context, now string, groups []*group, ok bool, out []local.Decision) (bool, error) {
+	if !ok && c.cluster {
+		// Only reading, and the keys may span nodes: one script per group.
+		calls := make([]call, 0, len(groups))
+		var gs []*group
+		for _, g := range groups {
+			if g.valid {
+				calls = append(calls, call{scriptFor(g.rule), []string{g.state, g.log}, ruleArgs(now, 0, g.rule)})
+				gs = append(gs, g)
+			}
+		}
+		cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, calls)
+		if err != nil {
+			return false, wrap("decide", err)
+		}
+		for i, g := range gs {
+			v, err := cmds[i].Int64Slice()
+			if err != nil || len(v) != 5 {
+				return false, wrap("decide", fmt.Errorf("unexpected answer %v: %w", v, err))
+			}
+			g.fill(decision(g.rule, v), out)
+		}
+		return false, nil
+	}
+	keys := make([]string, 0, 2*len(groups))
+	args := make([]any, 0, 1+len(groups)*(2+len(groups[0].rule.args)))
+	args = append(args, now)
+	var gs []*group
+	for _, g := range groups {
+		if !g.valid {
+			continue
+		}
+		keys = append(keys, g.state, g.log)
+		args = append(args, g.n)
+		args = append(args, g.rule.args...)
+		gs = append(gs, g)
+	}
+	if len(gs) == 0 {
+		return false, nil
+	}
+	res, err := scriptMulti.Run(ctx, c.client, keys, args...).Int64Slice()
+	if err != nil {
+		return false, wrap("decide", err)
+	}
+	if len(res) != 1+5*len(gs) {
+		return false, fmt.Errorf("%w: multi script answered %d values", ErrRedis, len(res))
+	}
+	for i, g := range gs {
+		g.fill(decision(g.rule, res[1+5*i:6+5*i]), out)
+	}
+	return ok && res[0] == 1, nil
+}
+
+func (g *group) fill(d local.Decision, out []local.Decision) {
+	for _, i := range g.reqs {
+		out[i] = d
+	}
+}
+
+// reserveAll charges every group with its own script, in one pipelined
+// exchange per node, and refunds the charged ones if any refused.
+func (c *Central) reserveAll(ctx context.Context, now string, groups []*group, out []local.Decision) (bool, error) {
+	calls := make([]call, len(groups))
+	for i, g := range groups {
+		calls[i] = call{scriptFor(g.rule), []string{g.state, g.log}, ruleArgs(now, g.n, g.rule)}
+	}
+	cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, calls)
+	// Whatever happened, find what was charged: an error must not leave a
+	// reservation behind.
+	ok := err == nil
+	var charged []*group
+	for i, g := range groups {
+		v, cerr := cmds[i].Int64Slice()
+		if cerr != nil || len(v) != 5 {
+			ok = false
+			continue
+		}
+		d := decision(g.rule, v)
+		if d.Allowed && g.n > 0 {
+			g.admittedNow = v[4]
+			charged = append(charged, g)
+		}
+		ok = ok && d.Allowed
+		g.fill(d, out)
+	}
+	if ok {
+		return true, nil
+	}
+	if len(charged) > 0 {
+		refunds := make([]call, len(charged))
+		for i, g := range charged {
+			args := []any{g.admittedNow, g.n}
+			refunds[i] = call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)}
+			for _, j := range g.reqs { // report it as it stands without this request
+				out[j].Reason = local.ReasonOK
+				out[j].Remaining += g.n
+			}
+		}
+		if _, rerr := runPipelined(ctx, c.client, c.client.Pipeline, refunds); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return false, wrap("decide", err)
+	}
+	return false, nil
+}

@@ -1,0 +1,141 @@
+package syncer_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/vectors"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// topologies runs f against the shared single server and the shared Cluster.
+func topologies(t *testing.T, f func(t *testing.T, c redis.UniversalClient)) {
+	t.Run("single", func(t *testing.T) { f(t, redistest.Client(t, redistest.Addr(t))) })
+	t.Run("cluster", func(t *testing.T) { f(t, redistest.ClusterClient(t, redistest.ClusterAddrs(t))) })
+}
+
+func newCentral(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace) *syncer.Central {
+	t.Helper()
+	if ks.Prefix == "" {
+		ks.Prefix = redistest.Prefix(t)
+	}
+	cen, err := syncer.NewCentral(syncer.Config{Client: c, Keyspace: ks, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cen
+}
+
+func mustRule(t testing.TB, name string, p local.Params) *syncer.Rule {
+	t.Helper()
+	r, err := syncer.NewRule(name, local.MustLimit(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestVectors runs the shared decision vectors through the Lua scripts,
+// with the time passed in: every field of every decision must equal the
+// vector, which package local meets too.
+func TestVectors(t *testing.T) {
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		cen := newCentral(t, c, syncer.Keyspace{})
+		ctx := context.Background()
+		for ci, vc := range vectors.Cases {
+			t.Run(vc.Name, func(t *testing.T) {
+				r := mustRule(t, fmt.Sprintf("v%d", ci), vc.Params)
+				for i, s := range vc.Steps {
+					got, err := cen.AllowNAt(ctx, time.UnixMicro(vectors.Base+s.At), r, "key", s.N)
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if got != s.Want {
+						t.Errorf("step %d (at %v, n=%d):\n got %+v\nwant %+v", i, time.Duration(s.At)*time.Microsecond, s.N, got, s.Want)
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestDifferential drives random request sequences (times forward and
+// sometimes backwards, costs from 0 to beyond the limit, and limits changed
+// on the way) through package local and through Redis: every decision must
+// be identical, field by field.
+func TestDifferential(t *testing.T) {
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		cen := newCentral(t, c, syncer.Keyspace{})
+		ctx := context.Background()
+		seed := uint64(2026)
+		if v := os.Getenv("HYBRIDLIMIT_DIFF_SEED"); v != "" { // for long hunts: go test -run Differential with many seeds
+			seed, _ = strconv.ParseUint(v, 10, 64)
+		}
+		rng := rand.New(rand.NewPCG(seed, 11))
+		windows := []time.Duration{time.Second, time.Minute, 7 * time.Millisecond, 3*time.Second + 17*time.Microsecond}
+		randomParams := func(a local.Algorithm) local.Params {
+			p := local.Params{Algorithm: a, Limit: 1 + rng.Int64N(30), Window: windows[rng.IntN(len(windows))]}
+			if a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
+				p.Burst = rng.Int64N(40)
+			}
+			return p
+		}
+		sequences, steps := 60, 80
+		if testing.Short() {
+			sequences = 12
+		}
+		for seq := range sequences {
+			algo := local.Algorithms()[seq%6]
+			p := randomParams(algo)
+			name := fmt.Sprintf("d%d", seq)
+			rule := mustRule(t, name, p)
+			lim, err := local.New(rule.Limit(), local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := vectors.Base + rng.Int64N(int64(time.Hour/time.Microsecond))
+			var history []string // the sequence so far, printed on a mismatch
+			for step := range steps {
+				switch r := rng.IntN(20); {
+				case r == 0: // the limit changes at runtime, mostly within the algorithm
+					np := randomParams(algo)
+					if rng.IntN(4) == 0 {
+						np = randomParams(local.Algorithms()[rng.IntN(6)])
+					}
+					rule = mustRule(t, name, np)
+					if err := lim.SetLimit(rule.Limit()); err != nil {
+						t.Fatal(err)
+					}
+					history = append(history, fmt.Sprintf("  limit now %v", rule.Limit()))
+				case r == 1: // time runs backwards
+					now -= rng.Int64N(int64(p.Window/time.Microsecond) + 1)
+				case r < 8:
+					now += rng.Int64N(int64(rule.Limit().Window()/time.Microsecond)/4 + 1)
+				}
+				n := rng.Int64N(rule.Limit().MaxCost() + 2)
+				at := time.UnixMicro(now)
+				want := lim.AllowNAt(at, "k", n)
+				got, err := cen.AllowNAt(ctx, at, rule, "k", n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				history = append(history, fmt.Sprintf("  step %d t=%d n=%d: %+v", step, now, n, want))
+				if got != want {
+					t.Fatalf("seed %d sequence %d (%v) step %d (t=%d n=%d):\nredis %+v\nlocal %+v\nhistory:\n%s",
+						seed, seq, rule.Limit(), step, now, n, got, want, strings.Join(history[max(len(history)-12, 0):], "\n"))
+				}
+			}
+			lim.Close()
+		}
+	})
+}

@@ -1,0 +1,175 @@
+package syncer
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strings"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// DefaultPrefix starts every Redis key when Keyspace.Prefix is empty.
+const DefaultPrefix = "hl"
+
+// digestBytes is how much of the SHA-256 (or HMAC-SHA256) of a user key its
+// Redis name keeps: 128 bits, collision-resistant (about 2^64 work to find
+// any pair) and 22 characters of base64url.
+const digestBytes = 16
+
+// Keyspace names the Redis keys of a (rule, key) pair. Its zero value is
+// usable: prefix "hl", plain SHA-256 digests, one hash tag per rule and key.
+// Every process sharing limits must use the same Keyspace.
+//
+// Names have the form
+//
+//	<prefix>:{<rule>:<digest>}:<part>     (default)
+//	<prefix>:{<digest>}:<rule>:<part>     (SharedKeyTag)
+//
+// The braces are a Redis Cluster hash tag: all the keys of one rule and user
+// key live in one slot, so each script touches one node. The user key never
+// reaches Redis: only its digest, the first 128 bits of SHA-256 (or of
+// HMAC-SHA256 under Secret), base64url-encoded, so keys of any bytes and any
+// length are safe, and identical in every process.
+type Keyspace struct {
+	// Prefix starts every key. Default DefaultPrefix ("hl"). It must not
+	// contain '{' or '}', which would change the hash tag.
+	Prefix string
+	// Secret, when set, keys the digest (HMAC-SHA256): the Redis key names
+	// then reveal nothing about the user keys, even to someone who can guess
+	// them (user IDs, IP addresses). Every process must share it.
+	Secret []byte
+	// SharedKeyTag puts all the rules of one user key under one hash tag,
+	// so a multi-rule decision over one key is a single script even on a
+	// Cluster (otherwise: reserve, then commit or refund). The price: one
+	// hot user key concentrates all its rules on one node. Changing it
+	// renames every key, which resets all limits.
+	SharedKeyTag bool
+}
+
+func (ks *Keyspace) validate() error {
+	if strings.ContainsAny(ks.Prefix, "{}") {
+		return fmt.Errorf("%w: Prefix %q: must not contain '{' or '}'", ErrInvalidConfig, ks.Prefix)
+	}
+	return nil
+}
+
+func (ks *Keyspace) prefix() string {
+	if ks.Prefix == "" {
+		return DefaultPrefix
+	}
+	return ks.Prefix
+}
+
+// Digest returns the digest of a user key that names it in Redis.
+func (ks *Keyspace) Digest(key string) string {
+	var sum [sha256.Size]byte
+	if len(ks.Secret) > 0 {
+		m := hmac.New(sha256.New, ks.Secret)
+		m.Write([]byte(key))
+		m.Sum(sum[:0])
+	} else {
+		sum = sha256.Sum256([]byte(key))
+	}
+	return base64.RawURLEncoding.EncodeToString(sum[:digestBytes])
+}
+
+// Keys returns the names of the state hash and of the log list (used by the
+// sliding window log only) of rule and key.
+func (ks *Keyspace) Keys(rule *Rule, key string) (state, log string) {
+	return ks.keys(rule.name, ks.Digest(key))
+}
+
+func (ks *Keyspace) keys(rule, digest string) (state, log string) {
+	var base string
+	if ks.SharedKeyTag {
+		base = ks.prefix() + ":{" + digest + "}:" + rule + ":"
+	} else {
+		base = ks.prefix() + ":{" + rule + ":" + digest + "}:"
+	}
+	return base + "s", base + "l"
+}
+
+// Rule is a named limit as Redis knows it: the name is part of every key
+// name, so two rules of one user key never share state. Build one with
+// NewRule. A Rule is immutable and safe for concurrent use.
+type Rule struct {
+	name  string
+	limit local.Limit
+	fp    string // the parameters joined by ':', stored with the state
+	args  []any  // fp and the parameters, as the scripts take them
+}
+
+// MaxRuleName is the longest rule name accepted, in bytes.
+const MaxRuleName = 128
+
+// NewRule validates name and lim and returns the Rule. A name is 1 to 128
+// bytes of letters, digits and "-_.:/" (it becomes part of Redis key names
+// and of metrics); braces, which would break the hash tag, are rejected.
+func NewRule(name string, lim local.Limit) (*Rule, error) {
+	if err := ValidRuleName(name); err != nil {
+		return nil, err
+	}
+	if !lim.Valid() {
+		return nil, fmt.Errorf("%w: rule %q: zero Limit; build one with local.NewLimit", ErrInvalidRule, name)
+	}
+	p := lim.Params()
+	step, ws := lim.Counter()
+	rl, el, tau := lim.Emission()
+	nums := []int64{int64(p.Algorithm), p.Limit, p.Window.Microseconds(), p.Burst, step, ws, rl, el, tau}
+	parts := make([]string, len(nums))
+	for i, v := range nums {
+		parts[i] = fmt.Sprint(v)
+	}
+	r := &Rule{name: name, limit: lim, fp: strings.Join(parts, ":")}
+	r.args = append(r.args, r.fp)
+	for _, s := range parts {
+		r.args = append(r.args, s)
+	}
+	return r, nil
+}
+
+// ValidRuleName reports, as an error wrapping ErrInvalidRule, whether name
+// cannot name a rule.
+func ValidRuleName(name string) error {
+	if name == "" || len(name) > MaxRuleName {
+		return fmt.Errorf("%w: name %q: must be 1 to %d bytes", ErrInvalidRule, name, MaxRuleName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:/", c) >= 0
+		if !ok {
+			return fmt.Errorf("%w: name %q: byte %q at %d: only letters, digits and -_.:/ are allowed", ErrInvalidRule, name, c, i)
+		}
+	}
+	return nil
+}
+
+// Name returns the rule's name.
+func (r *Rule) Name() string { return r.name }
+
+// Limit returns the rule's limit.
+func (r *Rule) Limit() local.Limit { return r.limit }
+
+// slot returns the Redis Cluster hash slot of a key name: CRC16 (XMODEM)
+// of its hash tag, modulo 16384.
+func slot(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

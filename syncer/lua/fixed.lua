@@ -1,0 +1,35 @@
+-- Fixed window. State (hash KEYS[1]): a = window start, b = count, fp.
+local function decide_fixed(k, _, p, now, n, commit)
+  local st = redis.call('HMGET', k, 'a', 'b', 'fp')
+  local start, count = tonumber(st[1]) or 0, tonumber(st[2]) or 0
+  if st[3] and st[3] ~= p.fp then -- the limit changed: keep the count
+    local o = parse_fp(st[3])
+    if o.alg ~= p.alg or count == 0 or now >= start + o.w then -- another algorithm, or nothing pending
+      start, count = 0, 0
+    else
+      local t = math.max(now, start) -- time ran back: the window stored is the current one
+      if t >= start + o.w then count = 0 end
+      start, count = t - fmod(t, p.w), math.min(count, p.L)
+    end
+    redis.call('HSET', k, 'a', fmt(start), 'b', fmt(count), 'fp', p.fp)
+    expire(k, start + p.w - now)
+  end
+  local w, L = p.w, p.L
+  if now >= start + w then
+    start, count = now - fmod(now, w), 0
+  elseif now < start then
+    now = start
+  end
+  if count + n > L then
+    local reset = start + w - now
+    return {1, L - count, reset, reset, now}
+  end
+  count = count + n
+  if commit and n > 0 then
+    redis.call('HSET', k, 'a', fmt(start), 'b', fmt(count), 'fp', p.fp)
+    expire(k, start + w - now)
+  end
+  local reset = 0
+  if count > 0 then reset = start + w - now end
+  return {0, L - count, reset, 0, now}
+end
