@@ -24,7 +24,7 @@ func luaSource(names ...string) string {
 	return b.String()
 }
 
-// single is the body of a one-rule script: ARGV[1] = now (” for Redis's
+// single is the body of a one-rule script: ARGV[1] = now (empty for Redis's
 // clock), ARGV[2] = cost, ARGV[3..] = the rule's parameters.
 const single = "return %s(KEYS[1], KEYS[2], params(3), clock(ARGV[1]), tonumber(ARGV[2]), true)\n"
 
