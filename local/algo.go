@@ -250,6 +250,8 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 // back in its initial state.
 func (to *Limit) convert(s *state, from *Limit, now int64) {
 	switch {
+	case from == nil: // a new key: its zero state is every algorithm's initial state
+		return
 	case from.p == to.p: // the same parameters: nothing to carry over
 		return
 	case from.initial(s, now):

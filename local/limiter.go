@@ -2,8 +2,6 @@ package local
 
 import (
 	"fmt"
-	"hash/maphash"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,24 +91,30 @@ type Config struct {
 // clock and the sweeper); decisions remain possible after Close, reading
 // time.Now.
 type Limiter struct {
-	limit  atomic.Pointer[Limit]
-	shards []shard
-	shift  uint // a hash's top bits pick its shard: h >> shift
-	seed   maphash.Seed
-	seed2  maphash.Seed
+	limit atomic.Pointer[Limit]
+	store *Store[keyState]
 
 	clock    Clock
 	coarse   *CoarseClock // clock, when it is one: read without an interface call
 	ownClock bool
 
-	perShard int
 	overflow Overflow
-	shared   entry // the state all overflowing keys share under OverflowShared
+	shared   Entry[keyState] // the state all overflowing keys share under OverflowShared
 
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
 }
+
+// keyState is a Limiter's value per key: the algorithm's state, and the
+// limit it is expressed in (a SetLimit carries it over on the key's next
+// decision).
+type keyState struct {
+	lim *Limit
+	state
+}
+
+func idleKey(v *keyState, now int64) bool { return v.lim == nil || v.lim.initial(&v.state, now) }
 
 // New returns a Limiter for lim. It returns an error wrapping ErrInvalidLimit
 // for an invalid lim and ErrInvalidConfig, naming the field, for a bad cfg.
@@ -118,18 +122,6 @@ type Limiter struct {
 func New(lim Limit, cfg Config) (*Limiter, error) {
 	if !lim.Valid() {
 		return nil, fmt.Errorf("%w: zero Limit; build one with NewLimit", ErrInvalidLimit)
-	}
-	if cfg.Shards == 0 {
-		cfg.Shards = DefaultShards
-	}
-	if cfg.Shards < 1 || cfg.Shards > 1<<16 || cfg.Shards&(cfg.Shards-1) != 0 {
-		return nil, fmt.Errorf("%w: Shards %d: must be a power of two from 1 to 65536", ErrInvalidConfig, cfg.Shards)
-	}
-	if cfg.MaxKeys == 0 {
-		cfg.MaxKeys = DefaultMaxKeys
-	}
-	if cfg.MaxKeys < 1 {
-		return nil, fmt.Errorf("%w: MaxKeys %d: must be positive", ErrInvalidConfig, cfg.MaxKeys)
 	}
 	if cfg.Overflow > OverflowShared {
 		return nil, fmt.Errorf("%w: Overflow %d: unknown policy", ErrInvalidConfig, cfg.Overflow)
@@ -140,21 +132,15 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	if cfg.SweepInterval < 0 {
 		return nil, fmt.Errorf("%w: SweepInterval %v: must be positive", ErrInvalidConfig, cfg.SweepInterval)
 	}
-	l := &Limiter{
-		shards:   make([]shard, cfg.Shards),
-		shift:    uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
-		seed:     maphash.MakeSeed(),
-		seed2:    maphash.MakeSeed(),
-		clock:    cfg.Clock,
-		perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
-		overflow: cfg.Overflow,
+	store, err := NewStore(StoreConfig{Shards: cfg.Shards, MaxKeys: cfg.MaxKeys}, idleKey)
+	if err != nil {
+		return nil, err
 	}
+	l := &Limiter{store: store, clock: cfg.Clock, overflow: cfg.Overflow}
 	p := lim
 	l.limit.Store(&p)
-	l.shared.lim = &p
-	for i := range l.shards {
-		l.shards[i].init()
-	}
+	l.shared.h2 = 1 // never in the store, never evicted
+	l.shared.Value.lim = &p
 	if l.clock == nil {
 		l.clock = NewCoarseClock(DefaultResolution)
 		l.ownClock = true
@@ -270,57 +256,45 @@ func (l *Limiter) allow(now int64, key string, n int64) (verdict, int64) {
 		return verdict{reason: ReasonInvalidCost}, l.limit.Load().max
 	}
 	for {
-		e := l.lookup(key, now)
+		e := l.store.Get(key, now)
 		if e == nil {
 			return l.overflowed(now, n)
 		}
 		e.mu.Lock()
-		lim := l.limit.Load()
-		if e.lim != lim || n > lim.max { // rare: evicted, limit changed, cost too high
-			if e.lim == nil { // evicted since we found it
+		lim, v := l.limit.Load(), &e.Value
+		if v.lim != lim || n > lim.max { // rare: evicted, limit changed, cost too high
+			if e.h2 == 0 { // evicted since we got it
 				e.mu.Unlock()
 				continue
 			}
-			v, limit := l.decideLocked(e, now, n, true)
+			vd, limit := decideWith(v, lim, now, n, true)
 			e.mu.Unlock()
-			return v, limit
+			return vd, limit
 		}
-		v := lim.decide(&e.state, now, n, true)
+		vd := lim.decide(&v.state, now, n, true)
 		e.mu.Unlock()
-		return v, lim.max
+		return vd, lim.max
 	}
 }
 
-// lookup returns key's entry, inserting it if need be, or nil when the
-// table is full. The caller locks the entry and checks it was not evicted in
-// between (lim == nil).
-func (l *Limiter) lookup(key string, now int64) *entry {
-	h, h2 := maphash.String(l.seed, key), maphash.String(l.seed2, key)
-	sh := &l.shards[h>>l.shift]
-	if e := sh.tab.Load().find(h, h2); e != nil {
-		return e
-	}
-	return sh.insert(h, h2, l.limit.Load(), now, l.perShard)
+// decideLocked decides for the key whose locked value is v, under the
+// limit in force, carrying its state over to it first if it changed.
+func (l *Limiter) decideLocked(v *keyState, now, n int64, commit bool) (verdict, int64) {
+	return decideWith(v, l.limit.Load(), now, n, commit)
 }
 
-// decideLocked decides for e, which the caller has locked, under the limit
-// in force, carrying e's state over to it first if it changed.
-func (l *Limiter) decideLocked(e *entry, now, n int64, commit bool) (verdict, int64) {
-	return decideWith(e, l.limit.Load(), now, n, commit)
-}
-
-// decideWith decides for e, which the caller has locked, under lim. A cost
+// decideWith decides for the key whose locked value is v, under lim. A cost
 // no state can admit is refused before the state is looked at, or carried
 // over to a changed limit: the Redis twin refuses it without a script.
-func decideWith(e *entry, lim *Limit, now, n int64, commit bool) (verdict, int64) {
+func decideWith(v *keyState, lim *Limit, now, n int64, commit bool) (verdict, int64) {
 	if n > lim.max {
 		return verdict{reason: ReasonCostTooHigh}, lim.max
 	}
-	if e.lim != lim {
-		lim.convert(&e.state, e.lim, now)
-		e.lim = lim
+	if v.lim != lim {
+		lim.convert(&v.state, v.lim, now)
+		v.lim = lim
 	}
-	return lim.decide(&e.state, now, n, commit), lim.max
+	return lim.decide(&v.state, now, n, commit), lim.max
 }
 
 // overflowed decides a request for a new key that did not fit.
@@ -334,7 +308,7 @@ func (l *Limiter) overflowed(now, n int64) (verdict, int64) {
 		return verdict{reason: reasonAdmittedOverflow, remaining: lim.max - n}, lim.max
 	case OverflowShared:
 		l.shared.mu.Lock()
-		v, limit := l.decideLocked(&l.shared, now, n, true)
+		v, limit := l.decideLocked(&l.shared.Value, now, n, true)
 		l.shared.mu.Unlock()
 		return v.overflowed(), limit
 	default:
@@ -345,22 +319,7 @@ func (l *Limiter) overflowed(now, n int64) (verdict, int64) {
 // SweepAt evicts every key whose state is back to its initial state at now,
 // and returns how many it evicted. The background sweeper calls it with the
 // Limiter's clock.
-func (l *Limiter) SweepAt(now time.Time) int {
-	us := max(now.UnixMicro(), 0)
-	total := 0
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		t := sh.tab.Load()
-		n := sh.sweep(us, len(t.slots))
-		if sh.used-sh.live > sh.live && len(t.slots) > minTableSize {
-			sh.rebuild() // mostly tombstones: shrink
-		}
-		sh.mu.Unlock()
-		total += n
-	}
-	return total
-}
+func (l *Limiter) SweepAt(now time.Time) int { return l.store.Sweep(max(now.UnixMicro(), 0)) }
 
 // Stats are a Limiter's counters.
 type Stats struct {
@@ -372,16 +331,8 @@ type Stats struct {
 // Stats returns the Limiter's counters. It locks each shard in turn; call it
 // for monitoring, not per request.
 func (l *Limiter) Stats() Stats {
-	var s Stats
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		s.Keys += sh.live
-		s.Evictions += sh.evictions
-		s.Overflows += sh.overflows
-		sh.mu.Unlock()
-	}
-	return s
+	s := l.store.Stats()
+	return Stats(s)
 }
 
 // Len returns the number of keys held.

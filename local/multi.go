@@ -47,11 +47,11 @@ func allowMulti(now int64, reqs []Request, out []Decision) bool {
 		panic("local: AllowMulti: out is shorter than reqs")
 	}
 	now = max(now, 0)
-	var ebuf [multiInline]*entry
+	var ebuf [multiInline]*Entry[keyState]
 	var obuf [multiInline]int
 	ents, order := ebuf[:0], obuf[:0]
 	if len(reqs) > multiInline {
-		ents, order = make([]*entry, 0, len(reqs)), make([]int, 0, len(reqs))
+		ents, order = make([]*Entry[keyState], 0, len(reqs)), make([]int, 0, len(reqs))
 	}
 	ents, order = ents[:len(reqs)], order[:len(reqs)]
 retry:
@@ -65,7 +65,7 @@ retry:
 			ok = false
 			continue
 		}
-		e := r.Limiter.lookup(r.Key, now)
+		e := r.Limiter.store.Get(r.Key, now)
 		if e == nil {
 			switch r.Limiter.overflow {
 			case OverflowShared:
@@ -101,14 +101,14 @@ retry:
 		}
 	}
 	for _, e := range ents {
-		if e != nil && e.lim == nil { // evicted between lookup and lock
+		if e != nil && e.h2 == 0 { // evicted between lookup and lock
 			unlock()
 			goto retry
 		}
 	}
 	// groups calls f once per distinct entry, with the requests on it (order
 	// puts equal entries next to each other) and the sum of their costs.
-	groups := func(f func(e *entry, lim *Limiter, group []int, total int64)) {
+	groups := func(f func(e *Entry[keyState], lim *Limiter, group []int, total int64)) {
 		for k := 0; k < len(order); {
 			e := ents[order[k]]
 			end := k + 1
@@ -126,10 +126,10 @@ retry:
 		}
 	}
 	// Check every rule, charging nothing. This carries each entry over to
-	// its limiter's limit in force (e.lim), which the commit below reuses:
+	// its limiter's limit in force (Value.lim), which the commit below reuses:
 	// a SetLimit in between must not change what was checked.
-	groups(func(e *entry, lim *Limiter, group []int, total int64) {
-		v, limit := lim.decideLocked(e, now, total, false)
+	groups(func(e *Entry[keyState], lim *Limiter, group []int, total int64) {
+		v, limit := lim.decideLocked(&e.Value, now, total, false)
 		if e == &lim.shared {
 			v = v.overflowed()
 		}
@@ -139,13 +139,13 @@ retry:
 		}
 		ok = ok && d.Allowed
 	})
-	groups(func(e *entry, lim *Limiter, group []int, total int64) {
+	groups(func(e *Entry[keyState], lim *Limiter, group []int, total int64) {
 		switch {
 		case ok:
-			decideWith(e, e.lim, now, total, true)
+			decideWith(&e.Value, e.Value.lim, now, total, true)
 		case out[group[0]].Allowed:
 			// It had room but another rule refused: report it uncharged.
-			d := decisionOf(decideWith(e, e.lim, now, 0, false))
+			d := decisionOf(decideWith(&e.Value, e.Value.lim, now, 0, false))
 			d.Allowed = false
 			for _, i := range group {
 				out[i] = d
@@ -163,6 +163,6 @@ retry:
 
 // addr orders entries for locking. Go's heap objects do not move, so an
 // entry's address is a stable, total order; nil sorts first.
-func addr(e *entry) uintptr { return uintptr(unsafe.Pointer(e)) }
+func addr(e *Entry[keyState]) uintptr { return uintptr(unsafe.Pointer(e)) }
 
 func decisionOf(v verdict, limit int64) Decision { return v.decision(limit) }

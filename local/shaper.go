@@ -27,7 +27,7 @@ type Reservation struct {
 	TimeToAct time.Time
 
 	l         *Limiter
-	e         *entry
+	e         *Entry[keyState]
 	lim       *Limit
 	n         int64
 	at        int64 // TimeToAct in µs
@@ -56,7 +56,7 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 		return Reservation{Reason: ReasonInvalidCost}, nil
 	}
 	for {
-		e := l.lookup(key, now)
+		e := l.store.Get(key, now)
 		if e == nil {
 			switch l.overflow {
 			case OverflowAllow:
@@ -71,7 +71,7 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 			}
 		}
 		e.mu.Lock()
-		if e.lim == nil {
+		if e.h2 == 0 { // evicted since we got it
 			e.mu.Unlock()
 			continue
 		}
@@ -84,21 +84,21 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 	}
 }
 
-func (l *Limiter) reserveLocked(e *entry, now, n int64, maxDelay time.Duration) (Reservation, error) {
-	lim := l.limit.Load()
-	if e.lim != lim {
-		lim.convert(&e.state, e.lim, now)
-		e.lim = lim
-	}
+func (l *Limiter) reserveLocked(e *Entry[keyState], now, n int64, maxDelay time.Duration) (Reservation, error) {
+	lim, v := l.limit.Load(), &e.Value
 	if !lim.p.Algorithm.bucket() {
 		return Reservation{}, ErrNotShaper
 	}
 	if n > lim.max {
 		return Reservation{Reason: ReasonCostTooHigh}, nil
 	}
+	if v.lim != lim {
+		lim.convert(&v.state, v.lim, now)
+		v.lim = lim
+	}
 	// Keep (TAT − now)·rl far from overflowing however long the queue.
 	limitDelay := min(max(maxDelay.Microseconds(), 0), (math.MaxInt64/4)/lim.rl)
-	tat, frac := e.a, e.b
+	tat, frac := v.a, v.b
 	if tat < now {
 		tat, frac = now, 0
 	} else if early := tat - ceilDiv(lim.tau, lim.rl) - limitDelay; now < early {
@@ -113,10 +113,10 @@ func (l *Limiter) reserveLocked(e *entry, now, n int64, maxDelay time.Duration) 
 		return Reservation{Reason: ReasonLimited, Delay: micros(delay)}, nil
 	}
 	f := frac + n*lim.el
-	e.a, e.b = tat+f/lim.rl, f%lim.rl
+	v.a, v.b = tat+f/lim.rl, f%lim.rl
 	return Reservation{
 		OK: true, Delay: micros(delay), TimeToAct: time.UnixMicro(now + delay),
-		l: l, e: e, lim: lim, n: n, at: now + delay, tat: e.a, frac: e.b,
+		l: l, e: e, lim: lim, n: n, at: now + delay, tat: v.a, frac: v.b,
 	}, nil
 }
 
@@ -142,15 +142,16 @@ func (r *Reservation) CancelAt(now time.Time) {
 	us := now.UnixMicro()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.lim != r.lim || us >= r.at || e.a != r.tat || e.b != r.frac {
+	v := &e.Value
+	if e.h2 == 0 || v.lim != r.lim || us >= r.at || v.a != r.tat || v.b != r.frac {
 		return
 	}
-	f, a := e.b-r.n*r.lim.el, e.a
+	f, a := v.b-r.n*r.lim.el, v.a
 	if f < 0 {
 		k := ceilDiv(-f, r.lim.rl)
 		a, f = a-k, f+k*r.lim.rl
 	}
-	e.a, e.b = a, f
+	v.a, v.b = a, f
 }
 
 // Wait blocks until a request of cost n for key may act, and returns nil; or

@@ -1,0 +1,347 @@
+package local
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+)
+
+// Store is a sharded table of per-key values: the key table of a Limiter,
+// and of the hybrid limiter's leases. It is built for hot paths:
+//
+//   - Looking up a key already held takes no lock and allocates nothing: the
+//     shards are power-of-two open-addressing tables whose slots readers
+//     load atomically. Inserts, evictions and resizes take the shard's
+//     mutex.
+//   - Each entry has a mutex of its own, which guards its Value. A caller
+//     locks the entry it got, checks it was not evicted in between
+//     (Evicted), and gets it again if it was.
+//   - Keys are evicted only when the idle function given to NewStore says
+//     their value is back to its initial state. The store holds at most
+//     MaxKeys; beyond that Get returns nil and the caller applies its
+//     overflow policy.
+//
+// A key is identified by two 64-bit hashes of its bytes under two
+// independent random seeds: the key bytes themselves are not kept. Comparing
+// them would cost a dependent cache miss per lookup among many keys, and a
+// copy of every key; two distinct keys are taken for one with probability
+// about 2^-127 per pair (10^-26 for a million keys held), far below hardware
+// error rates, and the seeds are secret, so a client cannot aim for a
+// collision.
+//
+// A Store is safe for concurrent use.
+type Store[V any] struct {
+	shards       []shard[V]
+	shift        uint // a hash's top bits pick its shard: h >> shift
+	seed1, seed2 maphash.Seed
+	perShard     int
+	idle         func(v *V, now int64) bool
+	tomb         *Entry[V] // marks the slot of an evicted entry
+}
+
+// Entry is one key's place in a Store: a Value guarded by a mutex. Lock it
+// before touching Value; an Entry must not be copied.
+type Entry[V any] struct {
+	mu sync.Mutex
+	h2 uint64 // the key's second hash, odd; 0 once evicted
+	// Value is the caller's state for the key; a new key starts with V's
+	// zero value.
+	Value V
+}
+
+// Lock locks e.
+func (e *Entry[V]) Lock() { e.mu.Lock() }
+
+// Unlock unlocks e.
+func (e *Entry[V]) Unlock() { e.mu.Unlock() }
+
+// Evicted reports whether e was evicted since the caller got it. The caller
+// holds e's lock; an evicted entry is no longer in the store, and the key
+// must be looked up again.
+func (e *Entry[V]) Evicted() bool { return e.h2 == 0 }
+
+// StoreConfig sizes a Store.
+type StoreConfig struct {
+	// Shards is the number of partitions, a power of two from 1 to 65,536.
+	// Default DefaultShards (64).
+	Shards int
+	// MaxKeys caps the keys held, enforced per shard at ⌈MaxKeys/Shards⌉.
+	// Default DefaultMaxKeys (1,048,576).
+	MaxKeys int
+}
+
+// NewStore returns a Store sized by cfg. idle reports whether a value is
+// back to its initial state at now, so that its key may be forgotten: it is
+// called with the entry locked, on the slow paths only (sweeps, and inserts
+// that need room). New does not modify cfg; a bad field is reported with an
+// error wrapping ErrInvalidConfig.
+func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V], error) {
+	if cfg.Shards == 0 {
+		cfg.Shards = DefaultShards
+	}
+	if cfg.Shards < 1 || cfg.Shards > 1<<16 || cfg.Shards&(cfg.Shards-1) != 0 {
+		return nil, fmt.Errorf("%w: Shards %d: must be a power of two from 1 to 65536", ErrInvalidConfig, cfg.Shards)
+	}
+	if cfg.MaxKeys == 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.MaxKeys < 1 {
+		return nil, fmt.Errorf("%w: MaxKeys %d: must be positive", ErrInvalidConfig, cfg.MaxKeys)
+	}
+	if idle == nil {
+		return nil, fmt.Errorf("%w: idle function: required", ErrInvalidConfig)
+	}
+	s := &Store[V]{
+		shards:   make([]shard[V], cfg.Shards),
+		shift:    uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
+		seed1:    maphash.MakeSeed(),
+		seed2:    maphash.MakeSeed(),
+		perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
+		idle:     idle,
+		tomb:     new(Entry[V]),
+	}
+	for i := range s.shards {
+		s.shards[i].tab.Store(newTable[V](minTableSize))
+	}
+	return s, nil
+}
+
+// Get returns key's entry, inserting it with a zero Value if the key is
+// new. It returns nil when the key is new and the store holds MaxKeys keys,
+// none of which it could evict: evictions are judged at now (µs since the
+// epoch), which must be on the same timeline as the values' times.
+func (s *Store[V]) Get(key string, now int64) *Entry[V] {
+	h1, h2 := maphash.String(s.seed1, key), maphash.String(s.seed2, key)|1
+	sh := &s.shards[h1>>s.shift]
+	if e := sh.tab.Load().find(h1, h2, s.tomb); e != nil {
+		return e
+	}
+	return s.insert(sh, h1, h2, now)
+}
+
+// Sweep evicts every entry whose value is idle at now and returns how many
+// it evicted.
+func (s *Store[V]) Sweep(now int64) int {
+	total := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		t := sh.tab.Load()
+		total += s.sweep(sh, now, len(t.slots))
+		if sh.used-sh.live > sh.live && len(t.slots) > minTableSize {
+			s.rebuild(sh) // mostly tombstones: shrink
+		}
+		sh.mu.Unlock()
+	}
+	return total
+}
+
+// Range calls f for every entry held, unlocked, until f returns false. An
+// entry may be evicted while f runs: f locks it and checks Evicted. Entries
+// inserted during the call may be missed.
+func (s *Store[V]) Range(f func(e *Entry[V]) bool) {
+	for i := range s.shards {
+		t := s.shards[i].tab.Load()
+		for j := range t.slots {
+			if e := t.slots[j].ent.Load(); e != nil && e != s.tomb {
+				if !f(e) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// StoreStats are a Store's counters.
+type StoreStats struct {
+	Keys      int    // keys held now
+	Evictions uint64 // keys evicted since NewStore, idle
+	Overflows uint64 // new keys refused because the store was full
+}
+
+// Stats returns the counters. It locks each shard in turn: for monitoring,
+// not per request.
+func (s *Store[V]) Stats() StoreStats {
+	var st StoreStats
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Keys += sh.live
+		st.Evictions += sh.evictions
+		st.Overflows += sh.overflows
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+// slot is a table cell. A writer stores hash before ent; a reader loads ent
+// first, so a non-nil ent always comes with its hash.
+type slot[V any] struct {
+	hash atomic.Uint64
+	ent  atomic.Pointer[Entry[V]]
+}
+
+// table is an open-addressing hash table with linear probing. Its length is
+// a power of two and at least one slot is always empty, so every probe ends.
+type table[V any] struct {
+	slots []slot[V]
+	mask  uint64
+}
+
+func newTable[V any](size int) *table[V] {
+	return &table[V]{slots: make([]slot[V], size), mask: uint64(size - 1)}
+}
+
+// find returns the entry whose hashes are h1 and h2, or nil. It takes no
+// lock.
+func (t *table[V]) find(h1, h2 uint64, tomb *Entry[V]) *Entry[V] {
+	for i := h1 & t.mask; ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		e := s.ent.Load()
+		if e == nil {
+			return nil
+		}
+		if s.hash.Load() == h1 && e.h2 == h2 && e != tomb {
+			return e
+		}
+	}
+}
+
+// put stores e for a key known to be absent, in the first empty or
+// tombstone slot of its probe chain. It reports whether it filled an empty
+// slot (rather than reusing a tombstone). The caller holds the shard's lock.
+func (t *table[V]) put(h1 uint64, e, tomb *Entry[V]) (filledEmpty bool) {
+	for i := h1 & t.mask; ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		old := s.ent.Load()
+		if old == nil || old == tomb {
+			s.hash.Store(h1)
+			s.ent.Store(e)
+			return old == nil
+		}
+	}
+}
+
+// shard is one of a Store's power-of-two partitions of the key space.
+// Lookups read tab without locking; mu serializes inserts, evictions and
+// rebuilds. The padding puts tab, which every lookup reads, and the words
+// inserts write on cache lines of their own, and keeps both off the
+// neighbouring shards' lines.
+type shard[V any] struct {
+	tab atomic.Pointer[table[V]]
+	_   [cacheLine - 8]byte
+
+	mu        sync.Mutex
+	live      int // entries held
+	used      int // slots holding an entry or a tombstone
+	hand      int // next slot the incremental sweep looks at
+	evictions uint64
+	overflows uint64
+	_         [cacheLine - 6*8]byte
+}
+
+// cacheLine is the size the padding of shared words assumes.
+const cacheLine = 64
+
+const minTableSize = 8
+
+// evictIfIdle evicts the entry in sl if its value is idle at now. The
+// caller holds sh.mu.
+func (s *Store[V]) evictIfIdle(sh *shard[V], sl *slot[V], now int64) bool {
+	e := sl.ent.Load()
+	if e == nil || e == s.tomb {
+		return false
+	}
+	e.mu.Lock()
+	ok := e.h2 != 0 && s.idle(&e.Value, now)
+	if ok {
+		e.h2 = 0
+		var zero V
+		e.Value = zero // drop what the value references
+	}
+	e.mu.Unlock()
+	if ok {
+		sl.ent.Store(s.tomb)
+		sh.live--
+		sh.evictions++
+	}
+	return ok
+}
+
+// sweep looks at up to n entries, from the sweep hand on and at most once
+// around the table, and evicts those idle at now. It returns how many it
+// evicted. The caller holds sh.mu.
+func (s *Store[V]) sweep(sh *shard[V], now int64, n int) int {
+	t := sh.tab.Load()
+	evicted, seen := 0, 0
+	for range t.slots {
+		if seen == n {
+			break
+		}
+		sh.hand &= int(t.mask)
+		sl := &t.slots[sh.hand]
+		sh.hand++
+		if e := sl.ent.Load(); e == nil || e == s.tomb {
+			continue
+		}
+		seen++
+		if s.evictIfIdle(sh, sl, now) {
+			evicted++
+		}
+	}
+	return evicted
+}
+
+// rebuild copies the live entries into a fresh table sized for them, which
+// drops the tombstones. The caller holds sh.mu.
+func (s *Store[V]) rebuild(sh *shard[V]) *table[V] {
+	old := sh.tab.Load()
+	size := minTableSize
+	for size < 2*(sh.live+1) {
+		size *= 2
+	}
+	t := newTable[V](size)
+	for i := range old.slots {
+		sl := &old.slots[i]
+		if e := sl.ent.Load(); e != nil && e != s.tomb {
+			t.put(sl.hash.Load(), e, s.tomb)
+		}
+	}
+	sh.tab.Store(t)
+	sh.used = sh.live
+	return t
+}
+
+// overflowSweep is how many keys an insert into a full shard may look at to
+// make room, which bounds the work a flood of new keys causes per request.
+const overflowSweep = 64
+
+// insert returns the entry for the key hashed to h1 and h2, creating it if
+// it is absent. It returns nil when the shard holds perShard keys and none of
+// those it looked at could be evicted.
+func (s *Store[V]) insert(sh *shard[V], h1, h2 uint64, now int64) *Entry[V] {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.tab.Load()
+	if e := t.find(h1, h2, s.tomb); e != nil {
+		return e
+	}
+	if sh.live >= s.perShard && s.sweep(sh, now, overflowSweep) == 0 {
+		sh.overflows++
+		return nil
+	}
+	if (sh.used+1)*4 > len(t.slots)*3 {
+		// About to pass 3/4 full: evict what is idle, then rebuild, which
+		// grows the table only if the live entries need it.
+		s.sweep(sh, now, len(t.slots))
+		t = s.rebuild(sh)
+	}
+	e := &Entry[V]{h2: h2}
+	if t.put(h1, e, s.tomb) {
+		sh.used++
+	}
+	sh.live++
+	return e
+}
