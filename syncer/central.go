@@ -98,8 +98,8 @@ func (c *Central) Preload(ctx context.Context) error {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	for _, s := range scripts {
-		if err := s.Load(ctx, c.client).Err(); err != nil {
-			return wrap("preload", err)
+		if err := watch(ctx, func(ctx context.Context) error { return s.Load(ctx, c.client).Err() }); err != nil {
+			return wrap(ctx, "preload", err)
 		}
 	}
 	return nil
@@ -141,20 +141,31 @@ func precheck(r *Rule, n int64) (local.Decision, bool) {
 }
 
 func (c *Central) allow(ctx context.Context, now string, r *Rule, key string, n int64) (local.Decision, error) {
+	d, _, err := c.decide(ctx, now, r, key, n)
+	return d, err
+}
+
+// decide is allow that also returns the time the script decided at
+// (Redis's clock, or now, as the state clamped it).
+func (c *Central) decide(ctx context.Context, now string, r *Rule, key string, n int64) (local.Decision, int64, error) {
 	if d, done := precheck(r, n); done {
-		return d, nil
+		return d, 0, nil
 	}
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	state, log := c.ks.Keys(r, key)
-	res, err := scriptFor(r).Run(ctx, c.client, []string{state, log}, ruleArgs(now, n, r)...).Int64Slice()
+	var res []int64
+	err := watch(ctx, func(ctx context.Context) (err error) {
+		res, err = scriptFor(r).Run(ctx, c.client, []string{state, log}, ruleArgs(now, n, r)...).Int64Slice()
+		return err
+	})
 	if err != nil {
-		return local.Decision{}, wrap("decide", err)
+		return local.Decision{}, 0, wrap(ctx, "decide", err)
 	}
-	if len(res) != 5 {
-		return local.Decision{}, fmt.Errorf("%w: script answered %d values", ErrRedis, len(res))
+	if len(res) != decisionLen {
+		return local.Decision{}, 0, fmt.Errorf("%w: script answered %d values", ErrRedis, len(res))
 	}
-	return decision(r, res), nil
+	return decision(r, res), res[4], nil
 }
 
 func ruleArgs(now string, n int64, r *Rule) []any {
@@ -163,8 +174,12 @@ func ruleArgs(now string, n int64, r *Rule) []any {
 	return append(args, r.args...)
 }
 
-// decision reads a script's answer {reason, remaining, reset µs, retry µs,
-// now}.
+// decisionLen is the length of a script's answer: {reason, remaining,
+// reset µs, retry µs, the time it decided at, the bucket's reset count (0
+// for the others)}.
+const decisionLen = 6
+
+// decision reads a script's answer.
 func decision(r *Rule, v []int64) local.Decision {
 	return local.Decision{
 		Allowed:    v[0] == 0,
@@ -206,12 +221,11 @@ func (c *Central) AllowMultiAt(ctx context.Context, now time.Time, reqs []Reques
 // group is the requests of a multi-rule decision that name one state: the
 // same rule and key, decided together with the sum of their costs.
 type group struct {
-	rule        *Rule
-	state, log  string
-	n           int64
-	reqs        []int
-	valid       bool // every cost in it passed the precheck
-	admittedNow int64
+	rule       *Rule
+	state, log string
+	n          int64
+	reqs       []int
+	at, z      int64 // of a reservation: the time it was decided at, the bucket's reset count
 }
 
 func (c *Central) allowMulti(ctx context.Context, now string, reqs []Request, out []local.Decision) (bool, error) {
@@ -221,34 +235,37 @@ func (c *Central) allowMulti(ctx context.Context, now string, reqs []Request, ou
 	if len(reqs) == 0 {
 		return true, nil
 	}
+	// Costs no state can admit are refused without asking, each for
+	// itself; the others are grouped by state.
 	ok := true
 	var groups []*group
 	byState := map[string]*group{}
 	for i, q := range reqs {
 		if d, done := precheck(q.Rule, q.N); done {
 			out[i], ok = d, false
+			continue
 		}
 		state, log := c.ks.Keys(q.Rule, q.Key)
 		g := byState[state]
 		if g == nil {
-			g = &group{rule: q.Rule, state: state, log: log, valid: true}
+			g = &group{rule: q.Rule, state: state, log: log}
 			byState[state] = g
 			groups = append(groups, g)
 		}
 		g.reqs = append(g.reqs, i)
-		if _, done := precheck(q.Rule, q.N); done {
-			g.valid = false
-		} else {
-			g.n += q.N
-		}
+		g.n += q.N
 	}
 	for _, g := range groups {
-		if g.valid && g.n > g.rule.limit.MaxCost() { // the same key twice, over the limit together
-			g.valid, ok = false, false
+		if g.n > g.rule.limit.MaxCost() { // the same key twice, over its limit together
+			ok = false
 			for _, i := range g.reqs {
 				out[i] = local.Decision{Reason: local.ReasonCostTooHigh, Limit: g.rule.limit.MaxCost()}
 			}
+			g.reqs = nil
 		}
+	}
+	if len(groups) == 0 {
+		return false, nil
 	}
 	if !ok { // refused before asking: charge nothing, report the others' state
 		for _, g := range groups {
@@ -262,9 +279,12 @@ func (c *Central) allowMulti(ctx context.Context, now string, reqs []Request, ou
 		oneSlot = oneSlot && slot(g.state) == slot(groups[0].state)
 	}
 	var err error
-	if !c.cluster || oneSlot || !ok {
+	switch {
+	case !c.cluster || oneSlot:
 		ok, err = c.multiScript(ctx, now, groups, ok, out)
-	} else {
+	case !ok:
+		_, err = c.eachScript(ctx, now, groups, out)
+	default:
 		ok, err = c.reserveAll(ctx, now, groups, out)
 	}
 	if err != nil {
@@ -278,113 +298,129 @@ func (c *Central) allowMulti(ctx context.Context, now string, reqs []Request, ou
 	return ok, nil
 }
 
-// multiScript decides every group in one script: exact, for keys that may
-// share a script. With ok false (a cost was refused before asking), it only
-// reads the groups' state; on a Cluster it then reads each group on its own.
-func (c *Central) multiScript(ctx context.Context, now string, groups []*group, ok bool, out []local.Decision) (bool, error) {
-	if !ok && c.cluster {
-		// Only reading, and the keys may span nodes: one script per group.
-		calls := make([]call, 0, len(groups))
-		var gs []*group
-		for _, g := range groups {
-			if g.valid {
-				calls = append(calls, call{scriptFor(g.rule), []string{g.state, g.log}, ruleArgs(now, 0, g.rule)})
-				gs = append(gs, g)
-			}
-		}
-		cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, calls)
-		if err != nil {
-			return false, wrap("decide", err)
-		}
-		for i, g := range gs {
-			v, err := cmds[i].Int64Slice()
-			if err != nil || len(v) != 5 {
-				return false, wrap("decide", fmt.Errorf("unexpected answer %v: %w", v, err))
-			}
-			g.fill(decision(g.rule, v), out)
-		}
-		return false, nil
-	}
-	keys := make([]string, 0, 2*len(groups))
-	args := make([]any, 0, 1+len(groups)*(2+len(groups[0].rule.args)))
-	args = append(args, now)
-	var gs []*group
-	for _, g := range groups {
-		if !g.valid {
-			continue
-		}
-		keys = append(keys, g.state, g.log)
-		args = append(args, g.n)
-		args = append(args, g.rule.args...)
-		gs = append(gs, g)
-	}
-	if len(gs) == 0 {
-		return false, nil
-	}
-	res, err := scriptMulti.Run(ctx, c.client, keys, args...).Int64Slice()
-	if err != nil {
-		return false, wrap("decide", err)
-	}
-	if len(res) != 1+5*len(gs) {
-		return false, fmt.Errorf("%w: multi script answered %d values", ErrRedis, len(res))
-	}
-	for i, g := range gs {
-		g.fill(decision(g.rule, res[1+5*i:6+5*i]), out)
-	}
-	return ok && res[0] == 1, nil
-}
-
 func (g *group) fill(d local.Decision, out []local.Decision) {
 	for _, i := range g.reqs {
 		out[i] = d
 	}
 }
 
-// reserveAll charges every group with its own script, in one pipelined
-// exchange per node, and refunds the charged ones if any refused.
-func (c *Central) reserveAll(ctx context.Context, now string, groups []*group, out []local.Decision) (bool, error) {
+// multiScript decides every group in one script: exact, for keys that may
+// share a script. With ok false (a cost was refused before asking), the
+// groups' costs are 0 and it only reads their state.
+func (c *Central) multiScript(ctx context.Context, now string, groups []*group, ok bool, out []local.Decision) (bool, error) {
+	keys := make([]string, 0, 2*len(groups))
+	args := make([]any, 0, 1+len(groups)*(2+len(groups[0].rule.args)))
+	args = append(args, now)
+	for _, g := range groups {
+		keys = append(keys, g.state, g.log)
+		args = append(args, g.n)
+		args = append(args, g.rule.args...)
+	}
+	var res []int64
+	err := watch(ctx, func(ctx context.Context) (err error) {
+		res, err = scriptMulti.Run(ctx, c.client, keys, args...).Int64Slice()
+		return err
+	})
+	if err != nil {
+		return false, wrap(ctx, "decide", err)
+	}
+	if len(res) != 1+decisionLen*len(groups) {
+		return false, fmt.Errorf("%w: multi script answered %d values", ErrRedis, len(res))
+	}
+	for i, g := range groups {
+		g.fill(decision(g.rule, res[1+decisionLen*i:1+decisionLen*(i+1)]), out)
+	}
+	return ok && res[0] == 1, nil
+}
+
+// eachScript decides every group with its own script, in one pipelined
+// exchange per node, and returns the answers.
+func (c *Central) eachScript(ctx context.Context, now string, groups []*group, out []local.Decision) ([][]int64, error) {
 	calls := make([]call, len(groups))
 	for i, g := range groups {
 		calls[i] = call{scriptFor(g.rule), []string{g.state, g.log}, ruleArgs(now, g.n, g.rule)}
 	}
-	cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, calls)
+	vals := make([][]int64, len(groups))
+	var perr error
+	err := watch(ctx, func(ctx context.Context) error {
+		cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, calls)
+		perr = err
+		for i, cmd := range cmds {
+			if v, cerr := cmd.Int64Slice(); cerr == nil && len(v) == decisionLen {
+				vals[i] = v
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(ctx, "decide", err)
+	}
+	for i, g := range groups {
+		if vals[i] != nil {
+			g.fill(decision(g.rule, vals[i]), out)
+		}
+	}
+	if perr != nil {
+		return vals, wrap(ctx, "decide", perr)
+	}
+	return vals, nil
+}
+
+// reserveAll charges every group with its own script, in one pipelined
+// exchange per node, and refunds the charged ones if any refused.
+func (c *Central) reserveAll(ctx context.Context, now string, groups []*group, out []local.Decision) (bool, error) {
+	vals, err := c.eachScript(ctx, now, groups, out)
+	if vals == nil && err != nil {
+		// The exchange was abandoned (ctx ended): what it charged, if
+		// anything, is not known and stays charged. Never over-admission.
+		return false, err
+	}
 	// Whatever happened, find what was charged: an error must not leave a
 	// reservation behind.
 	ok := err == nil
 	var charged []*group
 	for i, g := range groups {
-		v, cerr := cmds[i].Int64Slice()
-		if cerr != nil || len(v) != 5 {
+		v := vals[i]
+		if v == nil {
 			ok = false
 			continue
 		}
-		d := decision(g.rule, v)
-		if d.Allowed && g.n > 0 {
-			g.admittedNow = v[4]
+		if v[0] == 0 && g.n > 0 {
+			g.at, g.z = v[4], v[5]
 			charged = append(charged, g)
 		}
-		ok = ok && d.Allowed
-		g.fill(d, out)
+		ok = ok && v[0] == 0
 	}
-	if ok {
-		return true, nil
+	if ok || len(charged) == 0 {
+		return ok, err
 	}
-	if len(charged) > 0 {
-		refunds := make([]call, len(charged))
-		for i, g := range charged {
-			args := []any{g.admittedNow, g.n}
-			refunds[i] = call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)}
-			for _, j := range g.reqs { // report it as it stands without this request
-				out[j].Reason = local.ReasonOK
-				out[j].Remaining += g.n
+	refunds := make([]call, len(charged))
+	for i, g := range charged {
+		args := []any{g.at, g.n, g.z}
+		refunds[i] = call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)}
+	}
+	after := make([][]int64, len(charged))
+	rerr := watch(ctx, func(ctx context.Context) error {
+		cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, refunds)
+		for i, cmd := range cmds {
+			if v, cerr := cmd.Int64Slice(); cerr == nil && len(v) == decisionLen {
+				after[i] = v
 			}
 		}
-		if _, rerr := runPipelined(ctx, c.client, c.client.Pipeline, refunds); rerr != nil && err == nil {
-			err = rerr
+		return err
+	})
+	if rerr != nil {
+		if err == nil {
+			err = wrap(ctx, "refund", rerr)
+		}
+		return false, err
+	}
+	for i, g := range charged {
+		// The refund answers the rule's state after it, without this
+		// request: what a refused multi reports.
+		if after[i] != nil {
+			g.fill(decision(g.rule, after[i]), out)
 		}
 	}
-	if err != nil {
-		return false, wrap("decide", err)
-	}
-	return false, nil
+	return false, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -33,10 +34,20 @@ var (
 // for a while: they mean unavailable, not wrong.
 var transient = []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "READONLY", "NOREPLICAS"}
 
-// wrap classifies err from operation op as ErrUnavailable or ErrRedis.
-func wrap(op string, err error) error {
+// wrap classifies err from operation op as ErrUnavailable or ErrRedis. When
+// ctx ended (the deadline passed, or it was cancelled), the error wraps
+// ctx.Err() too, whatever form the client gave the failure (go-redis turns
+// a deadline into a socket timeout).
+func wrap(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	} else if dl, ok := ctx.Deadline(); ok && cerr == nil && isTimeout(err) && !time.Now().Add(time.Millisecond).Before(dl) {
+		// The socket timed out at the context's deadline, an instant
+		// before the context noticed.
+		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) && !isNetErr(err) {
@@ -51,7 +62,29 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("syncer: %s: %w: %w", op, ErrUnavailable, err)
 }
 
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 func isNetErr(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// watch runs f, which talks to Redis, and returns its error, or ctx's as
+// soon as ctx ends. go-redis bounds a call by ctx's deadline
+// (ContextTimeoutEnabled) but does not watch ctx.Done while it waits for an
+// answer: a cancelled call would wait for its deadline. An abandoned call
+// goes on in its goroutine until that deadline, which every caller sets;
+// the caller must not read what f writes unless watch returned nil.
+func watch(ctx context.Context, f func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

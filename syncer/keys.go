@@ -64,6 +64,12 @@ func (ks *Keyspace) prefix() string {
 
 // Digest returns the digest of a user key that names it in Redis.
 func (ks *Keyspace) Digest(key string) string {
+	d := ks.DigestBytes(key)
+	return base64.RawURLEncoding.EncodeToString(d[:])
+}
+
+// DigestBytes returns the digest of a user key, raw: what Digest encodes.
+func (ks *Keyspace) DigestBytes(key string) [digestBytes]byte {
 	var sum [sha256.Size]byte
 	if len(ks.Secret) > 0 {
 		m := hmac.New(sha256.New, ks.Secret)
@@ -72,7 +78,7 @@ func (ks *Keyspace) Digest(key string) string {
 	} else {
 		sum = sha256.Sum256([]byte(key))
 	}
-	return base64.RawURLEncoding.EncodeToString(sum[:digestBytes])
+	return [digestBytes]byte(sum[:digestBytes])
 }
 
 // Keys returns the names of the state hash and of the log list (used by the

@@ -40,11 +40,15 @@ var (
 	scriptCounter = singleScript("counter", "decide_counter")
 	scriptBucket  = singleScript("bucket", "decide_bucket")
 	scriptMulti   = redis.NewScript(luaSource("prelude", "fixed", "log", "counter", "bucket", "multi"))
-	scriptRefund  = redis.NewScript(luaSource("prelude", "refund"))
+	scriptRefund  = redis.NewScript(luaSource("prelude", "fixed", "log", "counter", "bucket", "refund"))
+
+	// The hybrid mode's lease exchanges.
+	scriptLeaseWindow = redis.NewScript(luaSource("prelude", "lease_window"))
+	scriptLeaseBucket = redis.NewScript(luaSource("prelude", "lease_bucket"))
 )
 
 // scripts lists every script, for loading them ahead (Preload).
-var scripts = []*redis.Script{scriptFixed, scriptLog, scriptCounter, scriptBucket, scriptMulti, scriptRefund}
+var scripts = []*redis.Script{scriptFixed, scriptLog, scriptCounter, scriptBucket, scriptMulti, scriptRefund, scriptLeaseWindow, scriptLeaseBucket}
 
 func scriptFor(r *Rule) *redis.Script {
 	switch a := r.limit.Algorithm(); {

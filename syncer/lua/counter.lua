@@ -39,7 +39,7 @@ local function decide_counter(k, _, p, now, n, commit)
       redis.call('HSET', k, 'a', fmt(start), 'b', fmt(cur), 'c', fmt(prev), 'fp', p.fp)
       expire(k, start + 2 * w - now)
     end
-    return {0, fdiv(L * ws - prev * left - cur * ws, ws), counter_reset(start, cur, prev, now, w), 0, now}
+    return {0, fdiv(L * ws - prev * left - cur * ws, ws), counter_reset(start, cur, prev, now, w), 0, now, 0}
   end
   local remaining = 0
   local room = L * ws - prev * left - cur * ws
@@ -50,5 +50,5 @@ local function decide_counter(k, _, p, now, n, commit)
   else
     at = start + w + (ws - fdiv((L - n) * ws, cur)) * step
   end
-  return {1, remaining, counter_reset(start, cur, prev, now, w), at - now, now}
+  return {1, remaining, counter_reset(start, cur, prev, now, w), at - now, now, 0}
 end

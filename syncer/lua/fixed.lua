@@ -22,7 +22,7 @@ local function decide_fixed(k, _, p, now, n, commit)
   end
   if count + n > L then
     local reset = start + w - now
-    return {1, L - count, reset, reset, now}
+    return {1, L - count, reset, reset, now, 0}
   end
   count = count + n
   if commit and n > 0 then
@@ -31,5 +31,5 @@ local function decide_fixed(k, _, p, now, n, commit)
   end
   local reset = 0
   if count > 0 then reset = start + w - now end
-  return {0, L - count, reset, 0, now}
+  return {0, L - count, reset, 0, now, 0}
 end

@@ -49,7 +49,7 @@ local function decide_log(k, lk, p, now, n, commit)
       i = i + #chunk
       if #chunk == 0 then break end
     end
-    return {1, math.max(L - count, 0), newest + w - now, at + w - now, now}
+    return {1, math.max(L - count, 0), newest + w - now, at + w - now, now, 0}
   end
   count = count + n
   local last = newest
@@ -74,5 +74,5 @@ local function decide_log(k, lk, p, now, n, commit)
   end
   local reset = 0
   if count > 0 then reset = last + w - now end
-  return {0, L - count, reset, 0, now}
+  return {0, L - count, reset, 0, now, 0}
 end

@@ -2,7 +2,7 @@
 -- checked, and all are charged only if all admit. KEYS: two per rule (state,
 -- log). ARGV[1] = now ('' for Redis's clock), then per rule its cost and its
 -- NPARAMS parameters. Returns {all admitted (1/0), then per rule {reason,
--- remaining, reset, retry, now}}; when not all admit, a rule with room is
+-- remaining, reset, retry, now, z}}; when not all admit, a rule with room is
 -- reported as it stands, without this request.
 local now = clock(ARGV[1])
 local decide = {decide_fixed, decide_log, decide_counter, decide_bucket, decide_bucket, decide_bucket}
@@ -25,6 +25,6 @@ end
 local res = {0}
 if ok then res[1] = 1 end
 for i = 1, rules do
-  for j = 1, 5 do res[#res + 1] = out[i][j] end
+  for j = 1, 6 do res[#res + 1] = out[i][j] end
 end
 return res

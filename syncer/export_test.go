@@ -1,0 +1,34 @@
+package syncer
+
+import (
+	"context"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// AllowNTime is Central.AllowN that also returns the time, in µs since the
+// Unix epoch, the script decided at (Redis's clock, clamped as the state
+// clamps it): the fifth value every script answers, so the tests can
+// attribute each admission to its window.
+func AllowNTime(ctx context.Context, c *Central, r *Rule, key string, n int64) (local.Decision, int64, error) {
+	return c.decide(ctx, "", r, key, n)
+}
+
+// ScriptHashes returns the SHA1 of every script, as EVALSHA names them, by
+// name.
+func ScriptHashes() map[string]string {
+	return map[string]string{
+		"fixed": scriptFixed.Hash(), "log": scriptLog.Hash(), "counter": scriptCounter.Hash(),
+		"bucket": scriptBucket.Hash(), "multi": scriptMulti.Hash(), "refund": scriptRefund.Hash(),
+	}
+}
+
+// ScriptHash returns the SHA1 of the one-rule script of r's algorithm.
+func ScriptHash(r *Rule) string { return scriptFor(r).Hash() }
+
+// Slot is the Cluster hash slot syncer computes for a key name.
+func Slot(key string) int { return slot(key) }
+
+// Timeout returns the bound a Central puts on calls without a deadline.
+func (c *Central) Timeout() time.Duration { return c.timeout }

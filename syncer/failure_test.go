@@ -1,0 +1,190 @@
+package syncer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// decider is one way of asking Redis: a single rule, a multi-rule decision
+// in one script, or one reserved across "nodes" (a client syncer takes for a
+// Cluster, so the pipelined reserve-then-commit path runs).
+type decider struct {
+	name   string
+	decide func(ctx context.Context) error
+}
+
+func deciders(t *testing.T, addr string, ks syncer.Keyspace, timeout time.Duration) []decider {
+	t.Helper()
+	single, err := syncer.NewCentral(syncer.Config{Client: redistest.Client(t, addr), Keyspace: ks, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(addr))}
+	t.Cleanup(func() { hc.Close() })
+	split, err := syncer.NewCentral(syncer.Config{Client: hc, Keyspace: ks, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustRule(t, "a", local.Params{Algorithm: local.FixedWindow, Limit: 100, Window: time.Second})
+	b := mustRule(t, "b", local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Second})
+	reqs := []syncer.Request{{a, "k", 1}, {b, "k", 1}}
+	out := make([]local.Decision, 2)
+	return []decider{
+		{"AllowN", func(ctx context.Context) error { _, err := single.AllowN(ctx, a, "k", 1); return err }},
+		{"AllowMulti one script", func(ctx context.Context) error { _, err := single.AllowMulti(ctx, reqs, out); return err }},
+		{"AllowMulti reserve", func(ctx context.Context) error { _, err := split.AllowMulti(ctx, reqs, out); return err }},
+	}
+}
+
+// TestKilledServer: with Redis gone (connection refused), every call
+// returns ErrUnavailable within its deadline.
+func TestKilledServer(t *testing.T) {
+	srv := redistest.Start(t)
+	ds := deciders(t, srv.Addr, syncer.Keyspace{Prefix: redistest.Prefix(t)}, 5*time.Second)
+	for _, d := range ds { // connections in the pools, to be reset
+		if err := d.decide(context.Background()); err != nil {
+			t.Fatalf("%s before the kill: %v", d.name, err)
+		}
+	}
+	srv.Kill()
+	for _, d := range ds {
+		t.Run(d.name, func(t *testing.T) {
+			for i := range 2 { // a pooled connection, then a new one
+				const deadline = 2 * time.Second
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				start := time.Now()
+				err := d.decide(ctx)
+				cancel()
+				if el := time.Since(start); el > deadline+time.Second {
+					t.Errorf("call %d returned after %v, deadline %v", i, el, deadline)
+				}
+				if !errors.Is(err, syncer.ErrUnavailable) || errors.Is(err, syncer.ErrRedis) {
+					t.Errorf("call %d: %v, want ErrUnavailable", i, err)
+				}
+			}
+		})
+	}
+}
+
+// TestPausedServer: a server that accepts and never answers (SIGSTOP).
+func TestPausedServer(t *testing.T) {
+	srv := redistest.Start(t)
+	ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
+	ds := deciders(t, srv.Addr, ks, 5*time.Second)
+	short := deciders(t, srv.Addr, ks, 300*time.Millisecond) // Config.Timeout
+	for _, d := range append(ds, short...) {
+		if err := d.decide(context.Background()); err != nil {
+			t.Fatalf("%s before the pause: %v", d.name, err)
+		}
+	}
+	srv.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	const deadline = 300 * time.Millisecond
+	for _, d := range ds {
+		t.Run("deadline/"+d.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			err := d.decide(ctx)
+			if el := time.Since(start); el > deadline+time.Second {
+				t.Errorf("returned after %v, deadline %v", el, deadline)
+			}
+			if !errors.Is(err, syncer.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%v: want ErrUnavailable and context.DeadlineExceeded", err)
+			}
+		})
+	}
+	for _, d := range short {
+		t.Run("Config.Timeout/"+d.name, func(t *testing.T) {
+			start := time.Now()
+			err := d.decide(context.Background()) // no deadline: Config.Timeout bounds it
+			if el := time.Since(start); el > 300*time.Millisecond+time.Second {
+				t.Errorf("returned after %v, Config.Timeout 300ms", el)
+			}
+			if !errors.Is(err, syncer.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%v: want ErrUnavailable and context.DeadlineExceeded", err)
+			}
+		})
+	}
+	t.Run("cancelled", func(t *testing.T) {
+		d := ds[0]
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		time.AfterFunc(100*time.Millisecond, cancel)
+		start := time.Now()
+		err := d.decide(ctx)
+		if el := time.Since(start); el > 100*time.Millisecond+time.Second {
+			t.Errorf("returned %v after the call began, cancelled at 100ms", el)
+		}
+		if !errors.Is(err, syncer.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%v: want ErrUnavailable and context.Canceled", err)
+		}
+	})
+	srv.Resume()
+	resumed = true
+	for _, d := range append(ds, short...) {
+		if err := d.decide(context.Background()); err != nil {
+			t.Errorf("%s after resuming: %v", d.name, err)
+		}
+	}
+}
+
+// TestWrongType: another value under a rule's key name (another
+// application sharing the prefix) is a Redis error, not unavailability, and
+// a multi-rule decision that meets it charges nothing.
+func TestWrongType(t *testing.T) {
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
+		cen := newCentral(t, c, ks)
+		for _, a := range local.Algorithms() {
+			t.Run(a.String(), func(t *testing.T) {
+				p := local.Params{Algorithm: a, Limit: 10, Window: time.Second}
+				r := mustRule(t, "w-"+a.String(), p)
+				state, _ := cen.Keyspace().Keys(r, "k")
+				if err := c.Set(ctx, state, "not a hash", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				_, err := cen.AllowN(ctx, r, "k", 1)
+				if !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
+					t.Errorf("AllowN: %v, want ErrRedis", err)
+				}
+				// With another rule of the same key, which must stay uncharged.
+				other := mustRule(t, "o-"+a.String(), local.Params{Algorithm: local.FixedWindow, Limit: 10, Window: time.Hour})
+				_, err = cen.AllowMulti(ctx, []syncer.Request{{other, "k", 1}, {r, "k", 1}}, make([]local.Decision, 2))
+				if !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
+					t.Errorf("AllowMulti: %v, want ErrRedis", err)
+				}
+				if d, err := cen.AllowN(ctx, other, "k", 0); err != nil || d.Remaining != 10 {
+					t.Errorf("the other rule after the failed multi call: %+v, %v; want 10 remaining", d, err)
+				}
+			})
+		}
+		t.Run("log list", func(t *testing.T) {
+			r := mustRule(t, "wl", local.Params{Algorithm: local.SlidingWindowLog, Limit: 10, Window: time.Minute})
+			if _, err := cen.AllowN(ctx, r, "k", 1); err != nil {
+				t.Fatal(err)
+			}
+			_, lg := cen.Keyspace().Keys(r, "k")
+			if err := c.Set(ctx, lg, "not a list", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cen.AllowN(ctx, r, "k", 1); !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
+				t.Errorf("AllowN: %v, want ErrRedis", err)
+			}
+		})
+	})
+}

@@ -1,0 +1,268 @@
+package syncer
+
+import (
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// Lease is one key's state on a node in hybrid mode: the lease Redis granted
+// it and what the node admitted against it. A hybrid limiter keeps one per
+// (rule, key) in a local.Store, and holds the entry's lock around every
+// method. The zero Lease is a key the node has never seen.
+//
+// Times are µs since the epoch. The node's own clock says now; the lease
+// lives in Redis's time, now + offset, where offset is learned from the
+// key's replies.
+//
+// Window algorithms (fixed window, sliding window counter) hold a count per
+// window: granted, of which used. Bucket algorithms hold a share of the rate
+// and of the burst, refilled locally, until an expiry. A node admits only
+// within its lease, and Redis never grants past the limit, so the nodes
+// together never admit past it, save the cold-start allowance (a new key
+// may admit ε × limit ÷ nodes while its first lease is fetched), which is
+// reported as debt and charged.
+type Lease struct {
+	// Window algorithms: the current window (start, Redis time), what the
+	// node was granted and used there and what Redis last acknowledged of
+	// its use; the grant of the next window; the previous window's use.
+	wid, granted, used, acked int64
+	next                      int64
+	pused, packed             int64
+	// Buckets: local tokens, with remainder in 1/W token, refilled at rate
+	// per W up to burst until expiry (Redis time); debt not yet reported.
+	tokens, rem, last, rate, burst, expiry int64
+	debt, debtSent                         int64
+
+	// What the last reply said of the others, for the estimate of what
+	// remains: windows: committed by other nodes in the current window,
+	// and committed in the previous one; buckets: the pool's tokens.
+	others, prevR int64
+
+	offset   int64 // Redis time − node time, from this key's last reply
+	epoch    int64 // Redis's epoch of the key's state
+	seq      int64 // sequence number of the last request sent (buckets)
+	lastSync int64 // node time the last request was sent
+	lastUse  int64 // node time of the last request decided
+	hits     int64 // requests decided since the last sync
+	demand   int64 // requests per window, smoothed over syncs
+	span     int64 // the rule's window: how long after its last request a key is remembered
+
+	Digest [digestBytes]byte // the user key's digest, which names it in Redis
+
+	flags uint8
+}
+
+const (
+	flagQueued    = 1 << iota // handed to the syncer, not yet taken
+	flagActive                // in the syncer's set of keys to look after
+	flagInFlight              // a request is out
+	flagExhausted             // Redis said the window's budget is spent
+	flagSynced                // has had a reply: no cold-start allowance any more
+	flagUrgent                // wants a sync as soon as the minimum gap allows
+	flagExhaustedPrev         // ... and was in the previous window
+)
+
+// Verdict is a hybrid decision before the limiter dresses it as a
+// local.Decision; times are µs. Its four words stay in registers.
+type Verdict struct {
+	Reason    local.Reason
+	Remaining int64
+	Reset     int64
+	Retry     int64
+}
+
+// Idle reports whether the key may be forgotten at now (node time): it
+// holds no grant and no share, has nothing unreported, is not in the
+// syncer's hands, and the window it last acted in is over. Its next request
+// then starts afresh, as a new key's, cold-start allowance included: a key
+// refused for the rest of its window holds nothing, but forgetting it before
+// the window ends would hand it the allowance again, uncharged.
+func (k *Lease) Idle(now int64) bool {
+	if k.flags&(flagQueued|flagActive|flagInFlight) != 0 {
+		return false
+	}
+	if k.lastUse+k.span > now {
+		return false
+	}
+	return k.granted <= k.used && k.used == k.acked && k.pused == k.packed && k.next == 0 &&
+		k.rate == 0 && k.burst == 0 && k.debt == k.debtSent
+}
+
+// Decide decides a request of cost n (0 ≤ n ≤ the rule's MaxCost) at node
+// time now, charging it if admitted. signal reports that the key needs the
+// syncer (a sync is due soon: lease running low, first request): the caller
+// then hands it over with Syncer.Notify.
+func (k *Lease) Decide(r *LeaseRule, now, n int64) (v Verdict, signal bool) {
+	k.lastUse, k.span = now, r.w
+	k.hits += n
+	if r.buckets {
+		return k.decideBucket(r, now, n)
+	}
+	return k.decideWindow(r, now, n)
+}
+
+// LastUse returns the node time of the key's last request.
+func (k *Lease) LastUse() int64 { return k.lastUse }
+
+// roll moves the window state forward to the window w (Redis time): the
+// current window becomes the previous one, the next the current.
+func (k *Lease) roll(r *LeaseRule, w int64) {
+	switch {
+	case w <= k.wid:
+		return
+	case k.wid != 0 && w == k.wid+r.w:
+		k.pused, k.packed = k.used, k.acked
+		k.granted, k.used, k.acked, k.next = k.next, 0, 0, 0
+		k.flags &^= flagExhaustedPrev
+		if k.flags&flagExhausted != 0 {
+			k.flags |= flagExhaustedPrev
+		}
+	default: // two or more windows on, or the first window
+		if k.wid != 0 && w == k.wid+2*r.w {
+			k.pused, k.packed = 0, 0 // the window in between: nothing used
+			k.granted, k.used, k.acked, k.next = 0, 0, 0, 0
+		} else {
+			// Anything still unreported of a window long past is dropped:
+			// Redis no longer accepts reports for it.
+			k.pused, k.packed = 0, 0
+			k.granted, k.used, k.acked, k.next = 0, 0, 0, 0
+		}
+		k.others, k.prevR = 0, 0
+		k.flags &^= flagExhaustedPrev
+	}
+	k.wid = w
+	k.flags &^= flagExhausted
+}
+
+func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
+	rnow := now + k.offset
+	w := rnow - rnow%r.w
+	k.roll(r, w)
+	end := w + r.w - rnow
+	if k.used+n <= k.granted {
+		k.used += n
+		// Sync early when what is left lasts less than a sync interval.
+		low := k.granted-k.used < k.demand*r.interval/r.w+1
+		if low {
+			k.flags |= flagUrgent
+		}
+		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, low || k.flags&flagSynced == 0
+	}
+	if a := r.allowance.Load(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && k.used+n <= k.granted+a &&
+		k.roomFor(r, n+a*max(r.nodes.Load(), 1)) {
+		// The allowance: a key without a lease (new to this node, or new in
+		// this window) admits up to ε × limit ÷ nodes as debt, reported at
+		// the next exchange, unless the node saw it exhausted in this window
+		// or the last.
+		k.used += n
+		if k.flags&flagSynced == 0 || k.used-k.granted >= r.allowance.Load()/2+1 {
+			k.flags |= flagUrgent
+		}
+		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, true
+	}
+	k.flags |= flagUrgent
+	if k.flags&flagExhausted != 0 {
+		retry := end
+		if r.counter {
+			retry = r.counterRetry(k, rnow, n)
+		}
+		return Verdict{Reason: local.ReasonLimited, Remaining: k.remaining(r, rnow), Reset: end, Retry: retry}, true
+	}
+	return Verdict{Reason: local.ReasonNoLease, Remaining: k.remaining(r, rnow), Reset: end, Retry: r.noLeaseRetry}, true
+}
+
+// roomFor reports whether, by what the last reply said, the window has room
+// for x more beyond what is committed: the allowance is for keys far from
+// their limit. For a window not synced yet, the previous one's total stands
+// in for it.
+func (k *Lease) roomFor(r *LeaseRule, x int64) bool {
+	committed := k.others + max(k.used, k.granted)
+	if k.others == 0 && k.acked == 0 {
+		committed = max(committed, k.prevR)
+	}
+	return committed+x <= r.limit
+}
+
+// remaining estimates what the whole cluster may still admit in the
+// current window: the limit, less what the others held at the last sync,
+// less what this node used (and, for the counter, the previous window's
+// weight).
+func (k *Lease) remaining(r *LeaseRule, rnow int64) int64 {
+	budget := r.limit
+	if r.counter {
+		left := r.ws - (rnow-k.wid)/r.step
+		budget = max(r.limit*r.ws-k.prevR*left, 0) / r.ws
+	}
+	return max(budget-k.others-max(k.used, k.granted), 0) + max(k.granted-k.used, 0)
+}
+
+func (r *LeaseRule) counterRetry(k *Lease, rnow, n int64) int64 {
+	// When the previous window's weight would leave room for n, were the
+	// current one's commitments to stay as they are; the next window's start
+	// otherwise. An estimate: leases move in between.
+	cur := k.others + max(k.used, k.granted)
+	room := r.limit - cur - n
+	end := k.wid + r.w - rnow
+	if room < 0 || k.prevR == 0 {
+		return end
+	}
+	at := k.wid + (r.ws-room*r.ws/k.prevR)*r.step
+	return max(min(at-rnow, end), 1)
+}
+
+func (k *Lease) decideBucket(r *LeaseRule, now, n int64) (Verdict, bool) {
+	rnow := now + k.offset
+	if k.expiry-r.safety > rnow {
+		k.refill(r, rnow)
+		if k.tokens >= n {
+			k.tokens -= n
+			low := k.tokens < k.demand*r.interval/r.w+1 || k.expiry-rnow < 2*r.interval
+			if low {
+				k.flags |= flagUrgent
+			}
+			return Verdict{Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r)}, low
+		}
+		k.flags |= flagUrgent
+		retry := r.noLeaseRetry
+		if k.rate > 0 {
+			retry = max(ceilDiv((n-k.tokens)*r.w-k.rem, k.rate), 1)
+		}
+		return Verdict{Reason: local.ReasonLimited, Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r), Retry: retry}, true
+	}
+	// No share, or it expired.
+	k.tokens, k.rem, k.rate, k.burst = 0, 0, 0, 0
+	if k.flags&flagSynced == 0 && k.debt+n <= r.allowance.Load() {
+		k.debt += n
+		k.flags |= flagUrgent
+		return Verdict{Remaining: max(k.others, 0)}, true
+	}
+	k.flags |= flagUrgent
+	return Verdict{Reason: local.ReasonNoLease, Remaining: max(k.others, 0), Retry: r.noLeaseRetry}, true
+}
+
+// refill brings the local tokens up to rnow (Redis time).
+func (k *Lease) refill(r *LeaseRule, rnow int64) {
+	if rnow <= k.last {
+		return
+	}
+	if k.rate > 0 && k.tokens < k.burst {
+		elapsed := min(rnow-k.last, ceilDiv((k.burst-k.tokens)*r.w-k.rem, k.rate))
+		num := k.rem + elapsed*k.rate
+		k.tokens += num / r.w
+		k.rem = num % r.w
+		if k.tokens >= k.burst {
+			k.tokens, k.rem = k.burst, 0
+		}
+	}
+	k.last = rnow
+}
+
+// fullIn is how long the local bucket takes to fill up: its share of the
+// reset-after.
+func (k *Lease) fullIn(r *LeaseRule) int64 {
+	if k.rate == 0 || k.tokens >= k.burst {
+		return 0
+	}
+	return ceilDiv((k.burst-k.tokens)*r.w-k.rem, k.rate)
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

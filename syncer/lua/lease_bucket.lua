@@ -1,0 +1,182 @@
+-- Rate-share leases (token bucket, leaky bucket, GCRA) for the hybrid mode.
+--
+-- The bucket refills L tokens per W and holds at most B. Node i holds a
+-- share of it: it refills locally at l_i per W into a bucket of capacity
+-- b_i, until its lease's expiry x_i. Redis keeps the rest as a pool, refilled
+-- at the rate nobody holds, L - sum(l), up to B - sum(b); tokens a node gains
+-- when its share grows come out of the pool. Tokens are thus conserved:
+-- admitted over any interval stays within B + (L/W) * interval.
+--
+-- A share that shrinks stays committed (counted as held) until the old
+-- lease's expiry: the node may go on using it until it hears of the change,
+-- so nobody else gets it before then. Nodes stop using a share at its expiry,
+-- by Redis's clock.
+--
+-- KEYS[1] meta hash: fp, ep (epoch), pool (pt tokens, pr remainder in units
+-- of 1/W token, pn time), and per node: l, b, x (share and expiry), ol, ob,
+-- ox (an old, larger share still committed until ox), d, t (demand per W and
+-- when reported), q (the last sequence number applied).
+-- ARGV: [1] now ('' for Redis's clock), [2] node, [3] sequence number, [4]
+-- flags (1: release), [5] demand (requests per W), [6] the node's tokens
+-- now, [7] debt (tokens it admitted without a share, applied once per
+-- sequence number), [8] lease TTL (us), [9] demand TTL (us), [10..] the
+-- rule's parameters.
+--
+-- Returns {now, epoch, l, b, expiry, tokens granted, pool tokens, pool rate,
+-- pool capacity, revoked, live nodes}.
+local now = clock(ARGV[1])
+local node, seq, flags = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local demand, tokens, debt = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local lease_ttl, demand_ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
+local p = params(10)
+local W, L, B = p.w, p.L, p.burst
+local m = KEYS[1]
+
+local all = redis.call('HGETALL', m)
+local f = {}
+for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
+local function num(k) return tonumber(f[k]) or 0 end
+
+local revoked = 0
+if f.fp and f.fp ~= p.fp and tonumber(string.match(f.fp, '^(%d+)')) < 4 then
+  f = {} -- another family's state under this name: start afresh
+  redis.call('DEL', m)
+end
+local ep = tonumber(f.ep)
+if not ep then
+  ep = now
+  f = {ep = fmt(now), fp = p.fp, pt = fmt(B), pr = '0', pn = fmt(now)}
+end
+
+-- The nodes, and what each holds committed.
+local nodes = {}
+for k, _ in pairs(f) do
+  local id = string.match(k, '^t%.(.+)$') or string.match(k, '^x%.(.+)$') or string.match(k, '^ox%.(.+)$')
+  if id then nodes[id] = true end
+end
+nodes[node] = true
+local function committed(id)
+  local l, b = num('l.' .. id), num('b.' .. id)
+  if num('ox.' .. id) >= now then
+    l, b = math.max(l, num('ol.' .. id)), math.max(b, num('ob.' .. id))
+  end
+  return l, b
+end
+local function sums()
+  local cl, cb = 0, 0
+  for id, _ in pairs(nodes) do
+    local l, b = committed(id)
+    cl, cb = cl + l, cb + b
+  end
+  return cl, cb
+end
+
+-- Refill the pool up to now at the rate nobody held since its last update.
+-- Commitments that expired in between are still counted: the pool refills
+-- no faster than it may.
+local pt, pr, pn = num('pt'), num('pr'), num('pn')
+local cl, cb = sums()
+local prate, pcap = L - cl, B - cb
+if now > pn and prate > 0 and pt < pcap then
+  local elapsed = math.min(now - pn, cdiv((pcap - pt) * W - pr, prate))
+  local n = pr + elapsed * prate
+  local add = fdiv(n, W)
+  pt, pr = pt + add, n - add * W
+  if pt >= pcap then pt, pr = pcap, 0 end
+end
+pn = math.max(pn, now)
+
+if f.fp ~= p.fp then
+  -- The limit changed: every share is revoked; what was held stays
+  -- committed until its expiry.
+  revoked = 1
+  for id, _ in pairs(nodes) do
+    local l, b = num('l.' .. id), num('b.' .. id)
+    if l > 0 or b > 0 then
+      f['ol.' .. id], f['ob.' .. id] = fmt(math.max(l, num('ol.' .. id))), fmt(math.max(b, num('ob.' .. id)))
+      f['ox.' .. id] = fmt(math.max(num('x.' .. id), num('ox.' .. id)))
+    end
+    f['l.' .. id], f['b.' .. id] = '0', '0'
+  end
+  f.fp = p.fp
+end
+
+-- Expired leases hold nothing.
+for id, _ in pairs(nodes) do
+  if num('x.' .. id) < now then f['l.' .. id], f['b.' .. id] = '0', '0' end
+  if num('ox.' .. id) < now then f['ol.' .. id], f['ob.' .. id], f['ox.' .. id] = nil, nil, nil end
+end
+
+-- Debt, once per sequence number: tokens the node admitted without a
+-- share (its cold-start allowance) come out of the pool.
+if seq > num('q.' .. node) then
+  pt = pt - debt
+  f['q.' .. node] = fmt(seq)
+end
+
+-- Demand: the node's share follows its part of the live demand.
+f['d.' .. node], f['t.' .. node] = fmt(demand), fmt(now)
+local total, live = 0, 0
+for id, _ in pairs(nodes) do
+  if num('t.' .. id) + demand_ttl >= now then
+    live = live + 1
+    total = total + num('d.' .. id)
+  else
+    f['d.' .. id], f['t.' .. id] = nil, nil
+  end
+end
+local lt, bt = 0, 0
+if flags % 2 == 0 and demand > 0 and total > 0 then
+  lt = math.max(math.floor(L * demand / total), 1)
+  bt = math.max(math.floor(B * demand / total), 1)
+end
+
+-- What the others hold bounds what the node may have.
+local ol, ob = num('l.' .. node), num('b.' .. node)
+local ocl, ocb = 0, 0
+for id, _ in pairs(nodes) do
+  if id ~= node then
+    local l, b = committed(id)
+    ocl, ocb = ocl + l, ocb + b
+  end
+end
+local l, b = math.max(math.min(lt, L - ocl), 0), math.max(math.min(bt, B - ocb), 0)
+if l < ol or b < ob then -- shrinking: the old share stays committed until its expiry
+  local ox = num('x.' .. node)
+  if ox >= now then
+    f['ol.' .. node] = fmt(math.max(ol, num('ol.' .. node)))
+    f['ob.' .. node] = fmt(math.max(ob, num('ob.' .. node)))
+    f['ox.' .. node] = fmt(math.max(ox, num('ox.' .. node)))
+  end
+end
+local x = now
+if l > 0 or b > 0 then x = now + lease_ttl end
+f['l.' .. node], f['b.' .. node], f['x.' .. node] = fmt(l), fmt(b), fmt(x)
+
+-- The pool holds what nobody holds; tokens beyond its new capacity go.
+cl, cb = sums()
+prate, pcap = L - cl, B - cb
+if pt > pcap then pt, pr = pcap, 0 end
+
+-- Tokens for the node's share, from the pool.
+local grant = 0
+if b > tokens and pt > 0 then
+  grant = math.min(b - tokens, pt)
+  pt = pt - grant
+end
+f.pt, f.pr, f.pn = fmt(pt), fmt(pr), fmt(pn)
+
+redis.call('DEL', m)
+local args = {}
+for k, v in pairs(f) do
+  args[#args + 1] = k
+  args[#args + 1] = v
+end
+redis.call('HSET', m, unpack(args))
+-- The state lives while a lease or a demand may matter, and until the pool
+-- would be full again.
+local refill = 0
+if prate > 0 and pt < pcap then refill = cdiv((pcap - pt) * W, prate) end
+expire(m, math.max(lease_ttl, demand_ttl, refill))
+
+return {now, ep, l, b, x, grant, pt, prate, pcap, revoked, live}

@@ -1,0 +1,231 @@
+-- Window leases (fixed window, sliding window counter) for the hybrid mode.
+--
+-- A node decides locally against a lease: a count it may admit in one
+-- window. Redis keeps, per window, what each node was granted (g) and what it
+-- reported it used (u), and R = sum over nodes of max(g, u): the window's
+-- budget committed. Grants never take R past the budget, so leases
+-- outstanding never sum past the limit; used beyond a grant (the cold-start
+-- allowance) is debt that counts the same way.
+--
+-- Reports are absolute (what a node used in a window, in total), and so are
+-- the targets it asks for: a retried sync changes nothing.
+--
+-- KEYS[1] meta hash (fp, ep = epoch, demands d.<node>/t.<node>);
+-- KEYS[2..4] the three window slots, window x in slot (x / W) mod 3, each a
+-- hash (id, R, g.<node>, u.<node>): the previous, current and next windows.
+-- ARGV: [1] now ('' for Redis's clock), [2] node, [3] flags (1: release
+-- what is unused), [4] demand (requests per window), [5] target for the
+-- current window (the total the node wants granted in it), [6] target for
+-- the next window (0: none), [7] horizon (us: pre-grant the next window when
+-- it starts within it), [8..11] two reports (window, used), window 0 for
+-- none, [12] demand TTL (us), [13..] the rule's parameters.
+--
+-- Returns {now, current window, epoch, granted to the node in it, its used
+-- there as stored, R there, granted to the node in the next window, R of the
+-- previous window, revoked (1 if the limit changed), exhausted (1 if the
+-- node wanted more and nothing is left), live nodes}.
+local now = clock(ARGV[1])
+local node, flags, demand = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local want_cur, want_next, horizon = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local reports = {{tonumber(ARGV[8]), tonumber(ARGV[9])}, {tonumber(ARGV[10]), tonumber(ARGV[11])}}
+-- A demand counts for at least two windows: a node refused for the rest of
+-- a window syncs rarely until the next one, and still wants its part.
+local demand_ttl = tonumber(ARGV[12])
+local p = params(13)
+local W, L = p.w, p.L
+demand_ttl = math.max(demand_ttl, 2 * W)
+local counter = p.alg == 3
+local m = KEYS[1]
+local gk, uk = 'g.' .. node, 'u.' .. node
+
+local wt = now - fmod(now, W)
+
+-- slot returns the key of window x's slot, emptied if it held another window.
+local function slot(x)
+  local k = KEYS[2 + fmod(fdiv(x, W), 3)]
+  if tonumber(redis.call('HGET', k, 'id')) ~= x then
+    redis.call('DEL', k)
+    redis.call('HSET', k, 'id', fmt(x), 'R', '0')
+  end
+  return k
+end
+
+-- node's grant and use in the slot k, and the slot's R
+local function state(k)
+  local v = redis.call('HMGET', k, gk, uk, 'R')
+  return tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+end
+
+local function set(k, g, u, oldg, oldu, R)
+  local nr = R - math.max(oldg, oldu) + math.max(g, u)
+  redis.call('HSET', k, gk, fmt(g), uk, fmt(u), 'R', fmt(nr))
+  return nr
+end
+
+local meta = redis.call('HMGET', m, 'fp', 'ep')
+if meta[1] and tonumber(string.match(meta[1], '^(%d+)')) >= 4 then
+  -- another family's state (a bucket's) under this name: start afresh
+  redis.call('DEL', m)
+  meta = {false, false}
+end
+local ep = tonumber(meta[2])
+if not ep then
+  ep = now
+  redis.call('HSET', m, 'ep', fmt(ep), 'fp', p.fp)
+end
+local revoked = 0
+local kprev, kcur, knext = slot(wt - W), slot(wt), slot(wt + W)
+if meta[1] and meta[1] ~= p.fp then
+  -- The limit changed: every grant not yet used is revoked.
+  revoked = 1
+  for _, k in ipairs({kcur, knext}) do
+    local all = redis.call('HGETALL', k)
+    local R = 0
+    local used = {}
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if string.sub(f, 1, 2) == 'u.' then used[string.sub(f, 3)] = tonumber(all[i + 1]) end
+    end
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if string.sub(f, 1, 2) == 'g.' then
+        local u = used[string.sub(f, 3)] or 0
+        redis.call('HSET', k, f, fmt(u))
+      end
+    end
+    for _, u in pairs(used) do R = R + u end
+    redis.call('HSET', k, 'R', fmt(R))
+  end
+  redis.call('HSET', m, 'fp', p.fp)
+end
+
+-- Reports: the node's absolute use of the previous, current or next window.
+for _, r in ipairs(reports) do
+  local x, used = r[1], r[2]
+  if x == wt - W or x == wt or x == wt + W then
+    local k = slot(x)
+    local g, u, R = state(k)
+    if used > u then set(k, g, used, g, u, R) end
+  end
+end
+
+-- Release: give back what is granted and unused, in the current and next
+-- windows.
+if flags % 2 == 1 then
+  for _, k in ipairs({kcur, knext}) do
+    local g, u, R = state(k)
+    if g > u then set(k, u, u, g, u, R) end
+  end
+end
+
+-- Demand: each node's requests per window, forgotten after demand_ttl.
+redis.call('HSET', m, 'd.' .. node, fmt(demand), 't.' .. node, fmt(now))
+local all = redis.call('HGETALL', m)
+local total, live = 0, 0
+local demands = {} -- the live nodes' demands
+for i = 1, #all, 2 do
+  local f = all[i]
+  if string.sub(f, 1, 2) == 't.' then
+    local id = string.sub(f, 3)
+    if tonumber(all[i + 1]) + demand_ttl >= now then
+      local d = tonumber(redis.call('HGET', m, 'd.' .. id)) or 0
+      demands[id] = d
+      live = live + 1
+      total = total + d
+    else
+      redis.call('HDEL', m, f, 'd.' .. id)
+    end
+  end
+end
+
+-- fraction is a node's part of the budget: its part of the demand, or an
+-- even part when nobody reported any.
+local function fraction(d)
+  if total > 0 then return d / total end
+  return 1 / math.max(live, 1)
+end
+
+-- claim is what a node with demand d may count on in a window: its
+-- entitlement (its part of the budget by demand), or no more than its
+-- demand when that is less. Under the limit the claims leave room for
+-- spikes; over it, they are the entitlements.
+local function claim(d, budget)
+  return math.min(math.floor(budget * fraction(d)), d)
+end
+
+-- unclaimed is what the other live nodes may count on in slot k and have
+-- not taken yet.
+local function unclaimed(k, budget)
+  local v = redis.call('HGETALL', k)
+  local have = {}
+  for i = 1, #v, 2 do
+    local id = string.match(v[i], '^[gu]%.(.+)$')
+    if id then have[id] = math.max(have[id] or 0, tonumber(v[i + 1])) end
+  end
+  local r = 0
+  for id, d in pairs(demands) do
+    if id ~= node then r = r + math.max(claim(d, budget) - (have[id] or 0), 0) end
+  end
+  return r
+end
+
+-- grant gives the node up to its target in slot k, within avail (what is
+-- left of the window's budget). The node is entitled to its share of the
+-- budget by demand (1/live when nobody reported any): it gets up to that at
+-- once, so the whole budget is out when the window opens, and beyond it a
+-- share of what is left, so budget others do not ask for is not lost.
+-- what the others are entitled to and have not claimed is kept for them
+-- (reserve), but for the last horizon of the current window, when they are
+-- unlikely to claim it any more.
+local function grant(k, target, avail, budget, reserve)
+  local g, u, R = state(k)
+  local have = math.max(g, u)
+  if avail <= 0 then return have, R, target > have end
+  local own = claim(demand, budget)
+  local kept = 0
+  if reserve then kept = unclaimed(k, budget) end
+  -- A node is granted up to its claim when it asks, so a key lasts its
+  -- window on one exchange at its usual demand; beyond, what the others do
+  -- not count on.
+  local x = math.min(math.max(target, own) - have, avail, math.max(own - have, avail - kept, 0))
+  x = math.max(x, 0)
+  if x > 0 then R = set(k, have + x, u, g, u, R) end
+  return have + x, R, target > have + x and avail - x <= kept
+end
+
+local _, _, Rprev = state(kprev)
+local _, _, Rnext = state(knext)
+local budget = L
+if counter then
+  -- The counter admits while prev * left / ws + cur <= L: the budget of the
+  -- current window grows as the previous one weighs less. A grant is safe
+  -- from the moment it is made. The next window starts with this one as
+  -- its previous at full weight: the two together stay within L.
+  local left = p.ws - fdiv(now - wt, p.step)
+  budget = math.min(fdiv(math.max(L * p.ws - Rprev * left, 0), p.ws), L - Rnext)
+end
+local _, _, Rcur = state(kcur)
+local gcur, exhausted
+gcur, Rcur, exhausted = grant(kcur, want_cur, budget - Rcur, budget, now < wt + W - horizon)
+
+local gnext = 0
+if want_next > 0 and now >= wt + W - horizon then
+  local nbudget = L
+  if counter then nbudget = L - Rcur end
+  gnext, Rnext = grant(knext, want_next, nbudget - Rnext, nbudget, true)
+else
+  local g, u = state(knext)
+  gnext = math.max(g, u)
+end
+
+-- Every key has a TTL: a window's slot lives until it stops being the
+-- previous one; the meta hash as long as the demands it holds.
+expire(kprev, wt + W - now)
+expire(kcur, wt + 2 * W - now)
+expire(knext, wt + 3 * W - now)
+expire(m, math.max(3 * W, demand_ttl))
+
+local _, ucur = state(kcur)
+local ex = 0
+if exhausted then ex = 1 end
+return {now, wt, ep, gcur, ucur, Rcur, gnext, Rprev, revoked, ex, live}

@@ -1,0 +1,494 @@
+package syncer_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// garbage pre-fills the decision buffers: a call must overwrite every entry
+// it is given.
+var garbage = local.Decision{Allowed: true, Reason: 99, Limit: -1, Remaining: -77, ResetAfter: -1, RetryAfter: -1}
+
+func newLocal(t testing.TB, lim local.Limit) *local.Limiter {
+	t.Helper()
+	l, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// slotOf asks Redis for the slot of a key name (CLUSTER KEYSLOT), and checks
+// that syncer computes the same.
+func slotOf(t testing.TB, c *redis.ClusterClient, name string) int64 {
+	t.Helper()
+	s, err := c.ClusterKeySlot(context.Background(), name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(syncer.Slot(name)) != s {
+		t.Fatalf("slot of %q: syncer computes %d, Redis %d", name, syncer.Slot(name), s)
+	}
+	return s
+}
+
+// masterOf returns the address of the master serving a key name.
+func masterOf(t testing.TB, c *redis.ClusterClient, name string) string {
+	t.Helper()
+	n, err := c.MasterForKey(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Options().Addr
+}
+
+// apartRules returns rules named base0, base1, … (one per Params) whose
+// state keys for key live on pairwise different masters of the Cluster:
+// a multi-rule decision over them takes the reserve-then-commit path.
+func apartRules(t testing.TB, c *redis.ClusterClient, ks syncer.Keyspace, key string, ps ...local.Params) []*syncer.Rule {
+	t.Helper()
+	var rules []*syncer.Rule
+	used := map[string]bool{}
+	for i := 0; len(rules) < len(ps); i++ {
+		if i > 1000 {
+			t.Fatal("no rule names on distinct masters")
+		}
+		r := mustRule(t, fmt.Sprintf("m%d", i), ps[len(rules)])
+		s, _ := ks.Keys(r, key)
+		slotOf(t, c, s)
+		if m := masterOf(t, c, s); !used[m] {
+			used[m] = true
+			rules = append(rules, r)
+		}
+	}
+	return rules
+}
+
+type mreq struct {
+	rule int
+	key  string
+	n    int64
+}
+
+type mstep struct {
+	at        time.Duration // after the scenario's start
+	reqs      []mreq
+	ok        bool
+	remaining []int64 // when set: each request's Remaining, checked by hand
+}
+
+// TestMultiDecisions runs multi-rule scenarios through Redis (one server:
+// one script; a Cluster: reserve, then commit or refund, across nodes) and
+// through package local, which is exact: every decision must be the same,
+// and a refused call charges nothing.
+func TestMultiDecisions(t *testing.T) {
+	params := []local.Params{
+		{Algorithm: local.TokenBucket, Limit: 5, Window: time.Second},
+		{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute},
+		{Algorithm: local.SlidingWindowLog, Limit: 4, Window: 10 * time.Second},
+		{Algorithm: local.GCRA, Limit: 2, Window: time.Second, Burst: 4},
+		{Algorithm: local.SlidingWindowCounter, Limit: 6, Window: time.Minute},
+	}
+	const tb, fw, lg, gc, ct = 0, 1, 2, 3, 4
+	steps := []mstep{
+		// all or none, on one key
+		{0, []mreq{{tb, "k", 1}, {fw, "k", 1}}, true, nil},
+		{0, []mreq{{tb, "k", 1}, {fw, "k", 1}}, true, nil},
+		{0, []mreq{{tb, "k", 1}, {fw, "k", 1}}, true, []int64{2, 0}},
+		{0, []mreq{{tb, "k", 1}, {fw, "k", 1}}, false, []int64{2, 0}}, // the window is full: the bucket is not charged
+		{0, []mreq{{tb, "k", 0}, {fw, "k", 0}}, true, []int64{2, 0}},
+		{0, []mreq{{fw, "k", 1}, {tb, "k", 2}}, false, []int64{0, 2}},
+		{0, []mreq{{tb, "k", 2}}, true, []int64{0}},
+		// the same rule and key twice: the costs are summed
+		{0, []mreq{{fw, "d", 1}, {fw, "d", 1}}, true, []int64{1, 1}},
+		{0, []mreq{{fw, "d", 1}, {tb, "d", 1}, {fw, "d", 1}}, false, []int64{1, 5, 1}},
+		{0, []mreq{{tb, "d", 0}, {fw, "d", 0}}, true, []int64{5, 1}},
+		{0, []mreq{{fw, "d", 1}, {tb, "d", 5}}, true, []int64{0, 0}},
+		// a cost no state can admit refuses everything, charging nothing
+		{0, []mreq{{tb, "c", 6}, {fw, "c", 1}}, false, nil},
+		{0, []mreq{{fw, "c", 2}, {fw, "c", 2}, {tb, "c", 1}}, false, nil},
+		{0, []mreq{{tb, "c", -1}, {fw, "c", 1}}, false, nil},
+		{0, []mreq{{tb, "c", 0}, {fw, "c", 0}}, true, []int64{5, 3}},
+		{0, []mreq{{tb, "c", 5}, {fw, "c", 3}}, true, []int64{0, 0}},
+		// later: the bucket refilled, the window did not
+		{time.Second, []mreq{{tb, "c", 5}, {fw, "c", 1}}, false, []int64{5, 0}},
+		{time.Minute, []mreq{{tb, "c", 5}, {fw, "c", 3}}, true, []int64{0, 0}},
+		// five algorithms, several keys
+		{0, []mreq{{lg, "e", 2}, {gc, "e", 2}, {ct, "e", 3}, {tb, "f", 1}, {fw, "g", 1}}, true, nil},
+		{500 * time.Millisecond, []mreq{{lg, "e", 2}, {gc, "e", 3}, {ct, "e", 3}}, true, nil},
+		{600 * time.Millisecond, []mreq{{lg, "e", 1}, {gc, "e", 1}, {ct, "e", 1}}, false, nil},
+		{2 * time.Second, []mreq{{lg, "e", 0}, {gc, "e", 0}, {ct, "e", 0}}, true, []int64{0, 3, 0}},
+		{11 * time.Second, []mreq{{lg, "e", 4}, {gc, "e", 4}, {ct, "e", 1}}, false, nil},
+		{70 * time.Second, []mreq{{lg, "e", 4}, {gc, "e", 4}, {ct, "e", 3}}, false, nil}, // the counter weighs the last minute in
+		{130 * time.Second, []mreq{{lg, "e", 4}, {gc, "e", 4}, {ct, "e", 3}}, true, nil},
+	}
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
+		cen := newCentral(t, c, ks)
+		var rules []*syncer.Rule
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			// Three masters: the first three rules on different ones.
+			rules = apartRules(t, cc, ks, "k", params[:3]...)
+			for i, p := range params[3:] {
+				rules = append(rules, mustRule(t, fmt.Sprintf("x%d", i), p))
+			}
+		} else {
+			for i, p := range params {
+				rules = append(rules, mustRule(t, fmt.Sprintf("x%d", i), p))
+			}
+		}
+		lims := make([]*local.Limiter, len(rules))
+		for i, r := range rules {
+			lims[i] = newLocal(t, r.Limit())
+		}
+		// A fresh minute, so the fixed windows do not roll mid-scenario.
+		start := time.Now().Truncate(time.Minute).Add(time.Minute + time.Second)
+		for i, s := range steps {
+			now := start.Add(s.at)
+			reqs := make([]syncer.Request, len(s.reqs))
+			lreqs := make([]local.Request, len(s.reqs))
+			for j, q := range s.reqs {
+				reqs[j] = syncer.Request{Rule: rules[q.rule], Key: q.key, N: q.n}
+				lreqs[j] = local.Request{Limiter: lims[q.rule], Key: q.key, N: q.n}
+			}
+			got, want := make([]local.Decision, len(reqs)+1), make([]local.Decision, len(reqs)+1)
+			for j := range got {
+				got[j], want[j] = garbage, garbage
+			}
+			ok, err := cen.AllowMultiAt(ctx, now, reqs, got)
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			wok := local.AllowMultiAt(now, lreqs, want)
+			if ok != s.ok || wok != s.ok {
+				t.Errorf("step %d %v: redis %v, local %v; want %v", i, s.reqs, ok, wok, s.ok)
+			}
+			for j := range reqs {
+				if got[j] != want[j] {
+					t.Errorf("step %d %v, request %d:\nredis %+v\nlocal %+v", i, s.reqs, j, got[j], want[j])
+				}
+				if s.remaining != nil && got[j].Remaining != s.remaining[j] {
+					t.Errorf("step %d %v, request %d: remaining %d, want %d", i, s.reqs, j, got[j].Remaining, s.remaining[j])
+				}
+				if !ok && got[j].Allowed {
+					t.Errorf("step %d: refused, but request %d is marked allowed", i, j)
+				}
+			}
+			if got[len(reqs)] != garbage {
+				t.Errorf("step %d: wrote past the requests", i)
+			}
+			// Whatever the decision, the state is local's: nothing charged
+			// by a refusal, everything by an admission.
+			for j, q := range s.reqs {
+				d, err := cen.AllowNAt(ctx, now, rules[q.rule], q.key, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w := lims[q.rule].AllowNAt(now, q.key, 0); d.Remaining != w.Remaining {
+					t.Errorf("step %d, after: request %d's rule has %d remaining in Redis, %d in local", i, j, d.Remaining, w.Remaining)
+				}
+			}
+		}
+		t.Run("out shorter than reqs", func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic")
+				}
+			}()
+			cen.AllowMultiAt(ctx, start, []syncer.Request{{rules[0], "p", 1}, {rules[1], "p", 1}}, make([]local.Decision, 1))
+		})
+		t.Run("empty", func(t *testing.T) {
+			if ok, err := cen.AllowMulti(ctx, nil, nil); !ok || err != nil {
+				t.Errorf("AllowMulti(nil) = %v, %v; want true, nil", ok, err)
+			}
+		})
+	})
+}
+
+// TestMultiInvalidCostSameKey: a negative cost refuses the call; another
+// request on the same rule and key still gets a decision (local reports the
+// key as it stands), not whatever the caller's buffer held.
+func TestMultiInvalidCostSameKey(t *testing.T) {
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		cen := newCentral(t, c, syncer.Keyspace{})
+		r := mustRule(t, "r", local.Params{Algorithm: local.TokenBucket, Limit: 5, Window: time.Second})
+		o := mustRule(t, "o", local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute})
+		lr, lo := newLocal(t, r.Limit()), newLocal(t, o.Limit())
+		now := time.Now()
+		got, want := []local.Decision{garbage, garbage, garbage}, []local.Decision{garbage, garbage, garbage}
+		ok, err := cen.AllowMultiAt(context.Background(), now, []syncer.Request{{r, "k", -1}, {r, "k", 1}, {o, "k", 1}}, got)
+		if err != nil || ok {
+			t.Fatalf("AllowMultiAt = %v, %v; want a refusal", ok, err)
+		}
+		local.AllowMultiAt(now, []local.Request{{Limiter: lr, Key: "k", N: -1}, {Limiter: lr, Key: "k", N: 1}, {Limiter: lo, Key: "k", N: 1}}, want)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("request %d:\nredis %+v\nlocal %+v", i, got[i], want[i])
+			}
+		}
+	})
+}
+
+// multiHammer runs workers goroutines, each making tries multi-rule calls
+// over rules at the time now, and returns how many were admitted.
+func multiHammer(t *testing.T, cen *syncer.Central, now time.Time, rules []*syncer.Rule, key string, workers, tries int) int64 {
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	reqs := make([]syncer.Request, len(rules))
+	for i, r := range rules {
+		reqs[i] = syncer.Request{Rule: r, Key: key, N: 1}
+	}
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]local.Decision, len(reqs))
+			for range tries {
+				ok, err := cen.AllowMultiAt(context.Background(), now, reqs, out)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return admitted.Load()
+}
+
+// charged returns how much of each rule's limit is used at now (time
+// stands still: nothing refills).
+func charged(t *testing.T, cen *syncer.Central, now time.Time, rules []*syncer.Rule, key string) []int64 {
+	t.Helper()
+	used := make([]int64, len(rules))
+	for i, r := range rules {
+		d, err := cen.AllowNAt(context.Background(), now, r, key, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used[i] = r.Limit().MaxCost() - d.Remaining
+	}
+	return used
+}
+
+var contentionPairs = []struct {
+	name string
+	a, b local.Params
+}{
+	{"fixed and token bucket", local.Params{Algorithm: local.FixedWindow, Limit: 30, Window: time.Hour},
+		local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: 25}},
+	{"log and gcra", local.Params{Algorithm: local.SlidingWindowLog, Limit: 20, Window: time.Hour},
+		local.Params{Algorithm: local.GCRA, Limit: 1, Window: time.Hour, Burst: 24}},
+	{"counter and leaky bucket", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 22, Window: time.Hour},
+		local.Params{Algorithm: local.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 20}},
+}
+
+// TestMultiClusterContention: 16 goroutines decide two rules of one key, in
+// different slots, as one (reserve, then commit or refund). Never more is
+// admitted than either limit; at the end each rule has been charged exactly
+// the admitted calls (no refund lost, none applied twice), and sequential
+// calls then admit exactly what is left.
+func TestMultiClusterContention(t *testing.T) {
+	c := redistest.ClusterClient(t, redistest.ClusterAddrs(t))
+	for _, tt := range contentionPairs {
+		t.Run(tt.name, func(t *testing.T) {
+			ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
+			hc := &hookClient{UniversalClient: c} // c is closed by its own cleanup
+			cen := newCentral(t, hc, ks)
+			rules := apartRules(t, c, ks, "hot", tt.a, tt.b)
+			now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
+			least := min(rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
+			admitted := multiHammer(t, cen, now, rules, "hot", 16, 8)
+			if admitted > least {
+				t.Fatalf("admitted %d multi calls, limits %d and %d", admitted, rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
+			}
+			if admitted == 0 {
+				t.Fatal("nothing admitted")
+			}
+			if hc.pipes.Load() == 0 {
+				t.Fatal("no pipeline: the rules in different slots did not take the reserve path")
+			}
+			for i, u := range charged(t, cen, now, rules, "hot") {
+				if u != admitted {
+					t.Errorf("rule %v charged %d, but %d multi calls were admitted", rules[i].Limit(), u, admitted)
+				}
+			}
+			more := multiHammer(t, cen, now, rules, "hot", 1, int(least)+3)
+			if admitted+more != least {
+				t.Errorf("admitted %d under contention and %d after: want %d in all", admitted, more, least)
+			}
+			for i, u := range charged(t, cen, now, rules, "hot") {
+				if u != least {
+					t.Errorf("at the end, rule %v charged %d, want %d", rules[i].Limit(), u, least)
+				}
+			}
+		})
+	}
+}
+
+// TestMultiSharedKeyTag: with SharedKeyTag the rules of one user key share
+// a hash tag, so a multi-rule decision is one script on one node even on a
+// Cluster: exact under contention, no false rejection.
+func TestMultiSharedKeyTag(t *testing.T) {
+	c := redistest.ClusterClient(t, redistest.ClusterAddrs(t))
+	for _, tt := range contentionPairs {
+		t.Run(tt.name, func(t *testing.T) {
+			ks := syncer.Keyspace{Prefix: redistest.Prefix(t), SharedKeyTag: true}
+			hc := &hookClient{UniversalClient: c} // c is closed by its own cleanup
+			cen := newCentral(t, hc, ks)
+			rules := []*syncer.Rule{mustRule(t, "a", tt.a), mustRule(t, "b", tt.b), mustRule(t, "c", tt.a)}
+			for _, key := range []string{"hot", "", "{x}"} {
+				var slots []int64
+				for _, r := range rules {
+					s, l := cen.Keyspace().Keys(r, key)
+					slots = append(slots, slotOf(t, c, s), slotOf(t, c, l))
+				}
+				for _, s := range slots {
+					if s != slots[0] {
+						t.Fatalf("key %q: the rules' keys are in slots %v, want one", key, slots)
+					}
+				}
+			}
+			// Without the shared tag the same rules spread over slots.
+			plain := syncer.Keyspace{Prefix: ks.Prefix}
+			sa, _ := plain.Keys(rules[0], "hot")
+			sb, _ := plain.Keys(rules[1], "hot")
+			if slotOf(t, c, sa) == slotOf(t, c, sb) {
+				t.Logf("rules a and b share a slot without SharedKeyTag too (chance)")
+			}
+			now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
+			least := min(rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
+			admitted := multiHammer(t, cen, now, rules[:2], "hot", 16, 8)
+			if admitted != least {
+				t.Errorf("admitted %d multi calls, want exactly %d (one script: no false rejection)", admitted, least)
+			}
+			if n := hc.pipes.Load(); n != 0 {
+				t.Errorf("%d pipelines: a multi-rule decision over one key under SharedKeyTag must be one script", n)
+			}
+			for i, u := range charged(t, cen, now, rules[:2], "hot") {
+				if u != admitted {
+					t.Errorf("rule %v charged %d, want %d", rules[i].Limit(), u, admitted)
+				}
+			}
+		})
+	}
+}
+
+// hookClient wraps a client and counts its pipelines. Syncer takes it for
+// a Cluster (it is not a *redis.Client): multi-rule decisions over several
+// slots reserve, then commit or refund, with one pipeline each. before runs
+// ahead of the n-th pipeline (from 1), which puts another request
+// deterministically between a reservation and its refund, as a concurrent
+// client on a Cluster may.
+type hookClient struct {
+	redis.UniversalClient
+	pipes  atomic.Int64
+	before func(n int64)
+}
+
+func (h *hookClient) Pipeline() redis.Pipeliner {
+	if n := h.pipes.Add(1); h.before != nil {
+		h.before(n)
+	}
+	return h.UniversalClient.Pipeline()
+}
+
+// TestMultiRefundInterleaved puts a request between the reservation of a
+// multi-rule decision (which another rule refuses) and its refund: the
+// refund must not hand back more than the reservation still holds. With the
+// reservation refunded, at most what the limit admits without it may be
+// admitted at that instant.
+func TestMultiRefundInterleaved(t *testing.T) {
+	srv := redistest.Start(t)
+	base := redistest.Client(t, srv.Addr)
+	for _, a := range local.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			ctx := context.Background()
+			p := local.Params{Algorithm: a, Limit: 10, Window: time.Second}
+			if a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
+				p = local.Params{Algorithm: a, Limit: 1000, Window: time.Second, Burst: 10} // one token per ms
+			}
+			ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
+			hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
+			t.Cleanup(func() { hc.Close() })
+			split, err := syncer.NewCentral(syncer.Config{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			direct := newCentral(t, base, ks)
+			if err := direct.Preload(ctx); err != nil { // no NOSCRIPT retry: one pipeline per exchange
+				t.Fatal(err)
+			}
+			x := mustRule(t, "x", p)
+			full := mustRule(t, "full", local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Hour})
+			t0 := time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)
+			t1 := t0.Add(2 * time.Millisecond) // the one reserved token has come back
+			if d, err := direct.AllowNAt(ctx, t0, full, "k", 1); err != nil || !d.Allowed {
+				t.Fatalf("filling the other rule: %+v, %v", d, err)
+			}
+			var admitted int64
+			var hookErr error
+			hc.before = func(n int64) {
+				if n != 2 { // 1: the reservations; 2: the refund
+					return
+				}
+				d, err := direct.AllowNAt(ctx, t1, x, "k", x.Limit().MaxCost())
+				if err != nil {
+					hookErr = err
+				} else if d.Allowed {
+					admitted += x.Limit().MaxCost()
+				}
+			}
+			out := make([]local.Decision, 2)
+			ok, err := split.AllowMultiAt(ctx, t0, []syncer.Request{{x, "k", 1}, {full, "k", 1}}, out)
+			if err != nil || ok || hookErr != nil {
+				t.Fatalf("multi: %v, %v (hook: %v); want a refusal", ok, err, hookErr)
+			}
+			if hc.pipes.Load() != 2 {
+				t.Fatalf("%d pipelines, want 2 (reserve, refund)", hc.pipes.Load())
+			}
+			for range 2 * x.Limit().MaxCost() {
+				d, err := direct.AllowNAt(ctx, t1, x, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Allowed {
+					break
+				}
+				admitted++
+			}
+			// What the rule admits at t1 when the refused call never happened.
+			lim := newLocal(t, x.Limit())
+			var want int64
+			if lim.AllowNAt(t1, "k", x.Limit().MaxCost()).Allowed {
+				want += x.Limit().MaxCost()
+			}
+			for lim.AllowNAt(t1, "k", 1).Allowed {
+				want++
+			}
+			if admitted > want {
+				t.Errorf("%d admitted at t0+2ms once the refused multi call was refunded: want at most %d (the limit without it)", admitted, want)
+			}
+		})
+	}
+}

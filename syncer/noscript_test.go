@@ -1,0 +1,295 @@
+package syncer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// algoParams is a small limit of every algorithm.
+func algoParams(a local.Algorithm) local.Params {
+	p := local.Params{Algorithm: a, Limit: 3, Window: time.Hour}
+	if a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
+		p.Burst = 4
+	}
+	return p
+}
+
+func scriptFlush(t testing.TB, c *redis.Client) {
+	t.Helper()
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func scriptExists(t testing.TB, c *redis.Client, sha string) bool {
+	t.Helper()
+	ex, err := c.ScriptExists(context.Background(), sha).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ex[0]
+}
+
+// sameAsLocal decides reqs as one, in Redis and in package local, and
+// fails t unless both agree on everything but ResetAfter (which a refused
+// reservation on the split path reports with the reservation: see
+// TestMultiDecisions).
+func sameAsLocal(t *testing.T, cen *syncer.Central, now time.Time, reqs []syncer.Request, lims map[*syncer.Rule]*local.Limiter) bool {
+	t.Helper()
+	lreqs := make([]local.Request, len(reqs))
+	for i, q := range reqs {
+		lreqs[i] = local.Request{Limiter: lims[q.Rule], Key: q.Key, N: q.N}
+	}
+	got, want := make([]local.Decision, len(reqs)), make([]local.Decision, len(reqs))
+	ok, err := cen.AllowMultiAt(context.Background(), now, reqs, got)
+	if err != nil {
+		t.Fatalf("AllowMultiAt: %v", err)
+	}
+	wok := local.AllowMultiAt(now, lreqs, want)
+	if ok != wok {
+		t.Errorf("AllowMultiAt: %v, local %v", ok, wok)
+	}
+	for i := range reqs {
+		g, w := got[i], want[i]
+		g.ResetAfter, w.ResetAfter = 0, 0
+		if g != w {
+			t.Errorf("request %d:\nredis %+v\nlocal %+v", i, got[i], want[i])
+		}
+	}
+	// And the state left behind.
+	for _, q := range reqs {
+		d, err := cen.AllowNAt(context.Background(), now, q.Rule, q.Key, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := lims[q.Rule].AllowNAt(now, q.Key, 0); d != w {
+			t.Errorf("rule %s after: redis %+v, local %+v", q.Rule.Name(), d, w)
+		}
+	}
+	return ok
+}
+
+// TestNoScriptSingleServer: scripts run by SHA; after SCRIPT FLUSH (a
+// restart, a failover) every path loads them again and decides as before.
+func TestNoScriptSingleServer(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redistest.Client(t, srv.Addr)
+	ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
+	cen := newCentral(t, c, ks)
+	hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
+	t.Cleanup(func() { hc.Close() })
+	split, err := syncer.NewCentral(syncer.Config{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sha := syncer.ScriptHashes()
+	now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
+	ctx := context.Background()
+	for _, a := range local.Algorithms() {
+		t.Run("AllowN/"+a.String(), func(t *testing.T) {
+			r := mustRule(t, "n-"+a.String(), algoParams(a))
+			lim := newLocal(t, r.Limit())
+			for i := range r.Limit().MaxCost() + 2 {
+				scriptFlush(t, c)
+				if scriptExists(t, c, syncer.ScriptHash(r)) {
+					t.Fatal("script still there after SCRIPT FLUSH")
+				}
+				got, err := cen.AllowNAt(ctx, now, r, "k", 1)
+				if err != nil {
+					t.Fatalf("call %d after SCRIPT FLUSH: %v", i, err)
+				}
+				if want := lim.AllowNAt(now, "k", 1); got != want {
+					t.Errorf("call %d: redis %+v, local %+v", i, got, want)
+				}
+				if !scriptExists(t, c, syncer.ScriptHash(r)) {
+					t.Error("the script was not loaded again")
+				}
+			}
+		})
+	}
+	lims := map[*syncer.Rule]*local.Limiter{}
+	rule := func(name string, p local.Params) *syncer.Rule {
+		r := mustRule(t, name, p)
+		lims[r] = newLocal(t, r.Limit())
+		return r
+	}
+	a := rule("a", local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Hour})
+	b := rule("b", local.Params{Algorithm: local.GCRA, Limit: 1, Window: time.Hour, Burst: 3})
+	full := rule("full", local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Hour})
+	t.Run("AllowMulti one script", func(t *testing.T) {
+		scriptFlush(t, c)
+		if !sameAsLocal(t, cen, now, []syncer.Request{{a, "m", 1}, {b, "m", 1}}, lims) {
+			t.Error("refused")
+		}
+		if !scriptExists(t, c, sha["multi"]) {
+			t.Error("the multi script was not loaded again")
+		}
+	})
+	t.Run("AllowMulti reserve, pipelined", func(t *testing.T) {
+		scriptFlush(t, c)
+		if !sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 1}}, lims) {
+			t.Error("refused")
+		}
+		if !scriptExists(t, c, sha["fixed"]) || !scriptExists(t, c, sha["bucket"]) {
+			t.Error("the pipelined scripts were not loaded again")
+		}
+	})
+	t.Run("AllowMulti reserve then refund, pipelined", func(t *testing.T) {
+		sameAsLocal(t, cen, now, []syncer.Request{{full, "p", 1}}, lims)
+		scriptFlush(t, c)
+		if sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 1}, {full, "p", 1}}, lims) {
+			t.Error("admitted past a full rule")
+		}
+		if !scriptExists(t, c, sha["refund"]) {
+			t.Error("the refund script was not loaded")
+		}
+	})
+	t.Run("AllowMulti read only, pipelined", func(t *testing.T) {
+		scriptFlush(t, c)
+		if sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 4}}, lims) {
+			t.Error("admitted a cost above the burst")
+		}
+	})
+}
+
+// TestNoScriptRestart: a restarted server has no scripts, no state, and the
+// pooled connections are dead; after at most a few ErrUnavailable, calls
+// succeed again.
+func TestNoScriptRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redistest.Client(t, srv.Addr)
+	ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
+	cen := newCentral(t, c, ks)
+	hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
+	t.Cleanup(func() { hc.Close() })
+	split, err := syncer.NewCentral(syncer.Config{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
+	type call struct {
+		name string
+		do   func() (bool, error)
+	}
+	var calls []call
+	var rules []*syncer.Rule
+	for _, a := range local.Algorithms() {
+		r := mustRule(t, "r-"+a.String(), algoParams(a))
+		rules = append(rules, r)
+		calls = append(calls, call{"AllowN/" + a.String(), func() (bool, error) {
+			d, err := cen.AllowNAt(context.Background(), now, r, "k", r.Limit().MaxCost())
+			return d.Allowed, err
+		}})
+	}
+	multi := func(cen *syncer.Central, key string) func() (bool, error) {
+		reqs := []syncer.Request{{rules[0], key, 3}, {rules[3], key, 4}}
+		return func() (bool, error) {
+			return cen.AllowMultiAt(context.Background(), now, reqs, make([]local.Decision, 2))
+		}
+	}
+	calls = append(calls, call{"AllowMulti one script", multi(cen, "m")}, call{"AllowMulti reserve", multi(split, "s")})
+	for _, cl := range calls { // each takes all there is
+		if ok, err := cl.do(); !ok || err != nil {
+			t.Fatalf("%s before the restart: %v, %v", cl.name, ok, err)
+		}
+		if ok, err := cl.do(); ok || err != nil {
+			t.Fatalf("%s before the restart, again: %v, %v; want a refusal", cl.name, ok, err)
+		}
+	}
+	srv.Restart()
+	for _, cl := range calls {
+		t.Run(cl.name, func(t *testing.T) {
+			var ok bool
+			var err error
+			for i := 0; i < 5; i++ {
+				if ok, err = cl.do(); err == nil {
+					break
+				}
+				if !errors.Is(err, syncer.ErrUnavailable) {
+					t.Fatalf("attempt %d after the restart: %v, want ErrUnavailable (or success)", i, err)
+				}
+			}
+			if err != nil {
+				t.Fatalf("still failing after 5 attempts: %v", err)
+			}
+			if !ok {
+				t.Error("refused: the restarted server should hold no state")
+			}
+		})
+	}
+}
+
+// TestNoScriptCluster: on the shared Cluster, after SCRIPT FLUSH on every
+// master, and on one master only (a node that never saw the scripts: new,
+// or failed over), the single-rule and the pipelined multi-rule paths
+// decide as package local does.
+func TestNoScriptCluster(t *testing.T) {
+	cc := redistest.ClusterClient(t, redistest.ClusterAddrs(t))
+	ctx := context.Background()
+	ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
+	cen := newCentral(t, cc, ks)
+	flushAll := func(t *testing.T) {
+		t.Helper()
+		if err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.ScriptFlush(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules := apartRules(t, cc, ks, "k",
+		local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Hour},
+		local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: 4},
+		local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Hour})
+	lims := map[*syncer.Rule]*local.Limiter{}
+	for _, r := range rules {
+		lims[r] = newLocal(t, r.Limit())
+	}
+	now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
+	t.Run("every master flushed", func(t *testing.T) {
+		flushAll(t)
+		if !sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}, {rules[2], "k", 1}}, lims) {
+			t.Error("refused")
+		}
+		flushAll(t) // reserve, refused by the log, refund
+		if sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}, {rules[2], "k", 1}}, lims) {
+			t.Error("admitted past a full rule")
+		}
+		flushAll(t) // read only
+		if sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 9}}, lims) {
+			t.Error("admitted a cost above the burst")
+		}
+	})
+	t.Run("one master flushed", func(t *testing.T) {
+		state, _ := cen.Keyspace().Keys(rules[0], "k")
+		node, err := cc.MasterForKey(ctx, state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			scriptFlush(t, node)
+			got, err := cen.AllowNAt(ctx, now, rules[0], "k", 1)
+			if err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			if want := lims[rules[0]].AllowNAt(now, "k", 1); got != want {
+				t.Errorf("call %d on %s: redis %+v, local %+v", i, node.Options().Addr, got, want)
+			}
+			if !scriptExists(t, node, syncer.ScriptHash(rules[0])) {
+				t.Errorf("the script was not loaded on %s", node.Options().Addr)
+			}
+			scriptFlush(t, node)
+			sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}}, lims)
+			if !scriptExists(t, node, syncer.ScriptHashes()["fixed"]) {
+				t.Errorf("the pipelined script was not loaded on %s", node.Options().Addr)
+			}
+		}
+	})
+}

@@ -1,0 +1,631 @@
+package syncer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// Defaults for SyncConfig.
+const (
+	DefaultInterval = 100 * time.Millisecond
+	DefaultEpsilon  = 0.05
+	DefaultBatch    = 256
+)
+
+// SyncConfig configures a Syncer. Every zero field takes the default it
+// documents; durations derive from Interval unless set.
+type SyncConfig struct {
+	// Client reaches Redis; see Config.Client. Required.
+	Client redis.UniversalClient
+	// Keyspace names the keys; every node must use the same one.
+	Keyspace Keyspace
+	// NodeID names this node in Redis: each node of a cluster needs its own.
+	// Default: 64 random bits.
+	NodeID string
+	// Interval is the regular sync period: usage is reported and leases
+	// renewed at most this long after they are due. Default 100ms. Shorter
+	// means smaller leases and more scripts; longer means coarser leases.
+	Interval time.Duration
+	// Horizon is how long a lease is sized to last at the key's current
+	// demand. Default 2 × Interval.
+	Horizon time.Duration
+	// MinGap is the least time between two syncs of one key asked for early
+	// (a lease running low, a first request). It is also the retry-after of
+	// a request refused for want of a lease. Default Interval ÷ 10.
+	MinGap time.Duration
+	// LeaseTTL is how long a bucket share is held without renewal. A node
+	// that stops syncing (crashed, cut off) loses its share that long after
+	// its last sync, and the others get it. Default 5 × Interval.
+	LeaseTTL time.Duration
+	// DemandTTL is how long a node's reported demand counts in the others'
+	// shares. Default 5 × Interval.
+	DemandTTL time.Duration
+	// IdleRelease is how long a key goes without requests before the node
+	// gives its lease back. Default 3 × Interval.
+	IdleRelease time.Duration
+	// Safety is how long before its expiry a node stops using a share, for
+	// the error of its estimate of Redis's clock. Default MinGap.
+	Safety time.Duration
+	// Epsilon is the cold-start allowance: a new key may admit ε × limit ÷
+	// nodes per node, counted as debt, while its first lease is fetched.
+	// Default 0.05. Set NoColdStart to admit nothing before a lease.
+	Epsilon float64
+	// NoColdStart turns the cold-start allowance off.
+	NoColdStart bool
+	// Nodes is the number of nodes to assume for the cold-start allowance
+	// until Redis has counted them. Default 0: no allowance until then.
+	Nodes int
+	// Batch is how many scripts go in one pipeline. Default 256: enough to
+	// amortize the round trip, few enough not to block Redis for long.
+	Batch int
+	// Timeout bounds each round's exchanges. Default Interval.
+	Timeout time.Duration
+	// Clock is the node's clock. Default: a CoarseClock the Syncer owns.
+	Clock local.Clock
+	// Observer receives each round's figures. Optional.
+	Observer Observer
+	// PassTime makes the scripts take the node's clock (plus the learned
+	// offset, which is then 0) instead of Redis's: for simulations on a
+	// virtual clock. Default false: Redis's clock rules.
+	PassTime bool
+}
+
+// Observer receives what the Syncer does. Its methods are called from the
+// sync loop, one at a time, and must not block.
+type Observer interface {
+	// Round reports a sync round.
+	Round(RoundStats)
+}
+
+// RoundStats are one round's figures.
+type RoundStats struct {
+	Keys     int           // keys looked after (holding a lease or usage)
+	Synced   int           // keys exchanged with Redis
+	Failed   int           // keys whose exchange failed
+	Took     time.Duration // the round's duration
+	Err      error         // the round's error, wrapping ErrUnavailable or ErrRedis; nil if none
+	Pipeline int           // pipelined exchanges
+}
+
+// Syncer exchanges leases with Redis for the keys of a hybrid limiter: it
+// reports what each node admitted and brings back new leases, driven by
+// need. It runs in its own goroutine (Start), or round by round (SyncAt) for
+// tests and simulations. Close stops it. A Syncer is safe for concurrent use.
+type Syncer struct {
+	cfg      SyncConfig
+	ks       Keyspace
+	node     string
+	ownClock *local.CoarseClock
+
+	queues [queueShards]queue
+	wake   chan struct{}
+
+	mu     sync.Mutex // one round at a time; guards active
+	active map[*local.Entry[Lease]]*LeaseRule
+
+	life            sync.Mutex // guards the fields below
+	stop, done      chan struct{}
+	closed, flushed bool
+}
+
+const queueShards = 16
+
+type queue struct {
+	mu    sync.Mutex
+	items []queued
+	_     [64 - 8 - 24]byte
+}
+
+type queued struct {
+	rule  *LeaseRule
+	entry *local.Entry[Lease]
+}
+
+// NewSyncer returns a Syncer for cfg, not yet running. It copies cfg and
+// reports a bad field with an error wrapping ErrInvalidConfig.
+func NewSyncer(cfg SyncConfig) (*Syncer, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Client: required", ErrInvalidConfig)
+	}
+	if enabled, known := contextTimeouts(cfg.Client); known && !enabled {
+		return nil, fmt.Errorf("%w: Client: set ContextTimeoutEnabled in its options, or deadlines will not bound syncs", ErrInvalidConfig)
+	}
+	if err := cfg.Keyspace.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	def := func(d *time.Duration, name string, v time.Duration) error {
+		if *d == 0 {
+			*d = v
+		}
+		if *d < 0 {
+			return fmt.Errorf("%w: %s %v: must be positive", ErrInvalidConfig, name, *d)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		d    *time.Duration
+		name string
+		v    time.Duration
+	}{
+		{&cfg.Interval, "Interval", DefaultInterval},
+		{&cfg.Horizon, "Horizon", 2 * cfg.Interval},
+		{&cfg.MinGap, "MinGap", cfg.Interval / 10},
+		{&cfg.LeaseTTL, "LeaseTTL", 5 * cfg.Interval},
+		{&cfg.DemandTTL, "DemandTTL", 5 * cfg.Interval},
+		{&cfg.IdleRelease, "IdleRelease", 3 * cfg.Interval},
+		{&cfg.Timeout, "Timeout", cfg.Interval},
+	} {
+		if err := def(f.d, f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	if err := def(&cfg.Safety, "Safety", cfg.MinGap); err != nil {
+		return nil, err
+	}
+	if cfg.Interval < time.Millisecond {
+		return nil, fmt.Errorf("%w: Interval %v: must be at least 1ms", ErrInvalidConfig, cfg.Interval)
+	}
+	if cfg.LeaseTTL <= 2*cfg.Interval {
+		return nil, fmt.Errorf("%w: LeaseTTL %v: must be more than twice Interval, or shares expire between renewals", ErrInvalidConfig, cfg.LeaseTTL)
+	}
+	if cfg.Epsilon == 0 {
+		cfg.Epsilon = DefaultEpsilon
+	}
+	if cfg.Epsilon < 0 || cfg.Epsilon > 1 {
+		return nil, fmt.Errorf("%w: Epsilon %v: must be in (0, 1]", ErrInvalidConfig, cfg.Epsilon)
+	}
+	if cfg.NoColdStart {
+		cfg.Epsilon = 0
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Batch < 1 || cfg.Nodes < 0 {
+		return nil, fmt.Errorf("%w: Batch and Nodes must not be negative", ErrInvalidConfig)
+	}
+	if cfg.NodeID == "" {
+		b := make([]byte, 8)
+		rand.Read(b)
+		cfg.NodeID = base64.RawURLEncoding.EncodeToString(b)
+	}
+	if err := ValidRuleName(cfg.NodeID); err != nil {
+		return nil, fmt.Errorf("%w: NodeID %q: letters, digits and -_.:/ only", ErrInvalidConfig, cfg.NodeID)
+	}
+	s := &Syncer{
+		cfg: cfg, ks: cfg.Keyspace, node: cfg.NodeID,
+		wake:   make(chan struct{}, 1),
+		active: map[*local.Entry[Lease]]*LeaseRule{},
+	}
+	s.ks.Secret = append([]byte(nil), s.ks.Secret...)
+	if s.cfg.Clock == nil {
+		s.ownClock = local.NewCoarseClock(local.DefaultResolution)
+		s.cfg.Clock = s.ownClock
+	}
+	return s, nil
+}
+
+// NodeID returns the node's name in Redis.
+func (s *Syncer) NodeID() string { return s.node }
+
+// Keyspace returns the Keyspace the Syncer names keys with.
+func (s *Syncer) Keyspace() *Keyspace { return &s.ks }
+
+// Interval returns the sync interval.
+func (s *Syncer) Interval() time.Duration { return s.cfg.Interval }
+
+// LeaseRule returns the hybrid form of r, or an error wrapping
+// ErrNotLeasable when its limit cannot be split into leases.
+func (s *Syncer) LeaseRule(r *Rule) (*LeaseRule, error) { return newLeaseRule(r, &s.cfg, s.cfg.Nodes) }
+
+// Notify hands a key to the syncer after Lease.Decide signalled: the key
+// joins the next round, which an urgent key (its lease running low, its
+// first request) brings forward. The caller holds the entry's lock. Notify
+// does not block and, for a key already handed over, costs a check.
+func (s *Syncer) Notify(r *LeaseRule, e *local.Entry[Lease]) {
+	k := &e.Value
+	if k.flags&(flagQueued|flagActive) == 0 {
+		k.flags |= flagQueued
+		q := &s.queues[uintptr(k.Digest[0])%queueShards]
+		q.mu.Lock()
+		q.items = append(q.items, queued{r, e})
+		q.mu.Unlock()
+	}
+	if k.flags&flagUrgent != 0 {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Start runs the sync loop in a goroutine until Close or Shutdown: a round
+// every Interval, and sooner for keys that asked (at most every MinGap).
+// Calling it again, or after Close, does nothing.
+func (s *Syncer) Start() {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.closed || s.stop != nil {
+		return
+	}
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go s.loop()
+}
+
+func (s *Syncer) loop() {
+	defer close(s.done)
+	tick := time.NewTicker(s.cfg.Interval)
+	defer tick.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		case <-s.wake:
+			if wait := s.cfg.MinGap - time.Since(last); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-s.stop:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+		}
+		last = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+		s.SyncAt(ctx, s.cfg.Clock.Now().UnixMicro())
+		cancel()
+	}
+}
+
+// stopLoop stops the loop, if it runs, and waits for it.
+func (s *Syncer) stopLoop() {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.stop != nil && !s.closed {
+		close(s.stop)
+		<-s.done
+	}
+	s.closed = true
+}
+
+// Close stops the loop and the Syncer's own clock, and waits for them. It
+// does not report what is unreported: Shutdown does. Idempotent; always
+// returns nil.
+func (s *Syncer) Close() error {
+	s.stopLoop()
+	if s.ownClock != nil {
+		s.ownClock.Close()
+	}
+	return nil
+}
+
+// Shutdown stops the loop, then, in one last round within ctx, reports
+// every key's unreported usage and gives its leases back, and closes the
+// Syncer. Idempotent, like Close; the last round runs once.
+func (s *Syncer) Shutdown(ctx context.Context) error {
+	s.life.Lock()
+	flushed := s.flushed
+	s.flushed = true
+	s.life.Unlock()
+	s.stopLoop()
+	var err error
+	if !flushed {
+		_, err = s.round(ctx, s.cfg.Clock.Now().UnixMicro(), true)
+	}
+	s.Close()
+	return err
+}
+
+// Wanted reports, and clears, whether a key asked for an early round since
+// the last call: the signal the loop wakes on, for callers that run the
+// rounds themselves (simulations).
+func (s *Syncer) Wanted() bool {
+	select {
+	case <-s.wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// SyncAt runs one round at node time now (µs): it takes the keys handed
+// over since the last round, and exchanges with Redis those that need it.
+func (s *Syncer) SyncAt(ctx context.Context, now int64) (RoundStats, error) {
+	return s.round(ctx, now, false)
+}
+
+// pending is a request out for one key.
+type pending struct {
+	entry   *local.Entry[Lease]
+	rule    *LeaseRule
+	sentAt  int64
+	wid     int64 // windows: the window the current report is for
+	used    int64 // ... and its use as sent
+	pused   int64 // the previous window's use as sent
+	debt    int64 // buckets: the debt sent
+	release bool
+}
+
+func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, error) {
+	start := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.queues {
+		q := &s.queues[i]
+		q.mu.Lock()
+		items := q.items
+		q.items = nil
+		q.mu.Unlock()
+		for _, it := range items {
+			it.entry.Lock()
+			if !it.entry.Evicted() {
+				it.entry.Value.flags = it.entry.Value.flags&^flagQueued | flagActive
+				s.active[it.entry] = it.rule
+			}
+			it.entry.Unlock()
+		}
+	}
+	var calls []call
+	var outs []pending
+	for e, r := range s.active {
+		e.Lock()
+		k := &e.Value
+		if e.Evicted() {
+			e.Unlock()
+			delete(s.active, e)
+			continue
+		}
+		if k.flags&flagInFlight == 0 && (final || s.due(k, r, now)) {
+			c, p := s.request(k, r, now, final)
+			p.entry, p.rule = e, r
+			k.flags |= flagInFlight
+			calls = append(calls, c)
+			outs = append(outs, p)
+		} else if k.flags&flagInFlight == 0 && k.holdsNothing() && !k.unreported() {
+			// Nothing held, nothing to report: the key needs no looking
+			// after until its next request hands it over again.
+			k.flags &^= flagActive
+			delete(s.active, e)
+		}
+		e.Unlock()
+	}
+	st := RoundStats{Keys: len(s.active)}
+	var roundErr error
+	for lo := 0; lo < len(calls); lo += s.cfg.Batch {
+		hi := min(lo+s.cfg.Batch, len(calls))
+		cmds, err := runPipelined(ctx, s.cfg.Client, s.cfg.Client.Pipeline, calls[lo:hi])
+		st.Pipeline++
+		recv := s.cfg.Clock.Now().UnixMicro()
+		for i, cmd := range cmds {
+			p := &outs[lo+i]
+			vals, cerr := cmd.Int64Slice()
+			p.entry.Lock()
+			p.entry.Value.flags &^= flagInFlight
+			if cerr == nil && !p.entry.Evicted() {
+				s.apply(&p.entry.Value, p, vals, recv)
+				st.Synced++
+			} else if cerr != nil {
+				st.Failed++
+				if roundErr == nil {
+					roundErr = wrap(ctx, "sync", cerr)
+				}
+			}
+			p.entry.Unlock()
+		}
+		if err != nil && roundErr == nil {
+			roundErr = wrap(ctx, "sync", err)
+		}
+	}
+	st.Took, st.Err = time.Since(start), roundErr
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.Round(st)
+	}
+	return st, roundErr
+}
+
+// holdsNothing reports whether the lease holds no grant and no share.
+func (k *Lease) holdsNothing() bool {
+	return k.granted <= k.used && k.next == 0 && k.rate == 0 && k.burst == 0
+}
+
+// unreported reports whether the node admitted what Redis does not know of.
+func (k *Lease) unreported() bool {
+	return k.used > k.acked || k.pused > k.packed || k.debt > k.debtSent
+}
+
+// due reports whether k needs an exchange at node time now.
+func (s *Syncer) due(k *Lease, r *LeaseRule, now int64) bool {
+	gap := now - k.lastSync
+	if k.flags&flagSynced == 0 { // a new key: fetch its first lease at once
+		return gap >= s.cfg.MinGap.Microseconds() || k.lastSync == 0
+	}
+	idle := now-k.lastUse > s.cfg.IdleRelease.Microseconds()
+	urgent := k.flags&flagUrgent != 0 && gap >= s.cfg.MinGap.Microseconds()
+	regular := gap >= r.interval
+	if r.buckets {
+		rnow := now + k.offset
+		renew := !idle && k.expiry-rnow < 2*r.interval
+		switch {
+		case k.debt > k.debtSent:
+			return regular || urgent
+		case idle:
+			return regular && (k.rate > 0 || k.burst > 0)
+		default:
+			return urgent || (regular && renew)
+		}
+	}
+	rnow := now + k.offset
+	k.roll(r, rnow-rnow%r.w)
+	// Use within a grant needs no report: Redis counts the grant. A sync
+	// is for debt (use beyond the grant), a lease running low, or the next
+	// window's grant when the key is busy enough to want one; a key that
+	// is exhausted waits for the next window.
+	debt := k.used > k.granted && k.used > k.acked || k.pused > k.packed
+	busy := !idle && ceilDiv(k.demand*r.horizon, r.w) >= 2
+	preGrant := busy && k.next == 0 && rnow >= k.wid+r.w-r.horizon
+	if k.flags&flagExhausted != 0 {
+		return regular && (debt || preGrant)
+	}
+	return urgent || (regular && (debt || preGrant))
+}
+
+// request builds k's exchange at node time now.
+func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, pending) {
+	// Demand: requests per window, from those decided since the last sync.
+	if k.lastSync > 0 && now > k.lastSync {
+		rate := k.hits * r.w / (now - k.lastSync)
+		if k.demand == 0 {
+			k.demand = rate
+		} else {
+			k.demand = (k.demand + rate + 1) / 2
+		}
+	} else if k.hits > 0 {
+		k.demand = max(k.demand, k.hits)
+	}
+	k.hits = 0
+	idle := now-k.lastUse > s.cfg.IdleRelease.Microseconds()
+	release := final || idle
+	demand := k.demand
+	if release {
+		demand = 0
+	}
+	k.lastSync = now
+	k.flags &^= flagUrgent
+	digest := encodeDigest(k.Digest)
+	p := pending{sentAt: now, release: release}
+	if r.buckets {
+		k.seq++
+		rnow := now + k.offset
+		k.refill(r, rnow)
+		p.debt = k.debt - k.debtSent
+		state, _ := s.ks.keys(r.rule.name, digest)
+		args := []any{s.scriptNow(rnow), s.node, k.seq, boolFlag(release), demand, k.tokens, p.debt,
+			s.cfg.LeaseTTL.Microseconds(), s.cfg.DemandTTL.Microseconds()}
+		return call{scriptLeaseBucket, []string{state}, append(args, r.rule.args...)}, p
+	}
+	rnow := now + k.offset
+	k.roll(r, rnow-rnow%r.w)
+	p.wid, p.used, p.pused = k.wid, k.used, k.pused
+	need := max(ceilDiv(demand*r.horizon, r.w), 1)
+	wantCur, wantNext := k.used+need, int64(0)
+	if release {
+		wantCur = 0
+	} else if rnow >= k.wid+r.w-r.horizon {
+		wantNext = need
+	}
+	keys := s.windowKeys(r, digest)
+	args := []any{s.scriptNow(rnow), s.node, boolFlag(release), demand, wantCur, wantNext, r.horizon,
+		k.wid - r.w, k.pused, k.wid, k.used, s.cfg.DemandTTL.Microseconds()}
+	return call{scriptLeaseWindow, keys, append(args, r.rule.args...)}, p
+}
+
+// scriptNow is the time argument of a script: empty for Redis's clock, or
+// the node's estimate of it under PassTime.
+func (s *Syncer) scriptNow(rnow int64) string {
+	if !s.cfg.PassTime {
+		return ""
+	}
+	return strconv.FormatInt(rnow, 10)
+}
+
+func boolFlag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// windowKeys names the meta hash and the three window slots of a key.
+func (s *Syncer) windowKeys(r *LeaseRule, digest string) []string {
+	base, _ := s.ks.keys(r.rule.name, digest)
+	base = base[:len(base)-1] // drop the "s" part
+	return []string{base + "m", base + "w0", base + "w1", base + "w2"}
+}
+
+func encodeDigest(d [digestBytes]byte) string { return base64.RawURLEncoding.EncodeToString(d[:]) }
+
+// apply takes a reply into k. recv is the node time it arrived.
+func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
+	r := p.rule
+	redisNow := v[0]
+	k.offset = redisNow - (p.sentAt+recv)/2
+	k.flags |= flagSynced
+	if r.buckets {
+		s.applyBucket(k, p, v)
+		return
+	}
+	// {now, wt, epoch, gcur, ucur, Rcur, gnext, Rprev, revoked, exhausted, live}
+	wt, ep, gcur, ucur, rcur, gnext, rprev := v[1], v[2], v[3], v[4], v[5], v[6], v[7]
+	revoked, exhausted, live := v[8] == 1, v[9] == 1, v[10]
+	r.setNodes(live)
+	k.epoch = ep
+	k.roll(r, wt) // Redis may be a window ahead of what this node saw
+	switch wt {
+	case k.wid: // Redis's current window is the node's
+		switch p.wid {
+		case wt:
+			// ucur is the node's use there as Redis holds it: at least what
+			// was sent, unless Redis lost it (restart, failover), in which
+			// case the rest is reported again.
+			k.acked = min(p.used, ucur)
+			k.packed = max(k.packed, min(p.pused, k.pused))
+		case wt - r.w:
+			k.packed = max(k.packed, min(p.used, k.pused))
+		}
+		k.granted, k.next = gcur, gnext
+		k.others = rcur - max(gcur, ucur)
+	case k.wid - r.w:
+		// The node's clock is ahead: Redis's current window is the node's
+		// previous one, and its next the node's current.
+		if p.wid == k.wid {
+			k.acked = max(k.acked, p.used)
+		}
+		k.packed = max(k.packed, min(ucur, k.pused))
+		k.granted = max(k.granted, gnext)
+		k.others = 0
+	}
+	if revoked {
+		k.granted, k.next = min(k.granted, k.used), 0
+	}
+	k.prevR = rprev
+	if exhausted {
+		k.flags |= flagExhausted
+	} else {
+		k.flags &^= flagExhausted
+	}
+}
+
+func (s *Syncer) applyBucket(k *Lease, p *pending, v []int64) {
+	r := p.rule
+	// {now, epoch, l, b, expiry, grant, pool tokens, pool rate, pool cap, revoked, live}
+	redisNow, ep, l, b, x, grant, pool := v[0], v[1], v[2], v[3], v[4], v[5], v[6]
+	revoked, live := v[9] == 1, v[10]
+	r.setNodes(live)
+	k.refill(r, redisNow)
+	if (k.epoch != 0 && ep != k.epoch) || revoked {
+		k.tokens, k.rem = 0, 0 // what we held is gone with Redis's state, or revoked
+	}
+	k.epoch = ep
+	k.debtSent += p.debt
+	k.rate, k.burst, k.expiry = l, b, x
+	k.tokens = min(k.tokens+grant, b)
+	if k.tokens >= b {
+		k.rem = 0
+	}
+	k.last = max(k.last, redisNow)
+	k.others = pool
+}

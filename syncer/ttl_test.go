@@ -1,0 +1,161 @@
+package syncer_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// grace is what every TTL adds to its state's life.
+const grace = time.Second
+
+// ttlCase is an algorithm, the cost charged, and how long its state lives
+// after that charge at now (µs since the epoch), from the algorithm's
+// definition: the TTL must cover it, and exceed it by at most the grace.
+type ttlCase struct {
+	p    local.Params
+	n    int64
+	life func(now int64) int64
+}
+
+var ttlCases = []ttlCase{
+	// fixed window: until the window ends
+	{local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: 10 * time.Second}, 2,
+		func(now int64) int64 { w := int64(10e6); return now - now%w + w - now }},
+	// counter: until the window after the current one ends
+	{local.Params{Algorithm: local.SlidingWindowCounter, Limit: 5, Window: 10 * time.Second}, 2,
+		func(now int64) int64 { w := int64(10e6); return now - now%w + 2*w - now }},
+	// log: a window after the newest entry
+	{local.Params{Algorithm: local.SlidingWindowLog, Limit: 5, Window: 10 * time.Second}, 2,
+		func(int64) int64 { return 10e6 }},
+	// buckets, fresh, 1 per second: TAT − now = n intervals
+	{local.Params{Algorithm: local.TokenBucket, Limit: 10, Window: 10 * time.Second, Burst: 5}, 2,
+		func(int64) int64 { return 2e6 }},
+	{local.Params{Algorithm: local.LeakyBucket, Limit: 10, Window: 10 * time.Second, Burst: 5}, 3,
+		func(int64) int64 { return 3e6 }},
+	{local.Params{Algorithm: local.GCRA, Limit: 10, Window: 10 * time.Second, Burst: 5}, 1,
+		func(int64) int64 { return 1e6 }},
+}
+
+func pttl(t *testing.T, c redis.UniversalClient, key string) time.Duration {
+	t.Helper()
+	d, err := c.PTTL(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// ruleKeys returns the Redis keys under prefix of the rule named name.
+func ruleKeys(t *testing.T, c redis.UniversalClient, prefix, name string) []string {
+	t.Helper()
+	all, err := redistest.Keys(context.Background(), c, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, k := range all {
+		if strings.Contains(k, ":{"+name+":") {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// TestTTL: every key a decision writes has a TTL that covers its state's
+// life and ends at most a grace second after it.
+func TestTTL(t *testing.T) {
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		prefix := redistest.Prefix(t)
+		cen := newCentral(t, c, syncer.Keyspace{Prefix: prefix})
+		for _, tc := range ttlCases {
+			name := tc.p.Algorithm.String()
+			t.Run(name, func(t *testing.T) {
+				r := mustRule(t, name, tc.p)
+				now := time.Now()
+				if d, err := cen.AllowNAt(ctx, now, r, "k", tc.n); err != nil || !d.Allowed {
+					t.Fatalf("%+v, %v", d, err)
+				}
+				life := time.Duration(tc.life(now.UnixMicro())) * time.Microsecond
+				keys := ruleKeys(t, c, prefix, name)
+				want := 1
+				if tc.p.Algorithm == local.SlidingWindowLog {
+					want = 2
+				}
+				if len(keys) != want {
+					t.Fatalf("keys %q, want %d", keys, want)
+				}
+				for _, k := range keys {
+					// PTTL counts down from the call: at most the life plus
+					// grace (and the rounding up to the ms), at least the
+					// life (the grace covers the time since the call).
+					got := pttl(t, c, k)
+					if got <= 0 || got > (life+grace).Round(time.Millisecond)+time.Millisecond || got < life.Truncate(time.Millisecond) {
+						t.Errorf("%s: PTTL %v; want in [%v, %v + %v]", k, got, life, life, grace)
+					}
+				}
+			})
+		}
+		// And nothing else under the prefix is without a TTL.
+		all, err := redistest.Keys(ctx, c, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != len(ttlCases)+1 {
+			t.Errorf("%d keys under the prefix, want %d: %q", len(all), len(ttlCases)+1, all)
+		}
+		for _, k := range all {
+			if d := pttl(t, c, k); d <= 0 {
+				t.Errorf("%s: PTTL %v", k, d)
+			}
+		}
+	})
+}
+
+// TestTTLNotExtended: neither a refused request nor a zero-cost query
+// writes: the keys' PTTL keeps counting down.
+func TestTTLNotExtended(t *testing.T) {
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		prefix := redistest.Prefix(t)
+		cen := newCentral(t, c, syncer.Keyspace{Prefix: prefix})
+		for _, tc := range ttlCases {
+			name := tc.p.Algorithm.String()
+			t.Run(name, func(t *testing.T) {
+				r := mustRule(t, name, tc.p)
+				now := time.Now()
+				if d, err := cen.AllowNAt(ctx, now, r, "k", r.Limit().MaxCost()); err != nil || !d.Allowed {
+					t.Fatalf("%+v, %v", d, err)
+				}
+				keys := ruleKeys(t, c, prefix, name)
+				before := map[string]time.Duration{}
+				for _, k := range keys {
+					before[k] = pttl(t, c, k)
+				}
+				const wait = 50 * time.Millisecond
+				time.Sleep(wait)
+				// At the same time as the charge: a write would set the
+				// TTL the charge set, back up by the wait.
+				if d, err := cen.AllowNAt(ctx, now, r, "k", 1); err != nil || d.Allowed {
+					t.Fatalf("%+v, %v; want a refusal", d, err)
+				}
+				if _, err := cen.AllowNAt(ctx, now, r, "k", 0); err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range keys {
+					if got := pttl(t, c, k); got > before[k]-wait+10*time.Millisecond {
+						t.Errorf("%s: PTTL %v, %v earlier: a refusal or a query extended it", k, got, before[k])
+					}
+				}
+			})
+		}
+	})
+}
