@@ -52,13 +52,13 @@ type Lease struct {
 }
 
 const (
-	flagQueued    = 1 << iota // handed to the syncer, not yet taken
-	flagActive                // in the syncer's set of keys to look after
-	flagInFlight              // a request is out
-	flagExhausted             // Redis said the window's budget is spent
-	flagSynced                // has had a reply: no cold-start allowance any more
-	flagUrgent                // wants a sync as soon as the minimum gap allows
-	flagExhaustedPrev         // ... and was in the previous window
+	flagQueued        = 1 << iota // handed to the syncer, not yet taken
+	flagActive                    // in the syncer's set of keys to look after
+	flagInFlight                  // a request is out
+	flagExhausted                 // Redis said the window's budget is spent
+	flagSynced                    // has had a reply: no cold-start allowance any more
+	flagUrgent                    // wants a sync as soon as the minimum gap allows
+	flagExhaustedPrev             // ... and was in the previous window
 )
 
 // Verdict is a hybrid decision before the limiter dresses it as a
