@@ -218,6 +218,53 @@ func (c *Central) AllowMultiAt(ctx context.Context, now time.Time, reqs []Reques
 	return c.allowMulti(ctx, micros(now), reqs, out)
 }
 
+// Charge is what a multi-rule decision charged in Redis, to be refunded if
+// the caller's own decision over other rules refuses (the hybrid limiter
+// decides central and hybrid rules as one).
+type Charge struct {
+	c      *Central
+	groups []*group
+}
+
+// AllowMultiCharge is AllowMulti that also returns what it charged when it
+// admitted: Refund gives it back. now is as AllowMultiAt's, or the zero Time
+// for Redis's clock.
+func (c *Central) AllowMultiCharge(ctx context.Context, now time.Time, reqs []Request, out []local.Decision) (*Charge, bool, error) {
+	t := ""
+	if !now.IsZero() {
+		t = micros(now)
+	}
+	ch := &Charge{c: c}
+	ok, err := c.allowMultiGroups(ctx, t, reqs, out, &ch.groups)
+	if !ok || err != nil {
+		return nil, ok, err
+	}
+	return ch, true, nil
+}
+
+// Refund gives back what the decision charged: each rule's cost is refunded
+// where it is still there, as a refused multi-rule decision does.
+func (ch *Charge) Refund(ctx context.Context) error {
+	if ch == nil || len(ch.groups) == 0 {
+		return nil
+	}
+	ctx, cancel := ch.c.bound(ctx)
+	defer cancel()
+	refunds := make([]call, 0, len(ch.groups))
+	for _, g := range ch.groups {
+		if g.n > 0 {
+			args := []any{g.at, g.n, g.z}
+			refunds = append(refunds, call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)})
+		}
+	}
+	err := watch(ctx, func(ctx context.Context) error {
+		_, err := runPipelined(ctx, ch.c.client, ch.c.client.Pipeline, refunds)
+		return err
+	})
+	ch.groups = nil
+	return wrap(ctx, "refund", err)
+}
+
 // group is the requests of a multi-rule decision that name one state: the
 // same rule and key, decided together with the sum of their costs.
 type group struct {
@@ -229,6 +276,13 @@ type group struct {
 }
 
 func (c *Central) allowMulti(ctx context.Context, now string, reqs []Request, out []local.Decision) (bool, error) {
+	return c.allowMultiGroups(ctx, now, reqs, out, nil)
+}
+
+// allowMultiGroups is allowMulti; charged, when not nil, receives the groups
+// charged by an admitted decision, with the time and reset count of each
+// charge, for a later refund.
+func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Request, out []local.Decision, charged *[]*group) (bool, error) {
 	if len(out) < len(reqs) {
 		panic("syncer: AllowMulti: out is shorter than reqs")
 	}
@@ -280,6 +334,13 @@ func (c *Central) allowMulti(ctx context.Context, now string, reqs []Request, ou
 	}
 	var err error
 	switch {
+	case charged != nil && ok:
+		// To be refundable, every group is charged by its own script, with
+		// the time and reset count a refund needs.
+		ok, err = c.reserveAll(ctx, now, groups, out)
+		if ok && err == nil {
+			*charged = groups
+		}
 	case !c.cluster || oneSlot:
 		ok, err = c.multiScript(ctx, now, groups, ok, out)
 	case !ok:
@@ -385,8 +446,8 @@ func (c *Central) reserveAll(ctx context.Context, now string, groups []*group, o
 			ok = false
 			continue
 		}
+		g.at, g.z = v[4], v[5]
 		if v[0] == 0 && g.n > 0 {
-			g.at, g.z = v[4], v[5]
 			charged = append(charged, g)
 		}
 		ok = ok && v[0] == 0

@@ -36,6 +36,9 @@ type Lease struct {
 	// remains: windows: committed by other nodes in the current window,
 	// and committed in the previous one; buckets: the pool's tokens.
 	others, prevR int64
+	// room is the current window's budget less what is committed in it,
+	// by the last reply in it; -1 when no reply came in this window yet.
+	room int64
 
 	offset   int64 // Redis time − node time, from this key's last reply
 	epoch    int64 // Redis's epoch of the key's state
@@ -103,6 +106,16 @@ func (k *Lease) Decide(r *LeaseRule, now, n int64) (v Verdict, signal bool) {
 // LastUse returns the node time of the key's last request.
 func (k *Lease) LastUse() int64 { return k.lastUse }
 
+// Check decides a request of cost n at node time now as Decide would,
+// without charging it or counting it as demand: for multi-rule decisions,
+// which charge only when every rule admits.
+func (k *Lease) Check(r *LeaseRule, now, n int64) Verdict {
+	saved := *k
+	v, _ := k.Decide(r, now, n)
+	*k = saved
+	return v
+}
+
 // roll moves the window state forward to the window w (Redis time): the
 // current window becomes the previous one, the next the current.
 func (k *Lease) roll(r *LeaseRule, w int64) {
@@ -110,8 +123,10 @@ func (k *Lease) roll(r *LeaseRule, w int64) {
 	case w <= k.wid:
 		return
 	case k.wid != 0 && w == k.wid+r.w:
+		k.prevR = k.others + max(k.used, k.granted)
 		k.pused, k.packed = k.used, k.acked
 		k.granted, k.used, k.acked, k.next = k.next, 0, 0, 0
+		k.others, k.room = 0, -1
 		k.flags &^= flagExhaustedPrev
 		if k.flags&flagExhausted != 0 {
 			k.flags |= flagExhaustedPrev
@@ -126,7 +141,7 @@ func (k *Lease) roll(r *LeaseRule, w int64) {
 			k.pused, k.packed = 0, 0
 			k.granted, k.used, k.acked, k.next = 0, 0, 0, 0
 		}
-		k.others, k.prevR = 0, 0
+		k.others, k.prevR, k.room = 0, 0, -1
 		k.flags &^= flagExhaustedPrev
 	}
 	k.wid = w
@@ -172,14 +187,17 @@ func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
 
 // roomFor reports whether, by what the last reply said, the window has room
 // for x more beyond what is committed: the allowance is for keys far from
-// their limit. For a window not synced yet, the previous one's total stands
-// in for it.
+// their limit. For a window with no reply yet: the fixed window starts with
+// all of its budget; the counter with the previous window at full weight.
 func (k *Lease) roomFor(r *LeaseRule, x int64) bool {
-	committed := k.others + max(k.used, k.granted)
-	if k.others == 0 && k.acked == 0 {
-		committed = max(committed, k.prevR)
+	switch {
+	case k.room >= 0:
+		return k.room-max(k.used-k.granted, 0) >= x
+	case r.counter:
+		return k.prevR+max(k.used, k.granted)+x <= r.limit
+	default:
+		return max(k.used, k.granted)+x <= r.limit
 	}
-	return committed+x <= r.limit
 }
 
 // remaining estimates what the whole cluster may still admit in the

@@ -514,7 +514,7 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 		p.debt = k.debt - k.debtSent
 		state, _ := s.ks.keys(r.rule.name, digest)
 		args := []any{s.scriptNow(rnow), s.node, k.seq, boolFlag(release), demand, k.tokens, p.debt,
-			s.cfg.LeaseTTL.Microseconds(), s.cfg.DemandTTL.Microseconds()}
+			s.cfg.LeaseTTL.Microseconds(), s.cfg.DemandTTL.Microseconds(), k.rate, k.burst, k.expiry}
 		return call{scriptLeaseBucket, []string{state}, append(args, r.rule.args...)}, p
 	}
 	rnow := now + k.offset
@@ -568,7 +568,7 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 		s.applyBucket(k, p, v)
 		return
 	}
-	// {now, wt, epoch, gcur, ucur, Rcur, gnext, Rprev, revoked, exhausted, live}
+	// {now, wt, epoch, gcur, ucur, Rcur, gnext, Rprev, revoked, exhausted, live, room}
 	wt, ep, gcur, ucur, rcur, gnext, rprev := v[1], v[2], v[3], v[4], v[5], v[6], v[7]
 	revoked, exhausted, live := v[8] == 1, v[9] == 1, v[10]
 	r.setNodes(live)
@@ -588,6 +588,7 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 		}
 		k.granted, k.next = gcur, gnext
 		k.others = rcur - max(gcur, ucur)
+		k.room = v[11]
 	case k.wid - r.w:
 		// The node's clock is ahead: Redis's current window is the node's
 		// previous one, and its next the node's current.

@@ -19,8 +19,10 @@
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] sequence number, [4]
 -- flags (1: release), [5] demand (requests per W), [6] the node's tokens
 -- now, [7] debt (tokens it admitted without a share, applied once per
--- sequence number), [8] lease TTL (us), [9] demand TTL (us), [10..] the
--- rule's parameters.
+-- sequence number), [8] lease TTL (us), [9] demand TTL (us), [10..12] the
+-- share the node holds (rate, burst, expiry): a node sends a request only
+-- once it applied the last reply, so this is what it may be using until
+-- the reply to this one, [13..] the rule's parameters.
 --
 -- Returns {now, epoch, l, b, expiry, tokens granted, pool tokens, pool rate,
 -- pool capacity, revoked, live nodes}.
@@ -28,7 +30,8 @@ local now = clock(ARGV[1])
 local node, seq, flags = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local demand, tokens, debt = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local lease_ttl, demand_ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
-local p = params(10)
+local held_l, held_b, held_x = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local p = params(13)
 local W, L, B = p.w, p.L, p.burst
 local m = KEYS[1]
 
@@ -129,10 +132,15 @@ local lt, bt = 0, 0
 if flags % 2 == 0 and demand > 0 and total > 0 then
   lt = math.max(math.floor(L * demand / total), 1)
   bt = math.max(math.floor(B * demand / total), 1)
+  -- Demand estimates are noisy: a share moves only when its target is off
+  -- by more than a sixteenth. Every shrink keeps the old share committed
+  -- until its expiry, idle for everyone; churn would waste capacity.
+  local hl, hb = num('l.' .. node), num('b.' .. node)
+  if math.abs(lt - hl) <= hl / 16 then lt = hl end
+  if math.abs(bt - hb) <= hb / 16 then bt = hb end
 end
 
 -- What the others hold bounds what the node may have.
-local ol, ob = num('l.' .. node), num('b.' .. node)
 local ocl, ocb = 0, 0
 for id, _ in pairs(nodes) do
   if id ~= node then
@@ -141,13 +149,13 @@ for id, _ in pairs(nodes) do
   end
 end
 local l, b = math.max(math.min(lt, L - ocl), 0), math.max(math.min(bt, B - ocb), 0)
-if l < ol or b < ob then -- shrinking: the old share stays committed until its expiry
-  local ox = num('x.' .. node)
-  if ox >= now then
-    f['ol.' .. node] = fmt(math.max(ol, num('ol.' .. node)))
-    f['ob.' .. node] = fmt(math.max(ob, num('ob.' .. node)))
-    f['ox.' .. node] = fmt(math.max(ox, num('ox.' .. node)))
-  end
+-- Shrinking: what the node holds stays committed until its expiry, as the
+-- node uses it until it hears of this reply. (It applied every earlier
+-- reply before sending this request: older commitments are over.)
+f['ol.' .. node], f['ob.' .. node], f['ox.' .. node] = nil, nil, nil
+held_l, held_b = math.min(held_l, L), math.min(held_b, B) -- a changed limit: no more than it now allows
+if (l < held_l or b < held_b) and held_x >= now then
+  f['ol.' .. node], f['ob.' .. node], f['ox.' .. node] = fmt(held_l), fmt(held_b), fmt(held_x)
 end
 local x = now
 if l > 0 or b > 0 then x = now + lease_ttl end

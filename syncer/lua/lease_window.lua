@@ -20,10 +20,12 @@
 -- it starts within it), [8..11] two reports (window, used), window 0 for
 -- none, [12] demand TTL (us), [13..] the rule's parameters.
 --
--- Returns {now, current window, epoch, granted to the node in it, its used
--- there as stored, R there, granted to the node in the next window, R of the
--- previous window, revoked (1 if the limit changed), exhausted (1 if the
--- node wanted more and nothing is left), live nodes}.
+-- Returns {now, current window, epoch, granted to the node in it (what it
+-- used beyond is debt, not grant), its used there as stored, R there,
+-- granted to the node in the next window, R of the previous window, revoked
+-- (1 if the limit changed), exhausted (1 if the node wanted more and nothing
+-- is left until the window ends), live nodes, room (the current budget
+-- less R)}.
 local now = clock(ARGV[1])
 local node, flags, demand = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local want_cur, want_next, horizon = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -180,7 +182,7 @@ end
 local function grant(k, target, avail, budget, reserve)
   local g, u, R = state(k)
   local have = math.max(g, u)
-  if avail <= 0 then return have, R, target > have end
+  if avail <= 0 then return g, R, target > have end
   local own = claim(demand, budget)
   local kept = 0
   if reserve then kept = unclaimed(k, budget) end
@@ -189,7 +191,8 @@ local function grant(k, target, avail, budget, reserve)
   -- not count on.
   local x = math.min(math.max(target, own) - have, avail, math.max(own - have, avail - kept, 0))
   x = math.max(x, 0)
-  if x > 0 then R = set(k, have + x, u, g, u, R) end
+  if x == 0 then return g, R, target > have and avail <= kept end
+  R = set(k, have + x, u, g, u, R)
   return have + x, R, target > have + x and avail - x <= kept
 end
 
@@ -208,14 +211,17 @@ local _, _, Rcur = state(kcur)
 local gcur, exhausted
 gcur, Rcur, exhausted = grant(kcur, want_cur, budget - Rcur, budget, now < wt + W - horizon)
 
+-- The next window is granted ahead, as the current one ends, so that it
+-- does not open with a gap: the fixed window only. The counter's next window
+-- opens with this one at full weight, where a grant ahead would only move
+-- budget from this window's end to the next one's start.
 local gnext = 0
-if want_next > 0 and now >= wt + W - horizon then
+if want_next > 0 and not counter and now >= wt + W - horizon then
   local nbudget = L
   if counter then nbudget = L - Rcur end
   gnext, Rnext = grant(knext, want_next, nbudget - Rnext, nbudget, true)
 else
-  local g, u = state(knext)
-  gnext = math.max(g, u)
+  gnext = state(knext)
 end
 
 -- Every key has a TTL: a window's slot lives until it stops being the
@@ -226,6 +232,9 @@ expire(knext, wt + 3 * W - now)
 expire(m, math.max(3 * W, demand_ttl))
 
 local _, ucur = state(kcur)
+-- Exhausted means until the window ends: true of the fixed window only. The
+-- counter's budget grows with every step of its window.
 local ex = 0
-if exhausted then ex = 1 end
-return {now, wt, ep, gcur, ucur, Rcur, gnext, Rprev, revoked, ex, live}
+if exhausted and not counter then ex = 1 end
+local room = budget - Rcur
+return {now, wt, ep, gcur, ucur, Rcur, gnext, Rprev, revoked, ex, live, room}

@@ -1,0 +1,190 @@
+package hybrid
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// meterName follows the OpenTelemetry convention: the instrumented package's
+// import path.
+const meterName = "github.com/hybridlimit/hybridlimit/hybrid"
+
+// counters are a rule's decisions by reason. They are striped: a decision
+// adds to one of stripes words picked at random, so cores deciding for the
+// same rule rarely share a cache line; a collection sums them.
+type counters struct {
+	stripes  [stripes]stripe
+	fallback atomic.Int64 // decisions made by the failure policy
+}
+
+const stripes = 8
+
+type stripe struct {
+	n [numReasons]atomic.Int64
+	_ [64 - (numReasons*8)%64]byte
+}
+
+// numReasons covers every local.Reason.
+const numReasons = int(local.ReasonUnavailable) + 1
+
+func (c *counters) count(r local.Reason) {
+	if int(r) < numReasons {
+		c.stripes[rand.Uint32()%stripes].n[r].Add(1)
+	}
+}
+
+func (c *counters) sum(r local.Reason) int64 {
+	var t int64
+	for i := range c.stripes {
+		t += c.stripes[i].n[r].Load()
+	}
+	return t
+}
+
+// metrics are the Limiter's OpenTelemetry instruments. Per-decision figures
+// are read from the counters when the SDK collects, never per decision; no
+// attribute carries a user key or address (cardinality and privacy): only
+// rule names, modes and results.
+type metrics struct {
+	reg          metric.Registration
+	rounds       metric.Int64Counter
+	roundKeys    metric.Int64Counter
+	roundErrors  metric.Int64Counter
+	roundSeconds metric.Float64Histogram
+}
+
+func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(meterName)
+	m := &metrics{}
+	var err error
+	decisions, err := meter.Int64ObservableCounter("hybridlimit.decisions",
+		metric.WithDescription("Decisions, by rule, mode and result."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return nil, err
+	}
+	fallbacks, err := meter.Int64ObservableCounter("hybridlimit.fallback.decisions",
+		metric.WithDescription("Decisions made by a failure policy while Redis could not decide."), metric.WithUnit("{decision}"))
+	if err != nil {
+		return nil, err
+	}
+	keys, err := meter.Int64ObservableGauge("hybridlimit.keys",
+		metric.WithDescription("Keys held in memory, by rule."), metric.WithUnit("{key}"))
+	if err != nil {
+		return nil, err
+	}
+	evictions, err := meter.Int64ObservableCounter("hybridlimit.evictions",
+		metric.WithDescription("Keys forgotten once back in their initial state, by rule."), metric.WithUnit("{key}"))
+	if err != nil {
+		return nil, err
+	}
+	overflows, err := meter.Int64ObservableCounter("hybridlimit.overflows",
+		metric.WithDescription("Requests for new keys refused because the key table was full, by rule."), metric.WithUnit("{request}"))
+	if err != nil {
+		return nil, err
+	}
+	available, err := meter.Int64ObservableGauge("hybridlimit.redis.available",
+		metric.WithDescription("1 while Redis answers, 0 while failure policies apply."), metric.WithUnit("1"))
+	if err != nil {
+		return nil, err
+	}
+	if m.rounds, err = meter.Int64Counter("hybridlimit.sync.rounds",
+		metric.WithDescription("Sync rounds of the hybrid mode."), metric.WithUnit("{round}")); err != nil {
+		return nil, err
+	}
+	if m.roundKeys, err = meter.Int64Counter("hybridlimit.sync.keys",
+		metric.WithDescription("Keys exchanged with Redis by sync rounds."), metric.WithUnit("{key}")); err != nil {
+		return nil, err
+	}
+	if m.roundErrors, err = meter.Int64Counter("hybridlimit.sync.errors",
+		metric.WithDescription("Keys whose exchange with Redis failed."), metric.WithUnit("{key}")); err != nil {
+		return nil, err
+	}
+	if m.roundSeconds, err = meter.Float64Histogram("hybridlimit.sync.duration",
+		metric.WithDescription("Duration of sync rounds."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		up := int64(1)
+		if l.unavailable.Load() != 0 {
+			up = 0
+		}
+		o.ObserveInt64(available, up)
+		l.mu.Lock()
+		rules := make([]*ruleState, 0, len(l.rules))
+		for _, rs := range l.rules {
+			rules = append(rules, rs)
+		}
+		l.mu.Unlock()
+		for _, rs := range rules {
+			ra := attribute.String("rule", rs.name)
+			ma := attribute.String("mode", rs.mode.String())
+			for r := local.Reason(0); int(r) < numReasons; r++ {
+				if v := rs.counts.sum(r); v > 0 {
+					o.ObserveInt64(decisions, v, metric.WithAttributes(ra, ma, attribute.String("result", resultOf(r))))
+				}
+			}
+			o.ObserveInt64(fallbacks, rs.counts.fallback.Load(), metric.WithAttributes(ra))
+			st := rs.stats()
+			o.ObserveInt64(keys, int64(st.Keys), metric.WithAttributes(ra, ma))
+			o.ObserveInt64(evictions, int64(st.Evictions), metric.WithAttributes(ra, ma))
+			o.ObserveInt64(overflows, int64(st.Overflows), metric.WithAttributes(ra, ma))
+		}
+		return nil
+	}, decisions, fallbacks, keys, evictions, overflows, available)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// resultOf names a decision's result for the metric's attribute: "admitted"
+// or the reason it was refused.
+func resultOf(r local.Reason) string {
+	if r == local.ReasonOK {
+		return "admitted"
+	}
+	return r.String()
+}
+
+func (rs *ruleState) stats() local.StoreStats {
+	var st local.StoreStats
+	if rs.store != nil {
+		st = rs.store.Stats()
+	}
+	if rs.local != nil {
+		ls := rs.local.Stats()
+		st.Keys += ls.Keys
+		st.Evictions += ls.Evictions
+		st.Overflows += ls.Overflows
+	}
+	return st
+}
+
+func (m *metrics) round(st syncer.RoundStats) {
+	ctx := context.Background()
+	m.rounds.Add(ctx, 1)
+	m.roundKeys.Add(ctx, int64(st.Synced))
+	if st.Failed > 0 {
+		m.roundErrors.Add(ctx, int64(st.Failed))
+	}
+	m.roundSeconds.Record(ctx, st.Took.Seconds())
+}
+
+func (m *metrics) modeChanged() {}
+
+func (m *metrics) close() {
+	if m.reg != nil {
+		m.reg.Unregister()
+	}
+}

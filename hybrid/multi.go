@@ -1,0 +1,263 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// ErrMixedModes is returned by AllowMulti for requests that mix rules in
+// Local mode with rules in Central or Hybrid mode: a local rule cannot be
+// charged and refunded together with a distributed one. Decide them apart.
+var ErrMixedModes = errors.New("hybrid: AllowMulti: local rules cannot be combined with central or hybrid ones")
+
+// Request is one rule of a multi-rule decision.
+type Request struct {
+	Rule *Rule
+	Key  string
+	N    int64
+}
+
+// AllowMulti decides several requests as one: all are admitted and charged,
+// or none is charged. It writes one Decision per request into out (at least
+// as long as reqs) and reports whether all were admitted; the Decisions
+// follow local.AllowMultiAt's conventions (when refused, Allowed is false
+// everywhere and ReasonOK marks a rule that had room).
+//
+// Among hybrid rules the decision is exact: the keys' entries are locked in
+// one global order, checked, and charged together. Among central rules it is
+// syncer.Central.AllowMulti's. Hybrid and central rules together: the hybrid
+// rules are checked, then the central ones decided in Redis, then the hybrid
+// ones charged; if they refuse by then (another request took what was left),
+// the central charge is refunded. A concurrent request may be refused on
+// account of a charge about to be refunded; none is admitted past a limit.
+// Local rules combine only with local rules (ErrMixedModes).
+func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.Decision) (bool, error) {
+	if len(out) < len(reqs) {
+		panic("hybrid: AllowMulti: out is shorter than reqs")
+	}
+	if len(reqs) == 0 {
+		return true, nil
+	}
+	var nLocal, nCentral, nHybrid int
+	states := make([]*ruleState, len(reqs))
+	for i, q := range reqs {
+		rs, err := l.state(q.Rule)
+		if err != nil {
+			return false, err
+		}
+		states[i] = rs
+		switch rs.mode {
+		case Local:
+			nLocal++
+		case Central:
+			nCentral++
+		default:
+			nHybrid++
+		}
+	}
+	now := l.nowMicro()
+	switch {
+	case nLocal == len(reqs):
+		lr := make([]local.Request, len(reqs))
+		for i, q := range reqs {
+			lr[i] = local.Request{Limiter: states[i].local, Key: q.Key, N: q.N}
+		}
+		return local.AllowMultiAt(time.UnixMicro(now), lr, out), nil
+	case nLocal > 0:
+		return false, ErrMixedModes
+	case nHybrid == len(reqs):
+		return l.hybridMulti(now, reqs, states, out, true), nil
+	}
+	// Central rules, alone or with hybrid ones.
+	var cr []syncer.Request
+	var ci []int // their indexes in reqs
+	for i, q := range reqs {
+		if states[i].mode == Central {
+			cr = append(cr, syncer.Request{Rule: states[i].redis.Load(), Key: q.Key, N: q.N})
+			ci = append(ci, i)
+		}
+	}
+	cout := make([]local.Decision, len(cr))
+	if nHybrid > 0 && !l.hybridMulti(now, reqs, states, out, false) {
+		// The hybrid rules refuse: report the central ones as they stand.
+		for j := range cr {
+			cr[j].N = 0
+		}
+		l.centralMulti(ctx, now, cr, cout, false)
+		for j, i := range ci {
+			out[i] = cout[j]
+			out[i].Allowed = false
+		}
+		return false, nil
+	}
+	charge, ok, err := l.centralMulti(ctx, now, cr, cout, nHybrid > 0)
+	for j, i := range ci {
+		out[i] = cout[j]
+	}
+	if err != nil {
+		// Redis could not decide: each central rule's failure policy
+		// decides it, and the whole is admitted only if they all admit.
+		ok = true
+		for _, i := range ci {
+			d, _ := states[i].failed(ctx, now, reqs[i].Key, reqs[i].N, err)
+			out[i] = d
+			ok = ok && d.Allowed
+		}
+	}
+	if ok && nHybrid > 0 && !l.hybridMulti(now, reqs, states, out, true) {
+		// Taken in between: give the central charge back.
+		if charge != nil {
+			if rerr := charge.Refund(ctx); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+		ok = false
+	}
+	if !ok {
+		for i := range reqs {
+			out[i].Allowed = false
+		}
+	}
+	if err != nil {
+		return ok, fmt.Errorf("hybrid: AllowMulti: %w", err)
+	}
+	return ok, nil
+}
+
+func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Request, out []local.Decision, refundable bool) (*syncer.Charge, bool, error) {
+	var at time.Time
+	if l.cfg.VirtualTime {
+		at = time.UnixMicro(now)
+	}
+	if refundable {
+		return l.central.AllowMultiCharge(ctx, at, cr, out)
+	}
+	if !at.IsZero() {
+		ok, err := l.central.AllowMultiAt(ctx, at, cr, out)
+		return nil, ok, err
+	}
+	ok, err := l.central.AllowMulti(ctx, cr, out)
+	return nil, ok, err
+}
+
+// hybridMulti decides the hybrid requests among reqs as one, writing their
+// Decisions into out; it charges them only if commit is true and all admit.
+// It locks the keys' entries in address order, so concurrent calls cannot
+// deadlock, and decides requests on one entry together, with the sum of
+// their costs.
+func (l *Limiter) hybridMulti(now int64, reqs []Request, states []*ruleState, out []local.Decision, commit bool) bool {
+	type item struct {
+		e  *local.Entry[syncer.Lease]
+		rs *ruleState
+		i  int
+	}
+	var buf [8]item
+	items := buf[:0]
+retry:
+	items = items[:0]
+	ok := true
+	for i, q := range reqs {
+		rs := states[i]
+		if rs.mode != Hybrid {
+			continue
+		}
+		lr := rs.lease.Load()
+		if q.N < 0 || q.N > lr.MaxCost() {
+			v, limit := rs.allowHybrid(now, q.Key, q.N) // refuses without charging
+			out[i] = dress(v, limit)
+			ok = false
+			continue
+		}
+		e := rs.store.Get(q.Key, now)
+		if e == nil {
+			out[i] = local.Decision{Reason: local.ReasonOverflow, Limit: lr.MaxCost()}
+			ok = false
+			continue
+		}
+		items = append(items, item{e, rs, i})
+	}
+	// Lock order: entry address. Insertion sort: the lists are short.
+	for a := 1; a < len(items); a++ {
+		for b := a; b > 0 && addr(items[b].e) < addr(items[b-1].e); b-- {
+			items[b], items[b-1] = items[b-1], items[b]
+		}
+	}
+	for a, it := range items {
+		if a == 0 || it.e != items[a-1].e {
+			it.e.Lock()
+		}
+	}
+	unlock := func() {
+		for a, it := range items {
+			if a == 0 || it.e != items[a-1].e {
+				it.e.Unlock()
+			}
+		}
+	}
+	for _, it := range items {
+		if it.e.Evicted() {
+			unlock()
+			goto retry
+		}
+	}
+	// Check each entry once, for the sum of its requests' costs.
+	for a := 0; a < len(items); {
+		b := a + 1
+		var total int64 = reqs[items[a].i].N
+		for b < len(items) && items[b].e == items[a].e {
+			total += reqs[items[b].i].N
+			b++
+		}
+		k, lr := &items[a].e.Value, items[a].rs.lease.Load()
+		if k.Digest == ([16]byte{}) {
+			k.Digest = l.sync.Keyspace().DigestBytes(reqs[items[a].i].Key)
+		}
+		v := k.Check(lr, now, min(total, lr.MaxCost()+1))
+		if total > lr.MaxCost() {
+			v = syncer.Verdict{Reason: local.ReasonCostTooHigh}
+		}
+		for _, it := range items[a:b] {
+			out[it.i] = dress(v, lr.MaxCost())
+		}
+		ok = ok && v.Reason == local.ReasonOK
+		a = b
+	}
+	if ok && commit {
+		for a := 0; a < len(items); {
+			b := a + 1
+			var total int64 = reqs[items[a].i].N
+			for b < len(items) && items[b].e == items[a].e {
+				total += reqs[items[b].i].N
+				b++
+			}
+			lr := items[a].rs.lease.Load()
+			v, signal := items[a].e.Value.Decide(lr, now, total)
+			if signal {
+				l.sync.Notify(lr, items[a].e)
+			}
+			for _, it := range items[a:b] {
+				out[it.i] = dress(v, lr.MaxCost())
+				it.rs.counts.count(v.Reason)
+			}
+			a = b
+		}
+	}
+	unlock()
+	return ok
+}
+
+func dress(v syncer.Verdict, limit int64) local.Decision {
+	return local.Decision{
+		Allowed: v.Reason == local.ReasonOK, Reason: v.Reason, Limit: limit,
+		Remaining: v.Remaining, ResetAfter: micros(v.Reset), RetryAfter: micros(v.Retry),
+	}
+}
+
+// addr orders entries for locking; Go's heap objects do not move.
+func addr(e *local.Entry[syncer.Lease]) uintptr { return uintptr(unsafe.Pointer(e)) }

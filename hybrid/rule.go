@@ -1,0 +1,114 @@
+package hybrid
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// Mode is where a rule's decisions are made.
+type Mode uint8
+
+const (
+	// ModeDefault takes the Limiter's default: Hybrid with Redis, Local
+	// without.
+	ModeDefault Mode = iota
+	// Local decides on this node alone: no network, each node its own
+	// limit (a cluster of N admits up to N × the limit).
+	Local
+	// Central decides every request with one atomic script in Redis: exact
+	// across the cluster, a round trip per decision.
+	Central
+	// Hybrid decides locally against leases of the global budget that a
+	// background syncer exchanges with Redis: nanoseconds per decision, the
+	// limit held across the cluster (see docs/accuracy.md for the bounds).
+	Hybrid
+)
+
+var modeNames = [...]string{"default", "local", "central", "hybrid"}
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Policy is what a rule does when Redis cannot decide: unreachable, too
+// slow, or not answering for the key. In hybrid mode it applies to keys
+// whose lease ran out and could not be renewed; a lease held is used to its
+// end.
+type Policy uint8
+
+const (
+	// PolicyDefault takes the Limiter's default (FailLocal).
+	PolicyDefault Policy = iota
+	// FailOpen admits: availability over the limit.
+	FailOpen
+	// FailClosed rejects (ReasonUnavailable): the limit over availability;
+	// for security-critical limits such as logins.
+	FailClosed
+	// FailLocal decides on this node with the limit divided by the number of
+	// nodes last seen: the cluster keeps about the limit while Redis is down,
+	// if traffic is spread evenly over the nodes.
+	FailLocal
+)
+
+var policyNames = [...]string{"default", "fail_open", "fail_closed", "fail_local"}
+
+// String returns the policy's name.
+func (p Policy) String() string {
+	if int(p) < len(policyNames) {
+		return policyNames[p]
+	}
+	return fmt.Sprintf("Policy(%d)", uint8(p))
+}
+
+// Rule is a named limit and how to run it. Register it with
+// Limiter.Register, which validates it and returns the *Rule that
+// decisions take; the fields of a registered Rule must not change (use
+// Limiter.SetLimit).
+type Rule struct {
+	// Name identifies the rule: in Redis key names, metrics and logs. 1 to
+	// 128 bytes of letters, digits and -_.:/. Required.
+	Name string
+	// Limit is the algorithm and its parameters. Required.
+	Limit local.Limit
+	// Mode is where decisions are made. Default: the Limiter's.
+	Mode Mode
+	// Policy is what happens when Redis cannot decide. Default: the
+	// Limiter's.
+	Policy Policy
+	// KeyTTL keeps a key's state at least this long after its last request,
+	// even once it is back to its initial state (which is when keys are
+	// otherwise forgotten). Default 0. It never shortens a state's life.
+	KeyTTL time.Duration
+
+	state *ruleState // set by Register on the Rule it returns, before returning it
+}
+
+// ruleState is a registered rule's runtime: what it runs with, by mode.
+type ruleState struct {
+	l      *Limiter
+	name   string
+	mode   Mode // as run: Local, Central or Hybrid
+	policy Policy
+	keyTTL int64 // µs
+
+	limit atomic.Pointer[local.Limit]
+	// Local mode.
+	local *local.Limiter
+	// Central mode, and fallbacks.
+	redis atomic.Pointer[syncer.Rule]
+	// Hybrid mode.
+	lease atomic.Pointer[syncer.LeaseRule]
+	store *local.Store[syncer.Lease]
+	// FailLocal: each node's part of the limit while Redis is down.
+	fallback *local.Limiter
+
+	counts *counters
+}
