@@ -153,10 +153,10 @@ func (c *Central) decide(ctx context.Context, now string, r *Rule, key string, n
 	}
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
-	state, log := c.ks.Keys(r, key)
 	var res []int64
+	keys, args := singleCall(&c.ks, now, r, key, n)
 	err := watch(ctx, func(ctx context.Context) (err error) {
-		res, err = scriptFor(r).Run(ctx, c.client, []string{state, log}, ruleArgs(now, n, r)...).Int64Slice()
+		res, err = scriptFor(r).Run(ctx, c.client, keys, args...).Int64Slice()
 		return err
 	})
 	if err != nil {
@@ -166,6 +166,17 @@ func (c *Central) decide(ctx context.Context, now string, r *Rule, key string, n
 		return local.Decision{}, 0, fmt.Errorf("%w: script answered %d values", ErrRedis, len(res))
 	}
 	return decision(r, res), res[4], nil
+}
+
+// singleCall is the keys and arguments of r's single-rule script.
+func singleCall(ks *Keyspace, now string, r *Rule, key string, n int64) ([]string, []any) {
+	keys := ks.triple(r, key)
+	if r.bucket {
+		args := make([]any, 0, 2+len(r.bargs))
+		args = append(args, now, n)
+		return keys, append(args, r.bargs...)
+	}
+	return keys, ruleArgs(now, n, r)
 }
 
 func ruleArgs(now string, n int64, r *Rule) []any {
@@ -269,6 +280,7 @@ func (ch *Charge) Refund(ctx context.Context) error {
 // same rule and key, decided together with the sum of their costs.
 type group struct {
 	rule       *Rule
+	key        string // a user key of the group (all name one state)
 	state, log string
 	n          int64
 	reqs       []int
@@ -302,7 +314,7 @@ func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Reque
 		state, log := c.ks.Keys(q.Rule, q.Key)
 		g := byState[state]
 		if g == nil {
-			g = &group{rule: q.Rule, state: state, log: log}
+			g = &group{rule: q.Rule, key: q.Key, state: state, log: log}
 			byState[state] = g
 			groups = append(groups, g)
 		}
@@ -369,11 +381,11 @@ func (g *group) fill(d local.Decision, out []local.Decision) {
 // share a script. With ok false (a cost was refused before asking), the
 // groups' costs are 0 and it only reads their state.
 func (c *Central) multiScript(ctx context.Context, now string, groups []*group, ok bool, out []local.Decision) (bool, error) {
-	keys := make([]string, 0, 2*len(groups))
+	keys := make([]string, 0, 3*len(groups))
 	args := make([]any, 0, 1+len(groups)*(2+len(groups[0].rule.args)))
 	args = append(args, now)
 	for _, g := range groups {
-		keys = append(keys, g.state, g.log)
+		keys = append(keys, c.ks.triple(g.rule, g.key)...)
 		args = append(args, g.n)
 		args = append(args, g.rule.args...)
 	}
@@ -399,7 +411,8 @@ func (c *Central) multiScript(ctx context.Context, now string, groups []*group, 
 func (c *Central) eachScript(ctx context.Context, now string, groups []*group, out []local.Decision) ([][]int64, error) {
 	calls := make([]call, len(groups))
 	for i, g := range groups {
-		calls[i] = call{scriptFor(g.rule), []string{g.state, g.log}, ruleArgs(now, g.n, g.rule)}
+		calls[i] = call{script: scriptFor(g.rule)}
+		calls[i].keys, calls[i].args = singleCall(&c.ks, now, g.rule, g.key, g.n)
 	}
 	vals := make([][]int64, len(groups))
 	var perr error

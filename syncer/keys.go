@@ -81,10 +81,29 @@ func (ks *Keyspace) DigestBytes(key string) [digestBytes]byte {
 	return [digestBytes]byte(sum[:digestBytes])
 }
 
-// Keys returns the names of the state hash and of the log list (used by the
-// sliding window log only) of rule and key.
+// Keys returns the names of rule and key's state and of its log list (used
+// by the sliding window log only). The window algorithms keep their state in
+// a hash (part "s"), the bucket algorithms in a string (part "b"): a rule
+// that changes family starts afresh, and never meets a key of the other
+// type.
 func (ks *Keyspace) Keys(rule *Rule, key string) (state, log string) {
-	return ks.keys(rule.name, ks.Digest(key))
+	state, log = ks.keys(rule.name, ks.Digest(key))
+	if rule.bucket {
+		state = state[:len(state)-1] + "b"
+	}
+	return state, log
+}
+
+// triple returns the names a script of r takes: r's own state, the log,
+// and the other family's state, which a script deletes when it finds its
+// own state new.
+func (ks *Keyspace) triple(r *Rule, key string) []string {
+	s, l := ks.keys(r.name, ks.Digest(key))
+	b := s[:len(s)-1] + "b"
+	if r.bucket {
+		return []string{b, l, s}
+	}
+	return []string{s, l, b}
 }
 
 func (ks *Keyspace) keys(rule, digest string) (state, log string) {
@@ -101,10 +120,12 @@ func (ks *Keyspace) keys(rule, digest string) (state, log string) {
 // name, so two rules of one user key never share state. Build one with
 // NewRule. A Rule is immutable and safe for concurrent use.
 type Rule struct {
-	name  string
-	limit local.Limit
-	fp    string // the parameters joined by ':', stored with the state
-	args  []any  // fp and the parameters, as the scripts take them
+	name   string
+	limit  local.Limit
+	fp     string // the parameters joined by ':', stored with the state
+	args   []any  // fp and the parameters, as the scripts take them
+	bucket bool   // a bucket algorithm: state in a string, a script of its own
+	bargs  []any  // fp, burst, rl, el, tau: the bucket script's arguments
 }
 
 // MaxRuleName is the longest rule name accepted, in bytes.
@@ -132,6 +153,10 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 	r.args = append(r.args, r.fp)
 	for _, s := range parts {
 		r.args = append(r.args, s)
+	}
+	if a := lim.Algorithm(); a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
+		r.bucket = true
+		r.bargs = []any{r.fp, parts[3], parts[6], parts[7], parts[8]}
 	}
 	return r, nil
 }

@@ -24,27 +24,49 @@ func luaSource(names ...string) string {
 	return b.String()
 }
 
-// single is the body of a one-rule script: ARGV[1] = now (empty for Redis's
+// single is the body of a one-rule script: KEYS = its state, its log, the
+// other family's state (see Keyspace.Keys); ARGV[1] = now (empty for Redis's
 // clock), ARGV[2] = cost, ARGV[3..] = the rule's parameters.
-const single = "return %s(KEYS[1], KEYS[2], params(3), clock(ARGV[1]), tonumber(ARGV[2]), true)\n"
+const single = "return %s(KEYS[1], KEYS[2], params(3), clock(ARGV[1]), tonumber(ARGV[2]), true, KEYS[3])\n"
 
 func singleScript(file, fn string) *redis.Script {
-	return redis.NewScript(luaSource("prelude", file) + strings.Replace(single, "%s", fn, 1))
+	return redis.NewScript(luaSource("prelude", "params", file) + strings.Replace(single, "%s", fn, 1))
 }
 
+// The bucket algorithms' decision, as a flat chunk (the single-rule script
+// runs it as is) and wrapped in a function (for the multi-rule and refund
+// scripts): one text, two forms.
+var (
+	bucketBody = luaSource("bucket_body")
+	bucketFunc = "local function decide_bucket(k, now, n, fp, burst, rl, el, tau, commit, sk, lk)\n" + bucketBody + "end\n"
+)
+
 // The scripts, run by SHA. Each algorithm has its own, holding only its own
-// code, which keeps the per-call cost of running a script low.
+// code. The buckets' is the leanest, a flat chunk: no function, no helper,
+// no table of parameters; the numbers it needs as arguments (ARGV: now,
+// cost, fingerprint, burst, rl, el, tau; KEYS: its state, then the window
+// family's two), one GET and one SET.
 var (
 	scriptFixed   = singleScript("fixed", "decide_fixed")
 	scriptLog     = singleScript("log", "decide_log")
 	scriptCounter = singleScript("counter", "decide_counter")
-	scriptBucket  = singleScript("bucket", "decide_bucket")
-	scriptMulti   = redis.NewScript(luaSource("prelude", "fixed", "log", "counter", "bucket", "multi"))
-	scriptRefund  = redis.NewScript(luaSource("prelude", "fixed", "log", "counter", "bucket", "refund"))
+	scriptBucket  = redis.NewScript(`local k, now = KEYS[1], ARGV[1]
+if now == '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+else
+  now = tonumber(now)
+end
+local n, fp = tonumber(ARGV[2]), ARGV[3]
+local burst, rl, el, tau = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local commit, sk, lk = true, KEYS[2], KEYS[3]
+` + bucketBody)
+	scriptMulti  = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter") + bucketFunc + luaSource("multi"))
+	scriptRefund = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter") + bucketFunc + luaSource("refund"))
 
 	// The hybrid mode's lease exchanges.
-	scriptLeaseWindow = redis.NewScript(luaSource("prelude", "lease_window"))
-	scriptLeaseBucket = redis.NewScript(luaSource("prelude", "lease_bucket"))
+	scriptLeaseWindow = redis.NewScript(luaSource("prelude", "params", "lease_window"))
+	scriptLeaseBucket = redis.NewScript(luaSource("prelude", "params", "lease_bucket"))
 )
 
 // scripts lists every script, for loading them ahead (Preload).

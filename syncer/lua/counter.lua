@@ -6,8 +6,9 @@ local function counter_reset(start, cur, prev, now, w)
   return 0
 end
 
-local function decide_counter(k, _, p, now, n, commit)
+local function decide_counter(k, _, p, now, n, commit, bk)
   local st = redis.call('HMGET', k, 'a', 'b', 'c', 'fp')
+  if not st[4] and bk then redis.call('DEL', bk) end -- a new state: the bucket family's, if any, is over
   local start, cur, prev = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
   if st[4] and st[4] ~= p.fp then -- the limit changed: keep the counts
     local o = parse_fp(st[4])

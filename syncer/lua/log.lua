@@ -6,8 +6,9 @@ local function log_pair(e)
   return tonumber(string.sub(e, 1, sp - 1)), tonumber(string.sub(e, sp + 1))
 end
 
-local function decide_log(k, lk, p, now, n, commit)
+local function decide_log(k, lk, p, now, n, commit, bk)
   local st = redis.call('HMGET', k, 'a', 's', 'fp')
+  if not st[3] and bk then redis.call('DEL', bk) end -- a new state: the bucket family's, if any, is over
   local newest, sum = tonumber(st[1]) or 0, tonumber(st[2]) or 0
   if st[3] and st[3] ~= p.fp then
     local o = parse_fp(st[3])

@@ -11,10 +11,14 @@
 -- state without this request.
 local at, n, z, p = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), params(4)
 local k, lk = KEYS[1], KEYS[2]
-local decide = {decide_fixed, decide_log, decide_counter, decide_bucket, decide_bucket, decide_bucket}
+local function bucket(k, lk, p, now, n, commit)
+  return decide_bucket(k, now, n, p.fp, p.burst, p.rl, p.el, p.tau, commit)
+end
+local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket}
 
 local function refund()
-  if n <= 0 or redis.call('HGET', k, 'fp') ~= p.fp then return end
+  if n <= 0 then return end
+  if p.alg < 4 and redis.call('HGET', k, 'fp') ~= p.fp then return end
   if p.alg == 1 or p.alg == 3 then -- fixed window, counter: the window it counted in
     local st = redis.call('HMGET', k, 'a', 'b', 'c')
     local start, cur, prev = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
@@ -44,15 +48,17 @@ local function refund()
       end
     end
   else -- buckets: move the TAT back by n emission intervals
-    local st = redis.call('HMGET', k, 'a', 'b', 'z')
-    if (tonumber(st[3]) or 0) ~= z then return end
-    local tat, frac = tonumber(st[1]) or 0, tonumber(st[2]) or 0
-    local f = frac - n * p.el
-    if f < 0 then
-      local borrow = cdiv(-f, p.rl)
-      tat, f = tat - borrow, f + borrow * p.rl
+    local v = redis.call('GET', k)
+    if not v then return end
+    local a, b, c, f = string.match(v, '^(%d+),(%d+),(%d+),(.*)$')
+    if f ~= p.fp or tonumber(c) ~= z then return end
+    local tat, frac = tonumber(a), tonumber(b)
+    local g = frac - n * p.el
+    if g < 0 then
+      local borrow = cdiv(-g, p.rl)
+      tat, g = tat - borrow, g + borrow * p.rl
     end
-    redis.call('HSET', k, 'a', fmt(tat), 'b', fmt(f))
+    redis.call('SET', k, string.format('%d,%d,%d,%s', tat, g, z, p.fp), 'KEEPTTL')
   end
 end
 

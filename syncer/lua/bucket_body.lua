@@ -1,0 +1,65 @@
+-- Token bucket, leaky bucket (meter) and GCRA: one formulation, the body of
+-- decide_bucket. It is run as is, a flat chunk, by the single-rule script
+-- (the hot one: no function, no helper, no table is created per call), and
+-- wrapped in a function for the multi-rule and refund scripts. In scope:
+-- k (its state), now, n (cost), fp, burst, rl, el, tau (the rule's
+-- numbers), commit, and sk, lk (the window family's keys, or nil).
+--
+-- State: the string k = "tat,frac,z,fp": the TAT in whole us, its fraction
+-- in units of 1/rl us, z = how many admissions found the bucket full (its
+-- TAT in the past: a refund checks it did not change, or it would hand back
+-- tokens the refill had already made up), and the rule's fingerprint. One
+-- GET, one SET with its TTL.
+--
+-- Arithmetic: every value is an integer in [0, 2^52] and every divisor at
+-- least 1, so math.floor(a / b) is the exact quotient (IEEE division rounds
+-- correctly, and a + b <= 2^53 keeps the rounded quotient below the next
+-- integer). Numbers are written with string.format('%d'): concatenation
+-- would keep 14 digits.
+local tat, frac, z = 0, 0, 0
+local state = redis.call('GET', k)
+if not state then
+  if sk then redis.call('DEL', sk, lk) end -- a new state: the window family's, if any, is over
+else
+  local a, b, c, f = string.match(state, '^(%d+),(%d+),(%d+),(.*)$')
+  tat, frac, z = tonumber(a), tonumber(b), tonumber(c)
+  if f ~= fp then
+    -- The limit changed: keep the tokens, clamped to the new burst. The old
+    -- fingerprint is alg:L:w:burst:step:ws:rl:el:tau.
+    local o = {}
+    for x in string.gmatch(f, '[^:]+') do o[#o + 1] = tonumber(x) end
+    if tat < now or (tat == now and frac == 0) then
+      tat, frac = 0, 0 -- nothing pending: as a new key
+    else
+      local tokens = 0
+      if tat - now <= math.floor((o[9] + o[7] - 1) / o[7]) then
+        tokens = math.floor(math.max(o[9] - ((tat - now) * o[7] + frac), 0) / o[8])
+      end
+      local g = (burst - math.min(tokens, burst)) * el
+      local q = math.floor(g / rl)
+      tat, frac = now + q, g - q * rl
+    end
+    redis.call('SET', k, string.format('%d,%d,%d,%s', tat, frac, z, fp), 'PX', math.floor((math.max(tat - now, 0) + 999) / 1000) + 1000)
+  end
+end
+local full = tat < now
+if full then
+  tat, frac = now, 0
+else
+  local early = tat - math.floor((tau + rl - 1) / rl)
+  if now < early then now = early end -- time ran back before any stored time
+end
+local dl = (tat - now) * rl + frac -- (TAT - now) * rl
+local need = n * el
+if dl + need > tau then
+  return {1, math.floor(math.max(tau - dl, 0) / el), math.floor((dl + rl - 1) / rl), math.floor((dl + need - tau + rl - 1) / rl), now, z}
+end
+dl = dl + need
+local reset = math.floor((dl + rl - 1) / rl)
+if commit and n > 0 then
+  if full then z = z + 1 end
+  local f = frac + need
+  local q = math.floor(f / rl)
+  redis.call('SET', k, string.format('%d,%d,%d,%s', tat + q, f - q * rl, z, fp), 'PX', math.floor((reset + 999) / 1000) + 1000)
+end
+return {0, math.floor((tau - dl) / el), reset, 0, now, z}
