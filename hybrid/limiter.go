@@ -133,6 +133,12 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, cfg.Timeout)
+	}
+	if _, err := local.NewStore(cfg.Store, func(*syncer.Lease, int64) bool { return false }); err != nil {
+		return nil, fmt.Errorf("%w: Store: %w", ErrInvalidConfig, err)
+	}
 	l := &Limiter{cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, rules: map[string]*ruleState{}}
 	if l.clock == nil {
 		l.ownClock = local.NewCoarseClock(local.DefaultResolution)
@@ -151,17 +157,21 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Redis != nil {
 		l.central, err = syncer.NewCentral(syncer.Config{Client: cfg.Redis, Keyspace: cfg.Keyspace, Timeout: cfg.Timeout})
 		if err != nil {
-			return fail(err)
+			return fail(fmt.Errorf("%w: Redis, Keyspace or Timeout: %w", ErrInvalidConfig, err))
 		}
 		sc := cfg.Sync
 		sc.Client, sc.Keyspace, sc.Clock, sc.PassTime = cfg.Redis, cfg.Keyspace, l.clock, cfg.VirtualTime
 		sc.Observer = observer{l}
 		if l.sync, err = syncer.NewSyncer(sc); err != nil {
-			return fail(err)
+			return fail(fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err))
 		}
 		if !cfg.ManualSync {
 			l.sync.Start()
 		}
+	} else if err := checkSync(cfg.Sync); err != nil {
+		// Without Redis the syncer does not run, but a bad field is still
+		// a bad field.
+		return fail(fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err))
 	}
 	l.sweepStop, l.sweepDone = make(chan struct{}), make(chan struct{})
 	go l.sweepLoop()
@@ -218,11 +228,14 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		if *rs.limit.Load() != r.Limit {
 			return nil, fmt.Errorf("%w: rule %q is registered with %v; use SetLimit to change it", ErrInvalidRule, r.Name, *rs.limit.Load())
 		}
+		if rs.requested != mode || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() {
+			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy or key TTL", ErrInvalidRule, r.Name)
+		}
 		out := r
 		out.state = rs
 		return &out, nil
 	}
-	rs := &ruleState{l: l, name: r.Name, mode: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), counts: new(counters)}
+	rs := &ruleState{l: l, name: r.Name, mode: mode, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), counts: new(counters)}
 	lim := r.Limit
 	rs.limit.Store(&lim)
 	if mode != Local {
@@ -294,7 +307,7 @@ func (l *Limiter) SetLimit(r *Rule, lim local.Limit) error {
 			if err != nil {
 				return fmt.Errorf("%w: rule %q: the new limit cannot be leased; register a central rule instead: %w", ErrInvalidRule, rs.name, err)
 			}
-			rs.lease.Store(lr)
+			rs.lease.Swap(lr).Replace(lr)
 		}
 		rs.redis.Store(sr)
 	}
@@ -344,7 +357,11 @@ func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (loc
 	case Hybrid:
 		v, limit := rs.allowHybrid(now, key, n)
 		if v.Reason == local.ReasonNoLease && l.unavailable.Load() != 0 {
-			return rs.failed(ctx, now, key, n, errUnavailable)
+			d, err := rs.failed(ctx, now, key, n, errUnavailable)
+			if d.Allowed {
+				rs.chargeLease(now, key, n)
+			}
+			return d, err
 		}
 		rs.counts.count(v.Reason)
 		return local.Decision{
@@ -363,6 +380,9 @@ func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (loc
 				l.markUnavailable(now, err)
 			}
 			return rs.failed(ctx, now, key, n, err)
+		}
+		if l.unavailable.Load() != 0 {
+			l.markAvailable()
 		}
 		rs.counts.count(d.Reason)
 		return d, nil
@@ -413,6 +433,32 @@ func (rs *ruleState) allowHybrid(now int64, key string, n int64) (syncer.Verdict
 	}
 }
 
+// chargeLease records in a hybrid key's lease what a failure policy
+// admitted for it while Redis was out of reach: the next exchange reports it,
+// and Redis counts it once it answers again.
+func (rs *ruleState) chargeLease(now int64, key string, n int64) {
+	lr := rs.lease.Load()
+	for {
+		e := rs.store.Get(key, now)
+		if e == nil {
+			return // the table is full: nothing to record it in
+		}
+		e.Lock()
+		if e.Evicted() {
+			e.Unlock()
+			continue
+		}
+		if e.Value.Digest == ([16]byte{}) {
+			e.Value.Digest = rs.l.sync.Keyspace().DigestBytes(key)
+		}
+		if e.Value.Charge(lr, now, n) {
+			rs.l.sync.Notify(lr, e)
+		}
+		e.Unlock()
+		return
+	}
+}
+
 // failed decides by the rule's failure policy; err says why Redis could
 // not.
 func (rs *ruleState) failed(_ context.Context, now int64, key string, n int64, err error) (local.Decision, error) {
@@ -426,9 +472,11 @@ func (rs *ruleState) failed(_ context.Context, now int64, key string, n int64, e
 		rs.counts.count(local.ReasonUnavailable)
 		return local.Decision{Reason: local.ReasonUnavailable, Limit: lim.MaxCost(), RetryAfter: time.Second}, err
 	default: // FailLocal: this node's part of the limit
-		nodes := int64(1)
-		if lr := rs.lease.Load(); lr != nil {
-			nodes = max(lr.Nodes(), 1)
+		// The nodes: as the last lease exchange counted them, or, for a
+		// central rule (no lease), as the Config says (Sync.Nodes).
+		nodes := int64(max(rs.l.cfg.Sync.Nodes, 1))
+		if lr := rs.lease.Load(); lr != nil && lr.Nodes() > 0 {
+			nodes = lr.Nodes()
 		}
 		part := *lim
 		if nodes > 1 {
@@ -572,4 +620,17 @@ func (l *Limiter) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
 	defer cancel()
 	return l.Shutdown(ctx)
+}
+
+// checkSync validates cfg's fields other than the client, with a stand-in
+// client that never connects.
+func checkSync(cfg syncer.SyncConfig) error {
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true})
+	defer c.Close()
+	cfg.Client, cfg.Clock = c, local.SystemClock{}
+	s, err := syncer.NewSyncer(cfg)
+	if err != nil {
+		return err
+	}
+	return s.Close()
 }

@@ -72,7 +72,13 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 	case nLocal > 0:
 		return false, ErrMixedModes
 	case nHybrid == len(reqs):
-		return l.hybridMulti(now, reqs, states, out, true), nil
+		ok := l.hybridMulti(now, reqs, states, out, true)
+		if !ok {
+			for i := range reqs {
+				out[i].Allowed = false
+			}
+		}
+		return ok, nil
 	}
 	// Central rules, alone or with hybrid ones.
 	var cr []syncer.Request
@@ -99,6 +105,12 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 	charge, ok, err := l.centralMulti(ctx, now, cr, cout, nHybrid > 0)
 	for j, i := range ci {
 		out[i] = cout[j]
+	}
+	switch {
+	case err != nil && errors.Is(err, syncer.ErrUnavailable):
+		l.markUnavailable(now, err)
+	case err == nil && l.unavailable.Load() != 0:
+		l.markAvailable()
 	}
 	if err != nil {
 		// Redis could not decide: each central rule's failure policy

@@ -93,11 +93,12 @@ type Rule struct {
 
 // ruleState is a registered rule's runtime: what it runs with, by mode.
 type ruleState struct {
-	l      *Limiter
-	name   string
-	mode   Mode // as run: Local, Central or Hybrid
-	policy Policy
-	keyTTL int64 // µs
+	l         *Limiter
+	name      string
+	mode      Mode // as run: Local, Central or Hybrid
+	requested Mode // as registered (Hybrid may run Central)
+	policy    Policy
+	keyTTL    int64 // µs
 
 	limit atomic.Pointer[local.Limit]
 	// Local mode.

@@ -49,6 +49,8 @@ type Lease struct {
 	demand   int64 // requests per window, smoothed over syncs
 	span     int64 // the rule's window: how long after its last request a key is remembered
 
+	rule *LeaseRule // the rule of the last exchange: another one means the limit changed
+
 	Digest [digestBytes]byte // the user key's digest, which names it in Redis
 
 	flags uint8
@@ -97,14 +99,38 @@ func (k *Lease) Idle(now int64) bool {
 func (k *Lease) Decide(r *LeaseRule, now, n int64) (v Verdict, signal bool) {
 	k.lastUse, k.span = now, r.w
 	k.hits += n
-	if r.buckets {
-		return k.decideBucket(r, now, n)
+	changed := k.rule != nil && k.rule != r
+	if changed {
+		// The limit changed: the lease was granted under the old one, and
+		// the next exchange revokes it. Ask for it now.
+		k.flags |= flagUrgent
 	}
-	return k.decideWindow(r, now, n)
+	if r.buckets {
+		v, signal = k.decideBucket(r, now, n)
+	} else {
+		v, signal = k.decideWindow(r, now, n)
+	}
+	return v, signal || changed
 }
 
 // LastUse returns the node time of the key's last request.
 func (k *Lease) LastUse() int64 { return k.lastUse }
+
+// Charge records n admitted for the key at node time now by other means
+// than its lease (a failure policy, while Redis could not be reached): as
+// debt, reported at the next exchange, so that Redis counts it once Redis
+// answers again. It returns whether the key needs the syncer (Notify).
+func (k *Lease) Charge(r *LeaseRule, now, n int64) bool {
+	k.lastUse, k.span = now, r.w
+	if r.buckets {
+		k.debt += n
+	} else {
+		rnow := now + k.offset
+		k.roll(r, rnow-rnow%r.w)
+		k.used += n
+	}
+	return true
+}
 
 // Check decides a request of cost n at node time now as Decide would,
 // without charging it or counting it as demand: for multi-rule decisions,

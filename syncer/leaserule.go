@@ -27,6 +27,29 @@ type LeaseRule struct {
 
 	allowance atomic.Int64 // cold-start allowance per node: ⌈ε × limit ÷ nodes⌉; 0 while nodes is unknown
 	nodes     atomic.Int64 // live nodes, as the last reply counted them
+
+	next atomic.Pointer[LeaseRule] // the rule that replaced this one (a limit changed)
+}
+
+// Replace records that next replaces r (the limit changed at runtime): keys
+// the syncer looks after under r are exchanged under next from then on, and
+// next learns what r knew of the nodes.
+func (r *LeaseRule) Replace(next *LeaseRule) {
+	if n := r.nodes.Load(); n > 0 && next.nodes.Load() == 0 {
+		next.setNodes(n)
+	}
+	r.next.Store(next)
+}
+
+// latest follows the replacements of r to the rule in force.
+func (r *LeaseRule) latest() *LeaseRule {
+	for {
+		n := r.next.Load()
+		if n == nil {
+			return r
+		}
+		r = n
+	}
 }
 
 // ErrNotLeasable is returned for a rule whose limit cannot be split into

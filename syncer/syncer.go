@@ -382,6 +382,10 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 	var calls []call
 	var outs []pending
 	for e, r := range s.active {
+		if l := r.latest(); l != r { // the limit changed: exchange under the new one
+			r = l
+			s.active[e] = r
+		}
 		e.Lock()
 		k := &e.Value
 		if e.Evicted() {
@@ -477,10 +481,15 @@ func (s *Syncer) due(k *Lease, r *LeaseRule, now int64) bool {
 	debt := k.used > k.granted && k.used > k.acked || k.pused > k.packed
 	busy := !idle && ceilDiv(k.demand*r.horizon, r.w) >= 2
 	preGrant := busy && k.next == 0 && rnow >= k.wid+r.w-r.horizon
+	// An idle key gives back a grant worth giving back: in a window longer
+	// than a claim's span (5 horizons: shorter windows end soon enough), a
+	// sizable one, with time left. A small one ends with its window.
+	release := idle && r.w > 5*r.horizon && k.granted-k.used >= max(r.limit/(100*max(r.nodes.Load(), 1)), 1) &&
+		rnow < k.wid+r.w-2*r.interval
 	if k.flags&flagExhausted != 0 {
 		return regular && (debt || preGrant)
 	}
-	return urgent || (regular && (debt || preGrant))
+	return urgent || (regular && (debt || preGrant || release))
 }
 
 // request builds k's exchange at node time now.
@@ -561,6 +570,7 @@ func encodeDigest(d [digestBytes]byte) string { return base64.RawURLEncoding.Enc
 // apply takes a reply into k. recv is the node time it arrived.
 func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 	r := p.rule
+	k.rule = r
 	redisNow := v[0]
 	k.offset = redisNow - (p.sentAt+recv)/2
 	k.flags |= flagSynced

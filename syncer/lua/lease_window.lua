@@ -150,9 +150,12 @@ end
 -- claim is what a node with demand d may count on in a window: its
 -- entitlement (its part of the budget by demand), or no more than its
 -- demand when that is less. Under the limit the claims leave room for
--- spikes; over it, they are the entitlements.
+-- spikes; over it, they are the entitlements. A claim covers at most a
+-- second or so of demand (span, 5 horizons): in a long window a busy node
+-- must not hold the whole budget against nodes whose demand shows up later.
+local span = math.min(1, 5 * horizon / W)
 local function claim(d, budget)
-  return math.min(math.floor(budget * fraction(d)), d)
+  return math.min(math.floor(budget * fraction(d)), math.floor(d * span))
 end
 
 -- unclaimed is what the other live nodes may count on in slot k and have

@@ -1,0 +1,76 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// TestClusterSmoke: the hybrid mode on the real three-master Cluster: four
+// nodes on a virtual clock, a fixed-window rule over keys whose state lives
+// on different masters, ten windows at 3× the limit: each key admits at most
+// its limit per window (its first window: plus the cold-start allowance).
+func TestClusterSmoke(t *testing.T) {
+	ctx := context.Background()
+	addrs := redistest.ClusterAddrs(t)
+	prefix := redistest.Prefix(t)
+	ks := syncer.Keyspace{Prefix: prefix}
+	const L, N = 400, 4 // 400 × 100ms ÷ (1s × 4) = 10 per node per round: leasable
+	W := time.Second
+	keys := []string{"alice", "bob", "carol", "dave", "erin"}
+
+	// The keys' state must span masters: find each one's slot and master.
+	probe := redistest.ClusterClient(t, addrs)
+	masters := map[string]bool{}
+	for _, k := range keys {
+		m, err := probe.MasterForKey(ctx, redisKeyBase(ks, "r", k)+"m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[m.Options().Addr] = true
+	}
+	if len(masters) < 2 {
+		t.Fatalf("the keys' state lives on %d master(s); pick other keys", len(masters))
+	}
+
+	clk := newFakeClock(epoch2030)
+	nodes := make([]*hybrid.Limiter, N)
+	rules := make([]*hybrid.Rule, N)
+	for i := range nodes {
+		nodes[i] = newNode(t, nodeConfig(redistest.ClusterClient(t, addrs), prefix, clk, fmt.Sprint("n", i), N))
+		rules[i] = mustRegister(t, nodes[i], hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
+	}
+	// 3 × L per key and window: 1,200 over 4 nodes and 100 steps.
+	s := newStepper(t, clk, nodes, rules, keys, W, 3)
+	for clk.Now().Before(epoch2030.Add(10 * W)) {
+		s.step()
+	}
+	if s.syncErrs > 0 {
+		t.Errorf("%d rounds failed", s.syncErrs)
+	}
+	allowance := int64(float64(L)*syncer.DefaultEpsilon/N) + 1
+	for k, key := range keys {
+		per := s.perWindow(k)
+		var line []int64
+		for x := epoch2030.UnixMicro(); x < epoch2030.Add(10*W).UnixMicro(); x += W.Microseconds() {
+			n := per[x]
+			line = append(line, n)
+			bound := int64(L)
+			if x == epoch2030.UnixMicro() {
+				bound += N * allowance // the key's first window: the cold-start allowance
+			}
+			if n > bound {
+				t.Errorf("key %s, window %d: admitted %d, bound %d", key, (x-epoch2030.UnixMicro())/W.Microseconds(), n, bound)
+			}
+			if n < L/2 {
+				t.Errorf("key %s, window %d: admitted only %d at 3× the limit %d", key, (x-epoch2030.UnixMicro())/W.Microseconds(), n, L)
+			}
+		}
+		t.Logf("key %s: admitted per window %v", key, line)
+	}
+}

@@ -1,0 +1,169 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// stoppedClock always tells the same time, so the examples' output is
+// fixed. Real programs leave Config.Clock nil.
+type stoppedClock struct{ t time.Time }
+
+func (c stoppedClock) Now() time.Time { return c.t }
+
+// 15 seconds into a minute.
+var exampleNow = stoppedClock{time.Date(2024, time.March, 1, 12, 0, 15, 0, time.UTC)}
+
+// Without Redis, rules run in Local mode: each process limits on its own,
+// in nanoseconds, allocation-free.
+func ExampleNew() {
+	l, err := hybrid.New(hybrid.Config{Clock: exampleNow})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	api, err := l.Register(hybrid.Rule{
+		Name:  "api",
+		Limit: local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute}),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("mode:", l.Mode(api))
+
+	ctx := context.Background()
+	for range 4 {
+		d, err := l.Allow(ctx, api, "user-42")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("allowed=%v remaining=%d retry-after=%v reason=%v\n", d.Allowed, d.Remaining, d.RetryAfter, d.Reason)
+	}
+	// Another key has its own budget.
+	d, _ := l.Allow(ctx, api, "user-7")
+	fmt.Println("user-7 allowed:", d.Allowed)
+	// Output:
+	// mode: local
+	// allowed=true remaining=2 retry-after=0s reason=ok
+	// allowed=true remaining=1 retry-after=0s reason=ok
+	// allowed=true remaining=0 retry-after=0s reason=ok
+	// allowed=false remaining=0 retry-after=45s reason=limited
+	// user-7 allowed: true
+}
+
+// Register validates a rule and reports what is wrong with errors callers
+// can match.
+func ExampleLimiter_Register() {
+	l, err := hybrid.New(hybrid.Config{Clock: exampleNow})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	perSecond := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 10, Window: time.Second})
+	_, err = l.Register(hybrid.Rule{Name: "login{attempts}", Limit: perSecond})
+	fmt.Println(errors.Is(err, hybrid.ErrInvalidRule))
+
+	_, err = l.Register(hybrid.Rule{Name: "login", Limit: perSecond, Mode: hybrid.Central})
+	fmt.Println(errors.Is(err, hybrid.ErrInvalidRule), "(central mode needs Redis)")
+
+	r, err := l.Register(hybrid.Rule{Name: "login", Limit: perSecond})
+	fmt.Println(r.Name, err)
+	// Output:
+	// true
+	// true (central mode needs Redis)
+	// login <nil>
+}
+
+// AllowMulti decides several rules as one: a request passes every rule or
+// is charged to none.
+func ExampleLimiter_AllowMulti() {
+	l, err := hybrid.New(hybrid.Config{Clock: exampleNow})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	burst, _ := l.Register(hybrid.Rule{Name: "burst", Limit: local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Second, Burst: 5})})
+	daily, _ := l.Register(hybrid.Rule{Name: "daily", Limit: local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 2, Window: 24 * time.Hour})})
+
+	ctx := context.Background()
+	reqs := []hybrid.Request{{Rule: burst, Key: "user-42", N: 1}, {Rule: daily, Key: "user-42", N: 1}}
+	out := make([]local.Decision, len(reqs))
+	for range 3 {
+		ok, err := l.AllowMulti(ctx, reqs, out)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("ok=%v burst: %v remaining %d; daily: %v remaining %d\n", ok, out[0].Reason, out[0].Remaining, out[1].Reason, out[1].Remaining)
+	}
+	// Output:
+	// ok=true burst: ok remaining 4; daily: ok remaining 1
+	// ok=true burst: ok remaining 3; daily: ok remaining 0
+	// ok=false burst: ok remaining 3; daily: limited remaining 0
+}
+
+// With Redis, rules run in Hybrid mode by default: each node decides
+// locally, against leases of the global budget its syncer exchanges with
+// Redis in the background. Rules whose limit cannot be leased (the sliding
+// window log, limits too small to split among the nodes) run Central: one
+// atomic script per decision. (No output: it needs a Redis server.)
+func Example_hybrid() {
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		ContextTimeoutEnabled: true, // deadlines bound every call
+	})
+	defer client.Close()
+
+	l, err := hybrid.New(hybrid.Config{
+		Redis:    client,
+		Keyspace: syncer.Keyspace{Prefix: "myapp"}, // the same on every node
+		Policy:   hybrid.FailLocal,                 // while Redis is down: the limit ÷ nodes, per node
+		Sync:     syncer.SyncConfig{Nodes: 4},      // expected cluster size, until Redis has counted
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Shutdown reports what was admitted and gives the leases back.
+	defer l.Shutdown(context.Background())
+
+	api, err := l.Register(hybrid.Rule{
+		Name:  "api",
+		Limit: local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 100_000, Window: time.Minute}),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	login, err := l.Register(hybrid.Rule{
+		Name:   "login",
+		Limit:  local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 5, Window: time.Minute}),
+		Policy: hybrid.FailClosed, // security first: refuse while Redis is down
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(l.Mode(api), l.Mode(login)) // hybrid central
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	d, err := l.Allow(ctx, api, "user-42") // never waits on Redis
+	switch {
+	case errors.Is(err, hybrid.ErrUnavailable):
+		// Redis could not decide: the rule's policy did (d is its decision).
+	case err != nil:
+		log.Fatal(err)
+	}
+	if !d.Allowed {
+		fmt.Println("429, retry after", d.RetryAfter)
+	}
+}

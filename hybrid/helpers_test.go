@@ -1,0 +1,193 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// Helpers shared by the Limiter's tests: a virtual clock, nodes on it, and
+// a reader of the lease state Redis keeps per window.
+
+// fakeClock is a virtual clock, safe for concurrent use.
+type fakeClock struct{ us atomic.Int64 }
+
+func newFakeClock(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.us.Store(t.UnixMicro())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time               { return time.UnixMicro(c.us.Load()) }
+func (c *fakeClock) Set(t time.Time)              { c.us.Store(t.UnixMicro()) }
+func (c *fakeClock) Add(d time.Duration)          { c.us.Add(d.Microseconds()) }
+func (c *fakeClock) Micros() int64                { return c.us.Load() }
+func (c *fakeClock) window(w time.Duration) int64 { return c.us.Load() - c.us.Load()%w.Microseconds() }
+
+// epoch2030 is a window-aligned virtual start, far from the real time.
+var epoch2030 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const testInterval = 100 * time.Millisecond
+
+// nodeConfig is the Config of a simulated node: manual rounds, the scripts on
+// the virtual clock.
+func nodeConfig(c redis.UniversalClient, prefix string, clk local.Clock, id string, nodes int) hybrid.Config {
+	return hybrid.Config{
+		Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clk,
+		ManualSync: true, VirtualTime: true, Logger: quiet,
+		Sync: syncer.SyncConfig{Interval: testInterval, NodeID: id, Nodes: nodes},
+	}
+}
+
+// newNode returns a Limiter for cfg, closed when t ends.
+func newNode(t testing.TB, cfg hybrid.Config) *hybrid.Limiter {
+	t.Helper()
+	l, err := hybrid.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// mustRegister registers r on l and checks the mode it runs in.
+func mustRegister(t testing.TB, l *hybrid.Limiter, r hybrid.Rule, want hybrid.Mode) *hybrid.Rule {
+	t.Helper()
+	rr, err := l.Register(r)
+	if err != nil {
+		t.Fatalf("Register %q: %v", r.Name, err)
+	}
+	if got := l.Mode(rr); want != hybrid.ModeDefault && got != want {
+		t.Fatalf("rule %q runs %v, want %v", r.Name, got, want)
+	}
+	return rr
+}
+
+func fixed(limit int64, w time.Duration) local.Limit {
+	return local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: limit, Window: w})
+}
+
+// syncOK runs a round on l at the clock's time and fails t on an error.
+func syncOK(t testing.TB, l *hybrid.Limiter, clk local.Clock) syncer.RoundStats {
+	t.Helper()
+	st, err := l.SyncAt(context.Background(), clk.Now())
+	if err != nil {
+		t.Fatalf("SyncAt: %v", err)
+	}
+	return st
+}
+
+// syncUntilOK runs rounds until one succeeds (after a restart the pooled
+// connections fail once), advancing the clock by step before each retry.
+func syncUntilOK(t testing.TB, l *hybrid.Limiter, clk *fakeClock, step time.Duration) {
+	t.Helper()
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := l.SyncAt(ctx, clk.Now())
+		cancel()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, hybrid.ErrUnavailable) || i == 20 {
+			t.Fatalf("SyncAt: %v", err)
+		}
+		clk.Add(step)
+	}
+}
+
+// winState is one window's lease state in Redis: per node, granted (g) and
+// used as reported (u), and R = Σ max(g, u).
+type winState struct {
+	ok   bool // the slot holds this window
+	R    int64
+	g, u map[string]int64
+}
+
+func (s winState) sumU() int64 {
+	var t int64
+	for _, v := range s.u {
+		t += v
+	}
+	return t
+}
+
+// redisKeyBase is the prefix of the Redis keys of a hybrid (rule, key):
+// <prefix>:{<rule>:<digest>}: (see syncer.Keyspace).
+func redisKeyBase(ks syncer.Keyspace, rule, key string) string {
+	return ks.Prefix + ":{" + rule + ":" + ks.Digest(key) + "}:"
+}
+
+// readWindow reads the window starting at wid (µs) of a fixed-window or
+// counter rule's key, from its slot among the three Redis keeps.
+func readWindow(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace, rule, key string, w time.Duration, wid int64) winState {
+	t.Helper()
+	name := redisKeyBase(ks, rule, key) + "w" + strconv.FormatInt((wid/w.Microseconds())%3, 10)
+	h, err := c.HGetAll(context.Background(), name).Result()
+	if err != nil {
+		t.Fatalf("HGETALL %s: %v", name, err)
+	}
+	st := winState{g: map[string]int64{}, u: map[string]int64{}}
+	if h["id"] != strconv.FormatInt(wid, 10) {
+		return st
+	}
+	st.ok = true
+	for f, v := range h {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s %s = %q", name, f, v)
+		}
+		switch {
+		case f == "R":
+			st.R = n
+		case len(f) > 2 && f[:2] == "g.":
+			st.g[f[2:]] = n
+		case len(f) > 2 && f[:2] == "u.":
+			st.u[f[2:]] = n
+		}
+	}
+	return st
+}
+
+// snapshot returns every field of a key's Redis state (meta and window
+// slots), for comparisons.
+func snapshot(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace, rule, key string) map[string]map[string]string {
+	t.Helper()
+	out := map[string]map[string]string{}
+	base := redisKeyBase(ks, rule, key)
+	for _, part := range []string{"m", "w0", "w1", "w2"} {
+		h, err := c.HGetAll(context.Background(), base+part).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[part] = h
+	}
+	return out
+}
+
+// exhaust admits requests of cost 1 for key on l at the clock's time until
+// one is refused, and returns how many were admitted and the refusal.
+func exhaust(t testing.TB, l *hybrid.Limiter, r *hybrid.Rule, key string, max int) (int64, local.Decision) {
+	t.Helper()
+	var n int64
+	for range max {
+		d, err := l.Allow(context.Background(), r, key)
+		if err != nil {
+			t.Fatalf("Allow: %v", err)
+		}
+		if !d.Allowed {
+			return n, d
+		}
+		n++
+	}
+	t.Fatalf("still admitting after %d requests", max)
+	return n, local.Decision{}
+}

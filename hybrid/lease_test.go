@@ -1,0 +1,490 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// TestIdleReleaseWindows: a node gives back the unused part of a window
+// lease once the key has gone IdleRelease (default 3 × Interval) without
+// requests, so the other nodes can have it (SyncConfig.IdleRelease).
+func TestIdleReleaseWindows(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	ks := syncer.Keyspace{Prefix: prefix}
+	const L = 60_000
+	W := time.Minute
+	start := epoch2030.Add(time.Second)
+	clk := newFakeClock(start)
+	wid := clk.window(W)
+	a := newNode(t, nodeConfig(client, prefix, clk, "a", 2))
+	b := newNode(t, nodeConfig(client, prefix, clk, "b", 2))
+	ra := mustRegister(t, a, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
+	rb := mustRegister(t, b, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
+	// A short burst on node a: two rounds 10ms apart.
+	for range 2 {
+		for range 20 {
+			a.Allow(ctx, ra, "k")
+		}
+		syncOK(t, a, clk)
+		clk.Add(10 * time.Millisecond)
+	}
+	held := readWindow(t, client, ks, "r", "k", W, wid)
+	t.Logf("node a used %d, holds a grant of %d of %d", held.u["a"], held.g["a"], L)
+	// Node a goes idle; its loop runs every Interval.
+	for clk.Now().Before(start.Add(2 * time.Second)) {
+		clk.Add(testInterval)
+		syncOK(t, a, clk)
+	}
+	st := readWindow(t, client, ks, "r", "k", W, wid)
+	if st.g["a"] > st.u["a"] {
+		t.Errorf("bug: node a idle for 2s (IdleRelease %v) still holds a grant of %d with %d used", 3*testInterval, st.g["a"], st.u["a"])
+	}
+	// Node b, with the same demand, gets its part.
+	var got int64
+	for range 10 {
+		n, _ := exhaust(t, b, rb, "k", L)
+		got += n
+		syncOK(t, b, clk)
+		clk.Add(10 * time.Millisecond)
+	}
+	if got < L/2 {
+		t.Errorf("node b was admitted %d in a window where %d of %d were used", got, st.sumU(), L)
+	}
+}
+
+// TestLongWindowNoStarvation: two nodes with the same steady demand on a
+// one-minute window; node b starts a second after node a. Far below the
+// limit, neither is refused: a single exact limiter would admit every
+// request, and the design grants each node its share of the budget by
+// demand.
+func TestLongWindowNoStarvation(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	ks := syncer.Keyspace{Prefix: prefix}
+	const L = 60_000
+	W := time.Minute
+	start := epoch2030.Add(time.Second)
+	clk := newFakeClock(start)
+	wid := clk.window(W)
+	nodes := []*hybrid.Limiter{
+		newNode(t, nodeConfig(client, prefix, clk, "a", 2)),
+		newNode(t, nodeConfig(client, prefix, clk, "b", 2)),
+	}
+	rules := make([]*hybrid.Rule, 2)
+	for i, l := range nodes {
+		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
+	}
+	// Node b is live from the start, with little demand.
+	nodes[1].Allow(ctx, rules[1], "k")
+	syncOK(t, nodes[1], clk)
+	var admitted, offered [2]int64
+	var refusedB int64
+	var firstRefusal local.Decision
+	lastSync := [2]time.Time{}
+	for step := 0; step < 400; step++ { // 4s in steps of 10ms
+		now := clk.Now()
+		for i, l := range nodes {
+			if i == 1 && now.Before(start.Add(time.Second)) {
+				continue // node b starts a second later
+			}
+			if l.SyncWanted() || now.Sub(lastSync[i]) >= testInterval {
+				syncOK(t, l, clk)
+				lastSync[i] = now
+			}
+			for range 20 { // 2,000 a second per node: 4,000 of 1,000 a second
+				offered[i]++
+				d, _ := l.Allow(ctx, rules[i], "k")
+				if d.Allowed {
+					admitted[i]++
+				} else if i == 1 && now.After(start.Add(1500*time.Millisecond)) {
+					if refusedB == 0 {
+						firstRefusal = d
+					}
+					refusedB++
+				}
+			}
+		}
+		clk.Add(10 * time.Millisecond)
+	}
+	st := readWindow(t, client, ks, "r", "k", W, wid)
+	t.Logf("admitted a %d/%d, b %d/%d; Redis g %v u %v R %d", admitted[0], offered[0], admitted[1], offered[1], st.g, st.u, st.R)
+	if total := admitted[0] + admitted[1]; total > L/2 {
+		t.Fatalf("admitted %d: the test means to stay far below the limit", total)
+	}
+	if refusedB > 0 {
+		t.Errorf("bug: node b refused %d requests (first: %+v) in a window with %d of %d used: node a holds a grant of %d",
+			refusedB, firstRefusal, admitted[0]+admitted[1], L, st.g["a"])
+	}
+}
+
+// stepper drives nodes on a virtual clock in steps of 10ms: at each step,
+// each node runs a round when a key asked for one (SyncWanted) or its
+// regular Interval is up, then offers perStep requests per key.
+type stepper struct {
+	t        *testing.T
+	clk      *fakeClock
+	nodes    []*hybrid.Limiter
+	rules    []*hybrid.Rule // per node
+	keys     []string
+	w        time.Duration
+	perStep  int
+	last     []time.Time
+	admitted map[[3]int64]int64 // (node, key, window) → admitted
+	refused  map[local.Reason]int64
+	syncErrs int
+	synced   []time.Time // per node: the last round that exchanged with Redis
+}
+
+func newStepper(t *testing.T, clk *fakeClock, nodes []*hybrid.Limiter, rules []*hybrid.Rule, keys []string, w time.Duration, perStep int) *stepper {
+	s := &stepper{t: t, clk: clk, nodes: nodes, rules: rules, keys: keys, w: w, perStep: perStep,
+		admitted: map[[3]int64]int64{}, refused: map[local.Reason]int64{},
+		last: make([]time.Time, len(nodes)), synced: make([]time.Time, len(nodes))}
+	for i := range nodes { // each node's regular rounds at its own phase
+		s.last[i] = clk.Now().Add(-testInterval + time.Duration(i)*testInterval/time.Duration(len(nodes)))
+	}
+	return s
+}
+
+func (s *stepper) step() {
+	s.t.Helper()
+	now := s.clk.Now()
+	for i, l := range s.nodes {
+		if l.SyncWanted() || now.Sub(s.last[i]) >= testInterval {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := l.SyncAt(ctx, now)
+			cancel()
+			switch {
+			case err != nil && !errors.Is(err, hybrid.ErrUnavailable):
+				s.t.Fatalf("SyncAt: %v", err)
+			case err != nil:
+				s.syncErrs++
+			case st.Synced > 0:
+				s.synced[i] = now
+			}
+			s.last[i] = now
+		}
+		for k, key := range s.keys {
+			for range s.perStep {
+				d, _ := l.Allow(context.Background(), s.rules[i], key)
+				if d.Allowed {
+					s.admitted[[3]int64{int64(i), int64(k), s.clk.window(s.w)}]++
+				} else {
+					s.refused[d.Reason]++
+				}
+			}
+		}
+	}
+	s.clk.Add(10 * time.Millisecond)
+}
+
+// perWindow sums the admissions of key k over the nodes, by window.
+func (s *stepper) perWindow(k int) map[int64]int64 {
+	out := map[int64]int64{}
+	for x, n := range s.admitted {
+		if x[1] == int64(k) {
+			out[x[2]] += n
+		}
+	}
+	return out
+}
+
+// TestRestart: Redis restarted empty mid-window. The nodes find out at
+// their next exchange, report their use again (nothing admitted is lost)
+// and take new leases. docs/accuracy.md bounds the excess at one window's
+// worth, once per loss; every other window stays within the limit.
+func TestRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	ks := syncer.Keyspace{Prefix: prefix}
+	check := redistest.Client(t, srv.Addr)
+	const L = 1000
+	W := time.Second
+	clk := newFakeClock(epoch2030)
+	var nodes []*hybrid.Limiter
+	var rules []*hybrid.Rule
+	for _, id := range []string{"a", "b"} {
+		l := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, id, 2))
+		nodes = append(nodes, l)
+		// FailClosed: what is admitted is admitted on leases.
+		rules = append(rules, mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W), Policy: hybrid.FailClosed}, hybrid.Hybrid))
+	}
+	s := newStepper(t, clk, nodes, rules, []string{"k"}, W, 15) // 3 × L
+	restartAt := epoch2030.Add(3*W + 450*time.Millisecond)
+	restartW := clk.window(W) + 3*W.Microseconds()
+	var before [2]int64
+	restarted, checked := false, false
+	for clk.Now().Before(epoch2030.Add(8 * W)) {
+		if !restarted && !clk.Now().Before(restartAt) {
+			for i := range nodes {
+				before[i] = s.admitted[[3]int64{int64(i), 0, restartW}]
+			}
+			srv.Restart()
+			restarted = true
+		}
+		s.step()
+		if restarted && !checked && s.synced[0].After(restartAt) && s.synced[1].After(restartAt) {
+			// Both nodes have exchanged with the new Redis: their use
+			// before the restart is there again.
+			checked = true
+			st := readWindow(t, check, ks, "r", "k", W, restartW)
+			t.Logf("after both nodes' first exchange since the restart (%v later): Redis u %v, R %d; used before the restart a %d, b %d",
+				clk.Now().Sub(restartAt), st.u, st.R, before[0], before[1])
+			if !st.ok || st.u["a"] < before[0] || st.u["b"] < before[1] {
+				t.Errorf("use before the restart not reported again: Redis u %v, nodes used %v", st.u, before)
+			}
+		}
+	}
+	if !checked {
+		t.Fatal("the nodes never exchanged with Redis after the restart")
+	}
+	per := s.perWindow(0)
+	for x := clk.window(W) - 7*W.Microseconds(); x < clk.window(W); x += W.Microseconds() {
+		n := per[x]
+		bound := int64(L)
+		if x == restartW {
+			bound = 2 * L // docs/accuracy.md: one window's worth, once per loss
+		}
+		t.Logf("window %d: admitted %d (bound %d)%s", (x-epoch2030.UnixMicro())/W.Microseconds(), n, bound, map[bool]string{true: " <- restart"}[x == restartW])
+		if n > bound {
+			t.Errorf("window %d admitted %d, bound %d", (x-epoch2030.UnixMicro())/W.Microseconds(), n, bound)
+		}
+		if n < L/2 {
+			t.Errorf("window %d admitted only %d of %d at 3× the limit", (x-epoch2030.UnixMicro())/W.Microseconds(), n, L)
+		}
+	}
+	t.Logf("rounds failed on the restart: %d; refusals %v", s.syncErrs, s.refused)
+}
+
+// dupPipelines runs every pipeline twice, as a client retrying after a
+// lost reply would: the node sees the second run's replies.
+type dupPipelines struct{}
+
+func (dupPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (dupPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (dupPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := next(ctx, cmds); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestRetriedSync: reports and targets are absolute, so a sync applied
+// twice changes nothing: a round run again at the same time, or every
+// exchange executed twice by Redis, leaves the same state and the same
+// decisions.
+func TestRetriedSync(t *testing.T) {
+	const L = 1000
+	W := time.Second
+	// run drives two nodes over 4 windows at 3× the limit, and returns
+	// their admissions per window and Redis's state of the last windows.
+	run := func(t *testing.T, dup bool) (map[[3]int64]int64, map[int64]winState) {
+		prefix := redistest.Prefix(t)
+		clk := newFakeClock(epoch2030.Add(300 * time.Millisecond))
+		var nodes []*hybrid.Limiter
+		var rules []*hybrid.Rule
+		for _, id := range []string{"a", "b"} {
+			c := redistest.Client(t, redistest.Addr(t))
+			if dup {
+				c.AddHook(dupPipelines{})
+			}
+			l := newNode(t, nodeConfig(c, prefix, clk, id, 2))
+			nodes = append(nodes, l)
+			rules = append(rules, mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid))
+		}
+		s := newStepper(t, clk, nodes, rules, []string{"k"}, W, 15)
+		for clk.Now().Before(epoch2030.Add(4 * W)) {
+			s.step()
+		}
+		for _, l := range nodes {
+			if err := l.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		states := map[int64]winState{}
+		check := redistest.Client(t, redistest.Addr(t))
+		for x := clk.window(W) - W.Microseconds(); x <= clk.window(W)+W.Microseconds(); x += W.Microseconds() {
+			states[x] = readWindow(t, check, syncer.Keyspace{Prefix: prefix}, "r", "k", W, x)
+		}
+		return s.admitted, states
+	}
+	t.Run("same round twice", func(t *testing.T) {
+		ctx := context.Background()
+		client := redistest.Client(t, redistest.Addr(t))
+		prefix := redistest.Prefix(t)
+		ks := syncer.Keyspace{Prefix: prefix}
+		clk := newFakeClock(epoch2030.Add(300 * time.Millisecond))
+		a := newNode(t, nodeConfig(client, prefix, clk, "a", 2))
+		r := mustRegister(t, a, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
+		for step := range 30 {
+			for range 10 {
+				a.Allow(ctx, r, "k")
+			}
+			first, err := a.SyncAt(ctx, clk.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, client, ks, "r", "k")
+			again, err := a.SyncAt(ctx, clk.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after := snapshot(t, client, ks, "r", "k"); !reflect.DeepEqual(before, after) {
+				t.Fatalf("step %d: the round run again at the same time changed Redis:\n%v\n%v", step, before, after)
+			}
+			if first.Synced > 0 && again.Synced > 0 {
+				t.Errorf("step %d: the same round exchanged twice", step)
+			}
+			clk.Add(10 * time.Millisecond)
+		}
+	})
+	t.Run("every exchange executed twice", func(t *testing.T) {
+		admitted, states := run(t, false)
+		dupAdmitted, dupStates := run(t, true)
+		if !reflect.DeepEqual(admitted, dupAdmitted) {
+			t.Errorf("admissions differ when every exchange runs twice:\nonce  %v\ntwice %v", admitted, dupAdmitted)
+		}
+		if !reflect.DeepEqual(states, dupStates) {
+			t.Errorf("Redis state differs when every exchange runs twice:\nonce  %+v\ntwice %+v", states, dupStates)
+		}
+		var total int64
+		for _, n := range admitted {
+			total += n
+		}
+		if total < 3*L {
+			t.Errorf("admitted %d over 4 windows at 3× the limit %d", total, L)
+		}
+	})
+}
+
+// TestSetLimit: a hybrid rule's limit changed at runtime, on every node.
+// Leases are revoked at each node's next exchange, consumption is kept (same
+// window length), and the new limit holds from that exchange on; until it,
+// a node may use what it held under the old limit (the transient, logged).
+func TestSetLimit(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	ks := syncer.Keyspace{Prefix: prefix}
+	W := time.Second
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	wid := clk.window(W)
+	var nodes []*hybrid.Limiter
+	var rules []*hybrid.Rule
+	for _, id := range []string{"a", "b"} {
+		l := newNode(t, nodeConfig(client, prefix, clk, id, 2))
+		nodes = append(nodes, l)
+		rules = append(rules, mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(1000, W)}, hybrid.Hybrid))
+	}
+	// Each node uses 200 of 1,000.
+	var used [2]int64
+	for range 20 {
+		for i, l := range nodes {
+			for range 10 {
+				if d, _ := l.Allow(ctx, rules[i], "k"); d.Allowed {
+					used[i]++
+				}
+			}
+			syncOK(t, l, clk)
+		}
+		clk.Add(10 * time.Millisecond)
+	}
+	pre := readWindow(t, client, ks, "r", "k", W, wid)
+	t.Logf("before: used %v, Redis g %v u %v R %d", used, pre.g, pre.u, pre.R)
+	if used[0] != 200 || used[1] != 200 {
+		t.Fatalf("used %v, want 200 each", used)
+	}
+	// The new limit, below what is used.
+	const L2 = 300
+	for i, l := range nodes {
+		if err := l.SetLimit(rules[i], fixed(L2, W)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, l := range nodes {
+		if d, _ := l.AllowN(ctx, rules[i], "k", 0); d.Limit != L2 {
+			t.Errorf("Decision.Limit %d after SetLimit(%d)", d.Limit, L2)
+		}
+	}
+	// Each node's next round revokes its lease: Redis keeps the use and
+	// takes back the grants beyond it.
+	clk.Add(10 * time.Millisecond)
+	for _, l := range nodes {
+		syncOK(t, l, clk)
+	}
+	st := readWindow(t, client, ks, "r", "k", W, wid)
+	t.Logf("after each node's next round: Redis g %v u %v R %d", st.g, st.u, st.R)
+	for i, id := range []string{"a", "b"} {
+		if st.g[id] > st.u[id] || st.u[id] < used[i] {
+			t.Errorf("bug: node %s: after SetLimit and a round, Redis still grants it %d with %d used (it used %d): the lease was not revoked",
+				id, st.g[id], st.u[id], used[i])
+		}
+	}
+	// The nodes go on at 3× the new limit: what they admit in this window
+	// beyond the use before the change is the transient; from the next
+	// window on the new limit holds.
+	s := newStepper(t, clk, nodes, rules, []string{"k"}, W, 5)
+	for clk.Now().Before(time.UnixMicro(wid).Add(W + 50*time.Millisecond)) {
+		s.step() // the window of the change, and the first rounds of the next
+	}
+	st = readWindow(t, client, ks, "r", "k", W, wid)
+	for clk.Now().Before(time.UnixMicro(wid).Add(4 * W)) {
+		s.step()
+	}
+	per := s.perWindow(0)
+	transient := per[wid]
+	t.Logf("window of the change: %d admitted after it (%d before, old limit 1000, new %d); Redis u %v R %d", transient, used[0]+used[1], L2, st.u, st.R)
+	if used[0]+used[1]+transient > 1000 {
+		t.Errorf("the window of the change admitted %d, past even the old limit", used[0]+used[1]+transient)
+	}
+	if st.sumU() < used[0]+used[1]+transient {
+		t.Errorf("Redis holds use %d of the window of the change, the nodes admitted %d: consumption lost", st.sumU(), used[0]+used[1]+transient)
+	}
+	for x := wid + W.Microseconds(); x < wid+4*W.Microseconds(); x += W.Microseconds() {
+		t.Logf("window +%d: admitted %d under the limit %d", (x-wid)/W.Microseconds(), per[x], L2)
+		if per[x] > L2 || per[x] < L2/2 {
+			t.Errorf("window +%d: admitted %d, limit %d", (x-wid)/W.Microseconds(), per[x], L2)
+		}
+	}
+	// Raised again: the new room is used, and no more.
+	const L3 = 2000
+	for i, l := range nodes {
+		if err := l.SetLimit(rules[i], fixed(L3, W)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = newStepper(t, clk, nodes, rules, []string{"k"}, W, 30)
+	w4 := clk.window(W) + W.Microseconds()
+	for clk.Now().Before(time.UnixMicro(w4).Add(2 * W)) {
+		s.step()
+	}
+	per = s.perWindow(0)
+	for _, x := range []int64{w4, w4 + W.Microseconds()} {
+		t.Logf("raised: admitted %d under the limit %d", per[x], L3)
+		if per[x] > L3 || per[x] <= L2 {
+			t.Errorf("after raising the limit to %d: admitted %d", L3, per[x])
+		}
+	}
+	// A limit that cannot be leased is refused; the old one stays.
+	logLimit := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: W})
+	if err := nodes[0].SetLimit(rules[0], logLimit); !errors.Is(err, hybrid.ErrInvalidRule) {
+		t.Errorf("SetLimit to a sliding log on a hybrid rule: %v, want ErrInvalidRule", err)
+	}
+	if d, _ := nodes[0].AllowN(ctx, rules[0], "k2", 0); d.Limit != L3 {
+		t.Errorf("limit after a refused SetLimit: %d, want %d", d.Limit, L3)
+	}
+}

@@ -1,0 +1,550 @@
+package hybrid_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// TestNewInvalidConfig: every bad field is an error wrapping
+// ErrInvalidConfig that names it.
+func TestNewInvalidConfig(t *testing.T) {
+	noDeadlines := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer noDeadlines.Close()
+	cases := []struct {
+		name  string
+		redis bool // needs a client
+		cfg   func(c redis.UniversalClient) hybrid.Config
+		field string
+	}{
+		{"unknown Mode", false, func(redis.UniversalClient) hybrid.Config { return hybrid.Config{Mode: hybrid.Mode(9)} }, "Mode"},
+		{"unknown Policy", false, func(redis.UniversalClient) hybrid.Config { return hybrid.Config{Policy: hybrid.Policy(9)} }, "Policy"},
+		{"Central without Redis", false, func(redis.UniversalClient) hybrid.Config { return hybrid.Config{Mode: hybrid.Central} }, "Mode"},
+		{"Hybrid without Redis", false, func(redis.UniversalClient) hybrid.Config { return hybrid.Config{Mode: hybrid.Hybrid} }, "Mode"},
+		{"unknown Mode with Redis", true, func(c redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Redis: c, Mode: hybrid.Mode(4)}
+		}, "Mode"},
+		{"Keyspace.Prefix with a brace", true, func(c redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: "a{b"}}
+		}, "Prefix"},
+		{"negative Timeout", true, func(c redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Redis: c, Timeout: -time.Second}
+		}, "Timeout"},
+		{"negative Sync.Interval", true, func(c redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{Interval: -time.Second}}
+		}, "Interval"},
+		{"Sync.Epsilon above 1", true, func(c redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{Epsilon: 2}}
+		}, "Epsilon"},
+		{"bad Sync.NodeID", true, func(c redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{NodeID: "a b"}}
+		}, "NodeID"},
+		{"client without ContextTimeoutEnabled", true, func(redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Redis: noDeadlines}
+		}, "ContextTimeoutEnabled"},
+		{"Store.Shards not a power of two", false, func(redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Store: local.StoreConfig{Shards: 3}}
+		}, "Shards"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			var client redis.UniversalClient
+			if c.redis {
+				client = redistest.Client(t, redistest.Addr(t))
+			}
+			cfg := c.cfg(client)
+			cfg.Logger = quiet
+			l, err := hybrid.New(cfg)
+			if err == nil {
+				l.Close()
+				t.Fatalf("New accepted it")
+			}
+			if l != nil {
+				t.Errorf("New returned a Limiter with the error")
+			}
+			if !errors.Is(err, hybrid.ErrInvalidConfig) {
+				t.Errorf("%v: does not wrap hybrid.ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), c.field) {
+				t.Errorf("%v: does not name %s", err, c.field)
+			}
+		})
+	}
+}
+
+// TestNewCopiesConfig: New neither changes the caller's Config nor keeps
+// what the caller may change afterwards (the Keyspace's Secret).
+func TestNewCopiesConfig(t *testing.T) {
+	client := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	secret := []byte("secret-one")
+	cfg := hybrid.Config{
+		Redis: client, Keyspace: syncer.Keyspace{Prefix: prefix, Secret: secret},
+		Clock: clk, ManualSync: true, VirtualTime: true,
+		Sync: syncer.SyncConfig{Interval: testInterval, NodeID: "a"},
+	}
+	before := cfg
+	before.Keyspace.Secret = bytes.Clone(secret)
+	l := newNode(t, cfg)
+	if !reflect.DeepEqual(cfg, before) {
+		t.Fatalf("New changed the Config:\n got %+v\nwant %+v", cfg, before)
+	}
+	// The defaults it filled in are its own: the caller's zero fields stay
+	// zero, and a second Limiter from the same value works.
+	if cfg.Mode != hybrid.ModeDefault || cfg.Policy != hybrid.PolicyDefault || cfg.Logger != nil || cfg.Sync.Interval != testInterval {
+		t.Fatalf("Config changed: %+v", cfg)
+	}
+	// The caller overwrites the secret's bytes: the Limiter keeps the copy.
+	copy(cfg.Keyspace.Secret, "XXXXXXXXXX")
+	ks := syncer.Keyspace{Prefix: prefix, Secret: []byte("secret-one")}
+	ctx := context.Background()
+	cen := mustRegister(t, l, hybrid.Rule{Name: "c", Limit: fixed(10, time.Second), Mode: hybrid.Central}, hybrid.Central)
+	hyb := mustRegister(t, l, hybrid.Rule{Name: "h", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
+	if _, err := l.Allow(ctx, cen, "user"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(ctx, hyb, "user"); err != nil {
+		t.Fatal(err)
+	}
+	syncOK(t, l, clk)
+	for _, name := range []string{redisKeyBase(ks, "c", "user") + "s", redisKeyBase(ks, "h", "user") + "m"} {
+		if n, err := client.Exists(ctx, name).Result(); err != nil || n != 1 {
+			t.Errorf("%s: exists %d, %v: the Limiter did not keep the secret it was given", name, n, err)
+		}
+	}
+}
+
+// TestRegisterInvalid: a bad rule is an error wrapping ErrInvalidRule that
+// names the field.
+func TestRegisterInvalid(t *testing.T) {
+	noRedis, err := hybrid.New(hybrid.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noRedis.Close()
+	ok := fixed(10, time.Second)
+	cases := []struct {
+		name  string
+		rule  hybrid.Rule
+		field string
+	}{
+		{"empty name", hybrid.Rule{Limit: ok}, "Name"},
+		{"brace in name", hybrid.Rule{Name: "a{b}", Limit: ok}, "Name"},
+		{"space in name", hybrid.Rule{Name: "a b", Limit: ok}, "Name"},
+		{"non-ASCII name", hybrid.Rule{Name: "ü", Limit: ok}, "Name"},
+		{"name too long", hybrid.Rule{Name: strings.Repeat("a", syncer.MaxRuleName+1), Limit: ok}, "Name"},
+		{"zero Limit", hybrid.Rule{Name: "z"}, "Limit"},
+		{"negative KeyTTL", hybrid.Rule{Name: "k", Limit: ok, KeyTTL: -time.Second}, "KeyTTL"},
+		{"unknown Mode", hybrid.Rule{Name: "m", Limit: ok, Mode: hybrid.Mode(9)}, "Mode"},
+		{"unknown Policy", hybrid.Rule{Name: "p", Limit: ok, Policy: hybrid.Policy(9)}, "Policy"},
+		{"Central without Redis", hybrid.Rule{Name: "c", Limit: ok, Mode: hybrid.Central}, "Mode"},
+		{"Hybrid without Redis", hybrid.Rule{Name: "h", Limit: ok, Mode: hybrid.Hybrid}, "Mode"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := noRedis.Register(c.rule)
+			if err == nil {
+				t.Fatalf("Register accepted it: %+v", r)
+			}
+			if r != nil {
+				t.Errorf("Register returned a rule with the error")
+			}
+			if !errors.Is(err, hybrid.ErrInvalidRule) {
+				t.Errorf("%v: does not wrap ErrInvalidRule", err)
+			}
+			if !strings.Contains(err.Error(), c.field) {
+				t.Errorf("%v: does not name %s", err, c.field)
+			}
+		})
+	}
+	t.Run("again", func(t *testing.T) {
+		ctx := context.Background()
+		r1, err := noRedis.Register(hybrid.Rule{Name: "again", Limit: fixed(3, time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same limit: the same rule, sharing its state.
+		r2, err := noRedis.Register(hybrid.Rule{Name: "again", Limit: fixed(3, time.Minute)})
+		if err != nil {
+			t.Fatalf("the same rule again: %v", err)
+		}
+		for range 3 {
+			if d, _ := noRedis.Allow(ctx, r1, "k"); !d.Allowed {
+				t.Fatalf("refused: %+v", d)
+			}
+		}
+		if d, err := noRedis.Allow(ctx, r2, "k"); err != nil || d.Allowed {
+			t.Errorf("the second registration does not share the first's state: %+v, %v", d, err)
+		}
+		// Another limit: an error naming the rule, pointing to SetLimit.
+		_, err = noRedis.Register(hybrid.Rule{Name: "again", Limit: fixed(4, time.Minute)})
+		if !errors.Is(err, hybrid.ErrInvalidRule) || !strings.Contains(err.Error(), "again") || !strings.Contains(err.Error(), "SetLimit") {
+			t.Errorf("another limit under the same name: %v", err)
+		}
+	})
+	t.Run("SetLimit zero", func(t *testing.T) {
+		r, err := noRedis.Register(hybrid.Rule{Name: "set", Limit: ok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := noRedis.SetLimit(r, local.Limit{}); !errors.Is(err, hybrid.ErrInvalidRule) {
+			t.Errorf("SetLimit(zero): %v, want ErrInvalidRule", err)
+		}
+	})
+	t.Run("after Close", func(t *testing.T) {
+		l, err := hybrid.New(hybrid.Config{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Register(hybrid.Rule{Name: "late", Limit: ok}); !errors.Is(err, hybrid.ErrClosed) {
+			t.Errorf("Register after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
+// TestRegisterModes: the mode a rule runs in, by its own Mode, the
+// Limiter's, and whether its limit can be leased.
+func TestRegisterModes(t *testing.T) {
+	client := redistest.Client(t, redistest.Addr(t))
+	bigBucket := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1_000_000, Window: time.Hour, Burst: 1_000_000})
+	cases := []struct {
+		name    string
+		redis   bool
+		limiter hybrid.Mode // Config.Mode
+		nodes   int         // Config.Sync.Nodes
+		rule    hybrid.Rule
+		want    hybrid.Mode
+	}{
+		{"no Redis: local", false, hybrid.ModeDefault, 0, hybrid.Rule{Limit: fixed(10, time.Second)}, hybrid.Local},
+		{"Redis: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Hybrid},
+		{"GCRA: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second})}, hybrid.Hybrid},
+		{"counter: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 1000, Window: time.Second})}, hybrid.Hybrid},
+		{"sliding log: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: time.Second})}, hybrid.Central},
+		{"asked hybrid, sliding log: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: time.Second})}, hybrid.Central},
+		{"bucket past 2^51: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: bigBucket}, hybrid.Central},
+		{"100/s, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(100, time.Second)}, hybrid.Hybrid},
+		{"99/s, 1 node: central", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(99, time.Second)}, hybrid.Central},
+		{"100/s, 2 nodes: central", true, hybrid.ModeDefault, 2, hybrid.Rule{Limit: fixed(100, time.Second)}, hybrid.Central},
+		{"200/s, 2 nodes: hybrid", true, hybrid.ModeDefault, 2, hybrid.Rule{Limit: fixed(200, time.Second)}, hybrid.Hybrid},
+		{"60000/min, 10 nodes: hybrid", true, hybrid.ModeDefault, 10, hybrid.Rule{Limit: fixed(60000, time.Minute)}, hybrid.Hybrid},
+		{"59999/min, 10 nodes: central", true, hybrid.ModeDefault, 10, hybrid.Rule{Limit: fixed(59999, time.Minute)}, hybrid.Central},
+		{"explicit local with Redis", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Local, Limit: fixed(1000, time.Second)}, hybrid.Local},
+		{"explicit central", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Central, Limit: fixed(1000, time.Second)}, hybrid.Central},
+		{"limiter default central", true, hybrid.Central, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Central},
+		{"limiter default local", true, hybrid.Local, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Local},
+		{"limiter default local, rule hybrid", true, hybrid.Local, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: fixed(1000, time.Second)}, hybrid.Hybrid},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := hybrid.Config{Mode: c.limiter, Logger: quiet, ManualSync: true, Sync: syncer.SyncConfig{Interval: testInterval, Nodes: c.nodes}}
+			if c.redis {
+				cfg.Redis, cfg.Keyspace = client, syncer.Keyspace{Prefix: redistest.Prefix(t)}
+			}
+			l := newNode(t, cfg)
+			c.rule.Name = "r"
+			r, err := l.Register(c.rule)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := l.Mode(r); got != c.want {
+				t.Errorf("Mode = %v, want %v", got, c.want)
+			}
+			if c.rule.Limit.Algorithm() == local.FixedWindow && c.redis && c.rule.Mode == hybrid.ModeDefault && c.limiter == hybrid.ModeDefault {
+				// Consistent with syncer.Split, the documented test.
+				if split := syncer.Split(c.rule.Limit, testInterval, c.nodes); split != (c.want == hybrid.Hybrid) {
+					t.Errorf("syncer.Split = %v, but the rule runs %v", split, c.want)
+				}
+			}
+		})
+	}
+	// A rule that went central is exact across nodes: a second Limiter sees
+	// the first's use at once.
+	t.Run("small limit is shared at once", func(t *testing.T) {
+		prefix := redistest.Prefix(t)
+		clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+		a := newNode(t, nodeConfig(client, prefix, clk, "a", 2))
+		b := newNode(t, nodeConfig(client, prefix, clk, "b", 2))
+		ra := mustRegister(t, a, hybrid.Rule{Name: "small", Limit: fixed(5, time.Second)}, hybrid.Central)
+		rb := mustRegister(t, b, hybrid.Rule{Name: "small", Limit: fixed(5, time.Second)}, hybrid.Central)
+		if n, d := exhaust(t, a, ra, "k", 100); n != 5 || d.Reason != local.ReasonLimited {
+			t.Fatalf("node a admitted %d, then %+v; want 5, then limited", n, d)
+		}
+		if d, err := b.Allow(context.Background(), rb, "k"); err != nil || d.Allowed {
+			t.Errorf("node b after a used the limit: %+v, %v", d, err)
+		}
+	})
+}
+
+// TestUnknownRule: a rule registered elsewhere, or not at all, is
+// ErrUnknownRule everywhere a rule is taken.
+func TestUnknownRule(t *testing.T) {
+	ctx := context.Background()
+	l1, err := hybrid.New(hybrid.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l1.Close()
+	l2, err := hybrid.New(hybrid.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	mine, err := l1.Register(hybrid.Rule{Name: "r", Limit: fixed(10, time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := l2.Register(hybrid.Rule{Name: "r", Limit: fixed(10, time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := *mine // a copy of a registered rule is that rule
+	if d, err := l1.Allow(ctx, &copied, "k"); err != nil || !d.Allowed {
+		t.Errorf("a copy of a registered rule: %+v, %v", d, err)
+	}
+	for name, r := range map[string]*hybrid.Rule{
+		"nil":           nil,
+		"never":         {Name: "r", Limit: fixed(10, time.Second)},
+		"other limiter": other,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if d, err := l1.Allow(ctx, r, "k"); !errors.Is(err, hybrid.ErrUnknownRule) || d.Allowed {
+				t.Errorf("Allow: %+v, %v", d, err)
+			}
+			if d, err := l1.AllowN(ctx, r, "k", 2); !errors.Is(err, hybrid.ErrUnknownRule) || d.Allowed {
+				t.Errorf("AllowN: %+v, %v", d, err)
+			}
+			if err := l1.SetLimit(r, fixed(5, time.Second)); !errors.Is(err, hybrid.ErrUnknownRule) {
+				t.Errorf("SetLimit: %v", err)
+			}
+			if m := l1.Mode(r); m != hybrid.ModeDefault {
+				t.Errorf("Mode: %v", m)
+			}
+			out := make([]local.Decision, 2)
+			ok, err := l1.AllowMulti(ctx, []hybrid.Request{{Rule: mine, Key: "k", N: 1}, {Rule: r, Key: "k", N: 1}}, out)
+			if ok || !errors.Is(err, hybrid.ErrUnknownRule) {
+				t.Errorf("AllowMulti: %v, %v", ok, err)
+			}
+		})
+	}
+	// Nothing was charged by the refused AllowMulti calls: 10 − the one
+	// admitted above remain.
+	if d, _ := l1.AllowN(ctx, mine, "k", 0); d.Remaining != 9 {
+		t.Errorf("remaining %d after refused multi calls, want 9", d.Remaining)
+	}
+}
+
+// TestLifecycle: Shutdown and Close are idempotent and stop every goroutine,
+// in every configuration.
+func TestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		redis bool
+		cfg   func(c redis.UniversalClient, prefix string) hybrid.Config
+		mode  hybrid.Mode
+	}{
+		{"no Redis, own clock", false, func(redis.UniversalClient, string) hybrid.Config { return hybrid.Config{} }, hybrid.Local},
+		{"no Redis, given clock", false, func(redis.UniversalClient, string) hybrid.Config {
+			return hybrid.Config{Clock: local.SystemClock{}}
+		}, hybrid.Local},
+		{"Redis, sync loop, own clock", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
+			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Sync: syncer.SyncConfig{Interval: 20 * time.Millisecond}}
+		}, hybrid.Hybrid},
+		{"Redis, ManualSync", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
+			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, ManualSync: true}
+		}, hybrid.Hybrid},
+		{"Redis, central", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
+			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Mode: hybrid.Central}
+		}, hybrid.Central},
+	}
+	for _, c := range cases {
+		for _, closeFirst := range []bool{false, true} {
+			name := c.name + "/Shutdown"
+			if closeFirst {
+				name = c.name + "/Close"
+			}
+			t.Run(name, func(t *testing.T) {
+				leakcheck.Check(t)
+				var client redis.UniversalClient
+				if c.redis {
+					client = redistest.Client(t, redistest.Addr(t))
+				}
+				cfg := c.cfg(client, redistest.Prefix(t))
+				cfg.Logger = quiet
+				l, err := hybrid.New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(100_000, time.Minute)}, c.mode)
+				for i := range 50 {
+					if _, err := l.Allow(ctx, r, string(rune('a'+i%5))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !cfg.ManualSync && c.redis {
+					time.Sleep(60 * time.Millisecond) // a few rounds of the loop
+				}
+				var first error
+				if closeFirst {
+					first = l.Close()
+				} else {
+					first = l.Shutdown(ctx)
+				}
+				if first != nil {
+					t.Fatalf("first: %v", first)
+				}
+				if err := l.Shutdown(ctx); err != nil {
+					t.Errorf("Shutdown again: %v", err)
+				}
+				if err := l.Close(); err != nil {
+					t.Errorf("Close again: %v", err)
+				}
+				if _, err := l.Register(hybrid.Rule{Name: "late", Limit: fixed(1, time.Second)}); !errors.Is(err, hybrid.ErrClosed) {
+					t.Errorf("Register after Shutdown: %v, want ErrClosed", err)
+				}
+				// Decisions remain possible afterwards.
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for range 10 {
+						l.Allow(ctx, r, "after")
+					}
+				}()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("Allow after Shutdown hangs")
+				}
+				if c.mode == hybrid.Local {
+					if d, err := l.Allow(ctx, r, "after-local"); err != nil || !d.Allowed {
+						t.Errorf("local decision after Shutdown: %+v, %v", d, err)
+					}
+				}
+			})
+		}
+	}
+	// A Shutdown whose flush cannot reach Redis returns within its context
+	// with ErrUnavailable, and still stops everything.
+	t.Run("paused Redis", func(t *testing.T) {
+		leakcheck.Check(t)
+		srv := redistest.Start(t)
+		client := redistest.Client(t, srv.Addr)
+		clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+		cfg := nodeConfig(client, redistest.Prefix(t), clk, "a", 1)
+		cfg.Logger = quiet
+		l, err := hybrid.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
+		l.Allow(ctx, r, "k")
+		srv.Pause()
+		defer srv.Resume()
+		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err = l.Shutdown(sctx)
+		if el := time.Since(start); el > 2*time.Second {
+			t.Errorf("Shutdown took %v with a 200ms deadline", el)
+		}
+		if !errors.Is(err, hybrid.ErrUnavailable) {
+			t.Errorf("Shutdown: %v, want ErrUnavailable", err)
+		}
+		if err2 := l.Close(); !errors.Is(err2, hybrid.ErrUnavailable) && err2 != nil {
+			t.Errorf("Close after: %v", err2)
+		}
+	})
+}
+
+// TestShutdownFlushes: Shutdown reports what a node admitted and did not
+// report (cold-start debt, use within a grant) and gives its unused grants
+// back, so another node can be granted the whole rest of the window.
+func TestShutdownFlushes(t *testing.T) {
+	client := redistest.Client(t, redistest.Addr(t))
+	const L = 1000
+	W := time.Second
+	for _, c := range []struct {
+		name   string
+		steps  int // sync rounds node a runs, 10ms apart, admitting 20 before each
+		before int // then admitted without a sync
+	}{
+		{"debt only", 0, 20},
+		{"within a small grant", 1, 3},
+		{"within a large grant", 3, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			prefix := redistest.Prefix(t)
+			ks := syncer.Keyspace{Prefix: prefix}
+			start := epoch2030.Add(100 * time.Millisecond)
+			clk := newFakeClock(start)
+			a := newNode(t, nodeConfig(client, prefix, clk, "a", 2))
+			b := newNode(t, nodeConfig(client, prefix, clk, "b", 2))
+			ra := mustRegister(t, a, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
+			rb := mustRegister(t, b, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
+			var usedA int64
+			allowA := func(n int) {
+				for range n {
+					d, err := a.Allow(ctx, ra, "k")
+					if err != nil || !d.Allowed {
+						t.Fatalf("node a refused: %+v, %v", d, err)
+					}
+					usedA++
+				}
+			}
+			for range c.steps {
+				allowA(20)
+				syncOK(t, a, clk)
+				clk.Add(10 * time.Millisecond)
+			}
+			allowA(c.before)
+			wid := clk.window(W)
+			held := readWindow(t, client, ks, "r", "k", W, wid)
+			t.Logf("before Shutdown: a admitted %d; Redis: g=%d u=%d R=%d", usedA, held.g["a"], held.u["a"], held.R)
+			if err := a.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st := readWindow(t, client, ks, "r", "k", W, wid)
+			if !st.ok || st.u["a"] != usedA || st.g["a"] > usedA || st.R != usedA {
+				t.Fatalf("after Shutdown, Redis holds g=%d u=%d R=%d; want u = R = %d admitted, g ≤ u", st.g["a"], st.u["a"], st.R, usedA)
+			}
+			// Node b can now be granted everything a did not use, and no more.
+			var gotB int64
+			for i := 0; i < 40 && clk.window(W) == wid; i++ {
+				n, _ := exhaust(t, b, rb, "k", 2*L)
+				gotB += n
+				syncOK(t, b, clk)
+				clk.Add(10 * time.Millisecond)
+			}
+			if clk.window(W) != wid {
+				t.Fatal("the window ended before node b was done")
+			}
+			if gotB != L-usedA {
+				t.Errorf("node b admitted %d after a's Shutdown, want %d (the limit less a's %d)", gotB, L-usedA, usedA)
+			}
+			if st := readWindow(t, client, ks, "r", "k", W, wid); st.R > L {
+				t.Errorf("R = %d past the limit", st.R)
+			}
+		})
+	}
+}

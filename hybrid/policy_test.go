@@ -1,0 +1,437 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// policyRules are one rule per failure policy, registered on each node.
+var policyRules = []struct {
+	name   string
+	policy hybrid.Policy
+}{{"open", hybrid.FailOpen}, {"closed", hybrid.FailClosed}, {"flocal", hybrid.FailLocal}}
+
+// checkPolicy checks a decision a failure policy made.
+func checkPolicy(t *testing.T, p hybrid.Policy, d local.Decision, err error) {
+	t.Helper()
+	if !errors.Is(err, hybrid.ErrUnavailable) {
+		t.Fatalf("%v decision with error %v, want ErrUnavailable", p, err)
+	}
+	switch p {
+	case hybrid.FailOpen:
+		if !d.Allowed || d.Reason != local.ReasonUnavailable {
+			t.Fatalf("FailOpen decided %+v, want admitted with ReasonUnavailable", d)
+		}
+	case hybrid.FailClosed:
+		if d.Allowed || d.Reason != local.ReasonUnavailable {
+			t.Fatalf("FailClosed decided %+v, want refused with ReasonUnavailable", d)
+		}
+	case hybrid.FailLocal:
+		if !d.Allowed && d.Reason != local.ReasonUnavailable {
+			t.Fatalf("FailLocal refused with %v, want ReasonUnavailable", d.Reason)
+		}
+	}
+}
+
+// markUnavailable has l notice that Redis is down, as its loop would: a
+// key that wants a lease (a new one) and a round that fails.
+func markUnavailable(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, clk *fakeClock) {
+	t.Helper()
+	l.Allow(context.Background(), r, "probe")
+	clk.Add(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	if _, err := l.SyncAt(ctx, clk.Now()); !errors.Is(err, hybrid.ErrUnavailable) {
+		t.Fatalf("SyncAt with Redis down: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestHotPathNeverWaits: with the real sync loop and Redis paused (or
+// killed), hybrid decisions keep coming in microseconds: from the leases
+// held, then by each rule's failure policy once they run out; when Redis
+// is back, decisions are hybrid again.
+func TestHotPathNeverWaits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real time")
+	}
+	for _, outage := range []string{"paused", "killed"} {
+		t.Run(outage, func(t *testing.T) {
+			leakcheck.Check(t)
+			ctx := context.Background()
+			srv := redistest.Start(t)
+			prefix := redistest.Prefix(t)
+			// L per hour, drained by requests of cost L/1000: a lease runs out
+			// within 1,000 calls, and no window ends during the test.
+			const L = 100_000_000
+			const cost = L / 1000
+			lim := fixed(L, time.Hour)
+			nodes := make([]*hybrid.Limiter, 2)
+			rules := make([]map[string]*hybrid.Rule, 2)
+			for i := range nodes {
+				nodes[i] = newNode(t, hybrid.Config{
+					Redis: redistest.Client(t, srv.Addr), Keyspace: syncer.Keyspace{Prefix: prefix}, Logger: quiet,
+					Sync: syncer.SyncConfig{Interval: 50 * time.Millisecond, NodeID: fmt.Sprint("n", i), Nodes: 2},
+				})
+				rules[i] = map[string]*hybrid.Rule{}
+				for _, p := range policyRules {
+					rules[i][p.name] = mustRegister(t, nodes[i], hybrid.Rule{Name: p.name, Limit: lim, Policy: p.policy}, hybrid.Hybrid)
+				}
+			}
+			// Warm up: node b asks first, once, so both nodes are live; then
+			// node a, at a high rate, takes a large lease. (Node b must not
+			// ask twice: a second round soon after the first extrapolates its
+			// demand to the whole hour's budget, which it would then keep
+			// while idle; see TestIdleReleaseWindows.)
+			for _, p := range policyRules {
+				nodes[1].AllowN(ctx, rules[1][p.name], "k", 1000)
+			}
+			time.Sleep(150 * time.Millisecond)
+			for range 20 {
+				for _, p := range policyRules {
+					if d, err := nodes[0].AllowN(ctx, rules[0][p.name], "k", 1000); err != nil || !d.Allowed {
+						now := time.Now().UnixMicro()
+						t.Fatalf("warm-up of %s: %+v, %v; Redis: %+v", p.name, d, err, readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, p.name, "k", time.Hour, now-now%time.Hour.Microseconds()))
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(200 * time.Millisecond)
+
+			a, ra := nodes[0], rules[0]
+			slowest := time.Duration(0)
+			timed := func(r *hybrid.Rule, n int64) (local.Decision, error) {
+				start := time.Now()
+				d, err := a.AllowN(ctx, r, "k", n)
+				el := time.Since(start)
+				slowest = max(slowest, el)
+				if el > 50*time.Millisecond {
+					t.Fatalf("a decision took %v with Redis %s", el, outage)
+				}
+				return d, err
+			}
+			if outage == "paused" {
+				srv.Pause()
+				defer srv.Resume()
+			} else {
+				srv.Kill()
+			}
+			// The leases held go on admitting.
+			for _, p := range policyRules {
+				for i := range 1000 {
+					if d, err := timed(ra[p.name], 1); err != nil || !d.Allowed {
+						t.Fatalf("%s: call %d with a lease held: %+v, %v", p.name, i, d, err)
+					}
+				}
+			}
+			// Drain the leases: no call waits; once the loop has seen Redis
+			// fail, the policies decide.
+			type seen struct{ policy, admitted, refused int }
+			got := map[string]*seen{}
+			deadline := time.Now().Add(10 * time.Second)
+			for done := false; !done; {
+				if time.Now().After(deadline) {
+					t.Fatalf("no policy decisions after 10s: %+v %+v %+v", *got["open"], *got["closed"], *got["flocal"])
+				}
+				done = true
+				for _, p := range policyRules {
+					s := got[p.name]
+					if s == nil {
+						s = &seen{}
+						got[p.name] = s
+					}
+					d, err := timed(ra[p.name], cost)
+					switch {
+					case err != nil:
+						checkPolicy(t, p.policy, d, err)
+						s.policy++
+						if d.Allowed {
+							s.admitted++
+						} else {
+							s.refused++
+						}
+					case s.policy > 0:
+						t.Fatalf("%s: a decision without error (%+v) after policy decisions, Redis still %s", p.name, d, outage)
+					case d.Reason != local.ReasonOK && d.Reason != local.ReasonNoLease:
+						t.Fatalf("%s: %+v before the policy decided", p.name, d)
+					}
+					enough := s.policy >= 100
+					if p.policy == hybrid.FailLocal {
+						enough = s.refused >= 10
+					}
+					done = done && enough
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			// FailLocal: the limit divided by the two nodes last seen, in this
+			// node's fallback window (one hour, unless the test straddled a
+			// boundary).
+			if fl := got["flocal"]; int64(fl.admitted)*cost != L/2 {
+				t.Errorf("FailLocal admitted %d × %d = %d during the outage, want L/2 = %d", fl.admitted, cost, int64(fl.admitted)*cost, L/2)
+			}
+			t.Logf("slowest decision while Redis was %s: %v; policy decisions: open %+v closed %+v local %+v", outage, slowest, *got["open"], *got["closed"], *got["flocal"])
+
+			// Back: decisions are hybrid again, without error.
+			if outage == "paused" {
+				srv.Resume()
+			} else {
+				srv.Restart()
+			}
+			deadline = time.Now().Add(10 * time.Second)
+			for _, p := range policyRules {
+				for {
+					d, err := timed(ra[p.name], 1)
+					if err == nil && d.Reason != local.ReasonUnavailable {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: still %+v, %v 10s after Redis came back", p.name, d, err)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
+
+// TestPolicies: the failure policies, decision by decision, on a virtual
+// clock: a lease held is used to its end, then the policy decides; FailLocal
+// admits the limit divided by the nodes last seen, per window; when Redis
+// answers again, decisions are hybrid.
+func TestPolicies(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	const L = 1000
+	W := time.Second
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	a := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "a", 2))
+	b := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "b", 2))
+	ra, rb := map[string]*hybrid.Rule{}, map[string]*hybrid.Rule{}
+	for _, p := range policyRules {
+		ra[p.name] = mustRegister(t, a, hybrid.Rule{Name: p.name, Limit: fixed(L, W), Policy: p.policy}, hybrid.Hybrid)
+		rb[p.name] = mustRegister(t, b, hybrid.Rule{Name: p.name, Limit: fixed(L, W), Policy: p.policy}, hybrid.Hybrid)
+	}
+	// Both nodes take leases.
+	for range 3 {
+		for _, p := range policyRules {
+			for range 10 {
+				a.Allow(ctx, ra[p.name], "k")
+				b.Allow(ctx, rb[p.name], "k")
+			}
+		}
+		syncOK(t, a, clk)
+		syncOK(t, b, clk)
+		clk.Add(10 * time.Millisecond)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	markUnavailable(t, a, ra["open"], clk)
+	for _, p := range policyRules {
+		t.Run(p.name, func(t *testing.T) {
+			// The lease and the allowance first, without error; then the
+			// policy.
+			var leased, policy, admitted int
+			for i := 0; i < 3*L; i++ {
+				d, err := a.Allow(ctx, ra[p.name], "k")
+				if err == nil {
+					if policy > 0 {
+						t.Fatalf("call %d: %+v without error after policy decisions", i, d)
+					}
+					if !d.Allowed {
+						t.Fatalf("call %d: refused %+v without error while Redis is down", i, d)
+					}
+					leased++
+					continue
+				}
+				checkPolicy(t, p.policy, d, err)
+				policy++
+				if d.Allowed {
+					admitted++
+				}
+			}
+			t.Logf("%s: %d admitted on the lease held, then %d policy decisions, %d admitted", p.name, leased, policy, admitted)
+			if leased == 0 || policy == 0 {
+				t.Fatalf("leased %d, policy %d", leased, policy)
+			}
+			if p.policy == hybrid.FailLocal {
+				if admitted != L/2 {
+					t.Errorf("FailLocal admitted %d in a window, want %d (the limit over the 2 nodes last seen)", admitted, L/2)
+				}
+				// The next window: L/2 again (after the allowance of a key
+				// without a lease).
+				at := clk.Now()
+				clk.Set(time.UnixMicro(clk.window(W)).Add(W + 10*time.Millisecond))
+				var again int
+				for range L {
+					if d, err := a.Allow(ctx, ra[p.name], "k"); err != nil && d.Allowed {
+						again++
+					}
+				}
+				clk.Set(at)
+				if again != L/2 {
+					t.Errorf("FailLocal admitted %d in the next window, want %d", again, L/2)
+				}
+			}
+		})
+	}
+	srv.Resume()
+	syncUntilOK(t, a, clk, 10*time.Millisecond)
+	for _, p := range policyRules {
+		if d, err := a.Allow(ctx, ra[p.name], "k2"); err != nil || d.Reason == local.ReasonUnavailable {
+			t.Errorf("%s after Redis is back: %+v, %v", p.name, d, err)
+		}
+	}
+}
+
+// TestOutageAdmissionsReconciled: what a node admits by FailLocal while
+// Redis is down counts when Redis is back ("reconciled without double
+// counting and without losing the hits admitted during the outage",
+// DESIGN.md): the window they were admitted in does not grant the whole
+// limit again.
+func TestOutageAdmissionsReconciled(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	const L = 1000
+	W := time.Second
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	wid := clk.window(W)
+	nodes := []*hybrid.Limiter{
+		newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "a", 2)),
+		newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "b", 2)),
+	}
+	rules := make([]*hybrid.Rule, 2)
+	for i, l := range nodes {
+		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W), Policy: hybrid.FailLocal}, hybrid.Hybrid)
+	}
+	var total, byPolicy int64
+	allow := func(i int) bool {
+		d, err := nodes[i].Allow(ctx, rules[i], "k")
+		if d.Allowed {
+			total++
+			if err != nil {
+				byPolicy++
+			}
+		}
+		return d.Allowed
+	}
+	for range 10 {
+		allow(0)
+		allow(1)
+	}
+	syncOK(t, nodes[0], clk)
+	syncOK(t, nodes[1], clk)
+	clk.Add(10 * time.Millisecond)
+	allow(0)
+	syncOK(t, nodes[0], clk) // node a has seen both nodes
+	clk.Add(10 * time.Millisecond)
+	// Outage: node a admits what FailLocal lets it.
+	srv.Pause()
+	markUnavailable(t, nodes[0], rules[0], clk)
+	for range 2 * L {
+		allow(0)
+	}
+	outage := total
+	srv.Resume()
+	clk.Add(10 * time.Millisecond)
+	syncUntilOK(t, nodes[0], clk, 10*time.Millisecond)
+	// Both nodes ask for all they can get for the rest of the window.
+	for clk.window(W) == wid && clk.Now().Sub(time.UnixMicro(wid)) < 800*time.Millisecond {
+		for i := range nodes {
+			for allow(i) {
+			}
+			nodes[i].SyncAt(ctx, clk.Now())
+		}
+		clk.Add(10 * time.Millisecond)
+	}
+	a := int64(float64(L) * 0.05 / 2)
+	t.Logf("admitted in the window: %d (%d by the end of the outage, %d of them by FailLocal); Redis R = %d", total, outage, byPolicy, readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, "r", "k", W, wid).R)
+	if byPolicy == 0 {
+		t.Fatal("FailLocal admitted nothing during the outage")
+	}
+	if total > L+2*(a+1) {
+		t.Errorf("bug: the window admitted %d, the limit is %d (+ allowance %d): the %d FailLocal admitted during the outage were not counted when Redis came back", total, L, 2*(a+1), byPolicy)
+	}
+}
+
+// TestCentralUnavailable: central rules bound each decision by the
+// context's deadline (or Config.Timeout) when Redis does not answer, and
+// the failure policy decides.
+func TestCentralUnavailable(t *testing.T) {
+	ctx := context.Background()
+	for _, outage := range []string{"paused", "killed"} {
+		t.Run(outage, func(t *testing.T) {
+			srv := redistest.Start(t)
+			l := newNode(t, hybrid.Config{
+				Redis: redistest.Client(t, srv.Addr), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
+				Mode: hybrid.Central, Timeout: 200 * time.Millisecond, ManualSync: true, Logger: quiet,
+			})
+			rules := map[string]*hybrid.Rule{}
+			for _, p := range policyRules {
+				rules[p.name] = mustRegister(t, l, hybrid.Rule{Name: p.name, Limit: fixed(100, time.Minute), Policy: p.policy}, hybrid.Central)
+				if d, err := l.Allow(ctx, rules[p.name], "k"); err != nil || !d.Allowed {
+					t.Fatalf("before the outage: %+v, %v", d, err)
+				}
+			}
+			if outage == "paused" {
+				srv.Pause()
+				defer srv.Resume()
+			} else {
+				srv.Kill()
+			}
+			for _, p := range policyRules {
+				for _, dl := range []time.Duration{100 * time.Millisecond, 0} {
+					c, cancel := ctx, context.CancelFunc(func() {})
+					bound := 200 * time.Millisecond // Config.Timeout
+					if dl > 0 {
+						c, cancel = context.WithTimeout(ctx, dl)
+						bound = dl
+					}
+					start := time.Now()
+					d, err := l.Allow(c, rules[p.name], "k")
+					el := time.Since(start)
+					cancel()
+					if el > bound+time.Second {
+						t.Errorf("%s: decision took %v, bound %v", p.name, el, bound)
+					}
+					checkPolicy(t, p.policy, d, err)
+					if outage == "paused" && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("%s: %v does not wrap context.DeadlineExceeded", p.name, err)
+					}
+				}
+			}
+		})
+	}
+	// FailLocal divides the limit by the nodes: for a central rule the
+	// Limiter knows them only from Config.Sync.Nodes.
+	t.Run("FailLocal divides by the nodes", func(t *testing.T) {
+		srv := redistest.Start(t)
+		l := newNode(t, hybrid.Config{
+			Redis: redistest.Client(t, srv.Addr), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
+			Mode: hybrid.Central, ManualSync: true, Logger: quiet, Timeout: 20 * time.Millisecond,
+			Sync: syncer.SyncConfig{Nodes: 4},
+		})
+		r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(100, time.Hour), Policy: hybrid.FailLocal}, hybrid.Central)
+		srv.Kill()
+		var admitted int
+		for range 60 {
+			d, err := l.Allow(ctx, r, "k")
+			checkPolicy(t, hybrid.FailLocal, d, err)
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if admitted > 100/4 {
+			t.Errorf("bug: FailLocal admitted %d on one of 4 nodes (Config.Sync.Nodes = 4), the limit is 100: each node admits the whole limit, the cluster 4×", admitted)
+		}
+	})
+}
