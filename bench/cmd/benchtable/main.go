@@ -16,27 +16,15 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/hybridlimit/hybridlimit/bench/internal/table"
 )
 
 // sample is one benchmark's results over the runs.
 type sample struct {
 	ns, bytes, allocs []float64
-}
-
-// median returns the median of v, or NaN-free 0 when v is empty.
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op\s+([\d.]+) allocs/op)?`)
@@ -90,7 +78,7 @@ func main() {
 	}
 	ns := func(name string) float64 {
 		if s, ok := res[name]; ok {
-			return median(s.ns)
+			return table.Median(s.ns)
 		}
 		return 0
 	}
@@ -104,9 +92,9 @@ func main() {
 	rows := [][]string{{"benchmark", "ns/op", "B/op", "allocs/op", "runs"}}
 	for _, name := range order {
 		s := res[name]
-		rows = append(rows, []string{name, fmt.Sprintf("%.1f", median(s.ns)), fmt.Sprintf("%.0f", median(s.bytes)), fmt.Sprintf("%.0f", median(s.allocs)), strconv.Itoa(len(s.ns))})
+		rows = append(rows, []string{name, fmt.Sprintf("%.1f", table.Median(s.ns)), fmt.Sprintf("%.0f", table.Median(s.bytes)), fmt.Sprintf("%.0f", table.Median(s.allocs)), strconv.Itoa(len(s.ns))})
 	}
-	printTable(rows, *markdown)
+	table.Print(os.Stdout, rows, *markdown)
 
 	// Table 2: the budgets.
 	var checks []check
@@ -144,7 +132,7 @@ func main() {
 		worst := 0.0
 		for _, n := range order {
 			if strings.HasPrefix(n, p) {
-				worst = max(worst, median(res[n].allocs))
+				worst = max(worst, table.Median(res[n].allocs))
 			}
 		}
 		checks = append(checks, check{algo + ": allocations per decision", fmt.Sprintf("%.0f", worst), "0", worst == 0})
@@ -160,37 +148,9 @@ func main() {
 		}
 		rows = append(rows, []string{c.what, c.got, c.budget, v})
 	}
-	printTable(rows, *markdown)
+	table.Print(os.Stdout, rows, *markdown)
 	fmt.Printf("\n%d of %d budgets met.\n", len(checks)-missed, len(checks))
 	if missed > 0 {
 		os.Exit(1)
-	}
-}
-
-func printTable(rows [][]string, markdown bool) {
-	if markdown {
-		for i, r := range rows {
-			fmt.Println("| " + strings.Join(r, " | ") + " |")
-			if i == 0 {
-				fmt.Println("|" + strings.Repeat("---|", len(r)))
-			}
-		}
-		return
-	}
-	width := make([]int, len(rows[0]))
-	for _, r := range rows {
-		for i, c := range r {
-			width[i] = max(width[i], len([]rune(c)))
-		}
-	}
-	for _, r := range rows {
-		var b strings.Builder
-		for i, c := range r {
-			b.WriteString(c)
-			if i < len(r)-1 {
-				b.WriteString(strings.Repeat(" ", width[i]-len([]rune(c))+2))
-			}
-		}
-		fmt.Println(b.String())
 	}
 }

@@ -1,0 +1,90 @@
+package micro
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// vclock is a settable clock: the benchmark moves it by hand, so that a
+// hybrid key's lease (fetched once, with ManualSync) covers the whole run.
+type vclock struct{ us atomic.Int64 }
+
+func (c *vclock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
+
+// BenchmarkHybrid compares, on one hybrid.Limiter, a rule in Hybrid mode
+// with the same rule in Local mode: the design wants the hybrid hot path
+// within 10% of the local one. Both read the Limiter's clock; the hybrid
+// key holds a lease fetched before the timer starts, so no decision waits
+// on Redis (as in production, where the syncer renews it in the
+// background). It needs HYBRIDLIMIT_REDIS_ADDR.
+func BenchmarkHybrid(b *testing.B) {
+	addr := os.Getenv("HYBRIDLIMIT_REDIS_ADDR")
+	if addr == "" {
+		b.Skip("HYBRIDLIMIT_REDIS_ADDR is not set: make bench starts Redis")
+	}
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer client.Close()
+	clock := &vclock{}
+	clock.us.Store(t0.UnixMicro())
+	l, err := hybrid.New(hybrid.Config{
+		Redis: client, Clock: clock, ManualSync: true, VirtualTime: true,
+		Keyspace: syncer.Keyspace{Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano())},
+		Sync:     syncer.SyncConfig{Nodes: 1},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	// A limit no benchmark run exhausts: the decisions measured are
+	// admissions, in both modes.
+	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 40, Window: time.Hour})
+	rules := map[string]*hybrid.Rule{}
+	for _, m := range []hybrid.Mode{hybrid.Local, hybrid.Hybrid} {
+		r, err := l.Register(hybrid.Rule{Name: "bench-" + m.String(), Limit: lim, Mode: m})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if l.Mode(r) != m {
+			b.Fatalf("rule runs %v, not %v", l.Mode(r), m)
+		}
+		rules[m.String()] = r
+	}
+	ctx := context.Background()
+	// Fetch the hybrid key's lease: a first request, one round, checked.
+	hr := rules["hybrid"]
+	l.Allow(ctx, hr, hotKey)
+	if _, err := l.SyncAt(ctx, clock.Now()); err != nil {
+		b.Fatal(err)
+	}
+	if d, _ := l.AllowN(ctx, hr, hotKey, 0); d.Reason != local.ReasonOK {
+		b.Fatalf("no lease: %+v", d)
+	}
+	for _, m := range []string{"local", "hybrid"} {
+		r := rules[m]
+		b.Run(m+"/hot", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Allow(ctx, r, hotKey)
+			}
+		})
+		b.Run(m+"/hot-par", func(b *testing.B) {
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l.Allow(ctx, r, hotKey)
+				}
+			})
+		})
+	}
+}
