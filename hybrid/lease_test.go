@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -487,4 +488,111 @@ func TestSetLimit(t *testing.T) {
 	if d, _ := nodes[0].AllowN(ctx, rules[0], "k2", 0); d.Limit != L3 {
 		t.Errorf("limit after a refused SetLimit: %d, want %d", d.Limit, L3)
 	}
+}
+
+// TestQuietBucketKey: a bucket key far below its limit, whose requests on
+// each node come further apart than a share lasts (2 a second per node,
+// shares of 500ms), is admitted every time: a node without a share admits
+// on the allowance, as debt against the pool, which it reports at its next
+// round; it is not refused for want of a lease.
+func TestQuietBucketKey(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	clk := newFakeClock(epoch2030)
+	const N = 8
+	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second})
+	nodes := make([]*hybrid.Limiter, N)
+	rules := make([]*hybrid.Rule, N)
+	for i := range nodes {
+		nodes[i] = newNode(t, nodeConfig(c, prefix, clk, fmt.Sprint("n", i), N))
+		rules[i] = mustRegister(t, nodes[i], hybrid.Rule{Name: "q", Limit: lim}, hybrid.Hybrid)
+	}
+	refused := map[local.Reason]int{}
+	admitted := 0
+	// 4 seconds in steps of 10ms: node i asks at its own phase, every
+	// 500ms; every node runs a round every 100ms.
+	for step := range 400 {
+		for i := range nodes {
+			if step%50 == i*6 {
+				d, err := nodes[i].Allow(ctx, rules[i], "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+				} else {
+					refused[d.Reason]++
+				}
+			}
+			if step%10 == i%10 {
+				syncOK(t, nodes[i], clk)
+			}
+		}
+		clk.Add(10 * time.Millisecond)
+	}
+	if admitted != 8*N || len(refused) > 0 {
+		t.Errorf("admitted %d of %d, refused %v: a quiet key must not be refused", admitted, 8*N, refused)
+	}
+}
+
+// TestReleaseReturnsTokens: a node that goes idle hands the tokens of its
+// bucket share back to the pool, where another node finds them: a key's
+// burst is not lost in the buckets of nodes that stopped using it. Node b
+// admits what an exact bucket, fed the same requests, admits, to within
+// the allowance.
+func TestReleaseReturnsTokens(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	clk := newFakeClock(epoch2030)
+	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 200, Window: time.Second, Burst: 4000})
+	exact, err := local.New(lim, local.Config{NoBackgroundSweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exact.Close()
+	a := newNode(t, nodeConfig(c, prefix, clk, "a", 2))
+	b := newNode(t, nodeConfig(c, prefix, clk, "b", 2))
+	ra := mustRegister(t, a, hybrid.Rule{Name: "t", Limit: lim}, hybrid.Hybrid)
+	rb := mustRegister(t, b, hybrid.Rule{Name: "t", Limit: lim}, hybrid.Hybrid)
+	count := func(l *hybrid.Limiter, r *hybrid.Rule, max int) {
+		for range max {
+			if d, _ := l.Allow(ctx, r, "k"); d.Allowed {
+				exact.AllowAt(clk.Now(), "k") // what a admitted, the exact bucket counts
+			}
+		}
+	}
+	// Node a, busy for 200ms, takes a share; then it goes idle for a second
+	// and releases it; b is idle meanwhile.
+	for range 20 {
+		count(a, ra, 20)
+		syncOK(t, a, clk)
+		syncOK(t, b, clk)
+		clk.Add(10 * time.Millisecond)
+	}
+	for range 10 {
+		clk.Add(100 * time.Millisecond)
+		syncOK(t, a, clk)
+		syncOK(t, b, clk)
+	}
+	// Node b now asks for far more than is left, in rounds; the exact
+	// bucket is asked the same.
+	got, want := 0, 0
+	for range 50 {
+		for range 1000 {
+			if d, _ := b.Allow(ctx, rb, "k"); d.Allowed {
+				got++
+			}
+			if exact.AllowAt(clk.Now(), "k").Allowed {
+				want++
+			}
+		}
+		syncOK(t, b, clk)
+		clk.Add(10 * time.Millisecond)
+	}
+	if got < want*95/100 || got > want*105/100 {
+		t.Errorf("node b admitted %d after node a went idle, the exact bucket %d: the tokens a held were lost", got, want)
+	}
+	t.Logf("node b admitted %d, the exact bucket %d", got, want)
 }

@@ -55,7 +55,8 @@ type Config struct {
 	Clock local.Clock
 	// Sync configures the syncer of hybrid rules (interval, lease sizing,
 	// cold-start allowance, …); see syncer.SyncConfig. Its Client, Keyspace
-	// and Clock are this Config's.
+	// and Clock are this Config's; its Observer, if set, receives every
+	// round after the Limiter.
 	Sync syncer.SyncConfig
 	// Store sizes each rule's table of keys. Default: local's defaults.
 	Store local.StoreConfig
@@ -161,7 +162,7 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		sc := cfg.Sync
 		sc.Client, sc.Keyspace, sc.Clock, sc.PassTime = cfg.Redis, cfg.Keyspace, l.clock, cfg.VirtualTime
-		sc.Observer = observer{l}
+		sc.Observer = observer{l, cfg.Sync.Observer}
 		if l.sync, err = syncer.NewSyncer(sc); err != nil {
 			return fail(fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err))
 		}
@@ -357,6 +358,11 @@ func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (loc
 	case Hybrid:
 		v, limit := rs.allowHybrid(now, key, n)
 		if v.Reason == local.ReasonNoLease && l.unavailable.Load() != 0 {
+			if rs.policy == FailLocal {
+				if d, ok := rs.fallbackLease(now, key, n); ok {
+					return d, errUnavailable
+				}
+			}
 			d, err := rs.failed(ctx, now, key, n, errUnavailable)
 			if d.Allowed {
 				rs.chargeLease(now, key, n)
@@ -459,6 +465,42 @@ func (rs *ruleState) chargeLease(now int64, key string, n int64) {
 	}
 }
 
+// fallbackLease decides by FailLocal on a window rule's lease (see
+// syncer.Lease.Fallback); ok is false for bucket rules, and for a key the
+// table has no room for.
+func (rs *ruleState) fallbackLease(now int64, key string, n int64) (d local.Decision, ok bool) {
+	lr := rs.lease.Load()
+	part := max(rs.limit.Load().Params().Limit/max(lr.Nodes(), 1), 1)
+	for {
+		e := rs.store.Get(key, now)
+		if e == nil {
+			return local.Decision{}, false
+		}
+		e.Lock()
+		if e.Evicted() {
+			e.Unlock()
+			continue
+		}
+		if e.Value.Digest == ([16]byte{}) {
+			e.Value.Digest = rs.l.sync.Keyspace().DigestBytes(key)
+		}
+		v, ok := e.Value.Fallback(lr, now, n, part)
+		if ok && v.Reason == local.ReasonOK {
+			rs.l.sync.Notify(lr, e)
+		}
+		e.Unlock()
+		if !ok {
+			return local.Decision{}, false
+		}
+		rs.counts.fallback.Add(1)
+		rs.counts.count(v.Reason)
+		return local.Decision{
+			Allowed: v.Reason == local.ReasonOK, Reason: v.Reason, Limit: lr.MaxCost(),
+			Remaining: v.Remaining, ResetAfter: micros(v.Reset), RetryAfter: micros(v.Retry),
+		}, true
+	}
+}
+
 // failed decides by the rule's failure policy; err says why Redis could
 // not.
 func (rs *ruleState) failed(_ context.Context, now int64, key string, n int64, err error) (local.Decision, error) {
@@ -521,16 +563,24 @@ func (l *Limiter) markAvailable() {
 }
 
 // observer turns the syncer's rounds into availability and metrics.
-type observer struct{ l *Limiter }
+// observer takes the syncer's rounds into the Limiter (availability,
+// metrics), then hands them to the caller's Sync.Observer, if any.
+type observer struct {
+	l    *Limiter
+	next syncer.Observer
+}
 
 func (o observer) Round(st syncer.RoundStats) {
 	switch {
 	case st.Err != nil && errors.Is(st.Err, syncer.ErrUnavailable):
 		o.l.markUnavailable(o.l.nowMicro(), st.Err)
-	case st.Synced > 0:
+	case st.Synced > 0 || st.Registered:
 		o.l.markAvailable()
 	}
 	o.l.metrics.round(st)
+	if o.next != nil {
+		o.next.Round(st)
+	}
 }
 
 // SyncAt runs one round of the syncer at the Limiter's clock time, for

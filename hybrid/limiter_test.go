@@ -548,3 +548,23 @@ func TestShutdownFlushes(t *testing.T) {
 		})
 	}
 }
+
+type roundRecorder struct{ rounds []syncer.RoundStats }
+
+func (r *roundRecorder) Round(st syncer.RoundStats) { r.rounds = append(r.rounds, st) }
+
+// TestSyncObserverChained: the caller's Sync.Observer receives every round,
+// after the Limiter took it in.
+func TestSyncObserverChained(t *testing.T) {
+	clk := newFakeClock(epoch2030)
+	rec := &roundRecorder{}
+	cfg := nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1)
+	cfg.Sync.Observer = rec
+	l := newNode(t, cfg)
+	r := mustRegister(t, l, hybrid.Rule{Name: "o", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
+	l.Allow(context.Background(), r, "k")
+	syncOK(t, l, clk)
+	if len(rec.rounds) != 1 || rec.rounds[0].Synced != 1 || !rec.rounds[0].Registered {
+		t.Errorf("observer got %+v, want one round with the key synced and the node registered", rec.rounds)
+	}
+}

@@ -43,7 +43,7 @@ type Lease struct {
 	offset   int64 // Redis time − node time, from this key's last reply
 	epoch    int64 // Redis's epoch of the key's state
 	seq      int64 // sequence number of the last request sent (buckets)
-	lastSync int64 // node time the last request was sent
+	lastSync int64 // node time the last request was sent, or of a new key's first request
 	lastUse  int64 // node time of the last request decided
 	hits     int64 // requests decided since the last sync
 	demand   int64 // requests per window, smoothed over syncs
@@ -64,6 +64,7 @@ const (
 	flagSynced                    // has had a reply: no cold-start allowance any more
 	flagUrgent                    // wants a sync as soon as the minimum gap allows
 	flagExhaustedPrev             // ... and was in the previous window
+	flagSent                      // a request was sent: lastSync is its time, not the first request's
 )
 
 // Verdict is a hybrid decision before the limiter dresses it as a
@@ -99,6 +100,9 @@ func (k *Lease) Idle(now int64) bool {
 func (k *Lease) Decide(r *LeaseRule, now, n int64) (v Verdict, signal bool) {
 	k.lastUse, k.span = now, r.w
 	k.hits += n
+	if k.lastSync == 0 {
+		k.lastSync = now // a new key: its demand is counted from now
+	}
 	changed := k.rule != nil && k.rule != r
 	if changed {
 		// The limit changed: the lease was granted under the old one, and
@@ -130,6 +134,31 @@ func (k *Lease) Charge(r *LeaseRule, now, n int64) bool {
 		k.used += n
 	}
 	return true
+}
+
+// Fallback decides a request of cost n at node time now for a window rule
+// (fixed window, sliding window counter) while Redis is out of reach, by
+// the failure policy that gives each node a part of the limit: the node may
+// admit up to part in the key's current window, counting what it admitted
+// there from its lease, so that a node cut off after using a large grant
+// does not admit part more on top of it. An admission is charged as use,
+// reported once Redis answers. It returns ok false for bucket rules, which
+// the caller decides otherwise.
+func (k *Lease) Fallback(r *LeaseRule, now, n, part int64) (v Verdict, ok bool) {
+	if r.buckets {
+		return Verdict{}, false
+	}
+	k.lastUse, k.span = now, r.w
+	rnow := now + k.offset
+	w := rnow - rnow%r.w
+	k.roll(r, w)
+	end := w + r.w - rnow
+	budget := max(k.granted, part)
+	if k.used+n > budget {
+		return Verdict{Reason: local.ReasonUnavailable, Remaining: max(budget-k.used, 0), Reset: end, Retry: end}, true
+	}
+	k.used += n
+	return Verdict{Remaining: budget - k.used, Reset: end}, true
 }
 
 // Check decides a request of cost n at node time now as Decide would,
@@ -188,14 +217,14 @@ func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, low || k.flags&flagSynced == 0
 	}
-	if a := r.allowance.Load(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && k.used+n <= k.granted+a &&
-		k.roomFor(r, n+a*max(r.nodes.Load(), 1)) {
+	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && k.used+n <= k.granted+a &&
+		k.roomFor(r, n+a*max(r.Nodes(), 1)) {
 		// The allowance: a key without a lease (new to this node, or new in
 		// this window) admits up to ε × limit ÷ nodes as debt, reported at
 		// the next exchange, unless the node saw it exhausted in this window
 		// or the last.
 		k.used += n
-		if k.flags&flagSynced == 0 || k.used-k.granted >= r.allowance.Load()/2+1 {
+		if k.flags&flagSynced == 0 || k.used-k.granted >= r.allowance()/2+1 {
 			k.flags |= flagUrgent
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, true
@@ -213,8 +242,10 @@ func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
 
 // roomFor reports whether, by what the last reply said, the window has room
 // for x more beyond what is committed: the allowance is for keys far from
-// their limit. For a window with no reply yet: the fixed window starts with
-// all of its budget; the counter with the previous window at full weight.
+// their limit. For a window with no reply yet, the previous window tells:
+// the counter starts with it at full weight; the fixed window with all of
+// its budget, but a key that came within x of its limit there is not far
+// from it.
 func (k *Lease) roomFor(r *LeaseRule, x int64) bool {
 	switch {
 	case k.room >= 0:
@@ -222,7 +253,7 @@ func (k *Lease) roomFor(r *LeaseRule, x int64) bool {
 	case r.counter:
 		return k.prevR+max(k.used, k.granted)+x <= r.limit
 	default:
-		return max(k.used, k.granted)+x <= r.limit
+		return max(k.used, k.granted)+x <= r.limit && k.prevR+x <= r.limit
 	}
 }
 
@@ -273,11 +304,26 @@ func (k *Lease) decideBucket(r *LeaseRule, now, n int64) (Verdict, bool) {
 		return Verdict{Reason: local.ReasonLimited, Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r), Retry: retry}, true
 	}
 	// No share, or it expired.
-	k.tokens, k.rem, k.rate, k.burst = 0, 0, 0, 0
-	if k.flags&flagSynced == 0 && k.debt+n <= r.allowance.Load() {
+	if k.rate > 0 || k.burst > 0 || k.tokens > 0 {
+		// It just expired: what it held unused at its end counts, with the
+		// pool the last reply told of, as the room the key has.
+		k.refill(r, min(rnow, k.expiry-r.safety))
+		k.others = max(k.others, 0) + k.tokens
+		k.tokens, k.rem, k.rate, k.burst = 0, 0, 0, 0
+	}
+	// The allowance: a new key, or one without a share whose pool had room
+	// at the last reply (a quiet node, given no share, or one whose share
+	// ran out), admits up to ε × burst ÷ nodes as debt, charged to the pool
+	// at the next exchange; never more than that unacknowledged, so the
+	// nodes together never owe more than ε × burst + nodes.
+	a := r.allowance()
+	out := k.debt - k.debtSent
+	if a > 0 && out+n <= a && (k.flags&flagSynced == 0 || k.others-out >= n) {
 		k.debt += n
-		k.flags |= flagUrgent
-		return Verdict{Remaining: max(k.others, 0)}, true
+		if k.flags&flagSynced == 0 || out+n >= a/2+1 {
+			k.flags |= flagUrgent
+		}
+		return Verdict{Remaining: max(k.others-out-n, 0)}, true
 	}
 	k.flags |= flagUrgent
 	return Verdict{Reason: local.ReasonNoLease, Remaining: max(k.others, 0), Retry: r.noLeaseRetry}, true

@@ -25,21 +25,14 @@ type LeaseRule struct {
 	noLeaseRetry int64 // retry-after of a rejection for want of a lease (µs)
 	epsilon      float64
 
-	allowance atomic.Int64 // cold-start allowance per node: ⌈ε × limit ÷ nodes⌉; 0 while nodes is unknown
-	nodes     atomic.Int64 // live nodes, as the last reply counted them
+	sync *Syncer // counts the live nodes
 
 	next atomic.Pointer[LeaseRule] // the rule that replaced this one (a limit changed)
 }
 
 // Replace records that next replaces r (the limit changed at runtime): keys
-// the syncer looks after under r are exchanged under next from then on, and
-// next learns what r knew of the nodes.
-func (r *LeaseRule) Replace(next *LeaseRule) {
-	if n := r.nodes.Load(); n > 0 && next.nodes.Load() == 0 {
-		next.setNodes(n)
-	}
-	r.next.Store(next)
-}
+// the syncer looks after under r are exchanged under next from then on.
+func (r *LeaseRule) Replace(next *LeaseRule) { r.next.Store(next) }
 
 // latest follows the replacements of r to the rule in force.
 func (r *LeaseRule) latest() *LeaseRule {
@@ -58,14 +51,14 @@ func (r *LeaseRule) latest() *LeaseRule {
 // arithmetic in Redis would not be exact). Run such rules in central mode.
 var ErrNotLeasable = fmt.Errorf("%w: the limit cannot be split into leases", ErrInvalidRule)
 
-func newLeaseRule(r *Rule, cfg *SyncConfig, nodesHint int) (*LeaseRule, error) {
+func newLeaseRule(r *Rule, cfg *SyncConfig, s *Syncer) (*LeaseRule, error) {
 	lim := r.limit
 	p := lim.Params()
 	lr := &LeaseRule{
 		rule: r, w: p.Window.Microseconds(), limit: p.Limit, burst: p.Burst,
 		interval: cfg.Interval.Microseconds(), horizon: cfg.Horizon.Microseconds(),
 		safety: cfg.Safety.Microseconds(), noLeaseRetry: max(cfg.MinGap.Microseconds(), 1),
-		epsilon: cfg.Epsilon,
+		epsilon: cfg.Epsilon, sync: s,
 	}
 	switch a := lim.Algorithm(); a {
 	case local.SlidingWindowLog:
@@ -80,29 +73,27 @@ func newLeaseRule(r *Rule, cfg *SyncConfig, nodesHint int) (*LeaseRule, error) {
 			return nil, fmt.Errorf("%w: rule %q: window × (burst + limit) passes 2^51; use central mode", ErrNotLeasable, r.name)
 		}
 	}
-	if nodesHint > 0 {
-		lr.setNodes(int64(nodesHint))
-	}
 	return lr, nil
 }
 
 // Rule returns the rule.
 func (r *LeaseRule) Rule() *Rule { return r.rule }
 
-func (r *LeaseRule) setNodes(n int64) {
-	if n < 1 || r.nodes.Load() == n {
-		return
+// allowance is the cold-start allowance per node, ⌈ε × MaxCost ÷ nodes⌉,
+// with nodes the live nodes the registry counted: 0 while they are unknown.
+func (r *LeaseRule) allowance() int64 {
+	n := r.sync.Nodes()
+	if n < 1 || r.epsilon == 0 {
+		return 0
 	}
-	r.nodes.Store(n)
-	r.allowance.Store(int64(math.Ceil(r.epsilon * float64(r.MaxCost()) / float64(n))))
+	return int64(math.Ceil(r.epsilon * float64(r.MaxCost()) / float64(n)))
 }
 
 // MaxCost is the largest cost a request can have: the limit, or the burst.
 func (r *LeaseRule) MaxCost() int64 { return r.rule.limit.MaxCost() }
 
-// Nodes returns the number of live nodes the last reply counted for the
-// rule's keys, 0 before any.
-func (r *LeaseRule) Nodes() int64 { return r.nodes.Load() }
+// Nodes returns the number of live nodes (Syncer.Nodes).
+func (r *LeaseRule) Nodes() int64 { return r.sync.Nodes() }
 
 // Split reports whether limit and interval leave enough per node to lease:
 // the design goes central when per-node demand per sync period, limit ×

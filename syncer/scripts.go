@@ -67,10 +67,11 @@ local commit, sk, lk = true, KEYS[2], KEYS[3]
 	// The hybrid mode's lease exchanges.
 	scriptLeaseWindow = redis.NewScript(luaSource("prelude", "params", "lease_window"))
 	scriptLeaseBucket = redis.NewScript(luaSource("prelude", "params", "lease_bucket"))
+	scriptRegistry    = redis.NewScript(luaSource("prelude", "params", "registry"))
 )
 
 // scripts lists every script, for loading them ahead (Preload).
-var scripts = []*redis.Script{scriptFixed, scriptLog, scriptCounter, scriptBucket, scriptMulti, scriptRefund, scriptLeaseWindow, scriptLeaseBucket}
+var scripts = []*redis.Script{scriptFixed, scriptLog, scriptCounter, scriptBucket, scriptMulti, scriptRefund, scriptLeaseWindow, scriptLeaseBucket, scriptRegistry}
 
 func scriptFor(r *Rule) *redis.Script {
 	switch a := r.limit.Algorithm(); {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,8 +63,11 @@ type SyncConfig struct {
 	Epsilon float64
 	// NoColdStart turns the cold-start allowance off.
 	NoColdStart bool
-	// Nodes is the number of nodes to assume for the cold-start allowance
-	// until Redis has counted them. Default 0: no allowance until then.
+	// Nodes is the number of nodes to assume until Redis has counted them,
+	// and the least assumed afterwards. Each node registers in Redis at its
+	// rounds; the live count sizes the cold-start allowance, the shares kept
+	// for nodes yet to ask for a new key, and the failure policy's split of
+	// a limit. Default 0: no allowance until the first round.
 	Nodes int
 	// Batch is how many scripts go in one pipeline. Default 256: enough to
 	// amortize the round trip, few enough not to block Redis for long.
@@ -94,6 +99,9 @@ type RoundStats struct {
 	Took     time.Duration // the round's duration
 	Err      error         // the round's error, wrapping ErrUnavailable or ErrRedis; nil if none
 	Pipeline int           // pipelined exchanges
+	// Registered reports that the round registered the node as live (one
+	// more script, every DemandTTL ÷ 2).
+	Registered bool
 }
 
 // Syncer exchanges leases with Redis for the keys of a hybrid limiter: it
@@ -109,8 +117,11 @@ type Syncer struct {
 	queues [queueShards]queue
 	wake   chan struct{}
 
-	mu     sync.Mutex // one round at a time; guards active
-	active map[*local.Entry[Lease]]*LeaseRule
+	mu         sync.Mutex // one round at a time; guards active and registered
+	active     map[*local.Entry[Lease]]*LeaseRule
+	registered int64 // node time of the last registration, 0 before any
+
+	counted atomic.Int64 // live nodes as the registry last counted them
 
 	life            sync.Mutex // guards the fields below
 	stop, done      chan struct{}
@@ -227,7 +238,27 @@ func (s *Syncer) Interval() time.Duration { return s.cfg.Interval }
 
 // LeaseRule returns the hybrid form of r, or an error wrapping
 // ErrNotLeasable when its limit cannot be split into leases.
-func (s *Syncer) LeaseRule(r *Rule) (*LeaseRule, error) { return newLeaseRule(r, &s.cfg, s.cfg.Nodes) }
+func (s *Syncer) LeaseRule(r *Rule) (*LeaseRule, error) { return newLeaseRule(r, &s.cfg, s) }
+
+// Nodes returns the number of live nodes: those whose last round Redis saw
+// within DemandTTL (a node registers every DemandTTL ÷ 2), and at least
+// SyncConfig.Nodes. It is SyncConfig.Nodes, possibly 0, before this node's
+// first round.
+func (s *Syncer) Nodes() int64 { return max(s.counted.Load(), int64(s.cfg.Nodes)) }
+
+// registryKey names the registry of live nodes.
+func (s *Syncer) registryKey() string { return s.ks.prefix() + ":nodes" }
+
+// register is the round's registration, when one is due: every DemandTTL ÷
+// 2, and on leaving. The caller holds mu.
+func (s *Syncer) register(now int64, leave bool) (call, bool) {
+	if !leave && s.registered != 0 && now-s.registered < s.cfg.DemandTTL.Microseconds()/2 {
+		return call{}, false
+	}
+	s.registered = now
+	return call{scriptRegistry, []string{s.registryKey()},
+		[]any{s.scriptNow(now), s.node, s.cfg.DemandTTL.Microseconds(), boolFlag(leave)}}, true
+}
 
 // Notify hands a key to the syncer after Lease.Decide signalled: the key
 // joins the next round, which an urgent key (its lease running low, its
@@ -268,12 +299,19 @@ func (s *Syncer) loop() {
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
 	var last time.Time
+	failed := false // the last round failed: wait for the next tick
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-tick.C:
 		case <-s.wake:
+			if failed {
+				// Redis did not answer: keys that want leases would wake
+				// the loop every MinGap and resend, piling work on a server
+				// that is down or overloaded. Retry at the interval.
+				continue
+			}
 			if wait := s.cfg.MinGap - time.Since(last); wait > 0 {
 				t := time.NewTimer(wait)
 				select {
@@ -286,8 +324,9 @@ func (s *Syncer) loop() {
 		}
 		last = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
-		s.SyncAt(ctx, s.cfg.Clock.Now().UnixMicro())
+		_, err := s.SyncAt(ctx, s.cfg.Clock.Now().UnixMicro())
 		cancel()
+		failed = errors.Is(err, ErrUnavailable)
 	}
 }
 
@@ -381,6 +420,9 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 	}
 	var calls []call
 	var outs []pending
+	if c, ok := s.register(now, final); ok {
+		calls, outs = append(calls, c), append(outs, pending{}) // no entry: the registry's
+	}
 	for e, r := range s.active {
 		if l := r.latest(); l != r { // the limit changed: exchange under the new one
 			r = l
@@ -417,6 +459,18 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 		for i, cmd := range cmds {
 			p := &outs[lo+i]
 			vals, cerr := cmd.Int64Slice()
+			if p.entry == nil { // the registration
+				if cerr == nil && len(vals) == 2 {
+					s.counted.Store(vals[1])
+					st.Registered = true
+				} else {
+					s.registered = 0 // again at the next round
+					if cerr != nil && roundErr == nil {
+						roundErr = wrap(ctx, "register", cerr)
+					}
+				}
+				continue
+			}
 			p.entry.Lock()
 			p.entry.Value.flags &^= flagInFlight
 			if cerr == nil && !p.entry.Evicted() {
@@ -455,7 +509,7 @@ func (k *Lease) unreported() bool {
 func (s *Syncer) due(k *Lease, r *LeaseRule, now int64) bool {
 	gap := now - k.lastSync
 	if k.flags&flagSynced == 0 { // a new key: fetch its first lease at once
-		return gap >= s.cfg.MinGap.Microseconds() || k.lastSync == 0
+		return gap >= s.cfg.MinGap.Microseconds() || k.flags&flagSent == 0
 	}
 	idle := now-k.lastUse > s.cfg.IdleRelease.Microseconds()
 	urgent := k.flags&flagUrgent != 0 && gap >= s.cfg.MinGap.Microseconds()
@@ -484,7 +538,7 @@ func (s *Syncer) due(k *Lease, r *LeaseRule, now int64) bool {
 	// An idle key gives back a grant worth giving back: in a window longer
 	// than a claim's span (5 horizons: shorter windows end soon enough), a
 	// sizable one, with time left. A small one ends with its window.
-	release := idle && r.w > 5*r.horizon && k.granted-k.used >= max(r.limit/(100*max(r.nodes.Load(), 1)), 1) &&
+	release := idle && r.w > 5*r.horizon && k.granted-k.used >= max(r.limit/(100*max(r.Nodes(), 1)), 1) &&
 		rnow < k.wid+r.w-2*r.interval
 	if k.flags&flagExhausted != 0 {
 		return regular && (debt || preGrant)
@@ -495,8 +549,16 @@ func (s *Syncer) due(k *Lease, r *LeaseRule, now int64) bool {
 // request builds k's exchange at node time now.
 func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, pending) {
 	// Demand: requests per window, from those decided since the last sync.
-	if k.lastSync > 0 && now > k.lastSync {
-		rate := k.hits * r.w / (now - k.lastSync)
+	if k.lastSync > 0 && (now > k.lastSync || k.flags&flagSynced == 0) {
+		hits, elapsed := k.hits, now-k.lastSync
+		if k.flags&flagSynced == 0 {
+			// A new key: the count started at its first request, which
+			// does not measure the rate; the ones after it do, over at
+			// least MinGap, as a few requests in a few microseconds say
+			// little.
+			hits, elapsed = max(hits-1, 0), max(elapsed, s.cfg.MinGap.Microseconds())
+		}
+		rate := hits * r.w / elapsed
 		if k.demand == 0 {
 			k.demand = rate
 		} else {
@@ -513,17 +575,31 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 		demand = 0
 	}
 	k.lastSync = now
-	k.flags &^= flagUrgent
+	k.flags = k.flags&^flagUrgent | flagSent
 	digest := encodeDigest(k.Digest)
 	p := pending{sentAt: now, release: release}
 	if r.buckets {
 		k.seq++
 		rnow := now + k.offset
-		k.refill(r, rnow)
 		p.debt = k.debt - k.debtSent
+		tokens := int64(0)
+		if release {
+			// The node stops using its share now and hands back the tokens
+			// it holds, which the pool takes: a quiet key's tokens would
+			// otherwise be lost at its share's expiry, and the pool, drained
+			// by the grants of nodes that each used a few, would leave the
+			// key short of what it may admit. It sends no share as held:
+			// nothing is to stay committed.
+			k.refill(r, min(rnow, k.expiry-r.safety))
+			tokens = k.tokens
+			k.tokens, k.rem, k.rate, k.burst, k.expiry = 0, 0, 0, 0, 0
+		} else {
+			k.refill(r, rnow)
+			tokens = k.tokens
+		}
 		state, _ := s.ks.keys(r.rule.name, digest)
-		args := []any{s.scriptNow(rnow), s.node, k.seq, boolFlag(release), demand, k.tokens, p.debt,
-			s.cfg.LeaseTTL.Microseconds(), s.cfg.DemandTTL.Microseconds(), k.rate, k.burst, k.expiry}
+		args := []any{s.scriptNow(rnow), s.node, k.seq, boolFlag(release), demand, tokens, p.debt,
+			s.cfg.LeaseTTL.Microseconds(), s.cfg.DemandTTL.Microseconds(), k.rate, k.burst, k.expiry, s.Nodes(), r.horizon, r.allowance()}
 		return call{scriptLeaseBucket, []string{state}, append(args, r.rule.args...)}, p
 	}
 	rnow := now + k.offset
@@ -538,7 +614,7 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 	}
 	keys := s.windowKeys(r, digest)
 	args := []any{s.scriptNow(rnow), s.node, boolFlag(release), demand, wantCur, wantNext, r.horizon,
-		k.wid - r.w, k.pused, k.wid, k.used, s.cfg.DemandTTL.Microseconds()}
+		k.wid - r.w, k.pused, k.wid, k.used, s.cfg.DemandTTL.Microseconds(), s.Nodes()}
 	return call{scriptLeaseWindow, keys, append(args, r.rule.args...)}, p
 }
 
@@ -580,8 +656,7 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 	}
 	// {now, wt, epoch, gcur, ucur, Rcur, gnext, Rprev, revoked, exhausted, live, room}
 	wt, ep, gcur, ucur, rcur, gnext, rprev := v[1], v[2], v[3], v[4], v[5], v[6], v[7]
-	revoked, exhausted, live := v[8] == 1, v[9] == 1, v[10]
-	r.setNodes(live)
+	revoked, exhausted := v[8] == 1, v[9] == 1 // v[10]: the key's live nodes, for tests
 	k.epoch = ep
 	k.roll(r, wt) // Redis may be a window ahead of what this node saw
 	switch wt {
@@ -624,9 +699,14 @@ func (s *Syncer) applyBucket(k *Lease, p *pending, v []int64) {
 	r := p.rule
 	// {now, epoch, l, b, expiry, grant, pool tokens, pool rate, pool cap, revoked, live}
 	redisNow, ep, l, b, x, grant, pool := v[0], v[1], v[2], v[3], v[4], v[5], v[6]
-	revoked, live := v[9] == 1, v[10]
-	r.setNodes(live)
+	revoked := v[9] == 1
 	k.refill(r, redisNow)
+	if l < k.rate || b < k.burst {
+		// The share shrank: Redis keeps the old one committed, idle for
+		// everyone, until this node's next request says it applied the new
+		// one. Send it soon.
+		k.flags |= flagUrgent
+	}
 	if (k.epoch != 0 && ep != k.epoch) || revoked {
 		k.tokens, k.rem = 0, 0 // what we held is gone with Redis's state, or revoked
 	}

@@ -18,11 +18,14 @@
 -- when reported), q (the last sequence number applied).
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] sequence number, [4]
 -- flags (1: release), [5] demand (requests per W), [6] the node's tokens
--- now, [7] debt (tokens it admitted without a share, applied once per
+-- now (on a release: the tokens it hands back), [7] debt (tokens it admitted without a share, applied once per
 -- sequence number), [8] lease TTL (us), [9] demand TTL (us), [10..12] the
 -- share the node holds (rate, burst, expiry): a node sends a request only
 -- once it applied the last reply, so this is what it may be using until
--- the reply to this one, [13..] the rule's parameters.
+-- the reply to this one, [13] the live nodes of the cluster (the
+-- registry's count), [14] the horizon a lease is sized for (us), [15] the
+-- node's allowance (a demand over a horizon within it gets no share),
+-- [16..] the rule's parameters.
 --
 -- Returns {now, epoch, l, b, expiry, tokens granted, pool tokens, pool rate,
 -- pool capacity, revoked, live nodes}.
@@ -31,7 +34,8 @@ local node, seq, flags = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local demand, tokens, debt = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local lease_ttl, demand_ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
 local held_l, held_b, held_x = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local p = params(13)
+local cluster, horizon, quiet = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local p = params(16)
 local W, L, B = p.w, p.L, p.burst
 local m = KEYS[1]
 
@@ -111,9 +115,11 @@ for id, _ in pairs(nodes) do
 end
 
 -- Debt, once per sequence number: tokens the node admitted without a
--- share (its cold-start allowance) come out of the pool.
+-- share (its allowance) come out of the pool; a node releasing its share
+-- hands its tokens back to it (capped below at the pool's capacity).
 if seq > num('q.' .. node) then
   pt = pt - debt
+  if flags % 2 == 1 then pt = pt + tokens end
   f['q.' .. node] = fmt(seq)
 end
 
@@ -129,7 +135,18 @@ for id, _ in pairs(nodes) do
   end
 end
 local lt, bt = 0, 0
-if flags % 2 == 0 and demand > 0 and total > 0 then
+-- A quiet node, whose demand over a horizon fits in its allowance, gets no
+-- share: it admits as debt, against the pool, which it reports at its next
+-- round. A share filled from the pool would sit in its bucket, mostly
+-- unused, and leave the pool short for the next node the key reaches.
+if flags % 2 == 0 and demand > 0 and total > 0 and cdiv(demand * horizon, W) > quiet then
+  -- A new key's burst reaches every node at once, and they ask one after
+  -- the other: in the key's first DemandTTL, each node of the cluster yet
+  -- to ask is assumed to want the average, so that the first to ask does
+  -- not take the whole rate and burst while the others starve. (A node
+  -- short of tokens still draws on the pool, up to its burst share, at
+  -- each exchange.)
+  if live < cluster and now - ep < demand_ttl then total = total * cluster / live end
   lt = math.max(math.floor(L * demand / total), 1)
   bt = math.max(math.floor(B * demand / total), 1)
   -- Demand estimates are noisy: a share moves only when its target is off
@@ -161,17 +178,17 @@ local x = now
 if l > 0 or b > 0 then x = now + lease_ttl end
 f['l.' .. node], f['b.' .. node], f['x.' .. node] = fmt(l), fmt(b), fmt(x)
 
--- The pool holds what nobody holds; tokens beyond its new capacity go.
-cl, cb = sums()
-prate, pcap = L - cl, B - cb
-if pt > pcap then pt, pr = pcap, 0 end
-
--- Tokens for the node's share, from the pool.
+-- Tokens for the node's share, from the pool; then the pool holds what
+-- nobody holds, and tokens beyond its new capacity go. (In this order: the
+-- capacity a grown share takes from the pool comes with its tokens.)
 local grant = 0
 if b > tokens and pt > 0 then
   grant = math.min(b - tokens, pt)
   pt = pt - grant
 end
+cl, cb = sums()
+prate, pcap = L - cl, B - cb
+if pt > pcap then pt, pr = pcap, 0 end
 f.pt, f.pr, f.pn = fmt(pt), fmt(pr), fmt(pn)
 
 redis.call('DEL', m)

@@ -18,7 +18,8 @@
 -- current window (the total the node wants granted in it), [6] target for
 -- the next window (0: none), [7] horizon (us: pre-grant the next window when
 -- it starts within it), [8..11] two reports (window, used), window 0 for
--- none, [12] demand TTL (us), [13..] the rule's parameters.
+-- none, [12] demand TTL (us), [13] the live nodes of the cluster (the
+-- registry's count), [14..] the rule's parameters.
 --
 -- Returns {now, current window, epoch, granted to the node in it (what it
 -- used beyond is debt, not grant), its used there as stored, R there,
@@ -33,7 +34,8 @@ local reports = {{tonumber(ARGV[8]), tonumber(ARGV[9])}, {tonumber(ARGV[10]), to
 -- A demand counts for at least two windows: a node refused for the rest of
 -- a window syncs rarely until the next one, and still wants its part.
 local demand_ttl = tonumber(ARGV[12])
-local p = params(13)
+local cluster = tonumber(ARGV[13])
+local p = params(14)
 local W, L = p.w, p.L
 demand_ttl = math.max(demand_ttl, 2 * W)
 local counter = p.alg == 3
@@ -138,6 +140,15 @@ for i = 1, #all, 2 do
       redis.call('HDEL', m, f, 'd.' .. id)
     end
   end
+end
+
+-- A new key's burst reaches every node at once, and they ask one after the
+-- other: in the key's first demand TTL, each node of the cluster yet to ask
+-- is assumed to want the average, so that the first to ask is not
+-- entitled to the whole budget while the others, refused, wait.
+if live < cluster and now - ep < demand_ttl then
+  total = total * cluster / live
+  live = cluster
 end
 
 -- fraction is a node's part of the budget: its part of the demand, or an
