@@ -13,7 +13,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 # so comparison peers never reach users' dependency graphs) once it exists.
 MODULES := . $(if $(wildcard bench/go.mod),bench)
 
-.PHONY: test test-go bench demo lint staticcheck redis-start redis-stop cluster-start clean
+.PHONY: test test-go bench demo lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy
 
 ## test: start a Redis server and a 3-master Cluster, vet and test every module with -race, stop them.
 test:
@@ -77,3 +77,14 @@ redis-stop:
 ## clean: stop the servers and remove .run/.
 clean: redis-stop
 	rm -rf .run
+
+## bench-accuracy: the multi-process accuracy benchmark: N node processes
+## (GOMAXPROCS=1 each) per mode, workload and algorithm against a private
+## redis-server it starts; prints the table and writes docs/accuracy-results.md
+## and docs/img/accuracy-*.svg. About 30 minutes. ACCURACY_FLAGS passes flags
+## to bench/cmd/accuracy (e.g. ACCURACY_FLAGS='-windows 10 -curves=false').
+bench-accuracy:
+	bash scripts/redis.sh ensure >&2
+	mkdir -p .run/accuracy
+	cd bench && $(GO) build -o ../.run/accuracy/accnode ./cmd/accnode && $(GO) build -o ../.run/accuracy/accuracy ./cmd/accuracy
+	cd bench && ../.run/accuracy/accuracy -node ../.run/accuracy/accnode -out ../.run/accuracy -doc ../docs/accuracy-results.md -img ../docs/img $(ACCURACY_FLAGS)

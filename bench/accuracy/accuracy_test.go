@@ -1,0 +1,171 @@
+package accuracy
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+func TestScheduleDeterministicAndPoisson(t *testing.T) {
+	s := NewSpec(ModeHybrid, AlgoFixed, WorkSkewed, 1000, 4, 9)
+	a, b := s.Schedule(0), s.Schedule(0)
+	if len(a) != len(b) || len(a) == 0 || a[len(a)/2] != b[len(b)/2] {
+		t.Fatalf("schedules of one (seed, node) differ: %d vs %d arrivals", len(a), len(b))
+	}
+	total := 0
+	for n := range s.Nodes {
+		sched := s.Schedule(n)
+		for i := 1; i < len(sched); i++ {
+			if sched[i].At < sched[i-1].At {
+				t.Fatalf("node %d: arrivals out of order at %d", n, i)
+			}
+		}
+		want := s.Offered * float64(s.Limit) * s.Share(n) * s.Duration().Seconds()
+		if math.Abs(float64(len(sched))-want) > 5*math.Sqrt(want) {
+			t.Errorf("node %d: %d arrivals, want about %.0f", n, len(sched), want)
+		}
+		total += len(sched)
+	}
+	if share := float64(len(s.Schedule(0))) / float64(total); math.Abs(share-0.8) > 0.01 {
+		t.Errorf("skewed: node 0 has %.3f of the traffic, want 0.8", share)
+	}
+}
+
+func TestScheduleCold(t *testing.T) {
+	s := NewSpec(ModeHybrid, AlgoFixed, WorkCold, 100, 2, 4)
+	W := uint32(s.W())
+	for _, a := range s.Schedule(1) {
+		start := uint32(float64(a.Key)*float64(W) + ColdAt*float64(W))
+		if a.At < start || a.At >= start+W {
+			t.Fatalf("key %d at %d µs: outside its second [%d, %d)", a.Key, a.At, start, start+W)
+		}
+	}
+}
+
+func TestScheduleZipf(t *testing.T) {
+	old := ZipfRate
+	defer func() { ZipfRate = old }()
+	ZipfRate = 20000
+	s := NewSpec(ModeHybrid, AlgoFixed, WorkZipf, DefaultLimit, 8, 2)
+	hot, n := 0, 0
+	for node := range s.Nodes {
+		for _, a := range s.Schedule(node) {
+			n++
+			if a.Key == 0 {
+				hot++
+			}
+			if a.Key >= ZipfKeys {
+				t.Fatalf("key %d out of range", a.Key)
+			}
+		}
+	}
+	if share := float64(hot) / float64(n); share < 0.12 || share > 0.15 {
+		t.Errorf("hottest key has %.3f of the traffic, want about 0.135", share)
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	recs := []Record{
+		NewRecord(1, 2, 99999, true, 0, 3),
+		NewRecord(4, 5, 0, false, uint8(local.ReasonNoLease), -1),
+	}
+	p := filepath.Join(t.TempDir(), "n0.rec")
+	if err := WriteRecords(p, recs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRecords(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != recs[0] || got[1] != recs[1] {
+		t.Fatalf("got %+v, want %+v", got, recs)
+	}
+	if !got[0].Allowed() || got[0].KeyID() != 99999 || got[1].Allowed() || got[1].Reason() != uint8(local.ReasonNoLease) || got[1].Window != -1 {
+		t.Fatalf("fields lost: %+v", got)
+	}
+}
+
+func TestWindowOf(t *testing.T) {
+	const W, t0 = 1000000, 5000000
+	for _, c := range []struct {
+		now   int64
+		reset time.Duration
+		want  int32
+	}{
+		{t0 + 10, 0, 0},
+		{t0 + 2*W + 10, 0, 2},
+		// Counted in window 3 by a clock 2 ms ahead of the node's: the
+		// node's time is still in window 2.
+		{t0 + 3*W - 2000, W * time.Microsecond, 3}, // its clock says t0 + 3W: W to go
+		// Counted in window 2 by a clock 3 ms behind: the node is in 3.
+		{t0 + 3*W + 1000, 2000 * time.Microsecond, 2},
+		{t0 + 500, (W - 500) * time.Microsecond, 0},
+	} {
+		if got := windowOf(c.now, c.reset, t0, W); got != c.want {
+			t.Errorf("windowOf(%d, %v) = %d, want %d", c.now-t0, c.reset, got, c.want)
+		}
+	}
+}
+
+func TestArrivalCurve(t *testing.T) {
+	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 10, Window: time.Second, Burst: 5})
+	const W = 1000000
+	// Window 1: a burst of 5 at its start, then one every 100 ms: on the
+	// curve (excess 0). Window 2: a burst of 8 at once, 3 past the burst.
+	var recs []Record
+	add := func(at int64) { recs = append(recs, NewRecord(0, uint32(at), 0, true, 0, int32(at/W))) }
+	for range 5 {
+		add(W)
+	}
+	for i := 1; i <= 9; i++ {
+		add(W + int64(i)*100000)
+	}
+	for range 8 {
+		add(2*W + 950000)
+	}
+	over := []float64{math.Inf(-1), math.Inf(-1)}
+	arrivalCurve(recs, lim, W, 1, 2, over)
+	if math.Abs(over[0]-0) > 1e-9 {
+		t.Errorf("window 1: excess %v × burst, want 0", over[0])
+	}
+	// (t0, t] from just before 1.9 s to 2.95 s: 1 + 8 admitted, rate ×
+	// 1.05 s = 10.5: 9 − 5 − 10.5 < 0; from just before 2.95 s: 8 − 5 = 3.
+	if math.Abs(over[1]-3.0/5) > 1e-9 {
+		t.Errorf("window 2: excess %v × burst, want 0.6", over[1])
+	}
+}
+
+func TestBounds(t *testing.T) {
+	for _, c := range []struct {
+		mode, work string
+		want       float64
+	}{
+		{ModeCentral, WorkUniform, 0},
+		{ModeHybrid, WorkUniform, 0},
+		{ModeHybrid, WorkCold, 8 * 63.0 / 10000},
+		{ModeLocal, WorkUniform, 7},
+		{ModeLocal, WorkSkewed, 2},
+		{ModeNaive, WorkUniform, 1},
+		{ModeNaive, WorkSkewed, 1},
+		{ModeNaive, WorkUnder, -0.1}, // never more than offered
+	} {
+		r := &Result{Spec: NewSpec(c.mode, AlgoFixed, c.work, 10000, 8, 30), ModeRun: c.mode}
+		if got, why := Bound(r); math.Abs(got-c.want) > 1e-9 || why == "" {
+			t.Errorf("%s/%s: bound %v (%s), want %v", c.mode, c.work, got, why, c.want)
+		}
+	}
+}
+
+func TestChartSVG(t *testing.T) {
+	c := Chart{Title: "t", XLabel: "L", YLabel: "y", LogY: true, Series: []Series{
+		{Name: "a", X: []float64{10, 100, 1000}, Y: []float64{1, 0.01, 0.0001}, Invalid: []bool{false, true, false}, Color: "#000"},
+	}}
+	svg := c.SVG()
+	if !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<circle") != 4 || !strings.Contains(svg, "1,000") {
+		t.Fatalf("unexpected SVG:\n%s", svg)
+	}
+}

@@ -1,0 +1,289 @@
+package accuracy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// grace is how long after the schedule's end a node keeps deciding late
+// arrivals; what is left then is dropped (and the run's achieved rate
+// shows it).
+const grace = time.Second
+
+// notDecided marks a central-mode slot no worker filled.
+const notDecided = ^uint32(0)
+
+// RunNode is the body of one node process: it builds node's schedule and
+// limiter, waits for T0, decides every arrival at its scheduled time (open
+// loop: a node that falls behind decides late, it never slows the
+// schedule), and writes out+".rec" (the decisions) and out+".json" (its
+// NodeSummary).
+//
+// Decisions in hybrid, local and naive modes are made in line, one after
+// the other, by the generator: they take well under a microsecond. In
+// central mode each one is a round trip to Redis, so the generator hands
+// the arrivals, on time, to Spec.Workers goroutines.
+func RunNode(spec Spec, node int, out string) error {
+	lim, err := spec.Lim()
+	if err != nil {
+		return err
+	}
+	sched := spec.Schedule(node)
+	names := keyNames(sched)
+	sum := &NodeSummary{Node: node, Scheduled: len(sched), ModeRun: spec.Mode}
+	rs := &rounds{t0: spec.T0}
+	cc := &cmdCounter{}
+	ctx := context.Background()
+	W, T0 := spec.W(), spec.T0
+	fixed := spec.Algo == AlgoFixed
+
+	var client *redis.Client
+	if spec.Mode != ModeLocal {
+		client = redis.NewClient(&redis.Options{
+			Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
+			PoolSize: spec.Workers + 4, MinIdleConns: 2,
+		})
+		defer client.Close()
+		client.AddHook(cc)
+		if err := client.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("node %d: redis: %w", node, err)
+		}
+	}
+	prefix := "acc:" + spec.ID
+
+	// decide decides one request at node time now (µs since the epoch):
+	// admitted, the reason, and the fixed window's reset-after (0 for the
+	// other algorithms), from which windowOf tells the window it counted in.
+	var decide func(k uint32, now int64) (bool, uint8, time.Duration, error)
+	var stop func()
+	if spec.Mode == ModeNaive {
+		n, err := newNaive(ctx, client, lim, prefix, spec.Interval, T0, rs)
+		if err != nil {
+			return err
+		}
+		decide = func(k uint32, now int64) (bool, uint8, time.Duration, error) {
+			ok, end := n.decide(k, now-T0)
+			var reason uint8
+			if !ok {
+				reason = uint8(local.ReasonLimited)
+			}
+			var reset time.Duration
+			if fixed {
+				reset = time.Duration(end-(now-T0)) * time.Microsecond
+			}
+			return ok, reason, reset, nil
+		}
+		defer func() {
+			if n.errs > 0 {
+				sum.Errors += n.errs
+				if sum.FirstErr == "" {
+					sum.FirstErr = fmt.Sprintf("naive: %d failed pushes", n.errs)
+				}
+			}
+		}()
+		time.Sleep(time.Until(time.UnixMicro(T0)))
+		n.start()
+		stop = n.close
+	} else {
+		cfg := hybrid.Config{
+			Keyspace:      syncer.Keyspace{Prefix: prefix},
+			Sync:          syncer.SyncConfig{Interval: spec.Interval, NodeID: fmt.Sprintf("n%d", node), Nodes: spec.Nodes, NoColdStart: spec.NoColdStart},
+			MeterProvider: roundMeterProvider{r: rs},
+			Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		}
+		mode := hybrid.Local
+		if client != nil {
+			cfg.Redis = client // never a nil *redis.Client in the interface
+			mode = hybrid.Hybrid
+			if spec.Mode == ModeCentral {
+				mode = hybrid.Central
+			}
+		}
+		l, err := hybrid.New(cfg)
+		if err != nil {
+			return err
+		}
+		rule, err := l.Register(hybrid.Rule{Name: "acc", Limit: lim, Mode: mode})
+		if err != nil {
+			l.Close()
+			return err
+		}
+		sum.ModeRun = l.Mode(rule).String()
+		decide = func(k uint32, _ int64) (bool, uint8, time.Duration, error) {
+			// The Limiter reads its own clock.
+			d, err := l.Allow(ctx, rule, names[k])
+			reset := d.ResetAfter
+			if !fixed {
+				reset = 0
+			}
+			return d.Allowed, uint8(d.Reason), reset, err
+		}
+		stop = func() {
+			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			if err := l.Shutdown(sctx); err != nil && sum.FirstErr == "" {
+				sum.FirstErr = "shutdown: " + err.Error()
+			}
+		}
+	}
+
+	var recs []Record
+	var errs atomic.Int64
+	var firstErr atomic.Pointer[string]
+	noteErr := func(err error) {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			errs.Add(1)
+			s := err.Error()
+			firstErr.CompareAndSwap(nil, &s)
+		}
+	}
+	end := T0 + spec.Duration().Microseconds()
+	deadline := end + grace.Microseconds()
+	time.Sleep(time.Until(time.UnixMicro(T0)))
+	cpu0 := cpuTime()
+
+	if spec.Mode == ModeCentral {
+		recs = make([]Record, len(sched))
+		for i := range recs {
+			recs[i].Actual = notDecided
+		}
+		work := make(chan int, 1024)
+		var wg sync.WaitGroup
+		for range spec.Workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range work {
+					if time.Now().UnixMicro() > deadline {
+						continue
+					}
+					a := sched[i]
+					ok, reason, reset, err := decide(a.Key, 0)
+					// The reply's time: Redis decided between the call and
+					// now.
+					t := time.Now().UnixMicro()
+					noteErr(err)
+					recs[i] = NewRecord(a.At, uint32(t-T0), a.Key, ok, reason, windowOf(t, reset, T0, W))
+				}
+			}()
+		}
+		for i := range sched {
+			if _, ok := waitUntil(T0+int64(sched[i].At), deadline); !ok {
+				break
+			}
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		n := 0
+		for _, r := range recs {
+			if r.Actual != notDecided {
+				recs[n] = r
+				n++
+			}
+		}
+		recs = recs[:n]
+	} else {
+		recs = make([]Record, 0, len(sched))
+		for i := 0; i < len(sched); {
+			// Sub-millisecond sleeps last about a millisecond (the Go
+			// runtime's poller): arrivals due meanwhile are decided
+			// together on waking, each at its own time, late by up to
+			// about that much. The lateness is measured.
+			now, ok := waitUntil(T0+int64(sched[i].At), deadline)
+			if !ok {
+				break
+			}
+			for i < len(sched) && T0+int64(sched[i].At) <= now {
+				a := sched[i]
+				t := time.Now().UnixMicro()
+				ok, reason, reset, err := decide(a.Key, t)
+				noteErr(err)
+				recs = append(recs, NewRecord(a.At, uint32(t-T0), a.Key, ok, reason, windowOf(t, reset, T0, W)))
+				i++
+				now = t
+			}
+		}
+	}
+	sum.CPU = cpuTime() - cpu0
+	stop()
+	for _, r := range recs {
+		sum.Reasons[r.Reason()&7]++
+	}
+	sum.Decided = len(recs)
+	sum.Dropped = len(sched) - len(recs)
+	sum.Errors += int(errs.Load())
+	if p := firstErr.Load(); p != nil && sum.FirstErr == "" {
+		sum.FirstErr = *p
+	}
+	sum.Rounds = rs.times()
+	sum.RoundKeys = rs.keys.Load()
+	sum.Redis = cc.snapshot()
+	if err := WriteRecords(out+".rec", recs); err != nil {
+		return err
+	}
+	return WriteSummary(out+".json", sum)
+}
+
+// keyNames returns the user keys of the ids in sched, indexed by id.
+func keyNames(sched []Arrival) []string {
+	var hi uint32
+	for _, a := range sched {
+		hi = max(hi, a.Key)
+	}
+	names := make([]string, hi+1)
+	for i := range names {
+		names[i] = KeyName(uint32(i))
+	}
+	return names
+}
+
+// cpuTime returns the process's CPU time so far (user + sys), in seconds.
+func cpuTime() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// windowOf returns the index (from T0, in windows of W µs) of the window a
+// decision made at now (µs) counted in. A fixed window's decision passes its
+// reset-after, the time to the end of that window on the clock the limiter
+// decided by (Redis's, or the node's estimate of it): rounding now + reset
+// to a window boundary recovers the window whatever the clocks' difference,
+// as long as it is under W/2. Without one (reset 0), the window is now's.
+func windowOf(now int64, reset time.Duration, t0, W int64) int32 {
+	if reset > 0 {
+		return int32((now+reset.Microseconds()-t0+W/2)/W) - 1
+	}
+	return int32((now - t0) / W)
+}
+
+// waitUntil sleeps until the time at (µs since the epoch) and returns the
+// time then; ok is false once the time is past deadline.
+func waitUntil(at, deadline int64) (now int64, ok bool) {
+	for {
+		now = time.Now().UnixMicro()
+		if now > deadline {
+			return now, false
+		}
+		if now >= at {
+			return now, true
+		}
+		time.Sleep(time.Duration(at-now) * time.Microsecond)
+	}
+}
