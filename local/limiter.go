@@ -139,7 +139,7 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	l := &Limiter{store: store, clock: cfg.Clock, overflow: cfg.Overflow}
 	p := lim
 	l.limit.Store(&p)
-	l.shared.h2 = 1 // never in the store, never evicted
+	l.shared.id1 = 1 // never in the store, never evicted
 	l.shared.Value.lim = &p
 	if l.clock == nil {
 		l.clock = NewCoarseClock(DefaultResolution)
@@ -263,7 +263,7 @@ func (l *Limiter) allow(now int64, key string, n int64) (verdict, int64) {
 		e.mu.Lock()
 		lim, v := l.limit.Load(), &e.Value
 		if v.lim != lim || n > lim.max { // rare: evicted, limit changed, cost too high
-			if e.h2 == 0 { // evicted since we got it
+			if e.Evicted() { // evicted since we got it
 				e.mu.Unlock()
 				continue
 			}

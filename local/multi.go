@@ -101,7 +101,7 @@ retry:
 		}
 	}
 	for _, e := range ents {
-		if e != nil && e.h2 == 0 { // evicted between lookup and lock
+		if e != nil && e.Evicted() { // evicted between lookup and lock
 			unlock()
 			goto retry
 		}

@@ -71,7 +71,7 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 			}
 		}
 		e.mu.Lock()
-		if e.h2 == 0 { // evicted since we got it
+		if e.Evicted() { // evicted since we got it
 			e.mu.Unlock()
 			continue
 		}
@@ -143,7 +143,7 @@ func (r *Reservation) CancelAt(now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	v := &e.Value
-	if e.h2 == 0 || v.lim != r.lim || us >= r.at || v.a != r.tat || v.b != r.frac {
+	if e.Evicted() || v.lim != r.lim || us >= r.at || v.a != r.tat || v.b != r.frac {
 		return
 	}
 	f, a := v.b-r.n*r.lim.el, v.a

@@ -23,13 +23,15 @@ import (
 //     MaxKeys; beyond that Get returns nil and the caller applies its
 //     overflow policy.
 //
-// A key is identified by two 64-bit hashes of its bytes under two
-// independent random seeds: the key bytes themselves are not kept. Comparing
-// them would cost a dependent cache miss per lookup among many keys, and a
-// copy of every key; two distinct keys are taken for one with probability
-// about 2^-127 per pair (10^-26 for a million keys held), far below hardware
-// error rates, and the seeds are secret, so a client cannot aim for a
-// collision.
+// The key bytes are not kept: comparing them would cost a dependent cache
+// miss per lookup among many keys, and a copy of every key. A key is found
+// by a 64-bit hash of its bytes under a random seed, and identified by 128
+// bits held in its entry: a key of up to 15 bytes (user IDs, IPv4
+// addresses) by its bytes and its length, exactly; a longer one by a second
+// 64-bit hash under an independent seed, which with the first makes two
+// distinct keys taken for one with probability about 2^-127 per pair
+// (10^-26 for a million keys held), far below hardware error rates; the
+// seeds are secret, so a client cannot aim for a collision.
 //
 // A Store is safe for concurrent use.
 type Store[V any] struct {
@@ -44,8 +46,8 @@ type Store[V any] struct {
 // Entry is one key's place in a Store: a Value guarded by a mutex. Lock it
 // before touching Value; an Entry must not be copied.
 type Entry[V any] struct {
-	mu sync.Mutex
-	h2 uint64 // the key's second hash, odd; 0 once evicted
+	mu       sync.Mutex
+	id0, id1 uint64 // the key's identity (keyID); id1 is 0 once evicted
 	// Value is the caller's state for the key; a new key starts with V's
 	// zero value.
 	Value V
@@ -60,7 +62,7 @@ func (e *Entry[V]) Unlock() { e.mu.Unlock() }
 // Evicted reports whether e was evicted since the caller got it. The caller
 // holds e's lock; an evicted entry is no longer in the store, and the key
 // must be looked up again.
-func (e *Entry[V]) Evicted() bool { return e.h2 == 0 }
+func (e *Entry[V]) Evicted() bool { return e.id1 == 0 }
 
 // StoreConfig sizes a Store.
 type StoreConfig struct {
@@ -113,12 +115,46 @@ func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V
 // none of which it could evict: evictions are judged at now (µs since the
 // epoch), which must be on the same timeline as the values' times.
 func (s *Store[V]) Get(key string, now int64) *Entry[V] {
-	h1, h2 := maphash.String(s.seed1, key), maphash.String(s.seed2, key)|1
+	h1 := maphash.String(s.seed1, key)
+	id0, id1 := s.keyID(key)
 	sh := &s.shards[h1>>s.shift]
-	if e := sh.tab.Load().find(h1, h2, s.tomb); e != nil {
+	if e := sh.tab.Load().find(h1, id0, id1, s.tomb); e != nil {
 		return e
 	}
-	return s.insert(sh, h1, h2, now)
+	return s.insert(sh, h1, id0, id1, now)
+}
+
+// keyID returns the identity an entry holds for key, id1 never 0: up to 15
+// bytes, the bytes and the length, packed without loss (a key's bytes are
+// read as words, overlapping where the length is not a multiple of one;
+// with the length, that determines them); beyond, a second hash and a mark
+// no short key's length byte takes.
+func (s *Store[V]) keyID(key string) (id0, id1 uint64) {
+	n := len(key)
+	switch {
+	case n > 15:
+		return maphash.String(s.seed2, key), 0xff << 56
+	case n >= 8: // bytes 0-7, then 8 to n-1 from the word ending at n-1
+		return le64(key), le64(key[n-8:])>>(8*(16-n)) | uint64(n+1)<<56
+	case n >= 4: // bytes 0-3 and n-4 to n-1
+		return uint64(le32(key)) | uint64(le32(key[n-4:]))<<32, uint64(n+1) << 56
+	case n > 0: // bytes 0, n/2 and n-1: all of them
+		return uint64(key[0]) | uint64(key[n/2])<<8 | uint64(key[n-1])<<16, uint64(n+1) << 56
+	}
+	return 0, 1 << 56
+}
+
+// le64 is the little-endian word of s's first 8 bytes (one load).
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// le32 is the little-endian word of s's first 4 bytes (one load).
+func le32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
 
 // Sweep evicts every entry whose value is idle at now and returns how many
@@ -194,16 +230,16 @@ func newTable[V any](size int) *table[V] {
 	return &table[V]{slots: make([]slot[V], size), mask: uint64(size - 1)}
 }
 
-// find returns the entry whose hashes are h1 and h2, or nil. It takes no
-// lock.
-func (t *table[V]) find(h1, h2 uint64, tomb *Entry[V]) *Entry[V] {
+// find returns the entry of the key whose hash is h1 and identity id0, id1,
+// or nil. It takes no lock.
+func (t *table[V]) find(h1, id0, id1 uint64, tomb *Entry[V]) *Entry[V] {
 	for i := h1 & t.mask; ; i = (i + 1) & t.mask {
 		s := &t.slots[i]
 		e := s.ent.Load()
 		if e == nil {
 			return nil
 		}
-		if s.hash.Load() == h1 && e.h2 == h2 && e != tomb {
+		if s.hash.Load() == h1 && e.id0 == id0 && e.id1 == id1 && e != tomb {
 			return e
 		}
 	}
@@ -255,9 +291,9 @@ func (s *Store[V]) evictIfIdle(sh *shard[V], sl *slot[V], now int64) bool {
 		return false
 	}
 	e.mu.Lock()
-	ok := e.h2 != 0 && s.idle(&e.Value, now)
+	ok := e.id1 != 0 && s.idle(&e.Value, now)
 	if ok {
-		e.h2 = 0
+		e.id1 = 0
 		var zero V
 		e.Value = zero // drop what the value references
 	}
@@ -318,14 +354,14 @@ func (s *Store[V]) rebuild(sh *shard[V]) *table[V] {
 // make room, which bounds the work a flood of new keys causes per request.
 const overflowSweep = 64
 
-// insert returns the entry for the key hashed to h1 and h2, creating it if
-// it is absent. It returns nil when the shard holds perShard keys and none of
+// insert returns the entry for the key of hash h1 and identity id0, id1,
+// creating it if it is absent. It returns nil when the shard holds perShard keys and none of
 // those it looked at could be evicted.
-func (s *Store[V]) insert(sh *shard[V], h1, h2 uint64, now int64) *Entry[V] {
+func (s *Store[V]) insert(sh *shard[V], h1, id0, id1 uint64, now int64) *Entry[V] {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.tab.Load()
-	if e := t.find(h1, h2, s.tomb); e != nil {
+	if e := t.find(h1, id0, id1, s.tomb); e != nil {
 		return e
 	}
 	if sh.live >= s.perShard && s.sweep(sh, now, overflowSweep) == 0 {
@@ -338,7 +374,7 @@ func (s *Store[V]) insert(sh *shard[V], h1, h2 uint64, now int64) *Entry[V] {
 		s.sweep(sh, now, len(t.slots))
 		t = s.rebuild(sh)
 	}
-	e := &Entry[V]{h2: h2}
+	e := &Entry[V]{id0: id0, id1: id1}
 	if t.put(h1, e, s.tomb) {
 		sh.used++
 	}

@@ -1,0 +1,74 @@
+package local
+
+import (
+	"strings"
+	"testing"
+)
+
+func newIDStore(t testing.TB) *Store[int] {
+	s, err := NewStore[int](StoreConfig{}, func(*int, int64) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestKeyIDShortKeysExact: keys of up to 15 bytes that differ, if only by
+// length or by one byte anywhere, have different identities, which the
+// store compares instead of the keys.
+func TestKeyIDShortKeysExact(t *testing.T) {
+	s := newIDStore(t)
+	seen := map[[2]uint64]string{}
+	add := func(k string) {
+		id0, id1 := s.keyID(k)
+		if id1 == 0 {
+			t.Fatalf("keyID(%q): id1 0, which marks an evicted entry", k)
+		}
+		if prev, ok := seen[[2]uint64{id0, id1}]; ok && prev != k {
+			t.Fatalf("keyID(%q) = keyID(%q)", k, prev)
+		}
+		seen[[2]uint64{id0, id1}] = k
+	}
+	for n := 0; n <= 15; n++ {
+		for _, c := range []byte{0, 'a', 0xff} {
+			base := strings.Repeat(string(c), n)
+			add(base)
+			for i := range n { // one byte changed, at every position
+				b := []byte(base)
+				b[i] ^= 0x5a
+				add(string(b))
+			}
+		}
+	}
+	if len(seen) != 16*3+3*(15*16/2)-2 { // the empty key is one key for every c
+		t.Errorf("%d identities", len(seen))
+	}
+	long := strings.Repeat("k", 16)
+	if _, id1 := s.keyID(long); id1 != 0xff<<56 {
+		t.Errorf("a 16-byte key's id1 = %#x, want the long-key mark", id1)
+	}
+}
+
+// FuzzKeyID: two different keys of up to 15 bytes never share an identity;
+// the store keeps them apart.
+func FuzzKeyID(f *testing.F) {
+	f.Add("aaaaaaaaa", "aaaaaaaaaa")
+	f.Add("", "\x00")
+	f.Add("203.0.113.7", "203.0.113.70")
+	f.Add("user:0000042", "user:0000043")
+	s := newIDStore(f)
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if len(a) > 15 || len(b) > 15 {
+			return
+		}
+		a0, a1 := s.keyID(a)
+		b0, b1 := s.keyID(b)
+		if (a == b) != (a0 == b0 && a1 == b1) {
+			t.Fatalf("keyID(%q) = %#x %#x, keyID(%q) = %#x %#x", a, a0, a1, b, b0, b1)
+		}
+		ea, eb := s.Get(a, 0), s.Get(b, 0)
+		if (a == b) != (ea == eb) {
+			t.Fatalf("Get(%q) and Get(%q): same entry %v", a, b, ea == eb)
+		}
+	})
+}
