@@ -60,8 +60,9 @@ type Config struct {
 	Sync syncer.SyncConfig
 	// Store sizes each rule's table of keys. Default: local's defaults.
 	Store local.StoreConfig
-	// Timeout bounds each central decision whose context has no deadline.
-	// Default syncer.DefaultTimeout.
+	// Timeout bounds each central decision: its deadline is its context's
+	// or Timeout from its start, whichever comes first. Default
+	// syncer.DefaultTimeout.
 	Timeout time.Duration
 	// ManualSync leaves the syncer's rounds to the caller (SyncAt), for
 	// simulations and tests: no goroutine runs them. Default false.

@@ -11,7 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// DefaultTimeout bounds a call to Redis whose context has no deadline.
+// DefaultTimeout is the default bound of a call to Redis.
 const DefaultTimeout = 250 * time.Millisecond
 
 // Config configures a Central.
@@ -29,8 +29,10 @@ type Config struct {
 	// Keyspace names the keys; see Keyspace. Every process sharing limits
 	// must use the same one.
 	Keyspace Keyspace
-	// Timeout bounds each call whose context carries no deadline. Default
-	// DefaultTimeout (250ms).
+	// Timeout bounds each call: its deadline is its context's or Timeout
+	// from its start, whichever comes first. A call whose context is
+	// cancelled while it waits for Redis returns at that deadline, with the
+	// context's error. Default DefaultTimeout (250ms).
 	Timeout time.Duration
 }
 
@@ -98,15 +100,16 @@ func (c *Central) Preload(ctx context.Context) error {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	for _, s := range scripts {
-		if err := watch(ctx, func(ctx context.Context) error { return s.Load(ctx, c.client).Err() }); err != nil {
+		if err := run(ctx, func(ctx context.Context) error { return s.Load(ctx, c.client).Err() }); err != nil {
 			return wrap(ctx, "preload", err)
 		}
 	}
 	return nil
 }
 
+// bound caps ctx's deadline at Timeout from now.
 func (c *Central) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.timeout {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, c.timeout)
@@ -155,7 +158,7 @@ func (c *Central) decide(ctx context.Context, now string, r *Rule, key string, n
 	defer cancel()
 	var res []int64
 	keys, args := singleCall(&c.ks, now, r, key, n)
-	err := watch(ctx, func(ctx context.Context) (err error) {
+	err := run(ctx, func(ctx context.Context) (err error) {
 		res, err = scriptFor(r).Run(ctx, c.client, keys, args...).Int64Slice()
 		return err
 	})
@@ -268,7 +271,7 @@ func (ch *Charge) Refund(ctx context.Context) error {
 			refunds = append(refunds, call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)})
 		}
 	}
-	err := watch(ctx, func(ctx context.Context) error {
+	err := run(ctx, func(ctx context.Context) error {
 		_, err := runPipelined(ctx, ch.c.client, ch.c.client.Pipeline, refunds)
 		return err
 	})
@@ -390,7 +393,7 @@ func (c *Central) multiScript(ctx context.Context, now string, groups []*group, 
 		args = append(args, g.rule.args...)
 	}
 	var res []int64
-	err := watch(ctx, func(ctx context.Context) (err error) {
+	err := run(ctx, func(ctx context.Context) (err error) {
 		res, err = scriptMulti.Run(ctx, c.client, keys, args...).Int64Slice()
 		return err
 	})
@@ -416,7 +419,7 @@ func (c *Central) eachScript(ctx context.Context, now string, groups []*group, o
 	}
 	vals := make([][]int64, len(groups))
 	var perr error
-	err := watch(ctx, func(ctx context.Context) error {
+	err := run(ctx, func(ctx context.Context) error {
 		cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, calls)
 		perr = err
 		for i, cmd := range cmds {
@@ -474,7 +477,7 @@ func (c *Central) reserveAll(ctx context.Context, now string, groups []*group, o
 		refunds[i] = call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)}
 	}
 	after := make([][]int64, len(charged))
-	rerr := watch(ctx, func(ctx context.Context) error {
+	rerr := run(ctx, func(ctx context.Context) error {
 		cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, refunds)
 		for i, cmd := range cmds {
 			if v, cerr := cmd.Int64Slice(); cerr == nil && len(v) == decisionLen {

@@ -72,19 +72,17 @@ func isNetErr(err error) bool {
 	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// watch runs f, which talks to Redis, and returns its error, or ctx's as
-// soon as ctx ends. go-redis bounds a call by ctx's deadline
-// (ContextTimeoutEnabled) but does not watch ctx.Done while it waits for an
-// answer: a cancelled call would wait for its deadline. An abandoned call
-// goes on in its goroutine until that deadline, which every caller sets;
-// the caller must not read what f writes unless watch returned nil.
-func watch(ctx context.Context, f func(context.Context) error) error {
-	done := make(chan error, 1)
-	go func() { done <- f(ctx) }()
-	select {
-	case err := <-done:
+// run runs f, which talks to Redis, unless ctx has already ended. The call
+// is bounded by ctx's deadline, which go-redis applies to its socket
+// (ContextTimeoutEnabled, which New requires) and which every caller caps
+// at its Timeout. go-redis does not watch ctx.Done while it waits for an
+// answer: a call cancelled in flight returns at that deadline, with ctx's
+// error. Watching it would take a goroutine and a hand-off per call, which
+// cost more client CPU than the rest of a decision, to return at most a
+// Timeout sooner.
+func run(ctx context.Context, f func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return f(ctx)
 }

@@ -119,18 +119,35 @@ func TestPausedServer(t *testing.T) {
 			}
 		})
 	}
+	// Cancelled in flight: the call returns at its deadline, the context's
+	// (3s) capped by Config.Timeout (300ms), with the context's error.
 	t.Run("cancelled", func(t *testing.T) {
-		d := ds[0]
+		d := short[0]
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		time.AfterFunc(100*time.Millisecond, cancel)
 		start := time.Now()
 		err := d.decide(ctx)
-		if el := time.Since(start); el > 100*time.Millisecond+time.Second {
-			t.Errorf("returned %v after the call began, cancelled at 100ms", el)
+		if el := time.Since(start); el > 300*time.Millisecond+time.Second {
+			t.Errorf("returned %v after the call began, cancelled at 100ms, Config.Timeout 300ms", el)
 		}
 		if !errors.Is(err, syncer.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 			t.Errorf("%v: want ErrUnavailable and context.Canceled", err)
+		}
+	})
+	// Cancelled before: no call at all.
+	t.Run("cancelled before", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		for _, d := range ds {
+			start := time.Now()
+			err := d.decide(ctx)
+			if el := time.Since(start); el > 50*time.Millisecond {
+				t.Errorf("%s: returned after %v with its context cancelled before the call", d.name, el)
+			}
+			if !errors.Is(err, syncer.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: %v: want ErrUnavailable and context.Canceled", d.name, err)
+			}
 		}
 	})
 	srv.Resume()
