@@ -3,5 +3,48 @@
 // nanoseconds against leases of the global budget that a background syncer
 // exchanges with Redis.
 //
-// See docs/accuracy.md for the hybrid mode's bounds and measurements.
+// # Modes
+//
+// Each registered Rule runs in one Mode:
+//
+//   - Local: this process alone, no network (package local). A cluster of N
+//     processes admits up to N × the limit.
+//   - Central: every decision is one atomic Lua script in Redis (package
+//     syncer, Central): exact across the cluster, one round trip each.
+//   - Hybrid: the decision is made from the key's in-memory lease, never
+//     waiting on Redis; the syncer reports what was admitted and fetches new
+//     leases in batched rounds, driven by need. Leases outstanding never sum
+//     past the limit; the cold-start allowance (ε × limit ÷ nodes per node,
+//     SyncConfig.Epsilon) is the only over-admission, bounded by ε + N/L.
+//     A rule whose limit is too small to split among the nodes, and the
+//     sliding window log, run Central (Limiter.Mode tells which).
+//
+// # Decisions
+//
+// Allow, AllowN and AllowMulti return a local.Decision by value. In hybrid
+// mode Limit is the rule's, Remaining the node's estimate of what the whole
+// cluster may still admit (its lease, plus what the others held unused at
+// the last sync), and a rejection with Reason local.ReasonNoLease means the
+// node holds no lease for the key yet: RetryAfter is then short (the next
+// sync), unlike local.ReasonLimited, whose RetryAfter is when the limit
+// admits again.
+//
+// # When Redis fails
+//
+// The rule's Policy decides what Redis cannot: FailOpen admits, FailClosed
+// rejects, FailLocal (the default) gives each node its part of the limit.
+// A hybrid lease held is used to its end first. Decisions made by a policy
+// come with an error wrapping ErrUnavailable.
+//
+// # Lifecycle and metrics
+//
+// New starts the syncer and a sweeper of idle keys; Shutdown reports what is
+// unreported, hands leases back, leaves the registry of live nodes and stops
+// every goroutine; Close does the same with DefaultShutdownTimeout. The
+// Limiter reports OpenTelemetry metrics (hybridlimit.decisions,
+// hybridlimit.sync.*, hybridlimit.keys, hybridlimit.redis.available, …) to
+// Config.MeterProvider.
+//
+// See docs/accuracy.md for the hybrid mode's bounds and their measurements,
+// and docs/redis.md for what is kept in Redis.
 package hybrid
