@@ -121,7 +121,7 @@ func names(n int, f func(k int) []string) [][]string {
 //
 //	B/key        the median of MEMORY USAGE <key> SAMPLES 0 summed over the
 //	             Redis keys of one user key (key name, value, dict entry)
-//	state-B/key  the state hash alone (median); log-B/key: the log list
+//	state-B/key  the state (hash or string) alone (median); log-B/key: the log list
 //	used-B/key   the growth of INFO memory's used_memory over n, read with
 //	             only the measuring connection open: the dict tables and the
 //	             expires dict included. A private server only.

@@ -137,6 +137,15 @@ func main() {
 		}
 		checks = append(checks, check{algo + ": allocations per decision", fmt.Sprintf("%.0f", worst), "0", worst == 0})
 	}
+	// Hybrid mode's hot path against Local mode's, both through one
+	// hybrid.Limiter (BenchmarkHybrid; skipped without Redis).
+	for _, c := range []string{"hot", "hot-par"} {
+		loc, hyb := ns("Hybrid/local/"+c), ns("Hybrid/hybrid/"+c)
+		if loc > 0 && hyb > 0 {
+			r := hyb / loc
+			checks = append(checks, check{"hybrid vs local mode, " + c, fmt.Sprintf("%.1f vs %.1f ns, %.2f×", hyb, loc, r), "≤ 1.10×", r <= 1.10})
+		}
+	}
 	fmt.Printf("\nBudgets (docs/performance.md), each against a baseline measured in the same runs.\n\n")
 	rows = [][]string{{"check", "measured", "budget", "verdict"}}
 	missed := 0

@@ -163,8 +163,8 @@ func main() {
 	}
 
 	if ts := res.targets("Memory"); len(ts) > 0 {
-		fmt.Printf("\nMemory per user key: MEMORY USAGE <key> SAMPLES 0 (median over the keys; state hash + log list), and used_memory growth / keys.\n\n")
-		rows := [][]string{{"state", "keys", "MEMORY USAGE B/key", "state hash B", "log list B", "used_memory Δ B/key"}}
+		fmt.Printf("\nMemory per user key: MEMORY USAGE <key> SAMPLES 0 (median over the keys; state + log list), and used_memory growth / keys.\n\n")
+		rows := [][]string{{"state", "keys", "MEMORY USAGE B/key", "state B", "log list B", "used_memory Δ B/key"}}
 		for _, t := range ts {
 			n := "Memory/" + t
 			rows = append(rows, []string{t, res.cell(n, "keys", "%.0f"), res.cell(n, "B/key", "%.0f"),
