@@ -596,3 +596,50 @@ func TestReleaseReturnsTokens(t *testing.T) {
 	}
 	t.Logf("node b admitted %d, the exact bucket %d", got, want)
 }
+
+// TestNewKeyUsesLearnedOffset: Redis's clock sets the windows. A node whose
+// clock is off by an hour and half a window must decide a new key's first
+// requests, before that key's own first reply, in Redis's window: with the
+// clock offset the syncer measured on earlier replies, not the node clock's
+// window (which would end half a window apart).
+func TestNewKeyUsesLearnedOffset(t *testing.T) {
+	client := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	const w = time.Second
+	skew := -(time.Hour + w/2)
+	clk := newFakeClock(time.Now().Add(skew))
+	cfg := nodeConfig(client, prefix, clk, "n0", 1)
+	cfg.VirtualTime = false // the scripts read Redis's clock, the real one
+	l := newNode(t, cfg)
+	r := mustRegister(t, l, hybrid.Rule{Name: "offset", Limit: fixed(1000, w)}, hybrid.Hybrid)
+	ctx := context.Background()
+
+	// A first key, synced: the syncer measures the offset.
+	if d, _ := l.Allow(ctx, r, "first"); !d.Allowed {
+		t.Fatalf("first key's first request: %+v", d)
+	}
+	syncOK(t, l, clk)
+	syncOK(t, l, clk)
+
+	// A new key, not yet synced: its window is Redis's.
+	clk.Set(time.Now().Add(skew))
+	d, err := l.Allow(ctx, r, "second")
+	if err != nil || !d.Allowed {
+		t.Fatalf("new key's first request: %+v, %v", d, err)
+	}
+	// Redis runs on this machine's clock: the window ends where the real
+	// clock's does. Compare on the circle of one window, as the real time
+	// moved on since the decision.
+	want := w - time.Duration(time.Now().UnixMicro()%w.Microseconds())*time.Microsecond
+	diff := (d.ResetAfter - want) % w
+	if diff < 0 {
+		diff += w
+	}
+	if diff > w/2 {
+		diff = w - diff
+	}
+	if diff > 50*time.Millisecond {
+		t.Errorf("new key's ResetAfter %v, the real window ends in %v: %v apart, want the window of Redis's clock (the node clock's is %v apart)",
+			d.ResetAfter, want, diff, w/2)
+	}
+}

@@ -40,7 +40,7 @@ type Lease struct {
 	// by the last reply in it; -1 when no reply came in this window yet.
 	room int64
 
-	offset   int64 // Redis time − node time, from this key's last reply
+	offset   int64 // Redis time − node time, from this key's last reply (before it: the Syncer's last measured)
 	epoch    int64 // Redis's epoch of the key's state
 	seq      int64 // sequence number of the last request sent (buckets)
 	lastSync int64 // node time the last request was sent, or of a new key's first request
@@ -102,6 +102,9 @@ func (k *Lease) Decide(r *LeaseRule, now, n int64) (v Verdict, signal bool) {
 	k.hits += n
 	if k.lastSync == 0 {
 		k.lastSync = now // a new key: its demand is counted from now
+		if k.flags&flagSynced == 0 {
+			k.offset = r.sync.offset.Load() // until its own first reply
+		}
 	}
 	changed := k.rule != nil && k.rule != r
 	if changed {

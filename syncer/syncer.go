@@ -122,6 +122,11 @@ type Syncer struct {
 	registered int64 // node time of the last registration, 0 before any
 
 	counted atomic.Int64 // live nodes as the registry last counted them
+	// offset is Redis time − node time as the last reply measured it, from
+	// any key or the registry: a new key starts from it until its own
+	// first reply, so that its first decisions already fall in Redis's
+	// windows, not the node clock's.
+	offset atomic.Int64
 
 	life            sync.Mutex // guards the fields below
 	stop, done      chan struct{}
@@ -421,7 +426,7 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 	var calls []call
 	var outs []pending
 	if c, ok := s.register(now, final); ok {
-		calls, outs = append(calls, c), append(outs, pending{}) // no entry: the registry's
+		calls, outs = append(calls, c), append(outs, pending{sentAt: now}) // no entry: the registry's
 	}
 	for e, r := range s.active {
 		if l := r.latest(); l != r { // the limit changed: exchange under the new one
@@ -462,6 +467,7 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 			if p.entry == nil { // the registration
 				if cerr == nil && len(vals) == 2 {
 					s.counted.Store(vals[1])
+					s.offset.Store(vals[0] - (p.sentAt+recv)/2)
 					st.Registered = true
 				} else {
 					s.registered = 0 // again at the next round
@@ -649,6 +655,7 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 	k.rule = r
 	redisNow := v[0]
 	k.offset = redisNow - (p.sentAt+recv)/2
+	s.offset.Store(k.offset)
 	k.flags |= flagSynced
 	if r.buckets {
 		s.applyBucket(k, p, v)
