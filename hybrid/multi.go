@@ -218,18 +218,19 @@ retry:
 			goto retry
 		}
 	}
+	// group returns the end of the run of items on items[a]'s entry, and
+	// the sum of their costs: requests on one entry are decided together.
+	group := func(a int) (b int, total int64) {
+		for b = a; b < len(items) && items[b].e == items[a].e; b++ {
+			total += reqs[items[b].i].N
+		}
+		return b, total
+	}
 	// Check each entry once, for the sum of its requests' costs.
 	for a := 0; a < len(items); {
-		b := a + 1
-		var total int64 = reqs[items[a].i].N
-		for b < len(items) && items[b].e == items[a].e {
-			total += reqs[items[b].i].N
-			b++
-		}
+		b, total := group(a)
 		k, lr := &items[a].e.Value, items[a].rs.lease.Load()
-		if k.Digest == ([16]byte{}) {
-			k.Digest = l.sync.Keyspace().DigestBytes(reqs[items[a].i].Key)
-		}
+		l.setDigest(k, reqs[items[a].i].Key)
 		v := k.Check(lr, now, min(total, lr.MaxCost()+1))
 		if total > lr.MaxCost() {
 			v = syncer.Verdict{Reason: local.ReasonCostTooHigh}
@@ -242,12 +243,7 @@ retry:
 	}
 	if ok && commit {
 		for a := 0; a < len(items); {
-			b := a + 1
-			var total int64 = reqs[items[a].i].N
-			for b < len(items) && items[b].e == items[a].e {
-				total += reqs[items[b].i].N
-				b++
-			}
+			b, total := group(a)
 			lr := items[a].rs.lease.Load()
 			v, signal := items[a].e.Value.Decide(lr, now, total)
 			if signal {

@@ -57,13 +57,7 @@ type Central struct {
 // NewCentral returns a Central for cfg. It copies cfg and reports a bad
 // field with an error wrapping ErrInvalidConfig.
 func NewCentral(cfg Config) (*Central, error) {
-	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: Client: required", ErrInvalidConfig)
-	}
-	if enabled, known := contextTimeouts(cfg.Client); known && !enabled {
-		return nil, fmt.Errorf("%w: Client: set ContextTimeoutEnabled in its options, or deadlines will not bound calls to Redis", ErrInvalidConfig)
-	}
-	if err := cfg.Keyspace.validate(); err != nil {
+	if err := checkRedis(cfg.Client, cfg.Keyspace, "calls to Redis"); err != nil {
 		return nil, err
 	}
 	if cfg.Timeout == 0 {
@@ -76,6 +70,18 @@ func NewCentral(cfg Config) (*Central, error) {
 	ks.Secret = append([]byte(nil), ks.Secret...)
 	_, single := cfg.Client.(*redis.Client)
 	return &Central{client: cfg.Client, ks: ks, timeout: cfg.Timeout, cluster: !single}, nil
+}
+
+// checkRedis validates what NewCentral and NewSyncer share: a client whose
+// deadlines bound what (the calls it makes), and a keyspace.
+func checkRedis(c redis.UniversalClient, ks Keyspace, what string) error {
+	if c == nil {
+		return fmt.Errorf("%w: Client: required", ErrInvalidConfig)
+	}
+	if enabled, known := contextTimeouts(c); known && !enabled {
+		return fmt.Errorf("%w: Client: set ContextTimeoutEnabled in its options, or deadlines will not bound %s", ErrInvalidConfig, what)
+	}
+	return ks.validate()
 }
 
 func contextTimeouts(c redis.UniversalClient) (enabled, known bool) {

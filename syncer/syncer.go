@@ -149,13 +149,7 @@ type queued struct {
 // NewSyncer returns a Syncer for cfg, not yet running. It copies cfg and
 // reports a bad field with an error wrapping ErrInvalidConfig.
 func NewSyncer(cfg SyncConfig) (*Syncer, error) {
-	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: Client: required", ErrInvalidConfig)
-	}
-	if enabled, known := contextTimeouts(cfg.Client); known && !enabled {
-		return nil, fmt.Errorf("%w: Client: set ContextTimeoutEnabled in its options, or deadlines will not bound syncs", ErrInvalidConfig)
-	}
-	if err := cfg.Keyspace.validate(); err != nil {
+	if err := checkRedis(cfg.Client, cfg.Keyspace, "syncs"); err != nil {
 		return nil, err
 	}
 	if cfg.Interval == 0 {
