@@ -643,3 +643,72 @@ func TestNewKeyUsesLearnedOffset(t *testing.T) {
 			d.ResetAfter, want, diff, w/2)
 	}
 }
+
+// TestNewKeyFirstGrants: a new key bursts on every node at once, and each
+// node's first exchange comes before it could measure the key's demand. No
+// node may take more than a part of an even claim then, whatever it asked
+// for, and none may be told the window is exhausted: the nodes that ask
+// last get as much as the first. Their next exchange, with demand measured,
+// brings each its claim, L ÷ N.
+func TestNewKeyFirstGrants(t *testing.T) {
+	client := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	const (
+		nodes = 4
+		limit = 1000
+		w     = time.Second
+	)
+	clk := newFakeClock(epoch2030.Add(w / 3))
+	ls := make([]*hybrid.Limiter, nodes)
+	rs := make([]*hybrid.Rule, nodes)
+	for i := range ls {
+		ls[i] = newNode(t, nodeConfig(client, prefix, clk, fmt.Sprintf("n%d", i), nodes))
+		rs[i] = mustRegister(t, ls[i], hybrid.Rule{Name: "burst", Limit: fixed(limit, w)}, hybrid.Hybrid)
+	}
+	ks := syncer.Keyspace{Prefix: prefix}
+	ctx := context.Background()
+	allow := func(i, n int) (admitted int) {
+		t.Helper()
+		for range n {
+			d, err := ls[i].Allow(ctx, rs[i], "new")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	// Each node admits 20 requests (its cold-start allowance is
+	// ε·L/N = 13, the rest refused) and asks, at the same instant.
+	for i := range ls {
+		allow(i, 20)
+		syncOK(t, ls[i], clk)
+	}
+	part := int64((limit/nodes + 3) / 4) // a quarter of the even claim
+	st := readWindow(t, client, ks, "burst", "new", w, clk.window(w))
+	for i := range ls {
+		if g := st.g[fmt.Sprintf("n%d", i)]; g != part {
+			t.Errorf("first exchanges: n%d granted %d, want %d (a quarter of L/N); all grants %v", i, g, part, st.g)
+		}
+	}
+	// MinGap later, each node has measured the same demand: each is
+	// granted its claim.
+	clk.Add(testInterval / 10)
+	for i := range ls {
+		if got := allow(i, 40); got == 0 {
+			t.Errorf("n%d admitted nothing after its first grant", i)
+		}
+		syncOK(t, ls[i], clk)
+	}
+	st = readWindow(t, client, ks, "burst", "new", w, clk.window(w))
+	for i := range ls {
+		if g := st.g[fmt.Sprintf("n%d", i)]; g != limit/nodes {
+			t.Errorf("second exchanges: n%d granted %d, want %d (L/N); all grants %v", i, g, limit/nodes, st.g)
+		}
+	}
+	if st.R > limit {
+		t.Errorf("R = %d > limit %d", st.R, limit)
+	}
+}

@@ -46,14 +46,14 @@ type Lease struct {
 	lastSync int64 // node time the last request was sent, or of a new key's first request
 	lastUse  int64 // node time of the last request decided
 	hits     int64 // requests decided since the last sync
-	demand   int64 // requests per window, smoothed over syncs
+	demand   int64 // requests per window, averaged over about one Interval (0: not measured yet)
 	span     int64 // the rule's window: how long after its last request a key is remembered
 
 	rule *LeaseRule // the rule of the last exchange: another one means the limit changed
 
 	Digest [digestBytes]byte // the user key's digest, which names it in Redis
 
-	flags uint8
+	flags uint16
 }
 
 const (
@@ -65,6 +65,7 @@ const (
 	flagUrgent                    // wants a sync as soon as the minimum gap allows
 	flagExhaustedPrev             // ... and was in the previous window
 	flagSent                      // a request was sent: lastSync is its time, not the first request's
+	flagGuess                     // the last request said its demand was unknown (demandUnknown)
 )
 
 // Verdict is a hybrid decision before the limiter dresses it as a
@@ -213,8 +214,10 @@ func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
 	end := w + r.w - rnow
 	if k.used+n <= k.granted {
 		k.used += n
-		// Sync early when what is left lasts less than a sync interval.
-		low := k.granted-k.used < k.demand*r.interval/r.w+1
+		// Sync early when what is left lasts less than a sync interval, or
+		// half of a grant made on a guess is used: that exchange measures
+		// the key's demand.
+		low := k.granted-k.used < k.demand*r.interval/r.w+1 || k.flags&flagGuess != 0 && 2*k.used >= k.granted
 		if low {
 			k.flags |= flagUrgent
 		}

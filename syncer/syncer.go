@@ -546,23 +546,41 @@ func (s *Syncer) due(k *Lease, r *LeaseRule, now int64) bool {
 	return urgent || (regular && (debt || preGrant || release))
 }
 
+// demandUnknown is the demand a key's first exchange reports when it came
+// too soon after the key's first request to measure one (request): the
+// lease scripts then count the node at the average demand, and grant it a
+// quarter of that claim or share until its next exchange measures it.
+const demandUnknown = -1
+
 // request builds k's exchange at node time now.
 func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, pending) {
 	// Demand: requests per window, from those decided since the last sync.
+	unknown := false
 	if k.lastSync > 0 && (now > k.lastSync || k.flags&flagSynced == 0) {
 		hits, elapsed := k.hits, now-k.lastSync
 		if k.flags&flagSynced == 0 {
 			// A new key: the count started at its first request, which
 			// does not measure the rate; the ones after it do, over at
 			// least MinGap, as a few requests in a few microseconds say
-			// little.
-			hits, elapsed = max(hits-1, 0), max(elapsed, s.cfg.MinGap.Microseconds())
+			// little. An exchange sooner than that says the demand is
+			// unknown (demandUnknown), and the next one measures it;
+			// but a bucket key seen once is taken as quiet: a share for
+			// every key seen once (most keys, under a Zipf law) would
+			// cost the exchanges of a lease for nothing.
+			hits = max(hits-1, 0)
+			if gap := max(s.cfg.MinGap.Microseconds(), 1); elapsed < gap {
+				unknown, elapsed = !r.buckets || hits > 0, gap
+			}
 		}
-		rate := hits * r.w / elapsed
-		if k.demand == 0 {
-			k.demand = rate
-		} else {
-			k.demand = (k.demand + rate + 1) / 2
+		if !unknown {
+			if k.demand == 0 {
+				k.demand = hits * r.w / elapsed
+			} else {
+				// A moving average over about one Interval, whatever the
+				// syncs' spacing: syncs a MinGap apart measure a few
+				// requests each, too few to size a share on.
+				k.demand = (k.demand*r.interval + hits*r.w + r.interval/2) / (r.interval + elapsed)
+			}
 		}
 	} else if k.hits > 0 {
 		k.demand = max(k.demand, k.hits)
@@ -571,8 +589,12 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 	idle := now-k.lastUse > s.cfg.IdleRelease.Microseconds()
 	release := final || idle
 	demand := k.demand
+	k.flags &^= flagGuess
 	if release {
 		demand = 0
+	} else if unknown {
+		demand = demandUnknown
+		k.flags |= flagGuess
 	}
 	k.lastSync = now
 	k.flags = k.flags&^flagUrgent | flagSent
@@ -605,7 +627,7 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 	rnow := now + k.offset
 	k.roll(r, rnow-rnow%r.w)
 	p.wid, p.used, p.pused = k.wid, k.used, k.pused
-	need := max(ceilDiv(demand*r.horizon, r.w), 1)
+	need := max(ceilDiv(max(demand, 0)*r.horizon, r.w), 1)
 	wantCur, wantNext := k.used+need, int64(0)
 	if release {
 		wantCur = 0

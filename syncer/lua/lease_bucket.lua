@@ -17,7 +17,7 @@
 -- ox (an old, larger share still committed until ox), d, t (demand per W and
 -- when reported), q (the last sequence number applied).
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] sequence number, [4]
--- flags (1: release), [5] demand (requests per W), [6] the node's tokens
+-- flags (1: release), [5] demand (requests per W; -1: unknown), [6] the node's tokens
 -- now (on a release: the tokens it hands back), [7] debt (tokens it admitted without a share, applied once per
 -- sequence number), [8] lease TTL (us), [9] demand TTL (us), [10..12] the
 -- share the node holds (rate, burst, expiry): a node sends a request only
@@ -123,23 +123,33 @@ if seq > num('q.' .. node) then
   f['q.' .. node] = fmt(seq)
 end
 
--- Demand: the node's share follows its part of the live demand.
+-- Demand: the node's share follows its part of the live demand. A demand
+-- of -1 is unknown: the node's first exchange of a new key came too soon
+-- after its first request to measure one. It counts as the average of the
+-- demands known (all alike when none is), and the node gets a quarter of
+-- that share (guess) until its next exchange measures it.
+local guess = demand < 0
 f['d.' .. node], f['t.' .. node] = fmt(demand), fmt(now)
-local total, live = 0, 0
+local total, live, known = 0, 0, 0
 for id, _ in pairs(nodes) do
   if num('t.' .. id) + demand_ttl >= now then
     live = live + 1
-    total = total + num('d.' .. id)
+    local d = num('d.' .. id)
+    if d >= 0 then total, known = total + d, known + 1 end
   else
     f['d.' .. id], f['t.' .. id] = nil, nil
   end
 end
+local avg = 1
+if known > 0 then avg = total / known end
+total = total + (live - known) * avg
+if guess then demand = avg end
 local lt, bt = 0, 0
 -- A quiet node, whose demand over a horizon fits in its allowance, gets no
 -- share: it admits as debt, against the pool, which it reports at its next
 -- round. A share filled from the pool would sit in its bucket, mostly
 -- unused, and leave the pool short for the next node the key reaches.
-if flags % 2 == 0 and demand > 0 and total > 0 and cdiv(demand * horizon, W) > quiet then
+if flags % 2 == 0 and demand > 0 and total > 0 and (guess or cdiv(demand * horizon, W) > quiet) then
   -- A new key's burst reaches every node at once, and they ask one after
   -- the other: in the key's first DemandTTL, each node of the cluster yet
   -- to ask is assumed to want the average, so that the first to ask does
@@ -149,12 +159,17 @@ if flags % 2 == 0 and demand > 0 and total > 0 and cdiv(demand * horizon, W) > q
   if live < cluster and now - ep < demand_ttl then total = total * cluster / live end
   lt = math.max(math.floor(L * demand / total), 1)
   bt = math.max(math.floor(B * demand / total), 1)
-  -- Demand estimates are noisy: a share moves only when its target is off
-  -- by more than a sixteenth. Every shrink keeps the old share committed
-  -- until its expiry, idle for everyone; churn would waste capacity.
-  local hl, hb = num('l.' .. node), num('b.' .. node)
-  if math.abs(lt - hl) <= hl / 16 then lt = hl end
-  if math.abs(bt - hb) <= hb / 16 then bt = hb end
+  if guess then
+    lt, bt = math.max(math.floor(lt / 4), 1), math.max(math.floor(bt / 4), 1)
+  else
+    -- Demand estimates are noisy: a share moves only when its target is
+    -- off by more than a sixteenth. Every shrink keeps the old share
+    -- committed until its expiry, idle for everyone; churn would waste
+    -- capacity.
+    local hl, hb = num('l.' .. node), num('b.' .. node)
+    if math.abs(lt - hl) <= hl / 16 then lt = hl end
+    if math.abs(bt - hb) <= hb / 16 then bt = hb end
+  end
 end
 
 -- What the others hold bounds what the node may have.

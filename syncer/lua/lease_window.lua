@@ -14,7 +14,7 @@
 -- KEYS[2..4] the three window slots, window x in slot (x / W) mod 3, each a
 -- hash (id, R, g.<node>, u.<node>): the previous, current and next windows.
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] flags (1: release
--- what is unused), [4] demand (requests per window), [5] target for the
+-- what is unused), [4] demand (requests per window; -1: unknown), [5] target for the
 -- current window (the total the node wants granted in it), [6] target for
 -- the next window (0: none), [7] horizon (us: pre-grant the next window when
 -- it starts within it), [8..11] two reports (window, used), window 0 for
@@ -122,11 +122,16 @@ if flags % 2 == 1 then
   end
 end
 
--- Demand: each node's requests per window, forgotten after demand_ttl.
+-- Demand: each node's requests per window, forgotten after demand_ttl. A
+-- demand of -1 is unknown: the node's first exchange of a new key came too
+-- soon after its first request to measure one. It counts as the average of
+-- the demands known, and the node is granted a part of that claim only
+-- (guess), until its next exchange measures it.
+local guess = demand < 0
 redis.call('HSET', m, 'd.' .. node, fmt(demand), 't.' .. node, fmt(now))
 local all = redis.call('HGETALL', m)
-local total, live = 0, 0
-local demands = {} -- the live nodes' demands
+local total, live, known = 0, 0, 0
+local demands = {} -- the live nodes' demands, -1 where unknown
 for i = 1, #all, 2 do
   local f = all[i]
   if string.sub(f, 1, 2) == 't.' then
@@ -135,18 +140,25 @@ for i = 1, #all, 2 do
       local d = tonumber(redis.call('HGET', m, 'd.' .. id)) or 0
       demands[id] = d
       live = live + 1
-      total = total + d
+      if d >= 0 then
+        total, known = total + d, known + 1
+      end
     else
       redis.call('HDEL', m, f, 'd.' .. id)
     end
   end
 end
+local avg = 0
+if known > 0 then avg = total / known end
+total = total + (live - known) * avg
 
 -- A new key's burst reaches every node at once, and they ask one after the
 -- other: in the key's first demand TTL, each node of the cluster yet to ask
 -- is assumed to want the average, so that the first to ask is not
 -- entitled to the whole budget while the others, refused, wait.
+local unseen = 0
 if live < cluster and now - ep < demand_ttl then
+  unseen = cluster - live
   total = total * cluster / live
   live = cluster
 end
@@ -166,11 +178,17 @@ end
 -- must not hold the whole budget against nodes whose demand shows up later.
 local span = math.min(1, 5 * horizon / W)
 local function claim(d, budget)
+  if d < 0 then
+    -- unknown: the average's claim, or an even part when none is known
+    if known == 0 then return math.floor(budget / math.max(live, 1)) end
+    d = avg
+  end
   return math.min(math.floor(budget * fraction(d)), math.floor(d * span))
 end
 
 -- unclaimed is what the other live nodes may count on in slot k and have
--- not taken yet.
+-- not taken yet, the nodes yet to ask a new key included (each at the
+-- average demand).
 local function unclaimed(k, budget)
   local v = redis.call('HGETALL', k)
   local have = {}
@@ -182,7 +200,7 @@ local function unclaimed(k, budget)
   for id, d in pairs(demands) do
     if id ~= node then r = r + math.max(claim(d, budget) - (have[id] or 0), 0) end
   end
-  return r
+  return r + unseen * claim(-1, budget)
 end
 
 -- grant gives the node up to its target in slot k, within avail (what is
@@ -198,6 +216,7 @@ local function grant(k, target, avail, budget, reserve)
   local have = math.max(g, u)
   if avail <= 0 then return g, R, target > have end
   local own = claim(demand, budget)
+  if guess then own = math.ceil(own / 4) end
   local kept = 0
   if reserve then kept = unclaimed(k, budget) end
   -- A node is granted up to its claim when it asks, so a key lasts its
@@ -205,9 +224,11 @@ local function grant(k, target, avail, budget, reserve)
   -- not count on.
   local x = math.min(math.max(target, own) - have, avail, math.max(own - have, avail - kept, 0))
   x = math.max(x, 0)
-  if x == 0 then return g, R, target > have and avail <= kept end
+  -- A node granted on a guess is not told the window is exhausted: its
+  -- measured demand may entitle it to more.
+  if x == 0 then return g, R, not guess and target > have and avail <= kept end
   R = set(k, have + x, u, g, u, R)
-  return have + x, R, target > have + x and avail - x <= kept
+  return have + x, R, not guess and target > have + x and avail - x <= kept
 end
 
 local _, _, Rprev = state(kprev)
