@@ -22,7 +22,8 @@ import (
 // every script's time from the clock (VirtualTime). An event queue drives
 // each node's requests (Poisson arrivals, precomputed from a seeded RNG),
 // its regular sync rounds (every Interval, phase-shifted per node) and its
-// early rounds (MinGap after a key asked). Every decision is recorded with
+// early rounds (as the Syncer's loop runs them: when a key asks, at once or
+// MinGap after the node's last round). Every decision is recorded with
 // the window it counted in, and compared with an exact replay of the same
 // arrivals through one local limiter: admitted per window must stay within
 // the bounds docs/accuracy.md derives, and false rejections (refused here,
@@ -176,6 +177,8 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 	admitted, exactPer := map[wk]int64{}, map[wk]int64{}
 	res := simResult{falseBy: map[local.Reason]int64{}}
 	earlyQueued := make([]bool, nodes)
+	lastRound := make([]int64, nodes)
+	minGap := (interval / 10).Microseconds()
 	var admittedTimes [][]int64 = make([][]int64, w.keys+1)
 	for q.Len() > 0 {
 		e := heap.Pop(&q).(event)
@@ -185,6 +188,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 			if e.kind == evEarly {
 				earlyQueued[e.node] = false
 			}
+			lastRound[e.node] = e.at
 			st, err := ls[e.node].SyncAt(ctx, clock.Now())
 			if err != nil {
 				t.Fatalf("sync: %v", err)
@@ -216,10 +220,11 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 				res.falseRejPct++ // counted, turned into a percentage below
 				res.falseBy[d.Reason]++
 			}
-			// The node's loop wakes MinGap after a key asked for a sync.
+			// A key that asks for a sync wakes the node's loop, which runs
+			// a round at once, or MinGap after its last one.
 			if ls[e.node].SyncWanted() && !earlyQueued[e.node] {
 				earlyQueued[e.node] = true
-				push(event{at: e.at + (interval / 10).Microseconds(), kind: evEarly, node: e.node})
+				push(event{at: max(e.at, lastRound[e.node]+minGap), kind: evEarly, node: e.node})
 			}
 		}
 	}
@@ -241,10 +246,24 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 	switch lim.Algorithm() {
 	case local.TokenBucket, local.LeakyBucket, local.GCRA:
 		// The arrival-curve excess: admitted in [t0, t1] beyond burst + rate × (t1 − t0).
+		// A steady workload's key is new at its start: its cold start, which
+		// the cold and churn workloads measure, is left out, as the windows'
+		// first, partial window is.
+		debug := os.Getenv("SIMDEBUG") != ""
+		from := int64(0)
+		if w.coldAt == 0 && !w.churn {
+			from = start - start%W + W
+		}
 		for _, ts := range admittedTimes {
 			for i := range ts {
+				if ts[i] < from {
+					continue
+				}
 				for j := i; j < len(ts) && ts[j]-ts[i] <= 2*W; j++ {
 					excess := float64(j-i+1) - float64(lim.Burst()) - float64(lim.Limit())*float64(ts[j]-ts[i])/float64(W)
+					if debug && excess > 0 && excess/float64(lim.Burst()) > res.worstOver {
+						t.Logf("excess %.1f over [%d, %d] µs from start, %d admitted", excess, ts[i]-start, ts[j]-start, j-i+1)
+					}
 					res.worstOver = math.Max(res.worstOver, excess/float64(lim.Burst()))
 				}
 			}
@@ -320,14 +339,16 @@ func TestSimulation(t *testing.T) {
 		{fixed, workload{name: "uniform", offered: 10, keys: 1}, 0, 0.5, 4},
 		{fixed, workload{name: "skewed", offered: 10, keys: 1, weights: skew}, 0, 0.5, 4},
 		{fixed, workload{name: "under", offered: 0.9, keys: 1}, 0, 1, 1},
-		{fixed, workload{name: "cold", offered: 10, keys: 1, coldAt: 3.3}, 0.05 + nodes/2000.0, 2, 6},
+		{fixed, workload{name: "cold", offered: 10, keys: 1, coldAt: 3.3}, 0.05 + nodes/2000.0, 2, 4},
+		{fixed, workload{name: "cold-skewed", offered: 10, keys: 1, coldAt: 3.3, weights: skew}, 0.05 + nodes/2000.0, 2, 6},
 		{fixed, workload{name: "zipf", offered: 10, keys: 1000}, 0, 0.5, 1},
+		{counter, workload{name: "cold", offered: 10, keys: 1, coldAt: 3.3}, 0.05 + nodes/2000.0, 2, -1},
 		{counter, workload{name: "uniform", offered: 10, keys: 1}, 0, 1, -1},
-		{gcra, workload{name: "uniform", offered: 10, keys: 1}, 0, 4, -1},
-		{gcra, workload{name: "skewed", offered: 10, keys: 1, weights: skew}, 0, 4, -1},
+		{gcra, workload{name: "uniform", offered: 10, keys: 1}, 0, 1, -1},
+		{gcra, workload{name: "skewed", offered: 10, keys: 1, weights: skew}, 0, 1, -1},
 		{gcra, workload{name: "cold", offered: 10, keys: 1, coldAt: 3.3}, 0.05 + nodes/2000.0, 4, -1},
-		{fixed, workload{name: "churn", offered: 10, keys: 31, churn: true}, 0.05 + nodes/2000.0, 2, -1},
-		{gcra, workload{name: "churn", offered: 10, keys: 31, churn: true}, 0.05 + nodes/2000.0, 4, -1},
+		{fixed, workload{name: "churn", offered: 10, keys: 31, churn: true}, 0.05 + nodes/2000.0, 2, 8},
+		{gcra, workload{name: "churn", offered: 10, keys: 31, churn: true}, 0.05 + nodes/2000.0, 3, -1},
 		{gcra, workload{name: "zipf", offered: 5, keys: 100000}, 0.05 + nodes/2000.0, 1, 1},
 	} {
 		t.Run(c.lim.Algorithm().String()+"/"+c.w.name, func(t *testing.T) {
