@@ -712,3 +712,40 @@ func TestNewKeyFirstGrants(t *testing.T) {
 		t.Errorf("R = %d > limit %d", st.R, limit)
 	}
 }
+
+// TestFamilyAndModeSwitch: one rule name and key run in turn as a central
+// GCRA, a hybrid GCRA, a central fixed window and a central GCRA again, as
+// redeploys that change a rule's algorithm or mode would. Each finds under
+// the key's name the state the one before left, of another type or another
+// family, and starts afresh without an error.
+func TestFamilyAndModeSwitch(t *testing.T) {
+	client := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	clk := newFakeClock(epoch2030.Add(time.Second / 3))
+	ctx := context.Background()
+	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second})
+	for i, st := range []struct {
+		lim  local.Limit
+		mode hybrid.Mode
+	}{
+		{gcra, hybrid.Central}, {gcra, hybrid.Hybrid}, {fixed(1000, time.Second), hybrid.Central}, {gcra, hybrid.Central},
+	} {
+		l := newNode(t, nodeConfig(client, prefix, clk, fmt.Sprintf("n%d", i), 1))
+		r := mustRegister(t, l, hybrid.Rule{Name: "switch", Limit: st.lim, Mode: st.mode}, st.mode)
+		var d local.Decision
+		for range 3 {
+			var err error
+			if d, err = l.Allow(ctx, r, "k"); err != nil || !d.Allowed {
+				t.Fatalf("step %d (%v, %v): %+v, %v", i, st.lim, st.mode, d, err)
+			}
+			if st.mode == hybrid.Hybrid {
+				syncOK(t, l, clk)
+			}
+		}
+		if st.mode == hybrid.Central && d.Remaining != d.Limit-3 {
+			t.Errorf("step %d (%v, %v): remaining %d after 3 admissions, want %d: the state did not start afresh", i, st.lim, st.mode, d.Remaining, d.Limit-3)
+		}
+		l.Close()
+		clk.Add(time.Millisecond)
+	}
+}

@@ -179,7 +179,7 @@ func (c *Central) decide(ctx context.Context, now string, r *Rule, key string, n
 
 // singleCall is the keys and arguments of r's single-rule script.
 func singleCall(ks *Keyspace, now string, r *Rule, key string, n int64) ([]string, []any) {
-	keys := ks.triple(r, key)
+	keys := ks.scriptKeys(r, key)
 	if r.bucket {
 		args := make([]any, 0, 2+len(r.bargs))
 		args = append(args, now, n)
@@ -390,11 +390,11 @@ func (g *group) fill(d local.Decision, out []local.Decision) {
 // share a script. With ok false (a cost was refused before asking), the
 // groups' costs are 0 and it only reads their state.
 func (c *Central) multiScript(ctx context.Context, now string, groups []*group, ok bool, out []local.Decision) (bool, error) {
-	keys := make([]string, 0, 3*len(groups))
+	keys := make([]string, 0, 2*len(groups))
 	args := make([]any, 0, 1+len(groups)*(2+len(groups[0].rule.args)))
 	args = append(args, now)
 	for _, g := range groups {
-		keys = append(keys, c.ks.triple(g.rule, g.key)...)
+		keys = append(keys, g.state, g.log)
 		args = append(args, g.n)
 		args = append(args, g.rule.args...)
 	}

@@ -79,6 +79,6 @@ func ExampleKeyspace_Keys() {
 	fmt.Println(state)
 	// Output:
 	// myapp:{api:bYlKo-6AJUnX80Dnwc8NHA}:s
-	// myapp:{api:bYlKo-6AJUnX80Dnwc8NHA}:b
+	// myapp:{api:bYlKo-6AJUnX80Dnwc8NHA}:s
 	// myapp:{bYlKo-6AJUnX80Dnwc8NHA}:api:s
 }

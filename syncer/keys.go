@@ -81,29 +81,23 @@ func (ks *Keyspace) DigestBytes(key string) [digestBytes]byte {
 	return [digestBytes]byte(sum[:digestBytes])
 }
 
-// Keys returns the names of rule and key's state and of its log list (used
-// by the sliding window log only). The window algorithms keep their state in
-// a hash (part "s"), the bucket algorithms in a string (part "b"): a rule
-// that changes family starts afresh, and never meets a key of the other
-// type.
+// Keys returns the names of rule and key's state (part "s") and of its log
+// list (part "l", used by the sliding window log only). The window
+// algorithms keep their state in a hash, the bucket algorithms in a string:
+// a rule that changes family finds a key of the other type, deletes it
+// (and the log) and starts afresh, as local.Limiter.SetLimit does.
 func (ks *Keyspace) Keys(rule *Rule, key string) (state, log string) {
-	state, log = ks.keys(rule.name, ks.Digest(key))
-	if rule.bucket {
-		state = state[:len(state)-1] + "b"
-	}
-	return state, log
+	return ks.keys(rule.name, ks.Digest(key))
 }
 
-// triple returns the names a script of r takes: r's own state, the log,
-// and the other family's state, which a script deletes when it finds its
-// own state new.
-func (ks *Keyspace) triple(r *Rule, key string) []string {
+// scriptKeys returns the names a single-rule script of r takes: its state,
+// and its log for the sliding window log.
+func (ks *Keyspace) scriptKeys(r *Rule, key string) []string {
 	s, l := ks.keys(r.name, ks.Digest(key))
-	b := s[:len(s)-1] + "b"
-	if r.bucket {
-		return []string{b, l, s}
+	if r.limit.Algorithm() == local.SlidingWindowLog {
+		return []string{s, l}
 	}
-	return []string{s, l, b}
+	return []string{s}
 }
 
 func (ks *Keyspace) keys(rule, digest string) (state, log string) {

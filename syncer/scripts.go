@@ -24,10 +24,10 @@ func luaSource(names ...string) string {
 	return b.String()
 }
 
-// single is the body of a one-rule script: KEYS = its state, its log, the
-// other family's state (see Keyspace.Keys); ARGV[1] = now (empty for Redis's
-// clock), ARGV[2] = cost, ARGV[3..] = the rule's parameters.
-const single = "return %s(KEYS[1], KEYS[2], params(3), clock(ARGV[1]), tonumber(ARGV[2]), true, KEYS[3])\n"
+// single is the body of a one-rule script: KEYS = its state, and its log for
+// the sliding window log (see Keyspace.Keys); ARGV[1] = now (empty for
+// Redis's clock), ARGV[2] = cost, ARGV[3..] = the rule's parameters.
+const single = "return %s(KEYS[1], KEYS[2], params(3), clock(ARGV[1]), tonumber(ARGV[2]), true)\n"
 
 func singleScript(file, fn string) *redis.Script {
 	return redis.NewScript(luaSource("prelude", "params", file) + strings.Replace(single, "%s", fn, 1))
@@ -38,14 +38,14 @@ func singleScript(file, fn string) *redis.Script {
 // scripts): one text, two forms.
 var (
 	bucketBody = luaSource("bucket_body")
-	bucketFunc = "local function decide_bucket(k, now, n, fp, burst, rl, el, tau, commit, sk, lk)\n" + bucketBody + "end\n"
+	bucketFunc = "local function decide_bucket(k, now, n, fp, burst, rl, el, tau, commit, lk)\n" + bucketBody + "end\n"
 )
 
 // The scripts, run by SHA. Each algorithm has its own, holding only its own
 // code. The buckets' is the leanest, a flat chunk: no function, no helper,
 // no table of parameters; the numbers it needs as arguments (ARGV: now,
-// cost, fingerprint, burst, rl, el, tau; KEYS: its state, then the window
-// family's two), one GET and one SET.
+// cost, fingerprint, burst, rl, el, tau; KEYS: its state alone), one GET and
+// one SET.
 var (
 	scriptFixed   = singleScript("fixed", "decide_fixed")
 	scriptLog     = singleScript("log", "decide_log")
@@ -59,7 +59,7 @@ else
 end
 local n, fp = tonumber(ARGV[2]), ARGV[3]
 local burst, rl, el, tau = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local commit, sk, lk = true, KEYS[2], KEYS[3]
+local commit, lk = true, nil
 ` + bucketBody)
 	scriptMulti  = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter") + bucketFunc + luaSource("multi"))
 	scriptRefund = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter") + bucketFunc + luaSource("refund"))

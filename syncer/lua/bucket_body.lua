@@ -3,7 +3,11 @@
 -- (the hot one: no function, no helper, no table is created per call), and
 -- wrapped in a function for the multi-rule and refund scripts. In scope:
 -- k (its state), now, n (cost), fp, burst, rl, el, tau (the rule's
--- numbers), commit, and sk, lk (the window family's keys, or nil).
+-- numbers), commit, and lk (the log key, or nil).
+--
+-- The window algorithms keep their state under the same name, in a hash: a
+-- rule that changed family finds a key of the other type (WRONGTYPE), which
+-- it deletes, with the log when given, and starts afresh (below).
 --
 -- State: the string k = "tat,frac,z,fp": the TAT in whole us, its fraction
 -- in units of 1/rl us, z = how many admissions found the bucket full (its
@@ -18,10 +22,20 @@
 -- would keep 14 digits.
 local floor = math.floor -- a local: a global and a field lookup less per call
 local tat, frac, z = 0, 0, 0
-local state = redis.call('GET', k)
-if not state then
-  if sk then redis.call('DEL', sk, lk) end -- a new state: the window family's, if any, is over
-else
+local state = redis.pcall('GET', k)
+if type(state) == 'table' then
+  -- An error: a hash under the name is the window family's state (it has a
+  -- fingerprint), deleted as prelude's other_family does; this chunk runs
+  -- without the prelude. Anything else is raised.
+  if not (string.find(state.err, 'WRONGTYPE', 1, true) and redis.call('TYPE', k).ok == 'hash' and
+      redis.call('HEXISTS', k, 'fp') == 1) then
+    error(state)
+  end
+  redis.call('DEL', k)
+  if lk then redis.call('DEL', lk) end
+  state = false
+end
+if state then
   local a, b, c, f = string.match(state, '^(%d+),(%d+),(%d+),(.*)$')
   tat, frac, z = tonumber(a), tonumber(b), tonumber(c)
   if f ~= fp then

@@ -6,9 +6,12 @@ local function counter_reset(start, cur, prev, now, w)
   return 0
 end
 
-local function decide_counter(k, _, p, now, n, commit, bk)
-  local st = redis.call('HMGET', k, 'a', 'b', 'c', 'fp')
-  if not st[4] and bk then redis.call('DEL', bk) end -- a new state: the bucket family's, if any, is over
+local function decide_counter(k, _, p, now, n, commit)
+  local st = redis.pcall('HMGET', k, 'a', 'b', 'c', 'fp')
+  if st.err then
+    other_family(st, k)
+    st = {}
+  end
   local start, cur, prev = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
   if st[4] and st[4] ~= p.fp then -- the limit changed: keep the counts
     local o = parse_fp(st[4])

@@ -1,7 +1,10 @@
 -- Fixed window. State (hash KEYS[1]): a = window start, b = count, fp.
-local function decide_fixed(k, _, p, now, n, commit, bk)
-  local st = redis.call('HMGET', k, 'a', 'b', 'fp')
-  if not st[3] and bk then redis.call('DEL', bk) end -- a new state: the bucket family's, if any, is over
+local function decide_fixed(k, _, p, now, n, commit)
+  local st = redis.pcall('HMGET', k, 'a', 'b', 'fp')
+  if st.err then
+    other_family(st, k)
+    st = {}
+  end
   local start, count = tonumber(st[1]) or 0, tonumber(st[2]) or 0
   if st[3] and st[3] ~= p.fp then -- the limit changed: keep the count
     local o = parse_fp(st[3])

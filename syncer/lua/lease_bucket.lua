@@ -39,7 +39,13 @@ local p = params(16)
 local W, L, B = p.w, p.L, p.burst
 local m = KEYS[1]
 
-local all = redis.call('HGETALL', m)
+-- The key is the central mode's too: a rule that ran central holds a string
+-- here (a bucket's state), which starts afresh.
+local all = redis.pcall('HGETALL', m)
+if all.err then
+  other_family(all, m)
+  all = {}
+end
 local f = {}
 for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
 local function num(k) return tonumber(f[k]) or 0 end

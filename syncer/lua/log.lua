@@ -6,9 +6,15 @@ local function log_pair(e)
   return tonumber(string.sub(e, 1, sp - 1)), tonumber(string.sub(e, sp + 1))
 end
 
-local function decide_log(k, lk, p, now, n, commit, bk)
-  local st = redis.call('HMGET', k, 'a', 's', 'fp')
-  if not st[3] and bk then redis.call('DEL', bk) end -- a new state: the bucket family's, if any, is over
+local function decide_log(k, lk, p, now, n, commit)
+  local st = redis.pcall('HMGET', k, 'a', 's', 'fp')
+  if st.err then
+    other_family(st, k, lk)
+    st = {}
+  end
+  -- A new state has an empty log: a bucket's state, since expired, may have
+  -- replaced the log's state without its list.
+  if not st[3] and commit and n > 0 then redis.call('DEL', lk) end
   local newest, sum = tonumber(st[1]) or 0, tonumber(st[2]) or 0
   if st[3] and st[3] ~= p.fp then
     local o = parse_fp(st[3])

@@ -1,28 +1,28 @@
 -- Several rules decided as one, all in one slot (one node): each is
--- checked, and all are charged only if all admit. KEYS: three per rule (its
--- state, its log, the other family's state). ARGV[1] = now ('' for Redis's clock), then per rule its cost and its
+-- checked, and all are charged only if all admit. KEYS: two per rule (its
+-- state and its log). ARGV[1] = now ('' for Redis's clock), then per rule its cost and its
 -- NPARAMS parameters. Returns {all admitted (1/0), then per rule {reason,
 -- remaining, reset, retry, now, z}}; when not all admit, a rule with room is
 -- reported as it stands, without this request.
 local now = clock(ARGV[1])
-local function bucket(k, lk, p, now, n, commit, sk)
-  return decide_bucket(k, now, n, p.fp, p.burst, p.rl, p.el, p.tau, commit, sk, lk)
+local function bucket(k, lk, p, now, n, commit)
+  return decide_bucket(k, now, n, p.fp, p.burst, p.rl, p.el, p.tau, commit, lk)
 end
 local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket}
-local rules = #KEYS / 3
+local rules = #KEYS / 2
 local costs, ps, out, ok = {}, {}, {}, true
 for i = 1, rules do
   local base = 2 + (i - 1) * (NPARAMS + 1)
   costs[i], ps[i] = tonumber(ARGV[base]), params(base + 1)
-  local r = decide[ps[i].alg](KEYS[3 * i - 2], KEYS[3 * i - 1], ps[i], now, costs[i], false, KEYS[3 * i])
+  local r = decide[ps[i].alg](KEYS[2 * i - 1], KEYS[2 * i], ps[i], now, costs[i], false)
   out[i] = r
   if r[1] ~= 0 then ok = false end
 end
 for i = 1, rules do
   if ok then
-    decide[ps[i].alg](KEYS[3 * i - 2], KEYS[3 * i - 1], ps[i], now, costs[i], true, KEYS[3 * i])
+    decide[ps[i].alg](KEYS[2 * i - 1], KEYS[2 * i], ps[i], now, costs[i], true)
   elseif out[i][1] == 0 then
-    out[i] = decide[ps[i].alg](KEYS[3 * i - 2], KEYS[3 * i - 1], ps[i], now, 0, false, KEYS[3 * i])
+    out[i] = decide[ps[i].alg](KEYS[2 * i - 1], KEYS[2 * i], ps[i], now, 0, false)
   end
 end
 local res = {0}

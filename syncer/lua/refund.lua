@@ -12,12 +12,15 @@
 local at, n, z, p = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), params(4)
 local k, lk = KEYS[1], KEYS[2]
 local function bucket(k, lk, p, now, n, commit)
-  return decide_bucket(k, now, n, p.fp, p.burst, p.rl, p.el, p.tau, commit)
+  return decide_bucket(k, now, n, p.fp, p.burst, p.rl, p.el, p.tau, commit, lk)
 end
 local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket}
 
 local function refund()
   if n <= 0 then return end
+  -- A key of the other family's type: the rule changed family since, and
+  -- there is nothing to refund (the decision below starts it afresh).
+  if redis.call('TYPE', k).ok ~= (p.alg < 4 and 'hash' or 'string') then return end
   if p.alg < 4 and redis.call('HGET', k, 'fp') ~= p.fp then return end
   if p.alg == 1 or p.alg == 3 then -- fixed window, counter: the window it counted in
     local st = redis.call('HMGET', k, 'a', 'b', 'c')
