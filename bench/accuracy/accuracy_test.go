@@ -36,12 +36,29 @@ func TestScheduleDeterministicAndPoisson(t *testing.T) {
 }
 
 func TestScheduleCold(t *testing.T) {
-	s := NewSpec(ModeHybrid, AlgoFixed, WorkCold, 100, 2, 4)
-	W := uint32(s.W())
-	for _, a := range s.Schedule(1) {
-		start := uint32(float64(a.Key)*float64(W) + ColdAt*float64(W))
-		if a.At < start || a.At >= start+W {
-			t.Fatalf("key %d at %d µs: outside its second [%d, %d)", a.Key, a.At, start, start+W)
+	for _, w := range []string{WorkCold, WorkColdSkewed} {
+		s := NewSpec(ModeHybrid, AlgoFixed, w, 100, 4, 4)
+		W := uint32(s.W())
+		counts := make([]int, s.Nodes)
+		for n := range s.Nodes {
+			for _, a := range s.Schedule(n) {
+				counts[n]++
+				start := uint32(float64(a.Key)*float64(W) + ColdAt*float64(W))
+				if a.At < start || a.At >= start+W {
+					t.Fatalf("%s: key %d at %d µs: outside its second [%d, %d)", w, a.Key, a.At, start, start+W)
+				}
+			}
+		}
+		total := 0
+		for _, c := range counts {
+			total += c
+		}
+		want := 0.25
+		if w == WorkColdSkewed {
+			want = 0.8
+		}
+		if share := float64(counts[0]) / float64(total); math.Abs(share-want) > 0.03 {
+			t.Errorf("%s: node 0 has %.3f of the traffic, want %.2f", w, share, want)
 		}
 	}
 }

@@ -33,7 +33,7 @@ func Bound(r *Result) (float64, string) {
 	case ModeCentral:
 		return 0, "exact"
 	case ModeHybrid:
-		if s.Workload == WorkCold {
+		if s.Cold() {
 			a := math.Ceil(0.05 * L / N) // the syncer's default ε
 			return N * a / L, "ε + N/L: the cold-start allowance, ⌈εL/N⌉ per node"
 		}
@@ -58,7 +58,7 @@ func Bound(r *Result) (float64, string) {
 		}
 		return sum/L - 1, "expected: Σ over nodes of min(offered, L) ÷ L − 1"
 	case ModeNaive:
-		if s.Algo == AlgoGCRA && s.Workload != WorkCold {
+		if s.Algo == AlgoGCRA && !s.Cold() {
 			return math.NaN(), "no simple figure: the overshoot of a sync interval depends on how full the bucket is"
 		}
 		// Until its first sync in a window a node sees the window's global
@@ -365,7 +365,7 @@ func Sorted(results []*Result) []*Result {
 		for _, d := range []int{
 			order([]string{SetMain, SetCurve}, x.Set) - order([]string{SetMain, SetCurve}, y.Set),
 			order(algos, x.Algo) - order(algos, y.Algo),
-			order(Workloads, x.Workload) - order(Workloads, y.Workload),
+			order(AllWorkloads, x.Workload) - order(AllWorkloads, y.Workload),
 			x.Nodes - y.Nodes,
 			int(x.Limit - y.Limit),
 			order(modes, x.Mode) - order(modes, y.Mode),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/local"
@@ -35,8 +36,22 @@ const (
 	WorkUnder   = "under"   // one key, spread evenly, offered 0.9 × L
 )
 
+// WorkColdSkewed is the cold start with 80% of each key's traffic on node 0:
+// not one of the workloads, run on request (-workloads).
+const WorkColdSkewed = "cold-skewed"
+
 // Workloads lists the workloads in the order.
 var Workloads = []string{WorkUniform, WorkSkewed, WorkZipf, WorkCold, WorkUnder}
+
+// AllWorkloads lists every workload a Spec may name: the issue's, then the
+// others.
+var AllWorkloads = append(slices.Clone(Workloads), WorkColdSkewed)
+
+// Cold reports whether the workload is a cold start: a new key every window.
+func (s Spec) Cold() bool { return s.Workload == WorkCold || s.Workload == WorkColdSkewed }
+
+// skewed reports whether node 0 takes 80% of the traffic.
+func (s Spec) skewed() bool { return s.Workload == WorkSkewed || s.Workload == WorkColdSkewed }
 
 // Spec is one run: every node process gets the same Spec (as JSON) and its
 // own index. Everything a node does follows from it deterministically,
@@ -101,7 +116,7 @@ func NewSpec(m, a, w string, limit int64, nodes, windows int) Spec {
 		s.Keys = ZipfKeys
 		s.Limit = ZipfLimit
 		s.Offered = ZipfRate / ZipfLimit
-	case WorkCold:
+	case WorkCold, WorkColdSkewed:
 		s.ColdAt = ColdAt
 	}
 	s.ID = fmt.Sprintf("%s-%s-%s-L%d-N%d", m, a, w, s.Limit, nodes)
@@ -132,7 +147,7 @@ func (s Spec) W() int64 { return s.Window.Microseconds() }
 
 // Share returns node n's share of the traffic.
 func (s Spec) Share(n int) float64 {
-	if s.Workload == WorkSkewed && s.Nodes > 1 {
+	if s.skewed() && s.Nodes > 1 {
 		if n == 0 {
 			return 0.8
 		}
@@ -165,7 +180,7 @@ func (s Spec) Schedule(n int) []Arrival {
 		zipf = rand.NewZipf(rng, ZipfS, 1, uint64(s.Keys-1))
 	}
 	at := 0.0
-	if s.Workload == WorkCold {
+	if s.Cold() {
 		at = s.ColdAt * W
 	}
 	out := make([]Arrival, 0, int(rate*(end-at)*1.01)+16)
@@ -178,7 +193,7 @@ func (s Spec) Schedule(n int) []Arrival {
 		switch {
 		case zipf != nil:
 			k = uint32(zipf.Uint64())
-		case s.Workload == WorkCold:
+		case s.Cold():
 			k = uint32(math.Floor(at/W - s.ColdAt))
 		}
 		out = append(out, Arrival{At: uint32(at), Key: k})

@@ -29,6 +29,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,7 +50,7 @@ var (
 	nodes        = flag.Int("nodes", 8, "N of the main table")
 	algos        = flag.String("algos", "fixed,gcra", "algorithms of the main table (fixed, gcra, counter)")
 	modes        = flag.String("modes", "central,hybrid,naive,local", "modes of the main table")
-	works        = flag.String("workloads", strings.Join(accuracy.Workloads, ","), "workloads of the main table")
+	works        = flag.String("workloads", strings.Join(accuracy.Workloads, ","), "workloads of the main table (also: "+accuracy.WorkColdSkewed+")")
 	doMain       = flag.Bool("main", true, "run the main table")
 	doCurves     = flag.Bool("curves", true, "run the curves (L × N grid)")
 	only         = flag.String("only", "", "run only the runs whose id matches this regexp")
@@ -173,6 +174,9 @@ func plan() ([]accuracy.Spec, error) {
 	if *doMain {
 		for _, a := range split(*algos) {
 			for _, w := range split(*works) {
+				if !slices.Contains(accuracy.AllWorkloads, w) {
+					return nil, fmt.Errorf("-workloads: unknown workload %q (known: %s)", w, strings.Join(accuracy.AllWorkloads, ", "))
+				}
 				for _, m := range split(*modes) {
 					s := accuracy.NewSpec(m, a, w, accuracy.DefaultLimit, *nodes, *windows)
 					if re != nil && !re.MatchString(s.ID) {
