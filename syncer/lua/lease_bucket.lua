@@ -136,19 +136,17 @@ end
 -- that share (guess) until its next exchange measures it.
 local guess = demand < 0
 f['d.' .. node], f['t.' .. node] = fmt(demand), fmt(now)
-local total, live, known = 0, 0, 0
+local live = 0
+local demands = {} -- the live nodes' demands, -1 where unknown
 for id, _ in pairs(nodes) do
   if num('t.' .. id) + demand_ttl >= now then
     live = live + 1
-    local d = num('d.' .. id)
-    if d >= 0 then total, known = total + d, known + 1 end
+    demands[id] = num('d.' .. id)
   else
     f['d.' .. id], f['t.' .. id] = nil, nil
   end
 end
-local avg = 1
-if known > 0 then avg = total / known end
-total = total + (live - known) * avg
+local total, _, avg = demand_total(demands, 1)
 if guess then demand = avg end
 local lt, bt = 0, 0
 -- A quiet node, whose demand over a horizon fits in its allowance, gets no

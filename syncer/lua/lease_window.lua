@@ -130,7 +130,7 @@ end
 local guess = demand < 0
 redis.call('HSET', m, 'd.' .. node, fmt(demand), 't.' .. node, fmt(now))
 local all = redis.call('HGETALL', m)
-local total, live, known = 0, 0, 0
+local live = 0
 local demands = {} -- the live nodes' demands, -1 where unknown
 for i = 1, #all, 2 do
   local f = all[i]
@@ -140,17 +140,12 @@ for i = 1, #all, 2 do
       local d = tonumber(redis.call('HGET', m, 'd.' .. id)) or 0
       demands[id] = d
       live = live + 1
-      if d >= 0 then
-        total, known = total + d, known + 1
-      end
     else
       redis.call('HDEL', m, f, 'd.' .. id)
     end
   end
 end
-local avg = 0
-if known > 0 then avg = total / known end
-total = total + (live - known) * avg
+local total, known, avg = demand_total(demands, 0)
 
 -- A new key's burst reaches every node at once, and they ask one after the
 -- other: in the key's first demand TTL, each node of the cluster yet to ask

@@ -35,6 +35,22 @@ local function other_family(r, k, lk)
   error(r)
 end
 
+-- demand_total sums the demands of ds (node -> requests per window, -1 where
+-- unknown: the node's first exchange of a new key, too soon to measure
+-- one), each unknown one counted as the average of the known ones, or as
+-- none when no demand is known. It returns the total, how many are known,
+-- and the average an unknown demand counts as.
+local function demand_total(ds, none)
+  local total, known, n = 0, 0, 0
+  for _, d in pairs(ds) do
+    n = n + 1
+    if d >= 0 then total, known = total + d, known + 1 end
+  end
+  local avg = none
+  if known > 0 then avg = total / known end
+  return total + (n - known) * avg, known, avg
+end
+
 -- now: the time passed in (tests, simulations), or Redis's clock.
 local function clock(arg)
   if arg ~= '' then return tonumber(arg) end
