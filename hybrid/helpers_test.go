@@ -191,3 +191,10 @@ func exhaust(t testing.TB, l *hybrid.Limiter, r *hybrid.Rule, key string, max in
 	t.Fatalf("still admitting after %d requests", max)
 	return n, local.Decision{}
 }
+
+// syncWanted reports, and clears, whether a key of l asked for a round of
+// either kind: the steppers, in 10ms steps, run a full round for both.
+func syncWanted(l *hybrid.Limiter) bool {
+	early, first := l.SyncWanted(), l.SyncFirstWanted()
+	return early || first
+}

@@ -101,7 +101,7 @@ func TestLongWindowNoStarvation(t *testing.T) {
 			if i == 1 && now.Before(start.Add(time.Second)) {
 				continue // node b starts a second later
 			}
-			if l.SyncWanted() || now.Sub(lastSync[i]) >= testInterval {
+			if syncWanted(l) || now.Sub(lastSync[i]) >= testInterval {
 				syncOK(t, l, clk)
 				lastSync[i] = now
 			}
@@ -132,7 +132,7 @@ func TestLongWindowNoStarvation(t *testing.T) {
 }
 
 // stepper drives nodes on a virtual clock in steps of 10ms: at each step,
-// each node runs a round when a key asked for one (SyncWanted) or its
+// each node runs a round when a key asked for one (syncWanted) or its
 // regular Interval is up, then offers perStep requests per key.
 type stepper struct {
 	t        *testing.T
@@ -163,7 +163,7 @@ func (s *stepper) step() {
 	s.t.Helper()
 	now := s.clk.Now()
 	for i, l := range s.nodes {
-		if l.SyncWanted() || now.Sub(s.last[i]) >= testInterval {
+		if syncWanted(l) || now.Sub(s.last[i]) >= testInterval {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			st, err := l.SyncAt(ctx, now)
 			cancel()
@@ -651,35 +651,13 @@ func TestNewKeyUsesLearnedOffset(t *testing.T) {
 // last get as much as the first. Their next exchange, with demand measured,
 // brings each its claim, L ÷ N.
 func TestNewKeyFirstGrants(t *testing.T) {
-	client := redistest.Client(t, redistest.Addr(t))
-	prefix := redistest.Prefix(t)
 	const (
 		nodes = 4
 		limit = 1000
 		w     = time.Second
 	)
-	clk := newFakeClock(epoch2030.Add(w / 3))
-	ls := make([]*hybrid.Limiter, nodes)
-	rs := make([]*hybrid.Rule, nodes)
-	for i := range ls {
-		ls[i] = newNode(t, nodeConfig(client, prefix, clk, fmt.Sprintf("n%d", i), nodes))
-		rs[i] = mustRegister(t, ls[i], hybrid.Rule{Name: "burst", Limit: fixed(limit, w)}, hybrid.Hybrid)
-	}
-	ks := syncer.Keyspace{Prefix: prefix}
-	ctx := context.Background()
-	allow := func(i, n int) (admitted int) {
-		t.Helper()
-		for range n {
-			d, err := ls[i].Allow(ctx, rs[i], "new")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Allowed {
-				admitted++
-			}
-		}
-		return admitted
-	}
+	c := newKeyCluster(t, "burst", "new", nodes, fixed(limit, w))
+	client, ks, clk, ls, allow := c.client, c.ks, c.clk, c.ls, c.allow
 	// Each node admits 20 requests (its cold-start allowance is
 	// ε·L/N = 13, the rest refused) and asks, at the same instant.
 	for i := range ls {
@@ -748,4 +726,150 @@ func TestFamilyAndModeSwitch(t *testing.T) {
 		l.Close()
 		clk.Add(time.Millisecond)
 	}
+}
+
+// TestSkewedNewKey: a new key busy on one node and seen now and then on
+// the others. Its first exchanges go in first-lease rounds, not in the
+// ordinary early rounds, which wait MinGap; the busy node, granted a
+// quarter of an even part on a guess, is not told the window is exhausted
+// while the others' demands are unknown; once they have measured theirs,
+// a MinGap later, it is granted the budget they do not need. Before, it
+// was held to an even part until the others' next regular round.
+func TestSkewedNewKey(t *testing.T) {
+	const (
+		nodes = 4
+		limit = 1000
+		w     = time.Second
+	)
+	minGap := testInterval / 10
+	c := newKeyCluster(t, "skew", "k", nodes, fixed(limit, w))
+	client, ks, clk, ls, allow := c.client, c.ks, c.clk, c.ls, c.allow
+	ctx := context.Background()
+	first := func(i int) {
+		t.Helper()
+		if !ls[i].SyncFirstWanted() {
+			t.Fatalf("n%d: no first-lease round asked for", i)
+		}
+		if _, err := ls[i].SyncFirstAt(ctx, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range ls {
+		ls[i].SyncAt(ctx, clk.Now()) // registered: a round in the past
+	}
+	clk.Add(time.Millisecond)
+	for i := range ls {
+		allow(i, 1)
+		if ls[i].SyncWanted() {
+			t.Errorf("n%d: a new key asked for an ordinary early round", i)
+		}
+		first(i)
+	}
+	guess := int64((limit/nodes + 3) / 4)
+	if g := readWindow(t, client, ks, "skew", "k", w, clk.window(w)).g["n0"]; g != guess {
+		t.Fatalf("first grant %d, want a quarter of L/N, %d", g, guess)
+	}
+	// n0 is busy: 200 requests in 2ms use half its guess and more; it asks
+	// for the correction in a first-lease round.
+	clk.Add(2 * time.Millisecond)
+	allow(0, 200)
+	first(0)
+	st := readWindow(t, client, ks, "skew", "k", w, clk.window(w))
+	if g := st.g["n0"]; g != limit/nodes {
+		t.Fatalf("corrected grant %d, want L/N = %d while the others' demands are unknown (grants %v)", g, limit/nodes, st.g)
+	}
+	// A MinGap after their first exchanges, the quiet nodes see the key
+	// again and measure their demand: two requests in 10ms.
+	clk.Add(minGap)
+	for i := 1; i < nodes; i++ {
+		allow(i, 2)
+		first(i)
+	}
+	// n0, refused for want of a lease meanwhile (not told the window is
+	// exhausted), asks again at its next round.
+	if got := allow(0, 500); got >= 500 {
+		t.Fatalf("n0 admitted all of 500 on a grant of %d", limit/nodes)
+	}
+	syncOK(t, ls[0], clk)
+	st = readWindow(t, client, ks, "skew", "k", w, clk.window(w))
+	t.Logf("grants %v, R %d", st.g, st.R)
+	if g := st.g["n0"]; g < limit*3/4 {
+		t.Errorf("busy node granted %d of %d once the others measured a demand of 200/s each: want at least 3/4", g, limit)
+	}
+	if st.R > limit {
+		t.Errorf("R = %d > limit %d", st.R, limit)
+	}
+}
+
+// TestFirstLeaseRoundLoop: with the sync loop running, a new key's first
+// lease comes in a first-lease round, FirstGap after the last one, where
+// the ordinary early rounds wait MinGap after the last round (here 5s: a
+// second new key would wait that long for its lease).
+func TestFirstLeaseRoundLoop(t *testing.T) {
+	client := redistest.Client(t, redistest.Addr(t))
+	l := newNode(t, hybrid.Config{
+		Redis: client, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, Logger: quiet,
+		Sync: syncer.SyncConfig{Interval: 10 * time.Second, MinGap: 5 * time.Second, FirstGap: time.Millisecond,
+			NoColdStart: true, Nodes: 1},
+	})
+	r := mustRegister(t, l, hybrid.Rule{Name: "first", Limit: fixed(1000, time.Minute)}, hybrid.Hybrid)
+	ctx := context.Background()
+	leased := func(key string, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			d, err := l.Allow(ctx, r, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				return
+			}
+			if d.Reason != local.ReasonNoLease {
+				t.Fatalf("%s: %+v", key, d)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no lease after %v", key, within)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	leased("a", 2*time.Second)
+	leased("b", 2*time.Second) // would take 5s (MinGap) in an ordinary early round
+}
+
+// keyCluster is nodes hybrid limiters on one fake clock, each with the rule
+// name (limit lim), and allow(i, n), which offers n requests for key on
+// node i and returns how many it admitted.
+type keyCluster struct {
+	client redis.UniversalClient
+	ks     syncer.Keyspace
+	clk    *fakeClock
+	ls     []*hybrid.Limiter
+	allow  func(i, n int) int
+}
+
+func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) keyCluster {
+	t.Helper()
+	c := keyCluster{client: redistest.Client(t, redistest.Addr(t)), ks: syncer.Keyspace{Prefix: redistest.Prefix(t)},
+		clk: newFakeClock(epoch2030.Add(lim.Window() / 3)), ls: make([]*hybrid.Limiter, nodes)}
+	rs := make([]*hybrid.Rule, nodes)
+	for i := range c.ls {
+		c.ls[i] = newNode(t, nodeConfig(c.client, c.ks.Prefix, c.clk, fmt.Sprintf("n%d", i), nodes))
+		rs[i] = mustRegister(t, c.ls[i], hybrid.Rule{Name: name, Limit: lim}, hybrid.Hybrid)
+	}
+	c.allow = func(i, n int) (admitted int) {
+		t.Helper()
+		for range n {
+			d, err := c.ls[i].Allow(context.Background(), rs[i], key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	return c
 }

@@ -591,6 +591,23 @@ func (l *Limiter) SyncAt(ctx context.Context, now time.Time) (syncer.RoundStats,
 // (SyncAt) soon after, as the loop would, MinGap later.
 func (l *Limiter) SyncWanted() bool { return l.sync != nil && l.sync.Wanted() }
 
+// SyncFirstAt runs a first-lease round of the syncer at the Limiter's clock
+// time, for Config.ManualSync: it exchanges only the keys that asked for
+// their first lease, or for the correction of a lease granted on a guess
+// (syncer.Syncer.SyncFirstAt). It returns the round's figures.
+func (l *Limiter) SyncFirstAt(ctx context.Context, now time.Time) (syncer.RoundStats, error) {
+	if l.sync == nil {
+		return syncer.RoundStats{}, nil
+	}
+	return l.sync.SyncFirstAt(ctx, now.UnixMicro())
+}
+
+// SyncFirstWanted reports, and clears, whether a hybrid key asked for a
+// first-lease round since the last call; with ManualSync the caller runs
+// one (SyncFirstAt) soon after, as the loop would, at once or FirstGap
+// after the last one.
+func (l *Limiter) SyncFirstWanted() bool { return l.sync != nil && l.sync.WantedFirst() }
+
 // sweepLoop evicts idle keys of every rule every minute.
 func (l *Limiter) sweepLoop() {
 	defer close(l.sweepDone)

@@ -21,9 +21,11 @@ import (
 // process, on one virtual clock, against a real redis-server that takes
 // every script's time from the clock (VirtualTime). An event queue drives
 // each node's requests (Poisson arrivals, precomputed from a seeded RNG),
-// its regular sync rounds (every Interval, phase-shifted per node) and its
-// early rounds (as the Syncer's loop runs them: when a key asks, at once or
-// MinGap after the node's last round). Every decision is recorded with
+// its regular sync rounds (every Interval, phase-shifted per node), its
+// early rounds and its first-lease rounds (as the Syncer's loop runs them:
+// when a key asks, at once or MinGap after the node's last round, and at
+// once or FirstGap after its last first-lease round; a regular round serves
+// an early one that waits). Every decision is recorded with
 // the window it counted in, and compared with an exact replay of the same
 // arrivals through one local limiter: admitted per window must stay within
 // the bounds docs/accuracy.md derives, and false rejections (refused here,
@@ -36,9 +38,9 @@ func (c *vclock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
 
 type event struct {
 	at   int64
-	kind int // request, regular sync, early sync
+	kind int // request, regular, early or first-lease sync
 	node int
-	key  int
+	key  int // a request's key; an early sync's generation (earlyGen)
 	seq  int // tie-break: arrival order
 }
 
@@ -46,6 +48,7 @@ const (
 	evRequest = iota
 	evSync
 	evEarly
+	evFirst
 )
 
 type events []event
@@ -176,20 +179,31 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 	type wk struct{ window, key int64 }
 	admitted, exactPer := map[wk]int64{}, map[wk]int64{}
 	res := simResult{falseBy: map[local.Reason]int64{}}
-	earlyQueued := make([]bool, nodes)
-	lastRound := make([]int64, nodes)
+	earlyQueued, firstQueued := make([]bool, nodes), make([]bool, nodes)
+	earlyGen := make([]int, nodes) // an early round's event carries it in key: a regular round served it
+	lastRound, lastFirst := make([]int64, nodes), make([]int64, nodes)
 	minGap := (interval / 10).Microseconds()
+	firstGap := minGap / 10
 	var admittedTimes [][]int64 = make([][]int64, w.keys+1)
 	for q.Len() > 0 {
 		e := heap.Pop(&q).(event)
 		clock.us.Store(e.at)
 		switch e.kind {
-		case evSync, evEarly:
-			if e.kind == evEarly {
+		case evSync, evEarly, evFirst:
+			sync := ls[e.node].SyncAt
+			switch {
+			case e.kind == evEarly && e.key != earlyGen[e.node]:
+				continue // a regular round ran since it was asked for
+			case e.kind == evFirst:
+				firstQueued[e.node] = false
+				lastFirst[e.node] = e.at
+				sync = ls[e.node].SyncFirstAt
+			default:
 				earlyQueued[e.node] = false
+				earlyGen[e.node]++
+				lastRound[e.node] = e.at
 			}
-			lastRound[e.node] = e.at
-			st, err := ls[e.node].SyncAt(ctx, clock.Now())
+			st, err := sync(ctx, clock.Now())
 			if err != nil {
 				t.Fatalf("sync: %v", err)
 			}
@@ -224,7 +238,11 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 			// a round at once, or MinGap after its last one.
 			if ls[e.node].SyncWanted() && !earlyQueued[e.node] {
 				earlyQueued[e.node] = true
-				push(event{at: max(e.at, lastRound[e.node]+minGap), kind: evEarly, node: e.node})
+				push(event{at: max(e.at, lastRound[e.node]+minGap), kind: evEarly, node: e.node, key: earlyGen[e.node]})
+			}
+			if ls[e.node].SyncFirstWanted() && !firstQueued[e.node] {
+				firstQueued[e.node] = true
+				push(event{at: max(e.at, lastFirst[e.node]+firstGap), kind: evFirst, node: e.node})
 			}
 		}
 	}

@@ -65,8 +65,23 @@ const (
 	flagUrgent                    // wants a sync as soon as the minimum gap allows
 	flagExhaustedPrev             // ... and was in the previous window
 	flagSent                      // a request was sent: lastSync is its time, not the first request's
-	flagGuess                     // the last request said its demand was unknown (demandUnknown)
+	flagGuess                     // the last request was sent before the key's demand could be measured
+	flagFirst                     // on the syncer's list for the next first-lease round
 )
+
+// wantsFirst reports whether k's next exchange belongs in a first-lease
+// round (Syncer.SyncFirstAt): it has had none yet, or its lease was granted
+// on a guess, before its demand could be measured, and runs low. A bucket
+// key seen only once waits for an ordinary round: its first exchange would
+// take it as quiet (Syncer.request), and a node that said so of a busy key
+// would leave the first node to measure its demand the whole rate, held
+// for a lease's life.
+func (k *Lease) wantsFirst(r *LeaseRule) bool {
+	if k.flags&flagSent == 0 {
+		return !r.buckets || k.hits > 1
+	}
+	return k.flags&(flagGuess|flagUrgent) == flagGuess|flagUrgent
+}
 
 // Verdict is a hybrid decision before the limiter dresses it as a
 // local.Decision; times are µs. Its four words stay in registers.
@@ -215,9 +230,11 @@ func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
 	if k.used+n <= k.granted {
 		k.used += n
 		// Sync early when what is left lasts less than a sync interval, or
-		// half of a grant made on a guess is used: that exchange measures
-		// the key's demand.
-		low := k.granted-k.used < k.demand*r.interval/r.w+1 || k.flags&flagGuess != 0 && 2*k.used >= k.granted
+		// when a grant made on a guess is half used or MinGap old: that
+		// exchange measures the key's demand, which the others' grants
+		// wait for (the scripts count an unknown demand for 2 × MinGap).
+		low := k.granted-k.used < k.demand*r.interval/r.w+1 ||
+			k.flags&flagGuess != 0 && (2*k.used >= k.granted || now-k.lastSync >= r.minGap)
 		if low {
 			k.flags |= flagUrgent
 		}
@@ -243,7 +260,7 @@ func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
 		}
 		return Verdict{Reason: local.ReasonLimited, Remaining: k.remaining(r, rnow), Reset: end, Retry: retry}, true
 	}
-	return Verdict{Reason: local.ReasonNoLease, Remaining: k.remaining(r, rnow), Reset: end, Retry: r.noLeaseRetry}, true
+	return Verdict{Reason: local.ReasonNoLease, Remaining: k.remaining(r, rnow), Reset: end, Retry: r.minGap}, true
 }
 
 // roomFor reports whether, by what the last reply said, the window has room
@@ -303,7 +320,7 @@ func (k *Lease) decideBucket(r *LeaseRule, now, n int64) (Verdict, bool) {
 			return Verdict{Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r)}, low
 		}
 		k.flags |= flagUrgent
-		retry := r.noLeaseRetry
+		retry := r.minGap
 		if k.rate > 0 {
 			retry = max(ceilDiv((n-k.tokens)*r.w-k.rem, k.rate), 1)
 		}
@@ -332,7 +349,7 @@ func (k *Lease) decideBucket(r *LeaseRule, now, n int64) (Verdict, bool) {
 		return Verdict{Remaining: max(k.others-out-n, 0)}, true
 	}
 	k.flags |= flagUrgent
-	return Verdict{Reason: local.ReasonNoLease, Remaining: max(k.others, 0), Retry: r.noLeaseRetry}, true
+	return Verdict{Reason: local.ReasonNoLease, Remaining: max(k.others, 0), Retry: r.minGap}, true
 }
 
 // refill brings the local tokens up to rnow (Redis time).

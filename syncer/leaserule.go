@@ -19,11 +19,11 @@ type LeaseRule struct {
 	w, limit, burst int64 // window (µs), limit per window, burst (buckets)
 	step, ws        int64 // the counter's steps
 
-	interval     int64 // the syncer's interval (µs)
-	horizon      int64 // how long a lease should last (µs)
-	safety       int64 // a share is dropped this long before its expiry (µs)
-	noLeaseRetry int64 // retry-after of a rejection for want of a lease (µs)
-	epsilon      float64
+	interval int64 // the syncer's interval (µs)
+	horizon  int64 // how long a lease should last (µs)
+	safety   int64 // a share is dropped this long before its expiry (µs)
+	minGap   int64 // MinGap (µs, at least 1), also the retry-after of a rejection for want of a lease
+	epsilon  float64
 
 	sync *Syncer // counts the live nodes
 
@@ -57,7 +57,7 @@ func newLeaseRule(r *Rule, cfg *SyncConfig, s *Syncer) (*LeaseRule, error) {
 	lr := &LeaseRule{
 		rule: r, w: p.Window.Microseconds(), limit: p.Limit, burst: p.Burst,
 		interval: cfg.Interval.Microseconds(), horizon: cfg.Horizon.Microseconds(),
-		safety: cfg.Safety.Microseconds(), noLeaseRetry: max(cfg.MinGap.Microseconds(), 1),
+		safety: cfg.Safety.Microseconds(), minGap: max(cfg.MinGap.Microseconds(), 1),
 		epsilon: cfg.Epsilon, sync: s,
 	}
 	switch a := lim.Algorithm(); a {

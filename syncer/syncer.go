@@ -44,6 +44,14 @@ type SyncConfig struct {
 	// (a lease running low, a first request). It is also the retry-after of
 	// a request refused for want of a lease. Default Interval ÷ 10.
 	MinGap time.Duration
+	// FirstGap is the least time between two first-lease rounds: small
+	// rounds, run between the others, that exchange only the keys waiting
+	// for their first lease, or for the correction of a lease granted before
+	// their demand could be measured (SyncFirstAt). A busy new key spends its
+	// cold-start allowance in well under MinGap; these rounds bring its lease
+	// within about a round trip, and each key takes part in at most two of
+	// them in its life. Default MinGap ÷ 10.
+	FirstGap time.Duration
 	// LeaseTTL is how long a bucket share is held without renewal. A node
 	// that stops syncing (crashed, cut off) loses its share that long after
 	// its last sync, and the others get it. Default 5 × Interval.
@@ -99,6 +107,9 @@ type RoundStats struct {
 	Took     time.Duration // the round's duration
 	Err      error         // the round's error, wrapping ErrUnavailable or ErrRedis; nil if none
 	Pipeline int           // pipelined exchanges
+	// First reports a first-lease round (SyncFirstAt), which looks only at
+	// the keys that asked for one.
+	First bool
 	// Registered reports that the round registered the node as live (one
 	// more script, every DemandTTL ÷ 2).
 	Registered bool
@@ -114,8 +125,10 @@ type Syncer struct {
 	node     string
 	ownClock *local.CoarseClock
 
-	queues [queueShards]queue
-	wake   chan struct{}
+	queues    [queueShards]queue
+	first     queue // keys for the next first-lease round
+	wake      chan struct{}
+	wakeFirst chan struct{}
 
 	mu         sync.Mutex // one round at a time; guards active and registered
 	active     map[*local.Entry[Lease]]*LeaseRule
@@ -184,6 +197,9 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	if err := def(&cfg.Safety, "Safety", cfg.MinGap); err != nil {
 		return nil, err
 	}
+	if err := def(&cfg.FirstGap, "FirstGap", cfg.MinGap/10); err != nil {
+		return nil, err
+	}
 	if cfg.Interval < time.Millisecond {
 		return nil, fmt.Errorf("%w: Interval %v: must be at least 1ms", ErrInvalidConfig, cfg.Interval)
 	}
@@ -215,8 +231,9 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	}
 	s := &Syncer{
 		cfg: cfg, ks: cfg.Keyspace, node: cfg.NodeID,
-		wake:   make(chan struct{}, 1),
-		active: map[*local.Entry[Lease]]*LeaseRule{},
+		wake:      make(chan struct{}, 1),
+		wakeFirst: make(chan struct{}, 1),
+		active:    map[*local.Entry[Lease]]*LeaseRule{},
 	}
 	s.ks.Secret = append([]byte(nil), s.ks.Secret...)
 	if s.cfg.Clock == nil {
@@ -260,28 +277,65 @@ func (s *Syncer) register(now int64, leave bool) (call, bool) {
 }
 
 // Notify hands a key to the syncer after Lease.Decide signalled: the key
-// joins the next round, which an urgent key (its lease running low, its
-// first request) brings forward. The caller holds the entry's lock. Notify
-// does not block and, for a key already handed over, costs a check.
+// joins the next round, which an urgent key (its lease running low)
+// brings forward. A key's first request, and a lease granted on a guess
+// running low, ask for the next first-lease round instead. The caller holds
+// the entry's lock. Notify does not block and, for a key already handed
+// over, costs a check.
 func (s *Syncer) Notify(r *LeaseRule, e *local.Entry[Lease]) {
 	k := &e.Value
 	if k.flags&(flagQueued|flagActive) == 0 {
 		k.flags |= flagQueued
-		q := &s.queues[uintptr(k.Digest[0])%queueShards]
-		q.mu.Lock()
-		q.items = append(q.items, queued{r, e})
-		q.mu.Unlock()
+		s.queues[uintptr(k.Digest[0])%queueShards].push(r, e)
 	}
-	if k.flags&flagUrgent != 0 {
-		select {
-		case s.wake <- struct{}{}:
-		default:
+	switch {
+	case k.wantsFirst(r):
+		if k.flags&(flagFirst|flagInFlight) == 0 {
+			k.flags |= flagFirst
+			s.first.push(r, e)
+			signal(s.wakeFirst)
 		}
+	case k.flags&flagUrgent != 0:
+		signal(s.wake)
+	}
+}
+
+func (q *queue) push(r *LeaseRule, e *local.Entry[Lease]) {
+	q.mu.Lock()
+	q.items = append(q.items, queued{r, e})
+	q.mu.Unlock()
+}
+
+// take empties q and returns what it held.
+func (q *queue) take() []queued {
+	q.mu.Lock()
+	items := q.items
+	q.items = nil
+	q.mu.Unlock()
+	return items
+}
+
+// signal wakes whoever waits on c, unless it is already signalled.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// wanted reports, and clears, whether c was signalled.
+func wanted(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
 // Start runs the sync loop in a goroutine until Close or Shutdown: a round
-// every Interval, and sooner for keys that asked (at most every MinGap).
+// every Interval, and sooner for keys that asked (at most every MinGap);
+// between them, first-lease rounds for new keys (at most every FirstGap).
 // Calling it again, or after Close, does nothing.
 func (s *Syncer) Start() {
 	s.life.Lock()
@@ -297,35 +351,87 @@ func (s *Syncer) loop() {
 	defer close(s.done)
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
-	var last time.Time
+	// Each kind of round waits its own gap after the last of its kind; a
+	// round asked for sooner than that is run by its timer (nil channel:
+	// none pending).
+	var early, first gapTimer
+	defer early.stop()
+	defer first.stop()
 	failed := false // the last round failed: wait for the next tick
+	run := func(sync func(context.Context, int64) (RoundStats, error)) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+		_, err := sync(ctx, s.cfg.Clock.Now().UnixMicro())
+		cancel()
+		failed = errors.Is(err, ErrUnavailable)
+	}
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-tick.C:
+			early.ran()
+			run(s.SyncAt)
 		case <-s.wake:
-			if failed {
-				// Redis did not answer: keys that want leases would wake
-				// the loop every MinGap and resend, piling work on a server
-				// that is down or overloaded. Retry at the interval.
-				continue
+			// After a failure, keys that want leases would wake the loop at
+			// every gap and resend, piling work on a server that is down or
+			// overloaded: the next tick retries.
+			if !failed && early.due(s.cfg.MinGap) {
+				run(s.SyncAt)
 			}
-			if wait := s.cfg.MinGap - time.Since(last); wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-s.stop:
-					t.Stop()
-					return
-				case <-t.C:
-				}
+		case <-early.c:
+			early.ran()
+			run(s.SyncAt)
+		case <-s.wakeFirst:
+			if !failed && first.due(s.cfg.FirstGap) {
+				run(s.SyncFirstAt)
 			}
+		case <-first.c:
+			first.ran()
+			run(s.SyncFirstAt)
 		}
-		last = time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
-		_, err := s.SyncAt(ctx, s.cfg.Clock.Now().UnixMicro())
-		cancel()
-		failed = errors.Is(err, ErrUnavailable)
+	}
+}
+
+// gapTimer paces one kind of the loop's rounds: at most one per gap.
+type gapTimer struct {
+	last time.Time
+	t    *time.Timer
+	c    <-chan time.Time // t's channel while it is pending, else nil
+}
+
+// due reports whether a round asked for now may run at once, and records
+// it as run; if not, it sets the timer for when it may, unless it is set.
+func (g *gapTimer) due(gap time.Duration) bool {
+	if g.c != nil {
+		return false
+	}
+	wait := gap - time.Since(g.last)
+	if wait <= 0 {
+		g.last = time.Now()
+		return true
+	}
+	if g.t == nil {
+		g.t = time.NewTimer(wait)
+	} else {
+		g.t.Reset(wait)
+	}
+	g.c = g.t.C
+	return false
+}
+
+// ran records a round run now, and drops a pending timer's round, which it
+// served.
+func (g *gapTimer) ran() {
+	g.last = time.Now()
+	if g.c != nil {
+		g.t.Stop()
+		g.c = nil
+	}
+}
+
+func (g *gapTimer) stop() {
+	if g.t != nil {
+		g.t.Stop()
 	}
 }
 
@@ -371,14 +477,12 @@ func (s *Syncer) Shutdown(ctx context.Context) error {
 // Wanted reports, and clears, whether a key asked for an early round since
 // the last call: the signal the loop wakes on, for callers that run the
 // rounds themselves (simulations).
-func (s *Syncer) Wanted() bool {
-	select {
-	case <-s.wake:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Syncer) Wanted() bool { return wanted(s.wake) }
+
+// WantedFirst reports, and clears, whether a key asked for a first-lease
+// round since the last call: for callers that run the rounds themselves,
+// who then run one (SyncFirstAt) at once, or FirstGap after the last.
+func (s *Syncer) WantedFirst() bool { return wanted(s.wakeFirst) }
 
 // SyncAt runs one round at node time now (µs): it takes the keys handed
 // over since the last round, and exchanges with Redis those that need it.
@@ -398,17 +502,41 @@ type pending struct {
 	release bool
 }
 
+// SyncFirstAt runs a first-lease round at node time now: it exchanges only
+// the keys that asked, since the last such round, for their first lease or
+// for the correction of a lease granted on a guess (before their demand
+// could be measured). Such a key need not wait MinGap after the node's
+// last round: a busy new key spends its cold-start allowance in far less.
+func (s *Syncer) SyncFirstAt(ctx context.Context, now int64) (RoundStats, error) {
+	start := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var calls []call
+	var outs []pending
+	for _, it := range s.first.take() {
+		e, r := it.entry, it.rule.latest()
+		e.Lock()
+		k := &e.Value
+		k.flags &^= flagFirst
+		if !e.Evicted() && k.flags&flagInFlight == 0 && k.wantsFirst(r) {
+			c, p := s.request(k, r, now, false)
+			p.entry, p.rule = e, r
+			k.flags |= flagInFlight
+			calls = append(calls, c)
+			outs = append(outs, p)
+		}
+		e.Unlock()
+	}
+	st := RoundStats{Keys: len(s.active), First: true}
+	return s.exchange(ctx, calls, outs, st, start)
+}
+
 func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, error) {
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.queues {
-		q := &s.queues[i]
-		q.mu.Lock()
-		items := q.items
-		q.items = nil
-		q.mu.Unlock()
-		for _, it := range items {
+		for _, it := range s.queues[i].take() {
 			it.entry.Lock()
 			if !it.entry.Evicted() {
 				it.entry.Value.flags = it.entry.Value.flags&^flagQueued | flagActive
@@ -448,7 +576,12 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 		}
 		e.Unlock()
 	}
-	st := RoundStats{Keys: len(s.active)}
+	return s.exchange(ctx, calls, outs, RoundStats{Keys: len(s.active)}, start)
+}
+
+// exchange sends a round's calls in pipelines of Batch, applies the replies
+// and reports the round (st) to the Observer. The caller holds mu.
+func (s *Syncer) exchange(ctx context.Context, calls []call, outs []pending, st RoundStats, start time.Time) (RoundStats, error) {
 	var roundErr error
 	for lo := 0; lo < len(calls); lo += s.cfg.Batch {
 		hi := min(lo+s.cfg.Batch, len(calls))
@@ -555,7 +688,7 @@ const demandUnknown = -1
 // request builds k's exchange at node time now.
 func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, pending) {
 	// Demand: requests per window, from those decided since the last sync.
-	unknown := false
+	unknown, guess := false, false
 	if k.lastSync > 0 && (now > k.lastSync || k.flags&flagSynced == 0) {
 		hits, elapsed := k.hits, now-k.lastSync
 		if k.flags&flagSynced == 0 {
@@ -566,10 +699,12 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 			// unknown (demandUnknown), and the next one measures it;
 			// but a bucket key seen once is taken as quiet: a share for
 			// every key seen once (most keys, under a Zipf law) would
-			// cost the exchanges of a lease for nothing.
+			// cost the exchanges of a lease for nothing. Either way the
+			// lease is a guess, corrected in a first-lease round if it
+			// runs low.
 			hits = max(hits-1, 0)
 			if gap := max(s.cfg.MinGap.Microseconds(), 1); elapsed < gap {
-				unknown, elapsed = !r.buckets || hits > 0, gap
+				unknown, guess, elapsed = !r.buckets || hits > 0, true, gap
 			}
 		}
 		if !unknown {
@@ -592,8 +727,10 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 	k.flags &^= flagGuess
 	if release {
 		demand = 0
-	} else if unknown {
-		demand = demandUnknown
+	} else if guess {
+		if unknown {
+			demand = demandUnknown
+		}
 		k.flags |= flagGuess
 	}
 	k.lastSync = now
@@ -636,7 +773,7 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 	}
 	keys := s.windowKeys(r, digest)
 	args := []any{s.scriptNow(rnow), s.node, boolFlag(release), demand, wantCur, wantNext, r.horizon,
-		k.wid - r.w, k.pused, k.wid, k.used, s.cfg.DemandTTL.Microseconds(), s.Nodes()}
+		k.wid - r.w, k.pused, k.wid, k.used, s.cfg.DemandTTL.Microseconds(), s.Nodes(), 2 * r.minGap}
 	return call{scriptLeaseWindow, keys, append(args, r.rule.args...)}, p
 }
 
@@ -672,7 +809,11 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 	redisNow := v[0]
 	k.offset = redisNow - (p.sentAt+recv)/2
 	s.offset.Store(k.offset)
-	k.flags |= flagSynced
+	// The exchange answered whatever made the key urgent while it was out;
+	// the next decision asks again if the new lease runs low too. (A lease
+	// granted on a guess would otherwise be corrected at once, on a handful
+	// of requests, by a first-request flag set before the reply.)
+	k.flags = k.flags&^flagUrgent | flagSynced
 	if r.buckets {
 		s.applyBucket(k, p, v)
 		return

@@ -19,7 +19,8 @@
 -- the next window (0: none), [7] horizon (us: pre-grant the next window when
 -- it starts within it), [8..11] two reports (window, used), window 0 for
 -- none, [12] demand TTL (us), [13] the live nodes of the cluster (the
--- registry's count), [14..] the rule's parameters.
+-- registry's count), [14] how long an unknown demand counts (us), [15..]
+-- the rule's parameters.
 --
 -- Returns {now, current window, epoch, granted to the node in it (what it
 -- used beyond is debt, not grant), its used there as stored, R there,
@@ -35,7 +36,8 @@ local reports = {{tonumber(ARGV[8]), tonumber(ARGV[9])}, {tonumber(ARGV[10]), to
 -- a window syncs rarely until the next one, and still wants its part.
 local demand_ttl = tonumber(ARGV[12])
 local cluster = tonumber(ARGV[13])
-local p = params(14)
+local guess_ttl = tonumber(ARGV[14])
+local p = params(15)
 local W, L = p.w, p.L
 demand_ttl = math.max(demand_ttl, 2 * W)
 local counter = p.alg == 3
@@ -126,7 +128,9 @@ end
 -- demand of -1 is unknown: the node's first exchange of a new key came too
 -- soon after its first request to measure one. It counts as the average of
 -- the demands known, and the node is granted a part of that claim only
--- (guess), until its next exchange measures it.
+-- (guess), until its next exchange measures it; a node still busy with the
+-- key sends that one within guess_ttl, so an unknown demand older than that
+-- counts as none.
 local guess = demand < 0
 redis.call('HSET', m, 'd.' .. node, fmt(demand), 't.' .. node, fmt(now))
 local all = redis.call('HGETALL', m)
@@ -136,8 +140,10 @@ for i = 1, #all, 2 do
   local f = all[i]
   if string.sub(f, 1, 2) == 't.' then
     local id = string.sub(f, 3)
-    if tonumber(all[i + 1]) + demand_ttl >= now then
+    local t = tonumber(all[i + 1])
+    if t + demand_ttl >= now then
       local d = tonumber(redis.call('HGET', m, 'd.' .. id)) or 0
+      if d < 0 and t + guess_ttl < now then d = 0 end
       demands[id] = d
       live = live + 1
     else
@@ -183,7 +189,9 @@ end
 
 -- unclaimed is what the other live nodes may count on in slot k and have
 -- not taken yet, the nodes yet to ask a new key included (each at the
--- average demand).
+-- average demand); and of it, the part that is a guess: the claims of
+-- unknown demands and of the nodes yet to ask, which their exchanges are
+-- about to correct.
 local function unclaimed(k, budget)
   local v = redis.call('HGETALL', k)
   local have = {}
@@ -191,11 +199,16 @@ local function unclaimed(k, budget)
     local id = string.match(v[i], '^[gu]%.(.+)$')
     if id then have[id] = math.max(have[id] or 0, tonumber(v[i + 1])) end
   end
-  local r = 0
+  local soft = unseen * claim(-1, budget)
+  local r = soft
   for id, d in pairs(demands) do
-    if id ~= node then r = r + math.max(claim(d, budget) - (have[id] or 0), 0) end
+    if id ~= node then
+      local c = math.max(claim(d, budget) - (have[id] or 0), 0)
+      r = r + c
+      if d < 0 then soft = soft + c end
+    end
   end
-  return r + unseen * claim(-1, budget)
+  return r, soft
 end
 
 -- grant gives the node up to its target in slot k, within avail (what is
@@ -212,18 +225,21 @@ local function grant(k, target, avail, budget, reserve)
   if avail <= 0 then return g, R, target > have end
   local own = claim(demand, budget)
   if guess then own = math.ceil(own / 4) end
-  local kept = 0
-  if reserve then kept = unclaimed(k, budget) end
+  local kept, soft = 0, 0
+  if reserve then kept, soft = unclaimed(k, budget) end
   -- A node is granted up to its claim when it asks, so a key lasts its
   -- window on one exchange at its usual demand; beyond, what the others do
   -- not count on.
   local x = math.min(math.max(target, own) - have, avail, math.max(own - have, avail - kept, 0))
   x = math.max(x, 0)
   -- A node granted on a guess is not told the window is exhausted: its
-  -- measured demand may entitle it to more.
-  if x == 0 then return g, R, not guess and target > have and avail <= kept end
+  -- measured demand may entitle it to more. Nor is a node while part of
+  -- what is kept for the others is a guess: their exchanges, a MinGap or
+  -- so away, may leave it more.
+  local sure = not guess and soft == 0
+  if x == 0 then return g, R, sure and target > have and avail <= kept end
   R = set(k, have + x, u, g, u, R)
-  return have + x, R, not guess and target > have + x and avail - x <= kept
+  return have + x, R, sure and target > have + x and avail - x <= kept
 end
 
 local _, _, Rprev = state(kprev)
