@@ -313,7 +313,11 @@ func (k *Lease) decideBucket(r *LeaseRule, now, n int64) (Verdict, bool) {
 		k.refill(r, rnow)
 		if k.tokens >= n {
 			k.tokens -= n
-			low := k.tokens < k.demand*r.interval/r.w+1 || k.expiry-rnow < 2*r.interval
+			// Sync early when the tokens last less than a sync interval, the
+			// share nears its expiry, or half of a share granted on a guess
+			// is used: that exchange measures the key's demand.
+			low := k.tokens < k.demand*r.interval/r.w+1 || k.expiry-rnow < 2*r.interval ||
+				k.flags&flagGuess != 0 && 2*k.tokens < k.burst
 			if low {
 				k.flags |= flagUrgent
 			}
