@@ -64,8 +64,10 @@ type Config struct {
 	// or Timeout from its start, whichever comes first. Default
 	// syncer.DefaultTimeout.
 	Timeout time.Duration
-	// ManualSync leaves the syncer's rounds to the caller (SyncAt), for
-	// simulations and tests: no goroutine runs them. Default false.
+	// ManualSync leaves the syncer's rounds to the caller (SyncAt when
+	// SyncWanted, SyncFirstAt when SyncFirstWanted, and SyncAt every
+	// Interval), for simulations and tests: no goroutine runs them.
+	// Default false.
 	ManualSync bool
 	// VirtualTime makes Redis scripts take the Limiter's Clock instead of
 	// Redis's own: for simulations and tests on a virtual clock. In
