@@ -32,3 +32,10 @@ func Slot(key string) int { return slot(key) }
 
 // Timeout returns the bound a Central puts on calls without a deadline.
 func (c *Central) Timeout() time.Duration { return c.timeout }
+
+// FirstPending returns how many keys wait for s's next first-lease round.
+func FirstPending(s *Syncer) int {
+	s.first.mu.Lock()
+	defer s.first.mu.Unlock()
+	return len(s.first.items)
+}

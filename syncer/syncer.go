@@ -535,6 +535,15 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The keys waiting for a first-lease round are looked after in this
+	// one, if due: a round asks for them again at their next decision. (While
+	// Redis is out, the loop runs no first-lease round, and its list would
+	// otherwise grow with every new key.)
+	for _, it := range s.first.take() {
+		it.entry.Lock()
+		it.entry.Value.flags &^= flagFirst
+		it.entry.Unlock()
+	}
 	for i := range s.queues {
 		for _, it := range s.queues[i].take() {
 			it.entry.Lock()
