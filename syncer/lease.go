@@ -78,10 +78,17 @@ const (
 // for a lease's life.
 func (k *Lease) wantsFirst(r *LeaseRule) bool {
 	if k.flags&flagSent == 0 {
-		return !r.buckets || k.hits > 1
+		return !k.quietAtFirst(r)
 	}
 	return k.flags&(flagGuess|flagUrgent) == flagGuess|flagUrgent
 }
+
+// quietAtFirst reports whether a key's first exchange, sent now and before
+// its demand can be measured, takes it as quiet (no share) rather than of
+// unknown demand: a bucket key seen only once. Under a Zipf law most keys
+// are seen once, and a share for each would cost a lease's exchanges for
+// nothing.
+func (k *Lease) quietAtFirst(r *LeaseRule) bool { return r.buckets && k.hits <= 1 }
 
 // Verdict is a hybrid decision before the limiter dresses it as a
 // local.Decision; times are µs. Its four words stay in registers.

@@ -511,24 +511,37 @@ func (s *Syncer) SyncFirstAt(ctx context.Context, now int64) (RoundStats, error)
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var calls []call
-	var outs []pending
+	var b batch
 	for _, it := range s.first.take() {
 		e, r := it.entry, it.rule.latest()
 		e.Lock()
 		k := &e.Value
 		k.flags &^= flagFirst
 		if !e.Evicted() && k.flags&flagInFlight == 0 && k.wantsFirst(r) {
-			c, p := s.request(k, r, now, false)
-			p.entry, p.rule = e, r
-			k.flags |= flagInFlight
-			calls = append(calls, c)
-			outs = append(outs, p)
+			s.send(&b, e, r, now, false)
 		}
 		e.Unlock()
 	}
-	st := RoundStats{Keys: len(s.active), First: true}
-	return s.exchange(ctx, calls, outs, st, start)
+	return s.exchange(ctx, &b, RoundStats{Keys: len(s.active), First: true}, start)
+}
+
+// batch is a round's calls, and for each what was sent.
+type batch struct {
+	calls []call
+	outs  []pending
+}
+
+func (b *batch) add(c call, p pending) {
+	b.calls, b.outs = append(b.calls, c), append(b.outs, p)
+}
+
+// send adds e's exchange at node time now to b and marks it in flight. The
+// caller holds e's lock.
+func (s *Syncer) send(b *batch, e *local.Entry[Lease], r *LeaseRule, now int64, final bool) {
+	c, p := s.request(&e.Value, r, now, final)
+	p.entry, p.rule = e, r
+	e.Value.flags |= flagInFlight
+	b.add(c, p)
 }
 
 func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, error) {
@@ -554,10 +567,9 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 			it.entry.Unlock()
 		}
 	}
-	var calls []call
-	var outs []pending
+	var b batch
 	if c, ok := s.register(now, final); ok {
-		calls, outs = append(calls, c), append(outs, pending{sentAt: now}) // no entry: the registry's
+		b.add(c, pending{sentAt: now}) // no entry: the registry's
 	}
 	for e, r := range s.active {
 		if l := r.latest(); l != r { // the limit changed: exchange under the new one
@@ -571,13 +583,11 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 			delete(s.active, e)
 			continue
 		}
-		if k.flags&flagInFlight == 0 && (final || s.due(k, r, now)) {
-			c, p := s.request(k, r, now, final)
-			p.entry, p.rule = e, r
-			k.flags |= flagInFlight
-			calls = append(calls, c)
-			outs = append(outs, p)
-		} else if k.flags&flagInFlight == 0 && k.holdsNothing() && !k.unreported() {
+		switch {
+		case k.flags&flagInFlight != 0:
+		case final || s.due(k, r, now):
+			s.send(&b, e, r, now, final)
+		case k.holdsNothing() && !k.unreported():
 			// Nothing held, nothing to report: the key needs no looking
 			// after until its next request hands it over again.
 			k.flags &^= flagActive
@@ -585,12 +595,13 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 		}
 		e.Unlock()
 	}
-	return s.exchange(ctx, calls, outs, RoundStats{Keys: len(s.active)}, start)
+	return s.exchange(ctx, &b, RoundStats{Keys: len(s.active)}, start)
 }
 
 // exchange sends a round's calls in pipelines of Batch, applies the replies
 // and reports the round (st) to the Observer. The caller holds mu.
-func (s *Syncer) exchange(ctx context.Context, calls []call, outs []pending, st RoundStats, start time.Time) (RoundStats, error) {
+func (s *Syncer) exchange(ctx context.Context, b *batch, st RoundStats, start time.Time) (RoundStats, error) {
+	calls, outs := b.calls, b.outs
 	var roundErr error
 	for lo := 0; lo < len(calls); lo += s.cfg.Batch {
 		hi := min(lo+s.cfg.Batch, len(calls))
@@ -705,15 +716,13 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 			// does not measure the rate; the ones after it do, over at
 			// least MinGap, as a few requests in a few microseconds say
 			// little. An exchange sooner than that says the demand is
-			// unknown (demandUnknown), and the next one measures it;
-			// but a bucket key seen once is taken as quiet: a share for
-			// every key seen once (most keys, under a Zipf law) would
-			// cost the exchanges of a lease for nothing. Either way the
-			// lease is a guess, corrected in a first-lease round if it
+			// unknown (demandUnknown), and the next one measures it,
+			// unless the key is taken as quiet (quietAtFirst). Either way
+			// the lease is a guess, corrected in a first-lease round if it
 			// runs low.
 			hits = max(hits-1, 0)
 			if gap := max(s.cfg.MinGap.Microseconds(), 1); elapsed < gap {
-				unknown, guess, elapsed = !r.buckets || hits > 0, true, gap
+				unknown, guess, elapsed = !k.quietAtFirst(r), true, gap
 			}
 		}
 		if !unknown {
