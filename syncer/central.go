@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -162,19 +163,20 @@ func (c *Central) decide(ctx context.Context, now string, r *Rule, key string, n
 	}
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
-	var res []int64
+	var packed string
 	keys, args := singleCall(&c.ks, now, r, key, n)
 	err := run(ctx, func(ctx context.Context) (err error) {
-		res, err = scriptFor(r).Run(ctx, c.client, keys, args...).Int64Slice()
+		packed, err = scriptFor(r).Run(ctx, c.client, keys, args...).Text()
 		return err
 	})
 	if err != nil {
 		return local.Decision{}, 0, wrap(ctx, "decide", err)
 	}
-	if len(res) != decisionLen {
-		return local.Decision{}, 0, fmt.Errorf("%w: script answered %d values", ErrRedis, len(res))
+	res, ok := unpack(packed)
+	if !ok {
+		return local.Decision{}, 0, fmt.Errorf("%w: script answered %q, not a decision", ErrRedis, packed)
 	}
-	return decision(r, res), res[4], nil
+	return decision(r, res[:]), res[4], nil
 }
 
 // singleCall is the keys and arguments of r's single-rule script.
@@ -198,6 +200,28 @@ func ruleArgs(now string, n int64, r *Rule) []any {
 // reset µs, retry µs, the time it decided at, the bucket's reset count (0
 // for the others)}.
 const decisionLen = 6
+
+// unpack reads a single-rule script's answer: its decisionLen numbers packed
+// into one string, each an integer below 2^53 as a little-endian IEEE
+// double (Lua's struct.pack('<d')), which it holds exactly. It reports
+// false for anything else.
+func unpack(s string) (v [decisionLen]int64, ok bool) {
+	if len(s) != 8*decisionLen {
+		return v, false
+	}
+	for i := range v {
+		var u uint64
+		for j := 8*i + 7; j >= 8*i; j-- {
+			u = u<<8 | uint64(s[j])
+		}
+		f := math.Float64frombits(u)
+		if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+			return v, false
+		}
+		v[i] = int64(f)
+	}
+	return v, true
+}
 
 // decision reads a script's answer.
 func decision(r *Rule, v []int64) local.Decision {
@@ -429,8 +453,10 @@ func (c *Central) eachScript(ctx context.Context, now string, groups []*group, o
 		cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, calls)
 		perr = err
 		for i, cmd := range cmds {
-			if v, cerr := cmd.Int64Slice(); cerr == nil && len(v) == decisionLen {
-				vals[i] = v
+			if s, cerr := cmd.Text(); cerr == nil {
+				if v, ok := unpack(s); ok {
+					vals[i] = v[:]
+				}
 			}
 		}
 		return nil

@@ -172,16 +172,22 @@ func TestWrongType(t *testing.T) {
 				p := local.Params{Algorithm: a, Limit: 10, Window: time.Second}
 				r := mustRule(t, "w-"+a.String(), p)
 				state, _ := cen.Keyspace().Keys(r, "k")
-				if err := c.Set(ctx, state, "not a hash", time.Minute).Err(); err != nil {
-					t.Fatal(err)
-				}
-				_, err := cen.AllowN(ctx, r, "k", 1)
-				if !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
-					t.Errorf("AllowN: %v, want ErrRedis", err)
+				// Short, and longer than a bucket state's 24 bytes of numbers.
+				for _, v := range []string{"not a hash", "another application's value, under the rule's name"} {
+					if err := c.Set(ctx, state, v, time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+					_, err := cen.AllowN(ctx, r, "k", 1)
+					if !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
+						t.Errorf("AllowN over %q: %v, want ErrRedis", v, err)
+					}
+					if got, err := c.Get(ctx, state).Result(); got != v {
+						t.Errorf("the value after AllowN: %q, %v; want %q untouched", got, err, v)
+					}
 				}
 				// With another rule of the same key, which must stay uncharged.
 				other := mustRule(t, "o-"+a.String(), local.Params{Algorithm: local.FixedWindow, Limit: 10, Window: time.Hour})
-				_, err = cen.AllowMulti(ctx, []syncer.Request{{other, "k", 1}, {r, "k", 1}}, make([]local.Decision, 2))
+				_, err := cen.AllowMulti(ctx, []syncer.Request{{other, "k", 1}, {r, "k", 1}}, make([]local.Decision, 2))
 				if !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
 					t.Errorf("AllowMulti: %v, want ErrRedis", err)
 				}

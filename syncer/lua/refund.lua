@@ -52,16 +52,15 @@ local function refund()
     end
   else -- buckets: move the TAT back by n emission intervals
     local v = redis.call('GET', k)
-    if not v then return end
-    local a, b, c, f = string.match(v, '^(%d+),(%d+),(%d+),(.*)$')
-    if f ~= p.fp or tonumber(c) ~= z then return end
-    local tat, frac = tonumber(a), tonumber(b)
+    if not v or string.sub(v, 25) ~= p.fp then return end
+    local tat, frac, c = struct.unpack('<ddd', v) -- see bucket_body.lua
+    if c ~= z then return end
     local g = frac - n * p.el
     if g < 0 then
       local borrow = cdiv(-g, p.rl)
       tat, g = tat - borrow, g + borrow * p.rl
     end
-    redis.call('SET', k, string.format('%d,%d,%d,%s', tat, g, z, p.fp), 'KEEPTTL')
+    redis.call('SET', k, struct.pack('<ddd', tat, g, z) .. p.fp, 'KEEPTTL')
   end
 end
 

@@ -1,0 +1,77 @@
+package syncer
+
+import (
+	"encoding/binary"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// pack is Lua's struct.pack('<dddddd', ...): what a single-rule script
+// answers.
+func pack(fs ...float64) string {
+	b := make([]byte, 0, 8*len(fs))
+	for _, f := range fs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+	}
+	return string(b)
+}
+
+// TestUnpack: a single-rule script's packed answer is read exactly, to
+// 2^53 (a time in µs, a limit), and anything else is refused, not misread.
+func TestUnpack(t *testing.T) {
+	want := [decisionLen]int64{1, 0, 1 << 53, 999_999, 1_763_800_000_123_456, 42}
+	var fs []float64
+	for _, v := range want {
+		fs = append(fs, float64(v))
+	}
+	if got, ok := unpack(pack(fs...)); !ok || got != want {
+		t.Errorf("unpack: %v, %v; want %v", got, ok, want)
+	}
+	for name, s := range map[string]string{
+		"empty":        "",
+		"five numbers": pack(0, 1, 2, 3, 4),
+		"seven":        pack(0, 1, 2, 3, 4, 5, 6),
+		"a fraction":   pack(0, 1, 2.5, 3, 4, 5),
+		"above 2^53":   pack(0, 1, 1<<54, 3, 4, 5),
+		"NaN":          pack(0, math.NaN(), 2, 3, 4, 5),
+		"infinite":     pack(0, 1, 2, math.Inf(1), 4, 5),
+		"text":         "0,1,2,3,4,5 and more text: 48 bytes long, too...",
+	} {
+		if v, ok := unpack(s); ok {
+			t.Errorf("%s (%d bytes): unpacked as %v, want refused", name, len(s), v)
+		}
+	}
+}
+
+// TestBucketAnswers: the single-rule bucket script packs its answers in
+// place of the body's "return answer(" (scripts.go): every one of them.
+func TestBucketAnswers(t *testing.T) {
+	if n := strings.Count(bucketBody, "return answer("); n != 2 {
+		t.Errorf("bucket_body.lua returns answer( %d times; the decision has 2 returns", n)
+	}
+	src := strings.ReplaceAll(bucketBody, "return answer(", "")
+	if strings.Contains(src, "answer(") {
+		t.Error("bucket_body.lua calls answer( other than in a return: the single-rule script would not define it")
+	}
+}
+
+// BenchmarkSingleCall: what central mode does on the client before go-redis
+// (key names, arguments), per decision, for a bucket rule.
+func BenchmarkSingleCall(b *testing.B) {
+	r, err := NewRule("api", local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ks := Keyspace{}
+	b.ReportAllocs()
+	for b.Loop() {
+		keys, args := singleCall(&ks, "", r, "user-12345", 1)
+		if len(keys) != 1 || len(args) != 7 {
+			b.Fatal(keys, args)
+		}
+	}
+}
