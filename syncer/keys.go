@@ -62,22 +62,30 @@ func (ks *Keyspace) prefix() string {
 	return ks.Prefix
 }
 
+// digestLen is the length of a digest as it appears in key names.
+const digestLen = (digestBytes*8 + 5) / 6
+
 // Digest returns the digest of a user key that names it in Redis.
 func (ks *Keyspace) Digest(key string) string {
+	var enc [digestLen]byte
+	ks.digest(key, &enc)
+	return string(enc[:])
+}
+
+// digest writes key's digest, as names hold it, into enc.
+func (ks *Keyspace) digest(key string, enc *[digestLen]byte) {
 	d := ks.DigestBytes(key)
-	return base64.RawURLEncoding.EncodeToString(d[:])
+	base64.RawURLEncoding.Encode(enc[:], d[:])
 }
 
 // DigestBytes returns the digest of a user key, raw: what Digest encodes.
 func (ks *Keyspace) DigestBytes(key string) [digestBytes]byte {
-	var sum [sha256.Size]byte
 	if len(ks.Secret) > 0 {
 		m := hmac.New(sha256.New, ks.Secret)
 		m.Write([]byte(key))
-		m.Sum(sum[:0])
-	} else {
-		sum = sha256.Sum256([]byte(key))
+		return [digestBytes]byte(m.Sum(nil))
 	}
+	sum := sha256.Sum256([]byte(key)) // on the stack: no allocation
 	return [digestBytes]byte(sum[:digestBytes])
 }
 
@@ -91,23 +99,43 @@ func (ks *Keyspace) Keys(rule *Rule, key string) (state, log string) {
 }
 
 // scriptKeys returns the names a single-rule script of r takes: its state,
-// and its log for the sliding window log.
+// and its log for the sliding window log. It is on central mode's path to
+// Redis, and allocates only what it returns.
 func (ks *Keyspace) scriptKeys(r *Rule, key string) []string {
-	s, l := ks.keys(r.name, ks.Digest(key))
+	var enc [digestLen]byte
+	ks.digest(key, &enc)
 	if r.limit.Algorithm() == local.SlidingWindowLog {
+		s, l := ks.keys(r.name, string(enc[:]))
 		return []string{s, l}
 	}
-	return []string{s}
+	return []string{ks.name(r.name, string(enc[:]), "s")}
 }
 
 func (ks *Keyspace) keys(rule, digest string) (state, log string) {
-	var base string
+	return ks.name(rule, digest, "s"), ks.name(rule, digest, "l")
+}
+
+// name returns the name of part of the state of rule and the user key
+// whose digest is given, in one allocation.
+func (ks *Keyspace) name(rule, digest, part string) string {
+	p := ks.prefix()
+	var b strings.Builder
+	b.Grow(len(p) + len(rule) + len(digest) + len(part) + 5)
+	b.WriteString(p)
+	b.WriteString(":{")
 	if ks.SharedKeyTag {
-		base = ks.prefix() + ":{" + digest + "}:" + rule + ":"
+		b.WriteString(digest)
+		b.WriteString("}:")
+		b.WriteString(rule)
+		b.WriteString(":")
 	} else {
-		base = ks.prefix() + ":{" + rule + ":" + digest + "}:"
+		b.WriteString(rule)
+		b.WriteString(":")
+		b.WriteString(digest)
+		b.WriteString("}:")
 	}
-	return base + "s", base + "l"
+	b.WriteString(part)
+	return b.String()
 }
 
 // Rule is a named limit as Redis knows it: the name is part of every key

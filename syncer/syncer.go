@@ -774,7 +774,7 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 			k.refill(r, rnow)
 			tokens = k.tokens
 		}
-		state, _ := s.ks.keys(r.rule.name, digest)
+		state := s.ks.name(r.rule.name, digest, "s")
 		args := []any{s.scriptNow(rnow), s.node, k.seq, boolFlag(release), demand, tokens, p.debt,
 			s.cfg.LeaseTTL.Microseconds(), s.cfg.DemandTTL.Microseconds(), k.rate, k.burst, k.expiry, s.Nodes(), r.horizon, r.allowance()}
 		return call{scriptLeaseBucket, []string{state}, append(args, r.rule.args...)}, p
@@ -813,9 +813,8 @@ func boolFlag(b bool) int {
 
 // windowKeys names the meta hash and the three window slots of a key.
 func (s *Syncer) windowKeys(r *LeaseRule, digest string) []string {
-	base, _ := s.ks.keys(r.rule.name, digest)
-	base = base[:len(base)-1] // drop the "s" part
-	return []string{base + "m", base + "w0", base + "w1", base + "w2"}
+	n := r.rule.name
+	return []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
 }
 
 func encodeDigest(d [digestBytes]byte) string { return base64.RawURLEncoding.EncodeToString(d[:]) }
