@@ -36,7 +36,7 @@ bench:
 	bash scripts/with-redis.sh bash scripts/bench.sh
 
 ## demo: run the local-mode example. (The cluster demo, several nodes sharing
-## limits through Redis, will replace it once hybrid mode exists.)
+## limits through Redis, will replace it; a later issue.)
 demo:
 	$(GO) run ./examples/local
 
