@@ -246,14 +246,18 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 // same algorithm consumption is kept: window counts stay (clamped to the new
 // limit) and a bucket keeps its available tokens, rounded down and clamped to
 // the new burst; the three bucket algorithms count as one here, as they share
-// one state. Any other change of algorithm starts afresh, and so does a key
-// back in its initial state.
+// one state and one decision. A bucket whose rate and burst did not change
+// keeps its state exactly, its fraction of a token included. Any other
+// change of algorithm starts afresh, and so does a key back in its initial
+// state.
 func (to *Limit) convert(s *state, from *Limit, now int64) {
 	switch {
 	case from == nil: // a new key: its zero state is every algorithm's initial state
 		return
 	case from.p == to.p: // the same parameters: nothing to carry over
 		return
+	case from.p.Algorithm.bucket() && to.p.Algorithm.bucket() && from.rl == to.rl && from.el == to.el && from.tau == to.tau:
+		return // the same bucket under another name (say, GCRA for a token bucket, or 2/2s for 1/1s)
 	case from.initial(s, now):
 		// Nothing consumed is pending: the key is as a new one (and may be
 		// evicted and come back as one at any time), so it starts afresh.

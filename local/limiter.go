@@ -196,7 +196,8 @@ func (l *Limiter) Limit() Limit { return *l.limit.Load() }
 // consumed. Each key's state is carried over the first time the key is next
 // decided: for the same algorithm, window counts are kept (clamped to the
 // new limit) and buckets keep their available tokens (rounded down, clamped
-// to the new burst), also from one bucket algorithm to another; any other
+// to the new burst), also from one bucket algorithm to another; a bucket
+// whose rate and burst did not change keeps its state exactly. Any other
 // change of algorithm starts every key afresh.
 func (l *Limiter) SetLimit(lim Limit) error {
 	if !lim.Valid() {

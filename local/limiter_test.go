@@ -223,6 +223,39 @@ func TestAnyKeyBytes(t *testing.T) {
 	}
 }
 
+// TestSetLimitSameBucket: a change of limit that leaves a bucket's rate and
+// burst as they were (another bucket algorithm, or the same rate written
+// with another window) keeps the state exactly, its fraction of a token
+// included: every decision after it is the one the key would have had.
+func TestSetLimitSameBucket(t *testing.T) {
+	mk := func(a local.Algorithm, n int64, w time.Duration) local.Limit {
+		return local.MustLimit(local.Params{Algorithm: a, Limit: n, Window: w, Burst: 3})
+	}
+	from := mk(local.TokenBucket, 3, time.Second) // an interval of 333,333⅓ µs
+	for _, to := range []local.Limit{mk(local.GCRA, 3, time.Second), mk(local.LeakyBucket, 6, 2*time.Second)} {
+		t.Run(to.String(), func(t *testing.T) {
+			ref, l := newLimiter(t, from, local.Config{}), newLimiter(t, from, local.Config{})
+			for _, x := range []*local.Limiter{ref, l} {
+				x.AllowNAt(t0, "k", 2)
+			}
+			// 100 ms later 0.3 of a token has come back: a conversion through
+			// whole tokens would drop it.
+			if err := l.SetLimit(to); err != nil {
+				t.Fatal(err)
+			}
+			for _, step := range []struct {
+				at time.Duration
+				n  int64
+			}{{100 * time.Millisecond, 0}, {100 * time.Millisecond, 1}, {500 * time.Millisecond, 2}, {700 * time.Millisecond, 1}, {2 * time.Second, 3}} {
+				at := t0.Add(step.at)
+				if got, want := l.AllowNAt(at, "k", step.n), ref.AllowNAt(at, "k", step.n); got != want {
+					t.Fatalf("at +%v n=%d: %+v, want %+v as if the limit had not changed", step.at, step.n, got, want)
+				}
+			}
+		})
+	}
+}
+
 func TestSetLimitKeepsConsumption(t *testing.T) {
 	fw := func(n int64) local.Limit {
 		return local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: n, Window: time.Minute})
