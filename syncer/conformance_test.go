@@ -139,3 +139,51 @@ func TestDifferential(t *testing.T) {
 		}
 	})
 }
+
+// TestSameBucketChange: a rule changed to the same rate and burst under
+// another bucket algorithm or window keeps its state in Redis exactly, as
+// local does (its fraction of a token included), and a change of rate
+// carries the tokens over there as here.
+func TestSameBucketChange(t *testing.T) {
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		cen := newCentral(t, c, syncer.Keyspace{})
+		ctx := context.Background()
+		mk := func(a local.Algorithm, n int64, w time.Duration, burst int64) local.Params {
+			return local.Params{Algorithm: a, Limit: n, Window: w, Burst: burst}
+		}
+		from := mk(local.TokenBucket, 3, time.Second, 3) // an interval of 333,333⅓ µs
+		for i, to := range []local.Params{
+			mk(local.GCRA, 3, time.Second, 3), mk(local.LeakyBucket, 6, 2*time.Second, 3), // the same bucket
+			mk(local.GCRA, 4, time.Second, 3), mk(local.TokenBucket, 3, time.Second, 5), // another one
+		} {
+			name := fmt.Sprintf("same%d", i)
+			lim, err := local.New(local.MustLimit(from), local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lim.Close()
+			rule := mustRule(t, name, from)
+			t0 := vectors.Base
+			for _, step := range []struct {
+				at, n  int64
+				change bool
+			}{{0, 2, false}, {100_000, 0, true}, {100_000, 1, false}, {500_000, 2, false}, {700_000, 1, false}, {2_000_000, 3, false}} {
+				if step.change {
+					rule = mustRule(t, name, to)
+					if err := lim.SetLimit(rule.Limit()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				at := time.UnixMicro(t0 + step.at)
+				want := lim.AllowNAt(at, "k", step.n)
+				got, err := cen.AllowNAt(ctx, at, rule, "k", step.n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("%v → %v, at +%dµs n=%d: redis %+v, local %+v", from, rule.Limit(), step.at, step.n, got, want)
+				}
+			}
+		}
+	})
+}

@@ -147,7 +147,7 @@ type Rule struct {
 	fp     string // the parameters joined by ':', stored with the state
 	args   []any  // fp and the parameters, as the scripts take them
 	bucket bool   // a bucket algorithm: state in a string, a script of its own
-	bargs  []any  // fp, burst, rl, el, tau: the bucket script's arguments
+	bargs  []any  // rl:el:tau (the bucket's fingerprint), burst, rl, el, tau: the bucket script's arguments
 }
 
 // MaxRuleName is the longest rule name accepted, in bytes.
@@ -178,7 +178,10 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 	}
 	if a := lim.Algorithm(); a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 		r.bucket = true
-		r.bargs = []any{r.fp, parts[3], parts[6], parts[7], parts[8]}
+		// A bucket's state holds a fingerprint of its own, the three numbers
+		// its decisions depend on (see bucket_body.lua): shorter than fp, and
+		// the same for the same rate and burst under any bucket algorithm.
+		r.bargs = []any{parts[6] + ":" + parts[7] + ":" + parts[8], parts[3], parts[6], parts[7], parts[8]}
 	}
 	return r, nil
 }

@@ -2,7 +2,8 @@
 -- decide_bucket. It is run as is, a flat chunk, by the single-rule script
 -- (the hot one: no helper and no table is created per call), and wrapped
 -- in a function for the multi-rule and refund scripts. In scope: k (its
--- state), now, n (cost), fp, burst, rl, el, tau (the rule's numbers),
+-- state), now, n (cost), fp (the bucket's fingerprint, rl:el:tau), burst,
+-- rl, el, tau (the rule's numbers),
 -- commit, lk (the log key, or nil), and answer, which makes the decision's
 -- six numbers the form its script returns: the others' answer keeps a
 -- table, and the single-rule script packs them into one string in place
@@ -14,7 +15,9 @@
 --
 -- State: the string k = tat, frac and z as three little-endian doubles (24
 -- bytes, struct's '<ddd'; each an integer below 2^53, so exact), then the
--- rule's fingerprint as text. tat is the TAT in whole us, frac its fraction
+-- bucket's fingerprint fp = "rl:el:tau" as text: the three numbers that
+-- make its decisions, whichever bucket algorithm and window spell them, so
+-- a limit changed to the same rate and burst keeps the state as it is. tat is the TAT in whole us, frac its fraction
 -- in units of 1/rl us, z how many admissions found the bucket full (its TAT
 -- in the past: a refund checks it did not change, or it would hand back
 -- tokens the refill had already made up). One GET, one SET with its TTL;
@@ -43,11 +46,11 @@ end
 if state then
   local f = string.sub(state, 25)
   if f ~= fp then
-    -- The limit changed: keep the tokens, clamped to the new burst. The old
-    -- fingerprint is alg:L:w:burst:step:ws:rl:el:tau; a value that has none
-    -- is not a bucket's state (another application's, under the name).
+    -- The rate or the burst changed: keep the tokens, clamped to the new
+    -- burst. The old fingerprint is rl:el:tau; a value that has none is not a
+    -- bucket's state (another application's, under the name).
     local o = {}
-    if string.find(f, '^%d+:%d+:%d+:%d+:%d+:%d+:%d+:%d+:%d+$') then
+    if string.find(f, '^%d+:%d+:%d+$') then
       for x in string.gmatch(f, '%d+') do o[#o + 1] = tonumber(x) end
     else
       error('hybridlimit: ' .. k .. ' holds a string that is not a bucket state')
@@ -57,8 +60,9 @@ if state then
       tat, frac = 0, 0 -- nothing pending: as a new key
     else
       local tokens = 0
-      if tat - now <= floor((o[9] + o[7] - 1) / o[7]) then
-        tokens = floor(math.max(o[9] - ((tat - now) * o[7] + frac), 0) / o[8])
+      local orl, oel, otau = o[1], o[2], o[3]
+      if tat - now <= floor((otau + orl - 1) / orl) then
+        tokens = floor(math.max(otau - ((tat - now) * orl + frac), 0) / oel)
       end
       local g = (burst - math.min(tokens, burst)) * el
       local q = floor(g / rl)

@@ -6,7 +6,7 @@
 -- reported as it stands, without this request.
 local now = clock(ARGV[1])
 local function bucket(k, lk, p, now, n, commit)
-  return decide_bucket(k, now, n, p.fp, p.burst, p.rl, p.el, p.tau, commit, lk)
+  return decide_bucket(k, now, n, bucket_fp(p), p.burst, p.rl, p.el, p.tau, commit, lk)
 end
 local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket}
 local rules = #KEYS / 2

@@ -23,3 +23,7 @@ end
 local function expire(key, us)
   redis.call('PEXPIRE', key, cdiv(math.max(us, 0), 1000) + 1000)
 end
+
+-- bucket_fp is the fingerprint a bucket's state holds (see bucket_body.lua):
+-- rl:el:tau, the numbers that make its decisions.
+local function bucket_fp(p) return fmt(p.rl) .. ':' .. fmt(p.el) .. ':' .. fmt(p.tau) end

@@ -22,12 +22,12 @@ local function fmt(x) return string.format('%d', x) end
 -- finds the other family's state under its name: it deletes it, with the
 -- log lk when given, and starts afresh. Anything else (another
 -- application's value under the name) is left alone, and the error raised.
--- A bucket's string is 24 bytes of numbers, then the rule's fingerprint
+-- A bucket's string is 24 bytes of numbers, then its fingerprint rl:el:tau
 -- (see bucket_body.lua).
 local function other_family(r, k, lk)
   if string.find(r.err, 'WRONGTYPE', 1, true) then
     local t = redis.call('TYPE', k).ok
-    if (t == 'string' and string.find(redis.call('GET', k), '^%d+:%d+:%d+:%d+:%d+:%d+:%d+:%d+:%d+$', 25)) or
+    if (t == 'string' and string.find(redis.call('GET', k), '^%d+:%d+:%d+$', 25)) or
         (t == 'hash' and redis.call('HEXISTS', k, 'fp') == 1) then
       redis.call('DEL', k)
       if lk then redis.call('DEL', lk) end

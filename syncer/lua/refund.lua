@@ -12,7 +12,7 @@
 local at, n, z, p = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), params(4)
 local k, lk = KEYS[1], KEYS[2]
 local function bucket(k, lk, p, now, n, commit)
-  return decide_bucket(k, now, n, p.fp, p.burst, p.rl, p.el, p.tau, commit, lk)
+  return decide_bucket(k, now, n, bucket_fp(p), p.burst, p.rl, p.el, p.tau, commit, lk)
 end
 local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket}
 
@@ -52,7 +52,8 @@ local function refund()
     end
   else -- buckets: move the TAT back by n emission intervals
     local v = redis.call('GET', k)
-    if not v or string.sub(v, 25) ~= p.fp then return end
+    local bfp = bucket_fp(p)
+    if not v or string.sub(v, 25) ~= bfp then return end
     local tat, frac, c = struct.unpack('<ddd', v) -- see bucket_body.lua
     if c ~= z then return end
     local g = frac - n * p.el
@@ -60,7 +61,7 @@ local function refund()
       local borrow = cdiv(-g, p.rl)
       tat, g = tat - borrow, g + borrow * p.rl
     end
-    redis.call('SET', k, struct.pack('<ddd', tat, g, z) .. p.fp, 'KEEPTTL')
+    redis.call('SET', k, struct.pack('<ddd', tat, g, z) .. bfp, 'KEEPTTL')
   end
 end
 
