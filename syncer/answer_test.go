@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"context"
 	"encoding/binary"
 	"math"
 	"strings"
@@ -73,5 +74,22 @@ func BenchmarkSingleCall(b *testing.B) {
 		if len(keys) != 1 || len(args) != 7 {
 			b.Fatal(keys, args)
 		}
+	}
+}
+
+// BenchmarkBound: the deadline central mode puts on each call whose
+// context has none as near as Timeout (a context.WithDeadline and its
+// cancel).
+func BenchmarkBound(b *testing.B) {
+	c := &Central{timeout: DefaultTimeout}
+	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx, cancel := c.bound(parent)
+		if _, ok := ctx.Deadline(); !ok {
+			b.Fatal("no deadline")
+		}
+		cancel()
 	}
 }
