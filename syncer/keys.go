@@ -66,15 +66,18 @@ func (ks *Keyspace) prefix() string {
 const digestLen = (digestBytes*8 + 5) / 6
 
 // Digest returns the digest of a user key that names it in Redis.
-func (ks *Keyspace) Digest(key string) string {
+func (ks *Keyspace) Digest(key string) string { return encodeDigest(ks.DigestBytes(key)) }
+
+// encodeDigest returns a raw digest as names hold it.
+func encodeDigest(d [digestBytes]byte) string {
 	var enc [digestLen]byte
-	ks.digest(key, &enc)
+	putDigest(&enc, d)
 	return string(enc[:])
 }
 
-// digest writes key's digest, as names hold it, into enc.
-func (ks *Keyspace) digest(key string, enc *[digestLen]byte) {
-	d := ks.DigestBytes(key)
+// putDigest writes a raw digest, as names hold it, into enc: what
+// encodeDigest returns, without an allocation.
+func putDigest(enc *[digestLen]byte, d [digestBytes]byte) {
 	base64.RawURLEncoding.Encode(enc[:], d[:])
 }
 
@@ -103,7 +106,7 @@ func (ks *Keyspace) Keys(rule *Rule, key string) (state, log string) {
 // Redis, and allocates only what it returns.
 func (ks *Keyspace) scriptKeys(r *Rule, key string) []string {
 	var enc [digestLen]byte
-	ks.digest(key, &enc)
+	putDigest(&enc, ks.DigestBytes(key))
 	if r.limit.Algorithm() == local.SlidingWindowLog {
 		s, l := ks.keys(r.name, string(enc[:]))
 		return []string{s, l}

@@ -817,8 +817,6 @@ func (s *Syncer) windowKeys(r *LeaseRule, digest string) []string {
 	return []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
 }
 
-func encodeDigest(d [digestBytes]byte) string { return base64.RawURLEncoding.EncodeToString(d[:]) }
-
 // apply takes a reply into k. recv is the node time it arrived.
 func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 	r := p.rule
