@@ -873,3 +873,32 @@ func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) k
 	}
 	return c
 }
+
+// TestMinGapClockLag: the loop spaces its early rounds MinGap apart on its
+// timers, while a key's gap since its last sync is read from the Limiter's
+// clock, a CoarseClock that may lag them by a millisecond. A key that asked
+// for an early sync is due at the next round, whose clock may read a little
+// under MinGap after its last sync, not two rounds on; but not at half a
+// MinGap.
+func TestMinGapClockLag(t *testing.T) {
+	c := newKeyCluster(t, "lag", "k", 1, fixed(10000, time.Second))
+	minGap := testInterval / 10
+	c.allow(0, 1)
+	syncOK(t, c.ls[0], c.clk)
+	for _, step := range []struct {
+		after time.Duration
+		want  int
+	}{
+		{minGap, 1},                                // measures the demand
+		{minGap / 2, 0},                            // too soon
+		{minGap/2 - minGap/20, 1},                  // 9.5ms after the last: the clock lagged
+		{minGap - minGap/20, 1},                    // again
+		{minGap - minGap/20 + time.Millisecond, 1}, // 10.5ms: the lag the other way
+	} {
+		c.clk.Add(step.after)
+		c.allow(0, 300) // 30,000 a second: the lease runs low at once
+		if st := syncOK(t, c.ls[0], c.clk); st.Synced != step.want {
+			t.Errorf("%v on: synced %d keys, want %d", step.after, st.Synced, step.want)
+		}
+	}
+}

@@ -665,8 +665,8 @@ func (s *Syncer) due(k *Lease, r *LeaseRule, now int64) bool {
 		return gap >= s.cfg.MinGap.Microseconds() || k.flags&flagSent == 0
 	}
 	idle := now-k.lastUse > s.cfg.IdleRelease.Microseconds()
-	urgent := k.flags&flagUrgent != 0 && gap >= s.cfg.MinGap.Microseconds()
-	regular := gap >= r.interval
+	urgent := k.flags&flagUrgent != 0 && elapsed(gap, s.cfg.MinGap.Microseconds())
+	regular := elapsed(gap, r.interval)
 	if r.buckets {
 		rnow := now + k.offset
 		renew := !idle && k.expiry-rnow < 2*r.interval
@@ -698,6 +698,13 @@ func (s *Syncer) due(k *Lease, r *LeaseRule, now int64) bool {
 	}
 	return urgent || (regular && (debt || preGrant || release))
 }
+
+// elapsed reports whether gap, a key's time since its last sync by the
+// node's clock, has reached want, less a tenth: the loop spaces its rounds
+// by want on its timers, while the gap is read from a clock that may lag
+// them by its resolution (a CoarseClock's millisecond), and a key synced in
+// one round must be due in the next rather than two rounds on.
+func elapsed(gap, want int64) bool { return gap >= want-want/10 }
 
 // demandUnknown is the demand a key's first exchange reports when it came
 // too soon after the key's first request to measure one (request): the
