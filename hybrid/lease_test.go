@@ -672,7 +672,10 @@ func TestNewKeyFirstGrants(t *testing.T) {
 		}
 	}
 	// MinGap later, each node has measured the same demand: each is
-	// granted its claim.
+	// granted the same, more than its guess. At that demand (4,000 a
+	// second on each node against 1,000 a window) the budget would not last
+	// the window, so the grants are paced: each covers a few MinGaps of its
+	// node's demand, less than the even claim L/N.
 	clk.Add(testInterval / 10)
 	for i := range ls {
 		if got := allow(i, 40); got == 0 {
@@ -682,8 +685,9 @@ func TestNewKeyFirstGrants(t *testing.T) {
 	}
 	st = readWindow(t, client, ks, "burst", "new", w, clk.window(w))
 	for i := range ls {
-		if g := st.g[fmt.Sprintf("n%d", i)]; g != limit/nodes {
-			t.Errorf("second exchanges: n%d granted %d, want %d (L/N); all grants %v", i, g, limit/nodes, st.g)
+		if g := st.g[fmt.Sprintf("n%d", i)]; g != st.g["n0"] || g <= part || g >= limit/nodes {
+			t.Errorf("second exchanges: n%d granted %d, want n0's, above %d (the guess), below %d (L/N, paced); all grants %v",
+				i, g, part, limit/nodes, st.g)
 		}
 	}
 	if st.R > limit {
@@ -731,7 +735,8 @@ func TestFamilyAndModeSwitch(t *testing.T) {
 // TestSkewedNewKey: a new key busy on one node and seen now and then on
 // the others. Its first exchanges go in first-lease rounds, not in the
 // ordinary early rounds, which wait MinGap; the busy node, granted a
-// quarter of an even part on a guess, is not told the window is exhausted
+// quarter of an even part on a guess, is corrected upwards but holds no
+// more than an even part unused, and is not told the window is exhausted
 // while the others' demands are unknown; once they have measured theirs,
 // a MinGap later, it is granted the budget they do not need. Before, it
 // was held to an even part until the others' next regular round.
@@ -775,8 +780,11 @@ func TestSkewedNewKey(t *testing.T) {
 	allow(0, 200)
 	first(0)
 	st := readWindow(t, client, ks, "skew", "k", w, clk.window(w))
-	if g := st.g["n0"]; g != limit/nodes {
-		t.Fatalf("corrected grant %d, want L/N = %d while the others' demands are unknown (grants %v)", g, limit/nodes, st.g)
+	// Over the limit at these demands, the grant is paced: n0 holds
+	// unused no more than an even part while the others' are unknown.
+	if g, u := st.g["n0"], st.u["n0"]; g <= guess || g-u > limit/nodes {
+		t.Fatalf("corrected grant %d (used %d): want above the guess %d, and at most L/N = %d unused while the others' demands are unknown (grants %v)",
+			g, u, guess, limit/nodes, st.g)
 	}
 	// A MinGap after their first exchanges, the quiet nodes see the key
 	// again and measure their demand: two requests in 10ms.
@@ -788,7 +796,7 @@ func TestSkewedNewKey(t *testing.T) {
 	// n0, refused for want of a lease meanwhile (not told the window is
 	// exhausted), asks again at its next round.
 	if got := allow(0, 500); got >= 500 {
-		t.Fatalf("n0 admitted all of 500 on a grant of %d", limit/nodes)
+		t.Fatalf("n0 admitted all of 500 on a grant of %d", st.g["n0"])
 	}
 	syncOK(t, ls[0], clk)
 	st = readWindow(t, client, ks, "skew", "k", w, clk.window(w))
@@ -872,6 +880,83 @@ func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) k
 		return admitted
 	}
 	return c
+}
+
+// TestPacedGrants: a fixed window's grants are paced when the budget will
+// not last the window at the demands the nodes report. Over the limit a
+// node holds a few MinGaps of its demand (two), not its part of the
+// budget, so that the nodes run out together, as an exact limiter's
+// budget does, rather than each after its own first arrivals; the next
+// window's grant ahead is paced the same way. Under the limit a node is
+// granted ahead what lasts it a Horizon, as before.
+func TestPacedGrants(t *testing.T) {
+	const (
+		nodes = 4
+		limit = 10000
+		w     = time.Second
+	)
+	minGap := testInterval / 10
+	for _, tc := range []struct {
+		name  string
+		per   int  // requests per node per MinGap
+		paced bool // the budget does not last the window at that demand
+	}{
+		{"over", 300, true},  // 30,000 a second on each node
+		{"under", 10, false}, // 1,000 a second on each node
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newKeyCluster(t, "paced", "k", nodes, fixed(limit, w))
+			demand := int64(tc.per) * int64(w/minGap) // per window
+			pace := demand * 2 * minGap.Microseconds() / w.Microseconds()
+			check := func(what string, wid int64) {
+				t.Helper()
+				st := readWindow(t, c.client, c.ks, "paced", "k", w, wid)
+				if st.R > limit {
+					t.Errorf("%s: R = %d > limit %d", what, st.R, limit)
+				}
+				for i := range nodes {
+					id := fmt.Sprintf("n%d", i)
+					held := st.g[id] - st.u[id]
+					switch {
+					case tc.paced && (held > pace+1 || held <= 0):
+						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want 1 to %d, two MinGaps of its demand",
+							what, id, held, st.g[id], st.u[id], pace+1)
+					case !tc.paced && held < demand*testInterval.Microseconds()*2/w.Microseconds():
+						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want at least a Horizon of its demand, %d",
+							what, id, held, st.g[id], st.u[id], demand*testInterval.Microseconds()*2/w.Microseconds())
+					}
+				}
+			}
+			for i := range nodes { // first exchanges: demands unknown
+				c.allow(i, 1)
+				syncOK(t, c.ls[i], c.clk)
+			}
+			c.clk.Add(minGap)
+			for i := range nodes { // the second ones measure them
+				c.allow(i, tc.per)
+				syncOK(t, c.ls[i], c.clk)
+			}
+			check("measured", c.clk.window(w))
+			if !tc.paced {
+				return
+			}
+			// The window runs out; within its last Horizon the nodes, still
+			// asked, are granted the next window ahead, paced.
+			end := c.clk.window(w) + w.Microseconds()
+			for c.clk.Micros() < end-testInterval.Microseconds() {
+				c.clk.Add(minGap)
+				for i := range nodes {
+					c.allow(i, tc.per)
+					syncOK(t, c.ls[i], c.clk)
+				}
+			}
+			st := readWindow(t, c.client, c.ks, "paced", "k", w, c.clk.window(w))
+			if st.R != limit {
+				t.Errorf("the window's budget committed: R = %d, want all of %d", st.R, limit)
+			}
+			check("next window, granted ahead", end)
+		})
+	}
 }
 
 // TestMinGapClockLag: the loop spaces its early rounds MinGap apart on its

@@ -19,7 +19,8 @@
 -- the next window (0: none), [7] horizon (us: pre-grant the next window when
 -- it starts within it), [8..11] two reports (window, used), window 0 for
 -- none, [12] demand TTL (us), [13] the live nodes of the cluster (the
--- registry's count), [14] how long an unknown demand counts (us), [15..]
+-- registry's count), [14] how long an unknown demand counts (us; 2 ×
+-- MinGap, also the span of a paced grant), [15..]
 -- the rule's parameters.
 --
 -- Returns {now, current window, epoch, granted to the node in it (what it
@@ -136,6 +137,7 @@ redis.call('HSET', m, 'd.' .. node, fmt(demand), 't.' .. node, fmt(now))
 local all = redis.call('HGETALL', m)
 local live = 0
 local demands = {} -- the live nodes' demands, -1 where unknown
+local seen = {} -- and when each last exchanged
 for i = 1, #all, 2 do
   local f = all[i]
   if string.sub(f, 1, 2) == 't.' then
@@ -144,7 +146,7 @@ for i = 1, #all, 2 do
     if t + demand_ttl >= now then
       local d = tonumber(redis.call('HGET', m, 'd.' .. id)) or 0
       if d < 0 and t + guess_ttl < now then d = 0 end
-      demands[id] = d
+      demands[id], seen[id] = d, t
       live = live + 1
     else
       redis.call('HDEL', m, f, 'd.' .. id)
@@ -211,6 +213,50 @@ local function unclaimed(k, budget)
   return r, soft
 end
 
+-- paced caps the node's grant in slot k of the fixed window, whose window
+-- runs from start to wend, when the budget will not last the window.
+--
+-- While it lasts, a node is granted its claim ahead (grant, below). Over
+-- the limit, a budget split ahead runs out on each node after that node's
+-- own first arrivals, where an exact limiter admits the cluster's first
+-- ones: the two differ by the spread of each node's share of the first L
+-- arrivals, about 1% of them at L = 10,000 on 8 nodes, 3% at 1,000. So
+-- when the budget left (avail) and what the nodes hold unused (each
+-- other node's grant less its use as last reported, less its demand since)
+-- would be spent before wend at the demands reported, the node is granted
+-- up to what lasts it pace_span (two MinGaps: a key low on its lease syncs
+-- every MinGap), and no more than its part by demand of that water level,
+-- so that the nodes run out of the budget together, apart by the spread of
+-- their arrivals over their last exchange's span only. It returns the most
+-- the node may be granted, or nil when the budget lasts the window.
+local pace_span = guess_ttl
+local function paced(k, avail, start, wend)
+  if counter or total <= 0 or avail <= 0 then return nil end
+  local v = redis.call('HGETALL', k)
+  local g, u = {}, {}
+  for i = 1, #v, 2 do
+    local kind, id = string.match(v[i], '^([gu])%.(.+)$')
+    if kind == 'g' then g[id] = tonumber(v[i + 1]) elseif kind == 'u' then u[id] = tonumber(v[i + 1]) end
+  end
+  local held, own = 0, 0
+  for id, d in pairs(demands) do
+    if d < 0 then d = avg end
+    local h = (g[id] or 0) - (u[id] or 0)
+    if id == node then
+      own = math.max(h, 0)
+    else
+      held = held + math.max(h - d * math.max(now - math.max(seen[id], start), 0) / W, 0)
+    end
+  end
+  local lasts = (avail + held + own) * W / total
+  if math.max(now, start) + lasts >= wend then return nil end
+  local d = demand
+  if d < 0 then d = avg end
+  local level = math.floor(d * math.min(pace_span, lasts) / W)
+  if level <= 0 then return 1 end -- a node too quiet to measure: one at a time
+  return math.max(level - own, 0)
+end
+
 -- grant gives the node up to its target in slot k, within avail (what is
 -- left of the window's budget). The node is entitled to its share of the
 -- budget by demand (1/live when nobody reported any): it gets up to that at
@@ -219,10 +265,16 @@ end
 -- what the others are entitled to and have not claimed is kept for them
 -- (reserve), but for the last horizon of the current window, when they are
 -- unlikely to claim it any more.
-local function grant(k, target, avail, budget, reserve)
+local function grant(k, target, avail, budget, reserve, start)
   local g, u, R = state(k)
   local have = math.max(g, u)
   if avail <= 0 then return g, R, target > have end
+  local cap = paced(k, avail, start, start + W)
+  if cap then
+    local x = math.max(math.min(target - have, cap, avail), 0)
+    if x > 0 then R = set(k, have + x, u, g, u, R) end
+    return have + x, R, target > have + x and avail - x <= 0
+  end
   local own = claim(demand, budget)
   if guess then own = math.ceil(own / 4) end
   local kept, soft = 0, 0
@@ -255,7 +307,7 @@ if counter then
 end
 local _, _, Rcur = state(kcur)
 local gcur, exhausted
-gcur, Rcur, exhausted = grant(kcur, want_cur, budget - Rcur, budget, now < wt + W - horizon)
+gcur, Rcur, exhausted = grant(kcur, want_cur, budget - Rcur, budget, now < wt + W - horizon, wt)
 
 -- The next window is granted ahead, as the current one ends, so that it
 -- does not open with a gap: the fixed window only. The counter's next window
@@ -265,7 +317,7 @@ local gnext = 0
 if want_next > 0 and not counter and now >= wt + W - horizon then
   local nbudget = L
   if counter then nbudget = L - Rcur end
-  gnext, Rnext = grant(knext, want_next, nbudget - Rnext, nbudget, true)
+  gnext, Rnext = grant(knext, want_next, nbudget - Rnext, nbudget, true, wt + W)
 else
   gnext = state(knext)
 end
