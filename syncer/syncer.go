@@ -874,10 +874,16 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 		k.granted, k.next = min(k.granted, k.used), 0
 	}
 	k.prevR = rprev
-	if exhausted {
+	// Exhausted speaks of Redis's current window: the node's, or, with the
+	// node's clock ahead across a boundary, the node's previous one, whose
+	// refusal must not carry into the window the node has begun.
+	switch {
+	case wt == k.wid && exhausted:
 		k.flags |= flagExhausted
-	} else {
+	case wt == k.wid:
 		k.flags &^= flagExhausted
+	case exhausted:
+		k.flags |= flagExhaustedPrev
 	}
 }
 
