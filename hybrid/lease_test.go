@@ -884,7 +884,7 @@ func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) k
 
 // TestPacedGrants: a fixed window's grants are paced when the budget will
 // not last the window at the demands the nodes report. Over the limit a
-// node holds a few MinGaps of its demand (two), not its part of the
+// node holds a few MinGaps of its demand (three), not its part of the
 // budget, so that the nodes run out together, as an exact limiter's
 // budget does, rather than each after its own first arrivals; the next
 // window's grant ahead is paced the same way. Under the limit a node is
@@ -907,7 +907,7 @@ func TestPacedGrants(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newKeyCluster(t, "paced", "k", nodes, fixed(limit, w))
 			demand := int64(tc.per) * int64(w/minGap) // per window
-			pace := demand * 2 * minGap.Microseconds() / w.Microseconds()
+			pace := demand * 3 * minGap.Microseconds() / w.Microseconds()
 			check := func(what string, wid int64) {
 				t.Helper()
 				st := readWindow(t, c.client, c.ks, "paced", "k", w, wid)
@@ -919,7 +919,7 @@ func TestPacedGrants(t *testing.T) {
 					held := st.g[id] - st.u[id]
 					switch {
 					case tc.paced && (held > pace+1 || held <= 0):
-						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want 1 to %d, two MinGaps of its demand",
+						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want 1 to %d, three MinGaps of its demand",
 							what, id, held, st.g[id], st.u[id], pace+1)
 					case !tc.paced && held < demand*testInterval.Microseconds()*2/w.Microseconds():
 						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want at least a Horizon of its demand, %d",

@@ -9,6 +9,22 @@
 // processes share a limit exactly. Scripts read Redis's clock; the At
 // methods pass the time instead. A rejected request writes nothing.
 //
+// # Hybrid mode
+//
+// A Syncer looks after the keys of a hybrid limiter: each node decides
+// locally against a Lease, and nothing is admitted without one, save a
+// bounded cold-start allowance counted as debt. Window rules (fixed window,
+// sliding window counter) lease a count per window; bucket rules (token
+// bucket, leaky bucket, GCRA) a share of the rate and of the burst. Shares
+// follow each node's demand, reported at every exchange. While a window's
+// budget lasts the window at the demands reported, a node is granted its
+// part by demand in one exchange; when it will not, a fixed window's grants
+// are paced: each node holds what lasts it three MinGaps, so that the nodes
+// run out of the budget together, as one exact limiter would. A key syncs
+// when its lease runs low (at most every MinGap) or ends, for the next
+// window's grant, and to report debt; an idle key costs nothing.
+// docs/accuracy.md derives each bound and sets it beside its measurement.
+//
 // # Keys
 //
 // A Keyspace names the keys: <prefix>:{<rule>:<digest>}:<part>, where the

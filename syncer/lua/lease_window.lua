@@ -224,12 +224,17 @@ end
 -- when the budget left (avail) and what the nodes hold unused (each
 -- other node's grant less its use as last reported, less its demand since)
 -- would be spent before wend at the demands reported, the node is granted
--- up to what lasts it pace_span (two MinGaps: a key low on its lease syncs
--- every MinGap), and no more than its part by demand of that water level,
+-- up to what lasts it pace_span (three MinGaps: a key low on its lease
+-- syncs every MinGap, and one exchange late or slow must not leave it
+-- dry), and no more than its part by demand of that water level,
 -- so that the nodes run out of the budget together, apart by the spread of
--- their arrivals over their last exchange's span only. It returns the most
--- the node may be granted, or nil when the budget lasts the window.
-local pace_span = guess_ttl
+-- their arrivals over their last exchange's span only. A node may hold at
+-- least pace_floor: at a few requests per MinGap (a key just over its limit,
+-- spread over many nodes), arrivals come in bursts well above their mean,
+-- and a node held to the mean would be refused for want of a lease at every
+-- burst. It returns the most the node may be granted, or nil when the
+-- budget lasts the window.
+local pace_span, pace_floor = 3 * guess_ttl / 2, 8
 local function paced(k, avail, start, wend)
   if counter or total <= 0 or avail <= 0 then return nil end
   local v = redis.call('HGETALL', k)
@@ -252,8 +257,7 @@ local function paced(k, avail, start, wend)
   if math.max(now, start) + lasts >= wend then return nil end
   local d = demand
   if d < 0 then d = avg end
-  local level = math.floor(d * math.min(pace_span, lasts) / W)
-  if level <= 0 then return 1 end -- a node too quiet to measure: one at a time
+  local level = math.max(math.floor(d * math.min(pace_span, lasts) / W), pace_floor)
   return math.max(level - own, 0)
 end
 
