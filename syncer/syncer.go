@@ -41,8 +41,10 @@ type SyncConfig struct {
 	// demand. Default 2 × Interval.
 	Horizon time.Duration
 	// MinGap is the least time between two syncs of one key asked for early
-	// (a lease running low, a first request). It is also the retry-after of
-	// a request refused for want of a lease. Default Interval ÷ 10.
+	// (a lease running low, a first request), less a tenth: a key's gap is
+	// read from the Limiter's clock, which may lag the loop's timers by its
+	// resolution. It is also the retry-after of a request refused for want
+	// of a lease. Default Interval ÷ 10.
 	MinGap time.Duration
 	// FirstGap is the least time between two first-lease rounds: small
 	// rounds, run between the others, that exchange only the keys waiting

@@ -237,6 +237,8 @@ end
 local pace_span, pace_floor = 3 * guess_ttl / 2, 8
 local function paced(k, avail, start, wend)
   if counter or total <= 0 or avail <= 0 then return nil end
+  -- what is held only lengthens it: the budget left alone may settle it
+  if math.max(now, start) + avail * W / total >= wend then return nil end
   local v = redis.call('HGETALL', k)
   local g, u = {}, {}
   for i = 1, #v, 2 do
