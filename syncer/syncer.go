@@ -862,6 +862,11 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 		k.granted, k.next = gcur, gnext
 		k.others = rcur - max(gcur, ucur)
 		k.room = v[11]
+		if exhausted {
+			k.flags |= flagExhausted
+		} else {
+			k.flags &^= flagExhausted
+		}
 	case k.wid - r.w:
 		// The node's clock is ahead: Redis's current window is the node's
 		// previous one, and its next the node's current.
@@ -871,22 +876,17 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 		k.packed = max(k.packed, min(ucur, k.pused))
 		k.granted = max(k.granted, gnext)
 		k.others = 0
+		// "Exhausted" speaks of Redis's current window, the node's
+		// previous one: its refusal must not carry into the window the
+		// node has begun.
+		if exhausted {
+			k.flags |= flagExhaustedPrev
+		}
 	}
 	if revoked {
 		k.granted, k.next = min(k.granted, k.used), 0
 	}
 	k.prevR = rprev
-	// Exhausted speaks of Redis's current window: the node's, or, with the
-	// node's clock ahead across a boundary, the node's previous one, whose
-	// refusal must not carry into the window the node has begun.
-	switch {
-	case wt == k.wid && exhausted:
-		k.flags |= flagExhausted
-	case wt == k.wid:
-		k.flags &^= flagExhausted
-	case exhausted:
-		k.flags |= flagExhaustedPrev
-	}
 }
 
 func (s *Syncer) applyBucket(k *Lease, p *pending, v []int64) {

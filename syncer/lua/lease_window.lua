@@ -189,23 +189,30 @@ local function claim(d, budget)
   return math.min(math.floor(budget * fraction(d)), math.floor(d * span))
 end
 
+-- grants returns, for every node with a field in slot k, what it was
+-- granted there and what it reported using: two tables by node id.
+local function grants(k)
+  local v = redis.call('HGETALL', k)
+  local g, u = {}, {}
+  for i = 1, #v, 2 do
+    local kind, id = string.match(v[i], '^([gu])%.(.+)$')
+    if kind == 'g' then g[id] = tonumber(v[i + 1]) elseif kind == 'u' then u[id] = tonumber(v[i + 1]) end
+  end
+  return g, u
+end
+
 -- unclaimed is what the other live nodes may count on in slot k and have
 -- not taken yet, the nodes yet to ask a new key included (each at the
 -- average demand); and of it, the part that is a guess: the claims of
 -- unknown demands and of the nodes yet to ask, which their exchanges are
 -- about to correct.
 local function unclaimed(k, budget)
-  local v = redis.call('HGETALL', k)
-  local have = {}
-  for i = 1, #v, 2 do
-    local id = string.match(v[i], '^[gu]%.(.+)$')
-    if id then have[id] = math.max(have[id] or 0, tonumber(v[i + 1])) end
-  end
+  local g, u = grants(k)
   local soft = unseen * claim(-1, budget)
   local r = soft
   for id, d in pairs(demands) do
     if id ~= node then
-      local c = math.max(claim(d, budget) - (have[id] or 0), 0)
+      local c = math.max(claim(d, budget) - math.max(g[id] or 0, u[id] or 0), 0)
       r = r + c
       if d < 0 then soft = soft + c end
     end
@@ -239,12 +246,7 @@ local function paced(k, avail, start, wend)
   if counter or total <= 0 or avail <= 0 then return nil end
   -- what is held only lengthens it: the budget left alone may settle it
   if math.max(now, start) + avail * W / total >= wend then return nil end
-  local v = redis.call('HGETALL', k)
-  local g, u = {}, {}
-  for i = 1, #v, 2 do
-    local kind, id = string.match(v[i], '^([gu])%.(.+)$')
-    if kind == 'g' then g[id] = tonumber(v[i + 1]) elseif kind == 'u' then u[id] = tonumber(v[i + 1]) end
-  end
+  local g, u = grants(k)
   local held, own = 0, 0
   for id, d in pairs(demands) do
     if d < 0 then d = avg end
