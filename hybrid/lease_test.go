@@ -52,13 +52,21 @@ func TestIdleReleaseWindows(t *testing.T) {
 	if st.g["a"] > st.u["a"] {
 		t.Errorf("bug: node a idle for 2s (IdleRelease %v) still holds a grant of %d with %d used", 3*testInterval, st.g["a"], st.u["a"])
 	}
-	// Node b, with the same demand, gets its part.
+	// Node b, with the same demand, gets its part. Its demand would spend
+	// the budget long before the window ends: its grants are paced, and it
+	// asks for more in a first-lease round every PaceGap (MinGap ÷ 5).
 	var got int64
-	for range 10 {
+	for range 25 {
 		n, _ := exhaust(t, b, rb, "k", L)
 		got += n
-		syncOK(t, b, clk)
-		clk.Add(10 * time.Millisecond)
+		if b.SyncFirstWanted() {
+			if _, err := b.SyncFirstAt(ctx, clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			syncOK(t, b, clk)
+		}
+		clk.Add(testInterval / 50)
 	}
 	if got < L/2 {
 		t.Errorf("node b was admitted %d in a window where %d of %d were used", got, st.sumU(), L)
@@ -884,11 +892,13 @@ func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) k
 
 // TestPacedGrants: a fixed window's grants are paced when the budget will
 // not last the window at the demands the nodes report. Over the limit a
-// node holds a few MinGaps of its demand (three), not its part of the
+// node holds a few PaceGaps of its demand (three), not its part of the
 // budget, so that the nodes run out together, as an exact limiter's
-// budget does, rather than each after its own first arrivals; the next
-// window's grant ahead is paced the same way. Under the limit a node is
-// granted ahead what lasts it a Horizon, as before.
+// budget does, rather than each after its own first arrivals; it asks for
+// more in the first-lease rounds, PaceGap after its last exchange and not
+// sooner; the next window's grant ahead is paced the same way. Under the
+// limit a node is granted ahead what lasts it a Horizon, as before, and
+// waits for the ordinary rounds.
 func TestPacedGrants(t *testing.T) {
 	const (
 		nodes = 4
@@ -896,18 +906,19 @@ func TestPacedGrants(t *testing.T) {
 		w     = time.Second
 	)
 	minGap := testInterval / 10
+	paceGap := minGap / 5 // the default
 	for _, tc := range []struct {
 		name  string
-		per   int  // requests per node per MinGap
+		per   int  // requests per node per PaceGap
 		paced bool // the budget does not last the window at that demand
 	}{
-		{"over", 300, true},  // 30,000 a second on each node
-		{"under", 10, false}, // 1,000 a second on each node
+		{"over", 60, true},  // 30,000 a second on each node
+		{"under", 2, false}, // 1,000 a second on each node
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newKeyCluster(t, "paced", "k", nodes, fixed(limit, w))
-			demand := int64(tc.per) * int64(w/minGap) // per window
-			pace := demand * 3 * minGap.Microseconds() / w.Microseconds()
+			demand := int64(tc.per) * int64(w/paceGap) // per window
+			pace := demand * 3 * paceGap.Microseconds() / w.Microseconds()
 			check := func(what string, wid int64) {
 				t.Helper()
 				st := readWindow(t, c.client, c.ks, "paced", "k", w, wid)
@@ -919,7 +930,7 @@ func TestPacedGrants(t *testing.T) {
 					held := st.g[id] - st.u[id]
 					switch {
 					case tc.paced && (held > pace+1 || held <= 0):
-						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want 1 to %d, three MinGaps of its demand",
+						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want 1 to %d, three PaceGaps of its demand",
 							what, id, held, st.g[id], st.u[id], pace+1)
 					case !tc.paced && held < demand*testInterval.Microseconds()*2/w.Microseconds():
 						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want at least a Horizon of its demand, %d",
@@ -933,21 +944,51 @@ func TestPacedGrants(t *testing.T) {
 			}
 			c.clk.Add(minGap)
 			for i := range nodes { // the second ones measure them
-				c.allow(i, tc.per)
+				c.allow(i, tc.per*int(minGap/paceGap))
 				syncOK(t, c.ls[i], c.clk)
 			}
+			// paceRound: PaceGap on, each node's requests, and the first-lease
+			// round that a paced key running low asks for.
+			paceRound := func() {
+				c.clk.Add(paceGap)
+				for i := range nodes {
+					c.allow(i, tc.per)
+					if c.ls[i].SyncFirstWanted() {
+						if _, err := c.ls[i].SyncFirstAt(context.Background(), c.clk.Now()); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			for range 5 { // until the grant made on the guess is used down to the paced level
+				paceRound()
+			}
 			check("measured", c.clk.window(w))
+			// A paced key asks for a first-lease round once what it holds
+			// lasts less than two PaceGaps, not before; any other waits for
+			// the ordinary rounds.
+			c.ls[0].SyncFirstWanted()
+			for _, step := range []struct {
+				use  int64
+				want bool
+			}{{1, false}, {pace / 2, tc.paced}} {
+				c.allow(0, int(step.use))
+				if got := c.ls[0].SyncFirstWanted(); got != step.want {
+					t.Errorf("%d requests on: first-lease round asked for %v, want %v", step.use, got, step.want)
+				}
+			}
 			if !tc.paced {
 				return
 			}
 			// The window runs out; within its last Horizon the nodes, still
 			// asked, are granted the next window ahead, paced.
 			end := c.clk.window(w) + w.Microseconds()
-			for c.clk.Micros() < end-testInterval.Microseconds() {
-				c.clk.Add(minGap)
-				for i := range nodes {
-					c.allow(i, tc.per)
-					syncOK(t, c.ls[i], c.clk)
+			for n := 1; c.clk.Micros() < end-testInterval.Microseconds(); n++ {
+				paceRound()
+				if n%int(minGap/paceGap) == 0 { // and the ordinary rounds
+					for i := range nodes {
+						syncOK(t, c.ls[i], c.clk)
+					}
 				}
 			}
 			st := readWindow(t, c.client, c.ks, "paced", "k", w, c.clk.window(w))

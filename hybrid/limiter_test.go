@@ -51,6 +51,12 @@ func TestNewInvalidConfig(t *testing.T) {
 		{"Sync.Epsilon above 1", true, func(c redis.UniversalClient) hybrid.Config {
 			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{Epsilon: 2}}
 		}, "Epsilon"},
+		{"Sync.PaceGap above MinGap", true, func(c redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{MinGap: 10 * time.Millisecond, PaceGap: 11 * time.Millisecond}}
+		}, "PaceGap"},
+		{"negative Sync.PaceGap", true, func(c redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{PaceGap: -time.Millisecond}}
+		}, "PaceGap"},
 		{"bad Sync.NodeID", true, func(c redis.UniversalClient) hybrid.Config {
 			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{NodeID: "a b"}}
 		}, "NodeID"},

@@ -343,12 +343,14 @@ func TestSimulation(t *testing.T) {
 	// window admits the first arrivals of each window, in both. Were the
 	// budget split among nodes ahead, the two would differ by about
 	// nodes·σ·0.4/L (2.4% here, σ = √(L·(1/N)·(1 − 1/N))); paced grants
-	// leave the spread of each node's arrivals over its last exchange's
-	// span, about 1% here, and the bounds of 1.2-2% fail on a return to the
-	// split. Under the limit it admits all, in both. Under overload the counter and the
-	// buckets admit a tenth of the arrivals spread over the window, and no
-	// split of the budget picks the same ones as the exact replay: there the
-	// count, capacity lost, is the measure.
+	// leave the spread of each node's arrivals over its last grant's span,
+	// 3 PaceGaps: about 0.6% here, and the bounds of 0.6-1% fail on a
+	// return to the split, or to grants paced at MinGap (1.3% uniform,
+	// 0.7-0.8% skewed, 1.3-1.5% cold and churn). Under the limit it admits
+	// all, in both. Under overload the counter and the buckets admit a
+	// tenth of the arrivals spread over the window, and no split of the
+	// budget picks the same ones as the exact replay: there the count,
+	// capacity lost, is the measure.
 	for _, c := range []struct {
 		lim       local.Limit
 		w         workload
@@ -356,18 +358,18 @@ func TestSimulation(t *testing.T) {
 		maxLost   float64 // %
 		maxFalseR float64 // % of the exact replay's admissions; < 0: not checked
 	}{
-		{fixed, workload{name: "uniform", offered: 10, keys: 1}, 0, 0.5, 1.5},
-		{fixed, workload{name: "skewed", offered: 10, keys: 1, weights: skew}, 0, 0.5, 1.2},
+		{fixed, workload{name: "uniform", offered: 10, keys: 1}, 0, 0.5, 1},
+		{fixed, workload{name: "skewed", offered: 10, keys: 1, weights: skew}, 0, 0.5, 0.6},
 		{fixed, workload{name: "under", offered: 0.9, keys: 1}, 0, 1, 1},
-		{fixed, workload{name: "cold", offered: 10, keys: 1, coldAt: 3.3}, 0.05 + nodes/2000.0, 2, 1.6},
-		{fixed, workload{name: "cold-skewed", offered: 10, keys: 1, coldAt: 3.3, weights: skew}, 0.05 + nodes/2000.0, 1, 1.2},
+		{fixed, workload{name: "cold", offered: 10, keys: 1, coldAt: 3.3}, 0.05 + nodes/2000.0, 2, 1},
+		{fixed, workload{name: "cold-skewed", offered: 10, keys: 1, coldAt: 3.3, weights: skew}, 0.05 + nodes/2000.0, 1, 0.6},
 		{fixed, workload{name: "zipf", offered: 10, keys: 1000}, 0, 0.5, 0.3},
 		{counter, workload{name: "cold", offered: 10, keys: 1, coldAt: 3.3}, 0.05 + nodes/2000.0, 2, -1},
 		{counter, workload{name: "uniform", offered: 10, keys: 1}, 0, 1, -1},
 		{gcra, workload{name: "uniform", offered: 10, keys: 1}, 0, 1, -1},
 		{gcra, workload{name: "skewed", offered: 10, keys: 1, weights: skew}, 0, 1, -1},
 		{gcra, workload{name: "cold", offered: 10, keys: 1, coldAt: 3.3}, 0.05 + nodes/2000.0, 4, -1},
-		{fixed, workload{name: "churn", offered: 10, keys: 31, churn: true}, 0.05 + nodes/2000.0, 1, 2},
+		{fixed, workload{name: "churn", offered: 10, keys: 31, churn: true}, 0.05 + nodes/2000.0, 1, 1},
 		{gcra, workload{name: "churn", offered: 10, keys: 31, churn: true}, 0.05 + nodes/2000.0, 3, -1},
 		{gcra, workload{name: "zipf", offered: 5, keys: 100000}, 0.05 + nodes/2000.0, 1, 1},
 	} {

@@ -55,9 +55,9 @@ func TestApplyClockAhead(t *testing.T) {
 			if tc.exhausted {
 				ex = 1
 			}
-			// {now, wt, epoch, gcur, ucur, Rcur, gnext, Rprev, revoked, exhausted, live, room}
+			// {now, wt, epoch, gcur, ucur, Rcur, gnext, Rprev, revoked, exhausted, live, room, paced}
 			wt := tc.rnow - tc.rnow%w
-			s.apply(&k, p, []int64{tc.rnow, wt, 1, 0, 0, 1000, 100, 1000, 0, ex, 1, 0}, now)
+			s.apply(&k, p, []int64{tc.rnow, wt, 1, 0, 0, 1000, 100, 1000, 0, ex, 1, 0, 0}, now)
 			if got := k.flags&flagExhausted != 0; got != tc.cur {
 				t.Errorf("the node's window exhausted: %v, want %v", got, tc.cur)
 			}

@@ -19,10 +19,12 @@
 // follow each node's demand, reported at every exchange. While a window's
 // budget lasts the window at the demands reported, a node is granted its
 // part by demand in one exchange; when it will not, a fixed window's grants
-// are paced: each node holds what lasts it three MinGaps, so that the nodes
-// run out of the budget together, as one exact limiter would. A key syncs
-// when its lease runs low (at most every MinGap) or ends, for the next
-// window's grant, and to report debt; an idle key costs nothing.
+// are paced: each node holds what lasts it three PaceGaps, and asks for
+// more in the small first-lease rounds when what it holds lasts less than
+// two, so that the nodes run out of the budget together, as one exact
+// limiter would. Otherwise a key syncs when its lease runs low (at most
+// every MinGap) or ends, for the next window's grant, and to report debt;
+// an idle key costs nothing.
 // docs/accuracy.md derives each bound and sets it beside its measurement.
 //
 // # Keys

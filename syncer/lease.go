@@ -67,20 +67,28 @@ const (
 	flagSent                      // a request was sent: lastSync is its time, not the first request's
 	flagGuess                     // the last request was sent before the key's demand could be measured
 	flagFirst                     // on the syncer's list for the next first-lease round
+	flagPaced                     // the last reply paced the window's grant (SyncConfig.PaceGap)
 )
 
 // wantsFirst reports whether k's next exchange belongs in a first-lease
-// round (Syncer.SyncFirstAt): it has had none yet, or its lease was granted
-// on a guess, before its demand could be measured, and runs low. A bucket
-// key seen only once waits for an ordinary round: its first exchange would
-// take it as quiet (Syncer.request), and a node that said so of a busy key
-// would leave the first node to measure its demand the whole rate, held
-// for a lease's life.
+// round (Syncer.SyncFirstAt): it has had none yet; or its lease was granted
+// on a guess, before its demand could be measured, and runs low; or its
+// grant was paced and lasts less than two PaceGaps at its demand (a paced
+// grant lasts three: the key asks as its arrivals use it, a burst sooner,
+// and the round and its reply have a PaceGap to come).
+// A bucket key seen only once waits for an ordinary round: its first
+// exchange would take it as quiet (Syncer.request), and a node that said so
+// of a busy key would leave the first node to measure its demand the whole
+// rate, held for a lease's life.
 func (k *Lease) wantsFirst(r *LeaseRule) bool {
-	if k.flags&flagSent == 0 {
+	switch {
+	case k.flags&flagSent == 0:
 		return !k.quietAtFirst(r)
+	case k.flags&(flagGuess|flagUrgent) == flagGuess|flagUrgent:
+		return true
 	}
-	return k.flags&(flagGuess|flagUrgent) == flagGuess|flagUrgent
+	return k.flags&(flagPaced|flagUrgent|flagExhausted) == flagPaced|flagUrgent &&
+		k.granted-k.used < 2*k.demand*r.paceGap/r.w+1
 }
 
 // quietAtFirst reports whether a key's first exchange, sent now and before

@@ -23,6 +23,7 @@ type LeaseRule struct {
 	horizon  int64 // how long a lease should last (µs)
 	safety   int64 // a share is dropped this long before its expiry (µs)
 	minGap   int64 // MinGap (µs, at least 1), also the retry-after of a rejection for want of a lease
+	paceGap  int64 // PaceGap (µs, at least 1)
 	epsilon  float64
 
 	sync *Syncer // counts the live nodes
@@ -58,6 +59,7 @@ func newLeaseRule(r *Rule, cfg *SyncConfig, s *Syncer) (*LeaseRule, error) {
 		rule: r, w: p.Window.Microseconds(), limit: p.Limit, burst: p.Burst,
 		interval: cfg.Interval.Microseconds(), horizon: cfg.Horizon.Microseconds(),
 		safety: cfg.Safety.Microseconds(), minGap: max(cfg.MinGap.Microseconds(), 1),
+		paceGap: max(cfg.PaceGap.Microseconds(), 1),
 		epsilon: cfg.Epsilon, sync: s,
 	}
 	switch a := lim.Algorithm(); a {

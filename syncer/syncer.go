@@ -54,6 +54,16 @@ type SyncConfig struct {
 	// within about a round trip, and each key takes part in at most two of
 	// them in its life. Default MinGap ÷ 10.
 	FirstGap time.Duration
+	// PaceGap sizes the grants of a key whose grants are paced: a fixed
+	// window's key whose budget, at the demand the nodes report, will not
+	// last its window. Each node is then granted what lasts it 3 × PaceGap
+	// at its demand, and asks for more in the first-lease rounds when what
+	// it holds lasts less than 2 × PaceGap, so that the nodes run out of
+	// the budget together and admit the same requests, but for a few, as
+	// one exact limiter would. Shorter means fewer false rejections over
+	// the limit, and more scripts while the budget lasts (see
+	// docs/accuracy.md). Default MinGap ÷ 5; at most MinGap.
+	PaceGap time.Duration
 	// LeaseTTL is how long a bucket share is held without renewal. A node
 	// that stops syncing (crashed, cut off) loses its share that long after
 	// its last sync, and the others get it. Default 5 × Interval.
@@ -201,6 +211,12 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	}
 	if err := def(&cfg.FirstGap, "FirstGap", cfg.MinGap/10); err != nil {
 		return nil, err
+	}
+	if err := def(&cfg.PaceGap, "PaceGap", cfg.MinGap/5); err != nil {
+		return nil, err
+	}
+	if cfg.PaceGap > cfg.MinGap {
+		return nil, fmt.Errorf("%w: PaceGap %v: must not pass MinGap %v", ErrInvalidConfig, cfg.PaceGap, cfg.MinGap)
 	}
 	if cfg.Interval < time.Millisecond {
 		return nil, fmt.Errorf("%w: Interval %v: must be at least 1ms", ErrInvalidConfig, cfg.Interval)
@@ -800,7 +816,7 @@ func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, p
 	}
 	keys := s.windowKeys(r, digest)
 	args := []any{s.scriptNow(rnow), s.node, boolFlag(release), demand, wantCur, wantNext, r.horizon,
-		k.wid - r.w, k.pused, k.wid, k.used, s.cfg.DemandTTL.Microseconds(), s.Nodes(), 2 * r.minGap}
+		k.wid - r.w, k.pused, k.wid, k.used, s.cfg.DemandTTL.Microseconds(), s.Nodes(), 2 * r.minGap, 3 * r.paceGap}
 	return call{scriptLeaseWindow, keys, append(args, r.rule.args...)}, p
 }
 
@@ -842,9 +858,9 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 		s.applyBucket(k, p, v)
 		return
 	}
-	// {now, wt, epoch, gcur, ucur, Rcur, gnext, Rprev, revoked, exhausted, live, room}
+	// {now, wt, epoch, gcur, ucur, Rcur, gnext, Rprev, revoked, exhausted, live, room, paced}
 	wt, ep, gcur, ucur, rcur, gnext, rprev := v[1], v[2], v[3], v[4], v[5], v[6], v[7]
-	revoked, exhausted := v[8] == 1, v[9] == 1 // v[10]: the key's live nodes, for tests
+	revoked, exhausted, paced := v[8] == 1, v[9] == 1, v[12] == 1 // v[10]: the key's live nodes, for tests
 	k.epoch = ep
 	k.roll(r, wt) // Redis may be a window ahead of what this node saw
 	switch wt {
@@ -862,10 +878,12 @@ func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
 		k.granted, k.next = gcur, gnext
 		k.others = rcur - max(gcur, ucur)
 		k.room = v[11]
+		k.flags &^= flagExhausted | flagPaced
 		if exhausted {
 			k.flags |= flagExhausted
-		} else {
-			k.flags &^= flagExhausted
+		}
+		if paced {
+			k.flags |= flagPaced
 		}
 	case k.wid - r.w:
 		// The node's clock is ahead: Redis's current window is the node's
