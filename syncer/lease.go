@@ -183,10 +183,8 @@ func (k *Lease) Fallback(r *LeaseRule, now, n, part int64) (v Verdict, ok bool) 
 		return Verdict{}, false
 	}
 	k.lastUse, k.span = now, r.w
-	rnow := now + k.offset
-	w := rnow - rnow%r.w
-	k.roll(r, w)
-	end := w + r.w - rnow
+	rnow := k.windowNow(r, now)
+	end := k.wid + r.w - rnow
 	budget := max(k.granted, part)
 	if k.used+n > budget {
 		return Verdict{Reason: local.ReasonUnavailable, Remaining: max(budget-k.used, 0), Reset: end, Retry: end}, true
@@ -203,6 +201,17 @@ func (k *Lease) Check(r *LeaseRule, now, n int64) Verdict {
 	v, _ := k.Decide(r, now, n)
 	*k = saved
 	return v
+}
+
+// windowNow returns node time now as Redis time, with the window state
+// rolled forward to it. A reply may move the key's offset back across a
+// window boundary the lease has already crossed: its window stays, and the
+// time reads as that window's start, so that a decision counts, and says it
+// counts, in the window whose grant it uses.
+func (k *Lease) windowNow(r *LeaseRule, now int64) int64 {
+	rnow := now + k.offset
+	k.roll(r, rnow-rnow%r.w)
+	return max(rnow, k.wid)
 }
 
 // roll moves the window state forward to the window w (Redis time): the
@@ -238,10 +247,8 @@ func (k *Lease) roll(r *LeaseRule, w int64) {
 }
 
 func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
-	rnow := now + k.offset
-	w := rnow - rnow%r.w
-	k.roll(r, w)
-	end := w + r.w - rnow
+	rnow := k.windowNow(r, now)
+	end := k.wid + r.w - rnow
 	if k.used+n <= k.granted {
 		k.used += n
 		// Sync early when what is left lasts less than a sync interval, or
