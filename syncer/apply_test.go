@@ -15,20 +15,8 @@ import (
 // new window must not be refused for it (it was, for the whole window, in
 // the multi-process benchmark: 1 to 3 windows in 30 lost a node's part).
 func TestApplyClockAhead(t *testing.T) {
-	c := redistest.Client(t, redistest.Addr(t))
-	s, err := NewSyncer(SyncConfig{Client: c, Keyspace: Keyspace{Prefix: redistest.Prefix(t)}, NodeID: "a", Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	rule, err := NewRule("ahead", local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1000, Window: time.Second}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lr, err := s.LeaseRule(rule)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := windowSyncer(t)
+	lr := windowRule(t, s, local.FixedWindow)
 	const w = int64(1e6)
 	start := int64(1_900_000_000) * w // a window's start, node time = Redis time (offset 0)
 	for _, tc := range []struct {
@@ -75,21 +63,9 @@ func TestApplyClockAhead(t *testing.T) {
 // benchmark, which reads each decision's window from it, counted up to 0.3%
 // of a window's admissions in the window before).
 func TestDecideOffsetBack(t *testing.T) {
-	c := redistest.Client(t, redistest.Addr(t))
-	s, err := NewSyncer(SyncConfig{Client: c, Keyspace: Keyspace{Prefix: redistest.Prefix(t)}, NodeID: "a", Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := windowSyncer(t)
 	for _, alg := range []local.Algorithm{local.FixedWindow, local.SlidingWindowCounter} {
-		rule, err := NewRule("back", local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lr, err := s.LeaseRule(rule)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lr := windowRule(t, s, alg)
 		const w = int64(1e6)
 		start := int64(1_900_000_000) * w
 		var k Lease
@@ -109,4 +85,30 @@ func TestDecideOffsetBack(t *testing.T) {
 			t.Errorf("%v: remaining %d > the limit", alg, v.Remaining)
 		}
 	}
+}
+
+// windowSyncer is a Syncer of one node, for tests that drive a Lease by hand.
+func windowSyncer(t *testing.T) *Syncer {
+	t.Helper()
+	c := redistest.Client(t, redistest.Addr(t))
+	s, err := NewSyncer(SyncConfig{Client: c, Keyspace: Keyspace{Prefix: redistest.Prefix(t)}, NodeID: "a", Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// windowRule is s's lease rule of alg at 1,000 per second.
+func windowRule(t *testing.T, s *Syncer, alg local.Algorithm) *LeaseRule {
+	t.Helper()
+	rule, err := NewRule("w", local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr, err := s.LeaseRule(rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lr
 }

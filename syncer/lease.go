@@ -67,7 +67,7 @@ const (
 	flagSent                      // a request was sent: lastSync is its time, not the first request's
 	flagGuess                     // the last request was sent before the key's demand could be measured
 	flagFirst                     // on the syncer's list for the next first-lease round
-	flagPaced                     // the last reply paced the window's grant (SyncConfig.PaceGap)
+	flagPaced                     // the last reply paced the current window's grant, or the next's ahead (SyncConfig.PaceGap)
 )
 
 // wantsFirst reports whether k's next exchange belongs in a first-lease

@@ -29,7 +29,7 @@
 -- (1 if the limit changed), exhausted (1 if the node wanted more and nothing
 -- is left until the window ends), live nodes, room (the current budget
 -- less R), paced (1 if the node's grant in the current window, or its grant
--- ahead in the next, was paced: it asks for more PaceGap on)}.
+-- ahead in the next, was paced: it asks for more as it uses it)}.
 local now = clock(ARGV[1])
 local node, flags, demand = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local want_cur, want_next, horizon = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
