@@ -4,7 +4,10 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/hybridlimit/hybridlimit/local"
@@ -150,7 +153,7 @@ type Rule struct {
 	fp     string // the parameters joined by ':', stored with the state
 	args   []any  // fp and the parameters, as the scripts take them
 	bucket bool   // a bucket algorithm: state in a string, a script of its own
-	bargs  []any  // rl:el:tau (the bucket's fingerprint), burst, rl, el, tau: the bucket script's arguments
+	bargs  []any  // rl:el:tau (the bucket's fingerprint), and burst, rl, el, tau packed (packNumbers): the bucket script's arguments
 }
 
 // MaxRuleName is the longest rule name accepted, in bytes.
@@ -184,7 +187,7 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 		// A bucket's state holds a fingerprint of its own, the three numbers
 		// its decisions depend on (see bucket_body.lua): shorter than fp, and
 		// the same for the same rate and burst under any bucket algorithm.
-		r.bargs = []any{parts[6] + ":" + parts[7] + ":" + parts[8], parts[3], parts[6], parts[7], parts[8]}
+		r.bargs = []any{parts[6] + ":" + parts[7] + ":" + parts[8], packNumbers(parts[3], parts[6], parts[7], parts[8])}
 	}
 	return r, nil
 }
@@ -231,4 +234,15 @@ func slot(key string) int {
 		}
 	}
 	return int(crc) % 16384
+}
+
+// packNumbers packs integers written in decimal as little-endian IEEE
+// doubles (struct's '<d' each), exact below 2^53.
+func packNumbers(xs ...string) string {
+	b := make([]byte, 0, 8*len(xs))
+	for _, x := range xs {
+		v, _ := strconv.ParseInt(x, 10, 64)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
+	}
+	return string(b)
 }

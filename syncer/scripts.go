@@ -47,8 +47,9 @@ var (
 // The scripts, run by SHA. Each algorithm has its own, holding only its own
 // code. The buckets' is the leanest, a flat chunk: no helper, no table of
 // parameters; the numbers it needs as arguments (ARGV: now, cost,
-// fingerprint, burst, rl, el, tau; KEYS: its state alone), one GET and one
-// SET.
+// fingerprint, and burst, rl, el, tau packed as four little-endian doubles
+// in one argument, which costs Redis less than four to parse; KEYS: its
+// state alone), one GET and one SET.
 //
 // A single-rule script answers with its decision's six numbers packed into
 // one string (see packed), not an array: Redis turns a script's table into
@@ -66,7 +67,7 @@ else
   now = tonumber(now)
 end
 local n, fp = tonumber(ARGV[2]), ARGV[3]
-local burst, rl, el, tau = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local burst, rl, el, tau = struct.unpack('<dddd', ARGV[4])
 local commit, lk = true, nil
 ` + strings.ReplaceAll(bucketBody, "return answer(", "return struct.pack('<dddddd', "))
 	scriptMulti  = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter") + bucketFunc + luaSource("multi"))
