@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"github.com/hybridlimit/hybridlimit/local"
@@ -187,7 +186,7 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 		// A bucket's state holds a fingerprint of its own, the three numbers
 		// its decisions depend on (see bucket_body.lua): shorter than fp, and
 		// the same for the same rate and burst under any bucket algorithm.
-		r.bargs = []any{parts[6] + ":" + parts[7] + ":" + parts[8], packNumbers(parts[3], parts[6], parts[7], parts[8])}
+		r.bargs = []any{parts[6] + ":" + parts[7] + ":" + parts[8], packNumbers(p.Burst, rl, el, tau)}
 	}
 	return r, nil
 }
@@ -236,13 +235,12 @@ func slot(key string) int {
 	return int(crc) % 16384
 }
 
-// packNumbers packs integers written in decimal as little-endian IEEE
-// doubles (struct's '<d' each), exact below 2^53.
-func packNumbers(xs ...string) string {
+// packNumbers packs integers as little-endian IEEE doubles (struct's '<d'
+// each), exact below 2^53, which the limit's validation keeps them under.
+func packNumbers(xs ...int64) string {
 	b := make([]byte, 0, 8*len(xs))
 	for _, x := range xs {
-		v, _ := strconv.ParseInt(x, 10, 64)
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(x)))
 	}
 	return string(b)
 }
