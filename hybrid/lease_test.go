@@ -895,8 +895,9 @@ func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) k
 // node holds a few PaceGaps of its demand (three), not its part of the
 // budget, so that the nodes run out together, as an exact limiter's
 // budget does, rather than each after its own first arrivals; it asks for
-// more in the first-lease rounds, PaceGap after its last exchange and not
-// sooner; the next window's grant ahead is paced the same way. Under the
+// more in the first-lease rounds once what it holds lasts less than two
+// PaceGaps, and not sooner; the next window's grant ahead is paced the same
+// way. Under the
 // limit a node is granted ahead what lasts it a Horizon, as before, and
 // waits for the ordinary rounds.
 func TestPacedGrants(t *testing.T) {

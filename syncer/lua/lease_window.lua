@@ -232,9 +232,10 @@ end
 -- when the budget left (avail) and what the nodes hold unused (each
 -- other node's grant less its use as last reported, less its demand since)
 -- would be spent before wend at the demands reported, the node is granted
--- up to what lasts it pace_span (three PaceGaps: a paced key low on its
--- lease syncs every PaceGap, and one exchange late or slow must not leave
--- it dry), and no more than its part by demand of that water level,
+-- up to what lasts it pace_span (three PaceGaps: a paced node asks for
+-- more once what it holds lasts less than two, and an exchange late or
+-- slow must not leave it dry), and no more than its part by demand of that
+-- water level,
 -- so that the nodes run out of the budget together, apart by the spread of
 -- their arrivals over their last exchange's span only. A node may hold at
 -- least pace_floor, or half its part of the water level when that is less:
@@ -322,8 +323,8 @@ if counter then
   budget = math.min(fdiv(math.max(L * p.ws - Rprev * left, 0), p.ws), L - Rnext)
 end
 local _, _, Rcur = state(kcur)
-local gcur, exhausted, paced_cur
-gcur, Rcur, exhausted, paced_cur = grant(kcur, want_cur, budget - Rcur, budget, now < wt + W - horizon, wt)
+local gcur, exhausted, is_paced
+gcur, Rcur, exhausted, is_paced = grant(kcur, want_cur, budget - Rcur, budget, now < wt + W - horizon, wt)
 
 -- The next window is granted ahead, as the current one ends, so that it
 -- does not open with a gap: the fixed window only. The counter's next window
@@ -335,7 +336,7 @@ if want_next > 0 and not counter and now >= wt + W - horizon then
   if counter then nbudget = L - Rcur end
   local paced_next
   gnext, Rnext, _, paced_next = grant(knext, want_next, nbudget - Rnext, nbudget, true, wt + W)
-  paced_cur = paced_cur or paced_next
+  is_paced = is_paced or paced_next
 else
   gnext = state(knext)
 end
@@ -354,5 +355,5 @@ local ex = 0
 if exhausted and not counter then ex = 1 end
 local room = budget - Rcur
 local pc = 0
-if paced_cur then pc = 1 end
+if is_paced then pc = 1 end
 return {now, wt, ep, gcur, ucur, Rcur, gnext, Rprev, revoked, ex, live, room, pc}
