@@ -21,8 +21,8 @@ func TestKeyIDShortKeysExact(t *testing.T) {
 	seen := map[[2]uint64]string{}
 	add := func(k string) {
 		id0, id1 := s.keyID(k)
-		if id1 == 0 {
-			t.Fatalf("keyID(%q): id1 0, which marks an evicted entry", k)
+		if id1 < 1<<56 {
+			t.Fatalf("keyID(%q): id1 %#x, below 1<<56, where the overflow entry's mark is", k, id1)
 		}
 		if prev, ok := seen[[2]uint64{id0, id1}]; ok && prev != k {
 			t.Fatalf("keyID(%q) = keyID(%q)", k, prev)

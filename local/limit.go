@@ -157,6 +157,12 @@ type Limit struct {
 	rl  int64
 	el  int64
 	tau int64
+
+	// Packed states (packed.go): whether every state packs into one word,
+	// the bits of a count, and the latest TAT a packed bucket holds.
+	packed bool
+	cb     uint8
+	maxTAT int64
 }
 
 // LimitError describes an invalid parameter. It wraps ErrInvalidLimit, so
@@ -244,6 +250,7 @@ func NewLimit(p Params) (Limit, error) {
 		l.tau = burst * l.el
 		l.max = burst
 	}
+	l.setPacking()
 	return l, nil
 }
 

@@ -84,8 +84,12 @@ type Config struct {
 
 // Limiter limits requests per key under one Limit. Its keys are held in a
 // sharded table: deciding for a key already held allocates nothing and
-// takes no lock but that key's own. Keys back in their initial state are
-// evicted, and the table holds at most Config.MaxKeys keys.
+// takes no lock. When the Limit's state fits in a word (every algorithm but
+// the sliding window log, for all but extreme parameters: see
+// docs/algorithms.md) a decision is one compare-and-swap on the key's state,
+// and a rejection none; otherwise it takes the key's own lock. Keys back in
+// their initial state are evicted, and the table holds at most
+// Config.MaxKeys keys.
 //
 // A Limiter is safe for concurrent use. Close stops its goroutines (the
 // clock and the sweeper); decisions remain possible after Close, reading
@@ -108,13 +112,83 @@ type Limiter struct {
 
 // keyState is a Limiter's value per key: the algorithm's state, and the
 // limit it is expressed in (a SetLimit carries it over on the key's next
-// decision).
+// decision, in a new entry: see settle).
+//
+// The state is in word when lim is packed (packed.go), except for the
+// overflow entry's, and in *st otherwise. lim is set once, when the key is
+// first decided, under the entry's lock; it is read lock-free. word is
+// changed lock-free by compare-and-swap, or by a holder of the entry's lock
+// who has set wordLocked in it (hold). st is guarded by the entry's lock; it
+// is allocated on the key's first decision in it, so that an entry is 64
+// bytes, one size class and one cache line, and a packed key carries no
+// unused state.
 type keyState struct {
-	lim *Limit
-	state
+	lim  atomic.Pointer[Limit]
+	word atomic.Uint64
+	st   *state
 }
 
-func idleKey(v *keyState, now int64) bool { return v.lim == nil || v.lim.initial(&v.state, now) }
+// sharedID is the id1 of a Limiter's overflow entry, which no key's entry
+// has (keyID). The overflow entry is only ever decided under its lock, so
+// its state stays in st whatever the limit, and it is carried over to a new
+// limit in place.
+const sharedID = 1
+
+// packedIn reports whether e's state under lim, the limit it is expressed
+// in, is in its word.
+func packedIn(e *Entry[keyState], lim *Limit) bool { return lim.packed && e.id1 != sharedID }
+
+// hold returns e's state under lim, the limit it is expressed in, to read
+// and write, for a caller that holds e's lock and found it not evicted. A
+// packed state is locked against the lock-free path and unpacked into
+// *tmp. Pass what hold returns to release.
+func hold(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
+	v := &e.Value
+	if !packedIn(e, lim) {
+		if v.st == nil {
+			v.st = new(state)
+		}
+		return v.st, 0
+	}
+	for {
+		// Neither locked nor dead: both need e's lock, which the caller holds.
+		w := v.word.Load()
+		if v.word.CompareAndSwap(w, w|wordLocked) {
+			*tmp = lim.unpack(w)
+			return tmp, w
+		}
+	}
+}
+
+// release ends a hold of s: a packed state is packed back, unlocked.
+func release(e *Entry[keyState], lim *Limit, s *state, w uint64) {
+	if packedIn(e, lim) {
+		e.Value.word.Store(lim.pack(s, w))
+	}
+}
+
+// idleKey reports whether the key's state is back to the initial state. A
+// packed one is marked dead in the same step, so that no lock-free decision
+// lands on it afterwards. The caller holds the entry's lock.
+func idleKey(v *keyState, now int64) bool {
+	lim := v.lim.Load()
+	switch {
+	case lim == nil: // never decided
+		return true
+	case !lim.packed: // the overflow entry is never in the store
+		return v.st == nil || lim.initial(v.st, now)
+	}
+	for {
+		w := v.word.Load() // not locked: the caller holds the entry's lock
+		s := lim.unpack(w)
+		if !lim.initial(&s, now) {
+			return false
+		}
+		if v.word.CompareAndSwap(w, wordDead) {
+			return true
+		}
+	}
+}
 
 // New returns a Limiter for lim. It returns an error wrapping ErrInvalidLimit
 // for an invalid lim and ErrInvalidConfig, naming the field, for a bad cfg.
@@ -139,8 +213,8 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	l := &Limiter{store: store, clock: cfg.Clock, overflow: cfg.Overflow}
 	p := lim
 	l.limit.Store(&p)
-	l.shared.id1 = 1 // never in the store, never evicted
-	l.shared.Value.lim = &p
+	l.shared.id1 = sharedID // never in the store, never evicted
+	l.shared.Value.lim.Store(&p)
 	if l.clock == nil {
 		l.clock = NewCoarseClock(DefaultResolution)
 		l.ownClock = true
@@ -239,7 +313,8 @@ func (l *Limiter) AllowAt(now time.Time, key string) Decision {
 // and consumes n if it is. A cost of zero asks without consuming; a negative
 // cost is rejected (ReasonInvalidCost), and so is a cost above what the limit
 // can ever admit (ReasonCostTooHigh). Times before the Unix epoch count as
-// the epoch, and a time earlier than one the key has already stored counts as
+// the epoch, times after 2^53 − 1 µs past it (in the year 2255) as that
+// time, and a time earlier than one the key has already stored counts as
 // that time.
 func (l *Limiter) AllowNAt(now time.Time, key string, n int64) Decision {
 	v, limit := l.allow(now.UnixMicro(), key, n)
@@ -252,7 +327,7 @@ func (l *Limiter) AllowNAt(now time.Time, key string, n int64) Decision {
 // allow is the hot path. It returns a verdict, which stays in registers,
 // and the limit's MaxCost; the exported methods make them a Decision.
 func (l *Limiter) allow(now int64, key string, n int64) (verdict, int64) {
-	now = max(now, 0)
+	now = clampTime(now)
 	if n < 0 {
 		return verdict{reason: ReasonInvalidCost}, l.limit.Load().max
 	}
@@ -261,41 +336,98 @@ func (l *Limiter) allow(now int64, key string, n int64) (verdict, int64) {
 		if e == nil {
 			return l.overflowed(now, n)
 		}
-		e.mu.Lock()
 		lim, v := l.limit.Load(), &e.Value
-		if v.lim != lim || n > lim.max { // rare: evicted, limit changed, cost too high
-			if e.Evicted() { // evicted since we got it
-				e.mu.Unlock()
-				continue
+		if lim.packed && n <= lim.max && v.lim.Load() == lim {
+			for {
+				w := v.word.Load()
+				if w&(wordLocked|wordDead) != 0 {
+					break // held, or gone: wait for the lock below
+				}
+				vd, nw := lim.decideWord(w, now, n)
+				if nw == w || v.word.CompareAndSwap(w, nw) {
+					return vd, lim.max
+				}
 			}
-			vd, limit := decideWith(v, lim, now, n, true)
-			e.mu.Unlock()
+		}
+		if vd, limit, ok := l.allowLocked(e, lim, key, now, n); ok {
 			return vd, limit
 		}
-		vd := lim.decide(&v.state, now, n, true)
-		e.mu.Unlock()
-		return vd, lim.max
 	}
 }
 
-// decideLocked decides for the key whose locked value is v, under the
-// limit in force, carrying its state over to it first if it changed.
-func (l *Limiter) decideLocked(v *keyState, now, n int64, commit bool) (verdict, int64) {
-	return decideWith(v, l.limit.Load(), now, n, commit)
+// allowLocked decides under e's lock: the sliding window log, limits too
+// large to pack, a key's first decision, a limit changed since the key's
+// last one, a cost too high, and any decision that found the word held. It
+// reports false when the key must be looked up again (e was evicted or
+// replaced).
+func (l *Limiter) allowLocked(e *Entry[keyState], lim *Limit, key string, now, n int64) (verdict, int64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.Evicted():
+		return verdict{}, 0, false
+	case n > lim.max:
+		return verdict{reason: ReasonCostTooHigh}, lim.max, true
+	case !l.settle(e, lim, key, now):
+		return verdict{}, 0, false
+	}
+	var tmp state
+	s, w := hold(e, lim, &tmp)
+	vd := lim.decide(s, now, n, true)
+	release(e, lim, s, w)
+	return vd, lim.max, true
 }
 
-// decideWith decides for the key whose locked value is v, under lim. A cost
-// no state can admit is refused before the state is looked at, or carried
-// over to a changed limit: the Redis twin refuses it without a script.
-func decideWith(v *keyState, lim *Limit, now, n int64, commit bool) (verdict, int64) {
+// settle brings e's value to lim, the limit in force, for a caller holding
+// e's lock that found it not evicted. A new key takes lim as it is. A key
+// under another limit is carried over to lim (Limit.convert) in a new entry
+// that replaces e: a state read lock-free must never change its meaning in
+// place. settle then reports false, e being evicted, and the caller looks
+// key up again. Callers refuse a cost above lim's MaxCost before they
+// settle: such a request changes nothing, not even the limit a state is
+// expressed in, as the Redis twin refuses it without a script.
+func (l *Limiter) settle(e *Entry[keyState], lim *Limit, key string, now int64) bool {
+	v := &e.Value
+	from := v.lim.Load()
+	switch {
+	case from == lim:
+		return true
+	case from == nil:
+		v.lim.Store(lim)
+		return true
+	case e.id1 == sharedID: // never read lock-free: carried over in place
+		if v.st != nil {
+			lim.convert(v.st, from, now)
+		}
+		v.lim.Store(lim)
+		return true
+	}
+	var tmp state
+	s, _ := hold(e, from, &tmp)
+	st := *s
+	lim.convert(&st, from, now)
+	if packedIn(e, from) {
+		v.word.Store(wordDead)
+	}
+	l.store.replace(key, e, func(nv *keyState) {
+		nv.lim.Store(lim)
+		if lim.packed {
+			nv.word.Store(lim.pack(&st, 0))
+		} else {
+			nv.st = &st
+		}
+	})
+	return false
+}
+
+// decideHeld decides on s, a key's state that the caller holds (the
+// entry's lock, settled, and hold), under lim, the limit it is expressed in.
+// A cost no state can admit is refused before the state is looked at.
+func decideHeld(s *state, lim *Limit, now, n int64, commit bool) (verdict, int64) {
 	if n > lim.max {
 		return verdict{reason: ReasonCostTooHigh}, lim.max
 	}
-	if v.lim != lim {
-		lim.convert(&v.state, v.lim, now)
-		v.lim = lim
-	}
-	return lim.decide(&v.state, now, n, commit), lim.max
+	return lim.decide(s, now, n, commit), lim.max
 }
 
 // overflowed decides a request for a new key that did not fit.
@@ -308,9 +440,16 @@ func (l *Limiter) overflowed(now, n int64) (verdict, int64) {
 		}
 		return verdict{reason: reasonAdmittedOverflow, remaining: lim.max - n}, lim.max
 	case OverflowShared:
-		l.shared.mu.Lock()
-		v, limit := l.decideLocked(&l.shared.Value, now, n, true)
-		l.shared.mu.Unlock()
+		e, lim := &l.shared, l.limit.Load()
+		if n > lim.max {
+			return verdict{reason: ReasonCostTooHigh}, lim.max
+		}
+		e.mu.Lock()
+		l.settle(e, lim, "", now)
+		var tmp state
+		s, _ := hold(e, lim, &tmp)
+		v, limit := decideHeld(s, lim, now, n, true)
+		e.mu.Unlock()
 		return v.overflowed(), limit
 	default:
 		return verdict{reason: ReasonOverflow}, l.limit.Load().max
@@ -320,7 +459,7 @@ func (l *Limiter) overflowed(now, n int64) (verdict, int64) {
 // SweepAt evicts every key whose state is back to its initial state at now,
 // and returns how many it evicted. The background sweeper calls it with the
 // Limiter's clock.
-func (l *Limiter) SweepAt(now time.Time) int { return l.store.Sweep(max(now.UnixMicro(), 0)) }
+func (l *Limiter) SweepAt(now time.Time) int { return l.store.Sweep(clampTime(now.UnixMicro())) }
 
 // Stats are a Limiter's counters.
 type Stats struct {

@@ -467,3 +467,62 @@ func TestAllowMultiSurvivesSetLimit(t *testing.T) {
 		t.Fatalf("other rule charged %d, %d admitted", got, admitted)
 	}
 }
+
+// TestPackedSurvivesSetLimitAndSweeps: decisions on packed states, lock-free,
+// while the limit flips between GCRA and a token bucket of the same rate and
+// burst, and sweeps run. Every flip moves the key's state into a new entry
+// (the state itself carries over exactly: it is the same bucket), and a
+// sweep marks an idle one dead; neither may lose an admission, or the
+// bucket would start full again and admit more than burst + rate × time.
+// The sweeps judge at the time all deciding goroutines have passed, as a
+// Limiter's clock would.
+func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
+	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Millisecond})
+	bucket := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 100, Window: time.Millisecond})
+	l := newLimiter(t, gcra, local.Config{NoBackgroundSweep: true})
+	const ms, workers, perMs = 50, 4, 1000
+	var admitted atomic.Int64
+	var progress [workers]atomic.Int64 // µs each worker has passed
+	stop, done := make(chan struct{}), make(chan struct{})
+	flips, swept := 0, 0
+	go func() { // flip the limit and sweep for as long as the decisions run
+		defer close(done)
+		for ; ; flips++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if flips%2 == 0 {
+				l.SetLimit(bucket)
+			} else {
+				l.SetLimit(gcra)
+			}
+			passed := progress[0].Load()
+			for w := range progress[1:] {
+				passed = min(passed, progress[w+1].Load())
+			}
+			swept += l.SweepAt(t0.Add(time.Duration(passed) * time.Microsecond))
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Go(func() {
+			for i := range ms * perMs {
+				us := int64(i) * 1000 / perMs
+				if l.AllowAt(t0.Add(time.Duration(us)*time.Microsecond), "hot").Allowed {
+					admitted.Add(1)
+				}
+				progress[g].Store(us)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-done
+	most := gcra.Burst() + gcra.Limit()*ms // burst + rate × 50ms
+	if got := admitted.Load(); got > most || got < most/2 {
+		t.Fatalf("admitted %d over %dms, want at most %d (burst + rate × time) and at least half that", got, ms, most)
+	}
+	t.Logf("admitted %d of at most %d; %d limit changes, %d evictions", admitted.Load(), most, flips, swept)
+}

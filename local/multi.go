@@ -46,14 +46,16 @@ func allowMulti(now int64, reqs []Request, out []Decision) bool {
 	if len(out) < len(reqs) {
 		panic("local: AllowMulti: out is shorter than reqs")
 	}
-	now = max(now, 0)
+	now = clampTime(now)
 	var ebuf [multiInline]*Entry[keyState]
 	var obuf [multiInline]int
-	ents, order := ebuf[:0], obuf[:0]
+	var hbuf [multiInline]held
+	ents, order, hs := ebuf[:0], obuf[:0], hbuf[:0]
 	if len(reqs) > multiInline {
 		ents, order = make([]*Entry[keyState], 0, len(reqs)), make([]int, 0, len(reqs))
+		hs = make([]held, 0, len(reqs))
 	}
-	ents, order = ents[:len(reqs)], order[:len(reqs)]
+	ents, order, hs = ents[:len(reqs)], order[:len(reqs)], hs[:len(reqs)]
 retry:
 	ok := true
 	for i, r := range reqs {
@@ -125,12 +127,32 @@ retry:
 			k = end
 		}
 	}
-	// Check every rule, charging nothing. This carries each entry over to
-	// its limiter's limit in force (Value.lim), which the commit below reuses:
-	// a SetLimit in between must not change what was checked.
-	groups(func(e *Entry[keyState], lim *Limiter, group []int, total int64) {
-		v, limit := lim.decideLocked(&e.Value, now, total, false)
-		if e == &lim.shared {
+	// Carry each entry over to its limiter's limit in force, and hold its
+	// state; the check and the commit below use that limit, so a SetLimit in
+	// between does not change what was checked. An entry replaced by the
+	// carrying over sends the call back to the lookups. A cost above the
+	// limit's MaxCost is refused without touching the state.
+	replaced := false
+	groups(func(e *Entry[keyState], l *Limiter, group []int, total int64) {
+		h := &hs[group[0]]
+		*h = held{lim: l.limit.Load()}
+		if total <= h.lim.max && !replaced && !l.settle(e, h.lim, reqs[group[0]].Key, now) {
+			replaced = true
+		}
+	})
+	if replaced {
+		unlock()
+		goto retry
+	}
+	groups(func(e *Entry[keyState], _ *Limiter, group []int, total int64) {
+		if h := &hs[group[0]]; total <= h.lim.max {
+			h.s, h.w = hold(e, h.lim, &h.tmp)
+		}
+	})
+	// Check every rule, charging nothing.
+	groups(func(e *Entry[keyState], l *Limiter, group []int, total int64) {
+		v, limit := decideHeld(hs[group[0]].s, hs[group[0]].lim, now, total, false)
+		if e == &l.shared {
 			v = v.overflowed()
 		}
 		d := v.decision(limit)
@@ -139,17 +161,21 @@ retry:
 		}
 		ok = ok && d.Allowed
 	})
-	groups(func(e *Entry[keyState], lim *Limiter, group []int, total int64) {
+	groups(func(e *Entry[keyState], _ *Limiter, group []int, total int64) {
+		h := &hs[group[0]]
 		switch {
 		case ok:
-			decideWith(&e.Value, e.Value.lim, now, total, true)
+			decideHeld(h.s, h.lim, now, total, true)
 		case out[group[0]].Allowed:
 			// It had room but another rule refused: report it uncharged.
-			d := decisionOf(decideWith(&e.Value, e.Value.lim, now, 0, false))
+			d := decisionOf(decideHeld(h.s, h.lim, now, 0, false))
 			d.Allowed = false
 			for _, i := range group {
 				out[i] = d
 			}
+		}
+		if h.s != nil {
+			release(e, h.lim, h.s, h.w)
 		}
 	})
 	unlock()
@@ -159,6 +185,16 @@ retry:
 		}
 	}
 	return ok
+}
+
+// held is an entry's state held for a multi-rule decision: the limit it is
+// decided under, and what hold returned (s nil when not held, for a cost
+// above the limit's MaxCost).
+type held struct {
+	lim *Limit
+	s   *state
+	w   uint64
+	tmp state
 }
 
 // addr orders entries for locking. Go's heap objects do not move, so an

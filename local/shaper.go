@@ -48,7 +48,7 @@ func (l *Limiter) ReserveAt(now time.Time, key string, n int64, maxDelay time.Du
 }
 
 func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration) (Reservation, error) {
-	now = max(now, 0)
+	now = clampTime(now)
 	if !l.limit.Load().p.Algorithm.bucket() {
 		return Reservation{}, ErrNotShaper
 	}
@@ -75,8 +75,11 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 			e.mu.Unlock()
 			continue
 		}
-		r, err := l.reserveLocked(e, now, n, maxDelay)
+		r, err, ok := l.reserveLocked(e, key, now, n, maxDelay)
 		e.mu.Unlock()
+		if !ok { // replaced under a new limit
+			continue
+		}
 		if e == &l.shared && r.Reason != ReasonCostTooHigh {
 			r.Reason = ReasonOverflow
 		}
@@ -84,20 +87,29 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 	}
 }
 
-func (l *Limiter) reserveLocked(e *Entry[keyState], now, n int64, maxDelay time.Duration) (Reservation, error) {
-	lim, v := l.limit.Load(), &e.Value
+// reserveLocked reserves under e's lock. It reports false when e was
+// replaced by an entry under the limit in force (settle), to be looked up
+// again.
+func (l *Limiter) reserveLocked(e *Entry[keyState], key string, now, n int64, maxDelay time.Duration) (Reservation, error, bool) {
+	lim := l.limit.Load()
 	if !lim.p.Algorithm.bucket() {
-		return Reservation{}, ErrNotShaper
+		return Reservation{}, ErrNotShaper, true
 	}
 	if n > lim.max {
-		return Reservation{Reason: ReasonCostTooHigh}, nil
+		return Reservation{Reason: ReasonCostTooHigh}, nil, true
 	}
-	if v.lim != lim {
-		lim.convert(&v.state, v.lim, now)
-		v.lim = lim
+	if !l.settle(e, lim, key, now) {
+		return Reservation{}, nil, false
 	}
-	// Keep (TAT − now)·rl far from overflowing however long the queue.
+	var tmp state
+	v, w := hold(e, lim, &tmp)
+	defer release(e, lim, v, w)
+	// Keep (TAT − now)·rl far from overflowing however long the queue, and
+	// a packed TAT within its word.
 	limitDelay := min(max(maxDelay.Microseconds(), 0), (math.MaxInt64/4)/lim.rl)
+	if packedIn(e, lim) {
+		limitDelay = min(limitDelay, lim.maxTAT-now-ceilDiv(lim.tau, lim.rl)-1)
+	}
 	tat, frac := v.a, v.b
 	if tat < now {
 		tat, frac = now, 0
@@ -110,14 +122,14 @@ func (l *Limiter) reserveLocked(e *Entry[keyState], now, n int64, maxDelay time.
 		delay = ceilDiv(excess, lim.rl)
 	}
 	if delay > limitDelay {
-		return Reservation{Reason: ReasonLimited, Delay: micros(delay)}, nil
+		return Reservation{Reason: ReasonLimited, Delay: micros(delay)}, nil, true
 	}
 	f := frac + n*lim.el
 	v.a, v.b = tat+f/lim.rl, f%lim.rl
 	return Reservation{
 		OK: true, Delay: micros(delay), TimeToAct: time.UnixMicro(now + delay),
 		l: l, e: e, lim: lim, n: n, at: now + delay, tat: v.a, frac: v.b,
-	}, nil
+	}, nil, true
 }
 
 // Cancel is CancelAt with the time of the Limiter the reservation came from.
@@ -142,8 +154,13 @@ func (r *Reservation) CancelAt(now time.Time) {
 	us := now.UnixMicro()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	v := &e.Value
-	if e.Evicted() || v.lim != r.lim || us >= r.at || v.a != r.tat || v.b != r.frac {
+	if e.Evicted() || e.Value.lim.Load() != r.lim || us >= r.at {
+		return
+	}
+	var tmp state
+	v, w := hold(e, r.lim, &tmp)
+	defer release(e, r.lim, v, w)
+	if v.a != r.tat || v.b != r.frac {
 		return
 	}
 	f, a := v.b-r.n*r.lim.el, v.a

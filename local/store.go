@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 )
@@ -15,8 +16,9 @@ import (
 //     shards are power-of-two open-addressing tables whose slots readers
 //     load atomically. Inserts, evictions and resizes take the shard's
 //     mutex.
-//   - Each entry has a mutex of its own, which guards its Value. A caller
-//     locks the entry it got, checks it was not evicted in between
+//   - Each entry has a mutex of its own, which guards its Value (a value may
+//     also guard parts of itself with atomics, as the Limiter's does). A
+//     caller locks the entry it got, checks it was not evicted in between
 //     (Evicted), and gets it again if it was.
 //   - Keys are evicted only when the idle function given to NewStore says
 //     their value is back to its initial state. The store holds at most
@@ -24,20 +26,24 @@ import (
 //     overflow policy.
 //
 // The key bytes are not kept: comparing them would cost a dependent cache
-// miss per lookup among many keys, and a copy of every key. A key is found
-// by a 64-bit hash of its bytes under a random seed, and identified by 128
-// bits held in its entry: a key of up to 15 bytes (user IDs, IPv4
-// addresses) by its bytes and its length, exactly; a longer one by a second
-// 64-bit hash under an independent seed, which with the first makes two
-// distinct keys taken for one with probability about 2^-127 per pair
-// (10^-26 for a million keys held), far below hardware error rates; the
-// seeds are secret, so a client cannot aim for a collision.
+// miss per lookup among many keys, and a copy of every key. A key is
+// identified by 128 bits held in its entry: a key of up to 15 bytes (user
+// IDs, IPv4 addresses) by its bytes and its length, exactly; a longer one by
+// a 64-bit hash of its bytes under a random seed and a mark. It is found by
+// a 64-bit hash under secret random keys: of those 128 bits for a short key
+// (two rounds of a 64×64→128-bit multiply folded, wyhash's mix, which costs
+// about 2 ns less than hashing the bytes again), and of its bytes under a
+// second, independent seed for a long one. Two distinct long keys are taken
+// for one with probability about 2^-127 per pair (10^-26 for a million keys
+// held), far below hardware error rates; the seeds are secret, so a client
+// cannot aim for a collision, nor for one probe chain.
 //
 // A Store is safe for concurrent use.
 type Store[V any] struct {
 	shards       []shard[V]
 	shift        uint // a hash's top bits pick its shard: h >> shift
 	seed1, seed2 maphash.Seed
+	mix          [3]uint64 // the keys of a short key's hash (hashShort)
 	perShard     int
 	idle         func(v *V, now int64) bool
 	tomb         *Entry[V] // marks the slot of an evicted entry
@@ -46,11 +52,15 @@ type Store[V any] struct {
 // Entry is one key's place in a Store: a Value guarded by a mutex. Lock it
 // before touching Value; an Entry must not be copied.
 type Entry[V any] struct {
-	mu       sync.Mutex
-	id0, id1 uint64 // the key's identity (keyID); id1 is 0 once evicted
+	// The key's identity (keyID), set before the entry is published and
+	// never changed: lookups compare it without locking.
+	id0, id1 uint64
 	// Value is the caller's state for the key; a new key starts with V's
-	// zero value.
-	Value V
+	// zero value. It comes right after the identity, so that a lookup and
+	// the first words of the value share a cache line.
+	Value   V
+	mu      sync.Mutex
+	evicted bool // guarded by mu
 }
 
 // Lock locks e.
@@ -62,7 +72,7 @@ func (e *Entry[V]) Unlock() { e.mu.Unlock() }
 // Evicted reports whether e was evicted since the caller got it. The caller
 // holds e's lock; an evicted entry is no longer in the store, and the key
 // must be looked up again.
-func (e *Entry[V]) Evicted() bool { return e.id1 == 0 }
+func (e *Entry[V]) Evicted() bool { return e.evicted }
 
 // StoreConfig sizes a Store.
 type StoreConfig struct {
@@ -77,8 +87,12 @@ type StoreConfig struct {
 // NewStore returns a Store sized by cfg. idle reports whether a value is
 // back to its initial state at now, so that its key may be forgotten: it is
 // called with the entry locked, on the slow paths only (sweeps, and inserts
-// that need room). New does not modify cfg; a bad field is reported with an
-// error wrapping ErrInvalidConfig.
+// that need room), and when it returns true the entry is evicted. An entry
+// whose lock is held when a sweep reaches it is busy, so not idle: the sweep
+// passes it by (a sweep never waits for an entry's lock while holding its
+// shard's, so a caller holding an entry may call into the Store). New does
+// not modify cfg; a bad field is reported with an error wrapping
+// ErrInvalidConfig.
 func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V], error) {
 	if cfg.Shards == 0 {
 		cfg.Shards = DefaultShards
@@ -100,6 +114,7 @@ func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V
 		shift:    uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
 		seed1:    maphash.MakeSeed(),
 		seed2:    maphash.MakeSeed(),
+		mix:      [3]uint64{rand.Uint64() | 1, rand.Uint64() | 1, rand.Uint64() | 1},
 		perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
 		idle:     idle,
 		tomb:     new(Entry[V]),
@@ -115,8 +130,8 @@ func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V
 // none of which it could evict: evictions are judged at now (µs since the
 // epoch), which must be on the same timeline as the values' times.
 func (s *Store[V]) Get(key string, now int64) *Entry[V] {
-	h1 := maphash.String(s.seed1, key)
 	id0, id1 := s.keyID(key)
+	h1 := s.hash(key, id0, id1)
 	sh := &s.shards[h1>>s.shift]
 	if e := sh.tab.Load().find(h1, id0, id1, s.tomb); e != nil {
 		return e
@@ -124,11 +139,28 @@ func (s *Store[V]) Get(key string, now int64) *Entry[V] {
 	return s.insert(sh, h1, id0, id1, now)
 }
 
-// keyID returns the identity an entry holds for key, id1 never 0: up to 15
+// hash returns the hash that places key, whose identity is id0, id1: of the
+// identity for a key of up to 15 bytes, which it determines exactly, and of
+// the bytes for a longer one.
+func (s *Store[V]) hash(key string, id0, id1 uint64) uint64 {
+	if len(key) > 15 {
+		return maphash.String(s.seed1, key)
+	}
+	return mix(mix(id0^s.mix[0], id1^s.mix[1]), s.mix[2])
+}
+
+// mix folds the 128-bit product of a and b into 64 bits.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// keyID returns the identity an entry holds for key, id1 at least 1<<56 (a
+// smaller one marks an entry that is not a key's; see sharedID): up to 15
 // bytes, the bytes and the length, packed without loss (a key's bytes are
 // read as words, overlapping where the length is not a multiple of one;
-// with the length, that determines them); beyond, a second hash and a mark
-// no short key's length byte takes.
+// with the length, that determines them); beyond, a hash and a mark no
+// short key's length byte takes.
 func (s *Store[V]) keyID(key string) (id0, id1 uint64) {
 	n := len(key)
 	switch {
@@ -283,19 +315,18 @@ const cacheLine = 64
 
 const minTableSize = 8
 
-// evictIfIdle evicts the entry in sl if its value is idle at now. The
+// evictIfIdle evicts the entry in sl if its value is idle at now. An entry
+// whose lock is held is in use, and passed by: waiting for it here, holding
+// sh.mu, could deadlock with a holder of the entry calling replace. The
 // caller holds sh.mu.
 func (s *Store[V]) evictIfIdle(sh *shard[V], sl *slot[V], now int64) bool {
 	e := sl.ent.Load()
-	if e == nil || e == s.tomb {
+	if e == nil || e == s.tomb || !e.mu.TryLock() {
 		return false
 	}
-	e.mu.Lock()
-	ok := e.id1 != 0 && s.idle(&e.Value, now)
+	ok := !e.evicted && s.idle(&e.Value, now)
 	if ok {
-		e.id1 = 0
-		var zero V
-		e.Value = zero // drop what the value references
+		e.evicted = true
 	}
 	e.mu.Unlock()
 	if ok {
@@ -380,4 +411,31 @@ func (s *Store[V]) insert(sh *shard[V], h1, id0, id1 uint64, now int64) *Entry[V
 	}
 	sh.live++
 	return e
+}
+
+// replace puts a new entry for key in the place of old, its value set by
+// init before anyone can see it, and marks old evicted: a holder of old
+// finds that it was evicted and looks key up again, to find the new entry.
+// It is how a value that lock-free readers hold (the Limiter's packed
+// states) changes its meaning: in a new entry, never in place. The caller
+// holds old's lock, and old is key's entry.
+func (s *Store[V]) replace(key string, old *Entry[V], init func(v *V)) {
+	ne := &Entry[V]{id0: old.id0, id1: old.id1}
+	init(&ne.Value)
+	h1 := s.hash(key, old.id0, old.id1)
+	sh := &s.shards[h1>>s.shift]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old.evicted = true
+	t := sh.tab.Load()
+	for i := h1 & t.mask; ; i = (i + 1) & t.mask {
+		sl := &t.slots[i]
+		switch sl.ent.Load() {
+		case nil:
+			return // not held (cannot happen: evicting old needs its lock)
+		case old:
+			sl.ent.Store(ne)
+			return
+		}
+	}
 }

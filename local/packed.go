@@ -1,0 +1,139 @@
+package local
+
+import "math/bits"
+
+// Packed states.
+//
+// A Limiter decides for a key already held with no lock when its Limit's
+// state fits in one 64-bit word: it loads the word, runs the algorithm on
+// the state it unpacks, and installs the packed result with one
+// compare-and-swap, retrying if another decision got in first. A mutex costs
+// two locked instructions, a lock and an unlock; a compare-and-swap is one,
+// and a rejection, which changes nothing, none. The fixed window, the sliding
+// window counter and the three bucket algorithms pack whenever their
+// parameters let every state they can reach fit (Limit.packed); the sliding
+// window log never does.
+//
+// The words, for times up to maxMicros:
+//
+//	fixed window:            window index (start / window) << cb | count
+//	sliding window counter:  window index << 2cb | count << cb | previous count
+//	token/leaky bucket, GCRA: TAT·rl + fraction, the state's two numbers in
+//	                         units of 1/rl µs
+//
+// with cb = bits.Len(Limit), since a count never passes Limit. The zero word
+// is the zero state, every algorithm's initial state. The two top bits are
+// never part of a state: wordLocked marks a word that a holder of the entry's
+// lock is working on (multi-rule decisions, the shaper, eviction and
+// conversions take the lock and then the word), and wordDead one whose entry
+// is gone (evicted, or replaced by an entry under another limit). A dead
+// word never changes again, and an entry's limit never changes while its
+// word is read lock-free: a compare-and-swap that succeeds therefore always
+// applies a transition computed under the limit the state is in.
+const (
+	// maxMicros is the latest time a Limiter decides at, in µs since the
+	// epoch (2^53 − 1: in the year 2255); later times count as it. It bounds
+	// what a packed state must hold.
+	maxMicros  = 1<<53 - 1
+	wordMax    = 1<<62 - 1 // the largest packed state
+	wordLocked = 1 << 62
+	wordDead   = 1 << 63
+)
+
+// clampTime brings a time in µs into the range a Limiter decides in.
+func clampTime(us int64) int64 { return min(max(us, 0), maxMicros) }
+
+// setPacking decides whether every state l can reach packs into a word
+// below wordLocked, and sets l.packed and the field widths.
+func (l *Limit) setPacking() {
+	windows := bits.Len64(uint64(maxMicros / l.w)) // bits of a window index
+	cb := bits.Len64(uint64(l.p.Limit))
+	switch l.p.Algorithm {
+	case FixedWindow:
+		l.packed = windows+cb <= 62
+		l.cb = uint8(cb)
+	case SlidingWindowCounter:
+		l.packed = windows+2*cb <= 62
+		l.cb = uint8(cb)
+	case TokenBucket, LeakyBucket, GCRA:
+		// A TAT is at most ⌈τ/rl⌉ past the time of the decision that stored
+		// it; the shaper, which queues past that, caps its delays at maxTAT.
+		hi, lo := bits.Mul64(uint64(maxMicros+ceilDiv(l.tau, l.rl)+1), uint64(l.rl))
+		l.packed = hi == 0 && lo <= wordMax
+		l.maxTAT = wordMax/l.rl - 1
+	}
+}
+
+// unpack returns the state that the packed word w holds.
+func (l *Limit) unpack(w uint64) state {
+	switch l.p.Algorithm {
+	case FixedWindow:
+		return state{a: int64(w>>l.cb) * l.w, b: int64(w & (1<<l.cb - 1))}
+	case SlidingWindowCounter:
+		m := uint64(1)<<l.cb - 1
+		return state{a: int64(w>>(2*l.cb)) * l.w, b: int64(w >> l.cb & m), c: int64(w & m)}
+	}
+	if l.rl == 1 {
+		return state{a: int64(w)}
+	}
+	return state{a: int64(w / uint64(l.rl)), b: int64(w % uint64(l.rl))}
+}
+
+// pack returns the word of s. from is a word s may have been unpacked
+// from, or 0: a window start that did not move keeps from's index, which
+// saves a division.
+func (l *Limit) pack(s *state, from uint64) uint64 {
+	switch l.p.Algorithm {
+	case FixedWindow:
+		return l.windowIndex(s.a, from>>l.cb)<<l.cb | uint64(s.b)
+	case SlidingWindowCounter:
+		return l.windowIndex(s.a, from>>(2*l.cb))<<(2*l.cb) | uint64(s.b)<<l.cb | uint64(s.c)
+	}
+	return uint64(s.a)*uint64(l.rl) + uint64(s.b)
+}
+
+// windowIndex returns start / l.w, which is idx when idx is start's index.
+func (l *Limit) windowIndex(start int64, idx uint64) uint64 {
+	if int64(idx)*l.w == start {
+		return idx
+	}
+	return uint64(start / l.w)
+}
+
+// decideWord is decide on the state packed in w, committing: it returns the
+// verdict and the word of the resulting state, w itself when nothing
+// changed (a rejection, or a cost of 0).
+//
+// The common case, an admission that neither moves a window nor finds time
+// run back, is decided on the word itself: a key among many is a cache miss
+// away, and the fewer instructions a decision takes, the more of the next
+// ones' misses the processor overlaps with it. FuzzDecideWord holds it to the
+// general path, which decides everything else.
+func (l *Limit) decideWord(w uint64, now, n int64) (verdict, uint64) {
+	switch l.p.Algorithm {
+	case FixedWindow:
+		start, count := int64(w>>l.cb)*l.w, int64(w&(1<<l.cb-1))
+		if now >= start && now < start+l.w && n > 0 && count+n <= l.p.Limit {
+			return verdict{remaining: l.p.Limit - count - n, reset: start + l.w - now}, w + uint64(n)
+		}
+	case SlidingWindowCounter:
+		m := uint64(1)<<l.cb - 1
+		start, cur, prev := int64(w>>(2*l.cb))*l.w, int64(w>>l.cb&m), int64(w&m)
+		if now >= start && now < start+l.w && n > 0 && cur+n <= l.p.Limit {
+			left := l.ws - (now-start)/l.step
+			if cur += n; prev*left <= (l.p.Limit-cur)*l.ws {
+				return verdict{remaining: (l.p.Limit*l.ws - prev*left - cur*l.ws) / l.ws, reset: start + 2*l.w - now}, w + uint64(n)<<l.cb
+			}
+		}
+	case TokenBucket, LeakyBucket, GCRA:
+		nowS := uint64(now) * uint64(l.rl)
+		dl := int64(max(w, nowS) - nowS) // (TAT − now)·rl
+		if need := n * l.el; n > 0 && dl+need <= l.tau {
+			dl += need
+			return verdict{remaining: (l.tau - dl) / l.el, reset: ceilDiv(dl, l.rl)}, max(w, nowS) + uint64(need)
+		}
+	}
+	s := l.unpack(w)
+	v := l.decide(&s, now, n, true)
+	return v, l.pack(&s, w)
+}

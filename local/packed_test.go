@@ -1,0 +1,68 @@
+package local
+
+import (
+	"testing"
+	"time"
+)
+
+// FuzzDecideWord holds the packed path to the general one: for a limit
+// whose states pack, every step of a request sequence is decided both by
+// decideWord (whose common case works on the word itself) and by decide on
+// the unpacked state, at the request's time and at a time run back by a
+// window, and the verdicts and the resulting words must agree. Every word
+// must also unpack and pack back to itself.
+func FuzzDecideWord(f *testing.F) {
+	for _, a := range Algorithms() {
+		f.Add([]byte{byte(a), 4, 0, 6, 1, 0, 1, 1, 0, 1, 0, 0xc0, 2, 0, 8, 1, 0xff, 0x0f, 3, 0, 0xc0, 1})
+		f.Add([]byte{byte(a), 19, 1, 0, 0, 1, 5, 0, 1, 5, 0, 1, 9, 0x40, 0, 1, 0, 0xc0, 20})
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lim, reqs, ok := decodeFuzz(data)
+		if !ok || !lim.packed {
+			return
+		}
+		var w uint64
+		for i, r := range reqs {
+			if got := lim.pack(new(lim.unpack(w)), w); got != w {
+				t.Fatalf("%v: step %d: word %#x packs back as %#x", lim, i, w, got)
+			}
+			for _, now := range []int64{r.at - lim.w, r.at} {
+				s := lim.unpack(w)
+				want := lim.decide(&s, now, r.n, true)
+				wantW := lim.pack(&s, w)
+				got, gotW := lim.decideWord(w, now, r.n)
+				if got != want || gotW != wantW {
+					t.Fatalf("%v: step %d: %d at %d on %#x: fast path %+v → %#x, general %+v → %#x",
+						lim, i, r.n, now, w, got, gotW, want, wantW)
+				}
+				if now == r.at {
+					w = wantW
+				}
+			}
+		}
+	})
+}
+
+// TestPacking: the limits people write pack, the sliding window log never
+// does, and limits whose states need more than a word fall back to the
+// entry's lock.
+func TestPacking(t *testing.T) {
+	for _, c := range []struct {
+		p    Params
+		want bool
+	}{
+		{Params{Algorithm: FixedWindow, Limit: 10000, Window: time.Second}, true},
+		{Params{Algorithm: FixedWindow, Limit: 1 << 40, Window: time.Hour}, false},
+		{Params{Algorithm: SlidingWindowCounter, Limit: 10000, Window: time.Second}, true},
+		{Params{Algorithm: SlidingWindowCounter, Limit: 100000, Window: time.Minute}, true},
+		{Params{Algorithm: SlidingWindowCounter, Limit: 1 << 20, Window: time.Second}, false},
+		{Params{Algorithm: SlidingWindowLog, Limit: 10, Window: time.Second}, false},
+		{Params{Algorithm: GCRA, Limit: 10000, Window: time.Second}, true},
+		{Params{Algorithm: TokenBucket, Limit: 7, Window: time.Second, Burst: 100}, true},
+		{Params{Algorithm: LeakyBucket, Limit: 999983, Window: time.Second}, false}, // rl 999983
+	} {
+		if got := MustLimit(c.p).packed; got != c.want {
+			t.Errorf("%v: packed %v, want %v", MustLimit(c.p), got, c.want)
+		}
+	}
+}
