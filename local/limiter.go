@@ -119,9 +119,9 @@ type Limiter struct {
 // first decided, under the entry's lock; it is read lock-free. word is
 // changed lock-free by compare-and-swap, or by a holder of the entry's lock
 // who has set wordLocked in it (hold). st is guarded by the entry's lock; it
-// is allocated on the key's first decision in it, so that an entry is 64
-// bytes, one size class and one cache line, and a packed key carries no
-// unused state.
+// is allocated on the key's first decision in it, so that an entry stays in
+// the 64-byte size class, one cache line, and a packed key carries no unused
+// state.
 type keyState struct {
 	lim  atomic.Pointer[Limit]
 	word atomic.Uint64
@@ -175,7 +175,7 @@ func idleKey(v *keyState, now int64) bool {
 	switch {
 	case lim == nil: // never decided
 		return true
-	case !lim.packed: // the overflow entry is never in the store
+	case !lim.packed: // its state is in st (a store's entry under a packed limit is always in word)
 		return v.st == nil || lim.initial(v.st, now)
 	}
 	for {

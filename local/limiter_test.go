@@ -425,46 +425,72 @@ func TestOverflowReasonsAgree(t *testing.T) {
 	}
 }
 
-// TestAllowMultiSurvivesSetLimit: a limit flipped while multi-rule decisions
-// run never leaves a rule reported admitted but uncharged.
-func TestAllowMultiSurvivesSetLimit(t *testing.T) {
-	big := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1 << 16, Window: time.Hour})
-	small := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Hour})
-	flipped := newLimiter(t, big, local.Config{})
-	other := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 20, Window: time.Hour}), local.Config{})
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() { // flip the limit for as long as the decisions run
+// flipLimits flips l's limit between a and b, and calls each after every
+// flip, until the returned stop is called; stop reports the flips made.
+func flipLimits(l *local.Limiter, a, b local.Limit, each func()) (stop func() int) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	flips := 0
+	go func() {
 		defer close(done)
-		for i := 0; ; i++ {
+		for ; ; flips++ {
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			default:
 			}
-			if i%2 == 0 {
-				flipped.SetLimit(small)
+			if flips%2 == 0 {
+				l.SetLimit(a)
 			} else {
-				flipped.SetLimit(big)
+				l.SetLimit(b)
 			}
+			each()
 		}
 	}()
-	admitted := int64(0)
-	out := make([]local.Decision, 2)
-	reqs := []local.Request{{flipped, "k", 1}, {other, "k", 1}}
-	for i := range 60000 {
-		if local.AllowMultiAt(t0.Add(time.Duration(i)*time.Microsecond), reqs, out) {
-			admitted++
-		}
+	return func() int {
+		close(quit)
+		<-done
+		return flips
 	}
-	close(stop)
-	<-done
-	flipped.SetLimit(big)
-	now := t0.Add(time.Minute)
-	if got := big.MaxCost() - flipped.AllowNAt(now, "k", 0).Remaining; got != admitted {
-		t.Fatalf("flipped rule charged %d, %d multi decisions admitted", got, admitted)
-	}
-	if got := int64(1<<20) - other.AllowNAt(now, "k", 0).Remaining; got != admitted {
-		t.Fatalf("other rule charged %d, %d admitted", got, admitted)
+}
+
+// TestAllowMultiSurvivesSetLimit: a limit flipped while multi-rule decisions
+// run never leaves a rule reported admitted but uncharged. The flipped rule
+// is a sliding log, decided under its key's lock, or a bucket that flips
+// between GCRA and a token bucket of the same rate and burst, whose state is
+// packed and moves to a new entry on every flip; both carry their state over
+// exactly, and the bucket refills less than a token in the test.
+func TestAllowMultiSurvivesSetLimit(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		big, alt local.Limit
+	}{
+		{"log", local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1 << 16, Window: time.Hour}),
+			local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Hour})},
+		{"packed", local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1, Window: time.Hour, Burst: 1 << 19}),
+			local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: 1 << 19})},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			flipped := newLimiter(t, c.big, local.Config{})
+			other := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 20, Window: time.Hour}), local.Config{})
+			stop := flipLimits(flipped, c.alt, c.big, func() {})
+			admitted := int64(0)
+			out := make([]local.Decision, 2)
+			reqs := []local.Request{{flipped, "k", 1}, {other, "k", 1}}
+			for i := range 60000 {
+				if local.AllowMultiAt(t0.Add(time.Duration(i)*time.Microsecond), reqs, out) {
+					admitted++
+				}
+			}
+			stop()
+			flipped.SetLimit(c.big)
+			now := t0.Add(time.Minute)
+			if got := c.big.MaxCost() - flipped.AllowNAt(now, "k", 0).Remaining; got != admitted {
+				t.Fatalf("flipped rule charged %d, %d multi decisions admitted", got, admitted)
+			}
+			if got := int64(1<<20) - other.AllowNAt(now, "k", 0).Remaining; got != admitted {
+				t.Fatalf("other rule charged %d, %d admitted", got, admitted)
+			}
+		})
 	}
 }
 
@@ -483,28 +509,14 @@ func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
 	const ms, workers, perMs = 50, 4, 1000
 	var admitted atomic.Int64
 	var progress [workers]atomic.Int64 // µs each worker has passed
-	stop, done := make(chan struct{}), make(chan struct{})
-	flips, swept := 0, 0
-	go func() { // flip the limit and sweep for as long as the decisions run
-		defer close(done)
-		for ; ; flips++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if flips%2 == 0 {
-				l.SetLimit(bucket)
-			} else {
-				l.SetLimit(gcra)
-			}
-			passed := progress[0].Load()
-			for w := range progress[1:] {
-				passed = min(passed, progress[w+1].Load())
-			}
-			swept += l.SweepAt(t0.Add(time.Duration(passed) * time.Microsecond))
+	swept := 0
+	stop := flipLimits(l, bucket, gcra, func() { // and sweep, at the time every worker has passed
+		passed := progress[0].Load()
+		for w := range progress[1:] {
+			passed = min(passed, progress[w+1].Load())
 		}
-	}()
+		swept += l.SweepAt(t0.Add(time.Duration(passed) * time.Microsecond))
+	})
 	var wg sync.WaitGroup
 	for g := range workers {
 		wg.Go(func() {
@@ -518,8 +530,7 @@ func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	close(stop)
-	<-done
+	flips := stop()
 	most := gcra.Burst() + gcra.Limit()*ms // burst + rate × 50ms
 	if got := admitted.Load(); got > most || got < most/2 {
 		t.Fatalf("admitted %d over %dms, want at most %d (burst + rate × time) and at least half that", got, ms, most)
