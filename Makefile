@@ -19,6 +19,10 @@ MODULES := . $(if $(wildcard bench/go.mod),bench)
 test:
 	bash scripts/with-redis.sh $(MAKE) --no-print-directory test-go
 
+# The tests that skip under -race, whose figures the race detector's
+# allocations would spoil: run once more without it.
+NORACE_TESTS := TestNoAllocations|TestMemoryPerKey
+
 ## test-go: vet and test every module against whatever HYBRIDLIMIT_REDIS_* point at (no servers started).
 test-go:
 	@if [[ ! -f bench/go.mod ]]; then echo "make: bench/go.mod not found: skipping the bench module"; fi
@@ -29,6 +33,8 @@ test-go:
 		echo "== $$m: go test -race -count=1 ./..."; \
 		(cd "$$m" && $(GO) test -race -count=1 ./...) || failed+=("go test in $$m"); \
 	done; \
+	echo "== .: go test -count=1 -run '$(NORACE_TESTS)' ./local (what the race detector's own allocations hide)"; \
+	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./local || failed+=("go test ./local without -race"); \
 	if (( $${#failed[@]} )); then printf 'FAILED: %s\n' "$${failed[@]}"; exit 1; fi
 
 ## bench: run scripts/bench.sh with Redis servers started for it.

@@ -47,11 +47,11 @@ func ExampleNew() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Printf("allowed=%v remaining=%d retry-after=%v reason=%v\n", d.Allowed, d.Remaining, d.RetryAfter, d.Reason)
+		fmt.Printf("allowed=%v remaining=%d retry-after=%v reason=%v\n", d.Allowed(), d.Remaining(), d.RetryAfter(), d.Reason())
 	}
 	// Another key has its own budget.
 	d, _ := l.Allow(ctx, api, "user-7")
-	fmt.Println("user-7 allowed:", d.Allowed)
+	fmt.Println("user-7 allowed:", d.Allowed())
 	// Output:
 	// mode: local
 	// allowed=true remaining=2 retry-after=0s reason=ok
@@ -105,7 +105,7 @@ func ExampleLimiter_AllowMulti() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Printf("ok=%v burst: %v remaining %d; daily: %v remaining %d\n", ok, out[0].Reason, out[0].Remaining, out[1].Reason, out[1].Remaining)
+		fmt.Printf("ok=%v burst: %v remaining %d; daily: %v remaining %d\n", ok, out[0].Reason(), out[0].Remaining(), out[1].Reason(), out[1].Remaining())
 	}
 	// Output:
 	// ok=true burst: ok remaining 4; daily: ok remaining 1
@@ -163,7 +163,7 @@ func Example_hybrid() {
 	case err != nil:
 		log.Fatal(err)
 	}
-	if !d.Allowed {
-		fmt.Println("429, retry after", d.RetryAfter)
+	if !d.Allowed() {
+		fmt.Println("429, retry after", d.RetryAfter())
 	}
 }

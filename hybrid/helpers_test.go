@@ -183,7 +183,7 @@ func exhaust(t testing.TB, l *hybrid.Limiter, r *hybrid.Rule, key string, max in
 		if err != nil {
 			t.Fatalf("Allow: %v", err)
 		}
-		if !d.Allowed {
+		if !d.Allowed() {
 			return n, d
 		}
 		n++

@@ -116,7 +116,7 @@ func TestLongWindowNoStarvation(t *testing.T) {
 			for range 20 { // 2,000 a second per node: 4,000 of 1,000 a second
 				offered[i]++
 				d, _ := l.Allow(ctx, rules[i], "k")
-				if d.Allowed {
+				if d.Allowed() {
 					admitted[i]++
 				} else if i == 1 && now.After(start.Add(1500*time.Millisecond)) {
 					if refusedB == 0 {
@@ -188,10 +188,10 @@ func (s *stepper) step() {
 		for k, key := range s.keys {
 			for range s.perStep {
 				d, _ := l.Allow(context.Background(), s.rules[i], key)
-				if d.Allowed {
+				if d.Allowed() {
 					s.admitted[[3]int64{int64(i), int64(k), s.clk.window(s.w)}]++
 				} else {
-					s.refused[d.Reason]++
+					s.refused[d.Reason()]++
 				}
 			}
 		}
@@ -404,7 +404,7 @@ func TestSetLimit(t *testing.T) {
 	for range 20 {
 		for i, l := range nodes {
 			for range 10 {
-				if d, _ := l.Allow(ctx, rules[i], "k"); d.Allowed {
+				if d, _ := l.Allow(ctx, rules[i], "k"); d.Allowed() {
 					used[i]++
 				}
 			}
@@ -425,8 +425,8 @@ func TestSetLimit(t *testing.T) {
 		}
 	}
 	for i, l := range nodes {
-		if d, _ := l.AllowN(ctx, rules[i], "k", 0); d.Limit != L2 {
-			t.Errorf("Decision.Limit %d after SetLimit(%d)", d.Limit, L2)
+		if d, _ := l.AllowN(ctx, rules[i], "k", 0); d.Limit() != L2 {
+			t.Errorf("Decision.Limit() %d after SetLimit(%d)", d.Limit(), L2)
 		}
 	}
 	// Each node's next round revokes its lease: Redis keeps the use and
@@ -493,8 +493,8 @@ func TestSetLimit(t *testing.T) {
 	if err := nodes[0].SetLimit(rules[0], logLimit); !errors.Is(err, hybrid.ErrInvalidRule) {
 		t.Errorf("SetLimit to a sliding log on a hybrid rule: %v, want ErrInvalidRule", err)
 	}
-	if d, _ := nodes[0].AllowN(ctx, rules[0], "k2", 0); d.Limit != L3 {
-		t.Errorf("limit after a refused SetLimit: %d, want %d", d.Limit, L3)
+	if d, _ := nodes[0].AllowN(ctx, rules[0], "k2", 0); d.Limit() != L3 {
+		t.Errorf("limit after a refused SetLimit: %d, want %d", d.Limit(), L3)
 	}
 }
 
@@ -527,10 +527,10 @@ func TestQuietBucketKey(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d.Allowed {
+				if d.Allowed() {
 					admitted++
 				} else {
-					refused[d.Reason]++
+					refused[d.Reason()]++
 				}
 			}
 			if step%10 == i%10 {
@@ -566,7 +566,7 @@ func TestReleaseReturnsTokens(t *testing.T) {
 	rb := mustRegister(t, b, hybrid.Rule{Name: "t", Limit: lim}, hybrid.Hybrid)
 	count := func(l *hybrid.Limiter, r *hybrid.Rule, max int) {
 		for range max {
-			if d, _ := l.Allow(ctx, r, "k"); d.Allowed {
+			if d, _ := l.Allow(ctx, r, "k"); d.Allowed() {
 				exact.AllowAt(clk.Now(), "k") // what a admitted, the exact bucket counts
 			}
 		}
@@ -589,10 +589,10 @@ func TestReleaseReturnsTokens(t *testing.T) {
 	got, want := 0, 0
 	for range 50 {
 		for range 1000 {
-			if d, _ := b.Allow(ctx, rb, "k"); d.Allowed {
+			if d, _ := b.Allow(ctx, rb, "k"); d.Allowed() {
 				got++
 			}
-			if exact.AllowAt(clk.Now(), "k").Allowed {
+			if exact.AllowAt(clk.Now(), "k").Allowed() {
 				want++
 			}
 		}
@@ -623,7 +623,7 @@ func TestNewKeyUsesLearnedOffset(t *testing.T) {
 	ctx := context.Background()
 
 	// A first key, synced: the syncer measures the offset.
-	if d, _ := l.Allow(ctx, r, "first"); !d.Allowed {
+	if d, _ := l.Allow(ctx, r, "first"); !d.Allowed() {
 		t.Fatalf("first key's first request: %+v", d)
 	}
 	syncOK(t, l, clk)
@@ -632,14 +632,14 @@ func TestNewKeyUsesLearnedOffset(t *testing.T) {
 	// A new key, not yet synced: its window is Redis's.
 	clk.Set(time.Now().Add(skew))
 	d, err := l.Allow(ctx, r, "second")
-	if err != nil || !d.Allowed {
+	if err != nil || !d.Allowed() {
 		t.Fatalf("new key's first request: %+v, %v", d, err)
 	}
 	// Redis runs on this machine's clock: the window ends where the real
 	// clock's does. Compare on the circle of one window, as the real time
 	// moved on since the decision.
 	want := w - time.Duration(time.Now().UnixMicro()%w.Microseconds())*time.Microsecond
-	diff := (d.ResetAfter - want) % w
+	diff := (d.ResetAfter() - want) % w
 	if diff < 0 {
 		diff += w
 	}
@@ -648,7 +648,7 @@ func TestNewKeyUsesLearnedOffset(t *testing.T) {
 	}
 	if diff > 50*time.Millisecond {
 		t.Errorf("new key's ResetAfter %v, the real window ends in %v: %v apart, want the window of Redis's clock (the node clock's is %v apart)",
-			d.ResetAfter, want, diff, w/2)
+			d.ResetAfter(), want, diff, w/2)
 	}
 }
 
@@ -725,15 +725,15 @@ func TestFamilyAndModeSwitch(t *testing.T) {
 		var d local.Decision
 		for range 3 {
 			var err error
-			if d, err = l.Allow(ctx, r, "k"); err != nil || !d.Allowed {
+			if d, err = l.Allow(ctx, r, "k"); err != nil || !d.Allowed() {
 				t.Fatalf("step %d (%v, %v): %+v, %v", i, st.lim, st.mode, d, err)
 			}
 			if st.mode == hybrid.Hybrid {
 				syncOK(t, l, clk)
 			}
 		}
-		if st.mode == hybrid.Central && d.Remaining != d.Limit-3 {
-			t.Errorf("step %d (%v, %v): remaining %d after 3 admissions, want %d: the state did not start afresh", i, st.lim, st.mode, d.Remaining, d.Limit-3)
+		if st.mode == hybrid.Central && d.Remaining() != d.Limit()-3 {
+			t.Errorf("step %d (%v, %v): remaining %d after 3 admissions, want %d: the state did not start afresh", i, st.lim, st.mode, d.Remaining(), d.Limit()-3)
 		}
 		l.Close()
 		clk.Add(time.Millisecond)
@@ -838,10 +838,10 @@ func TestFirstLeaseRoundLoop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Allowed {
+			if d.Allowed() {
 				return
 			}
-			if d.Reason != local.ReasonNoLease {
+			if d.Reason() != local.ReasonNoLease {
 				t.Fatalf("%s: %+v", key, d)
 			}
 			if time.Now().After(deadline) {
@@ -881,7 +881,7 @@ func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) k
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Allowed {
+			if d.Allowed() {
 				admitted++
 			}
 		}

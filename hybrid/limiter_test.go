@@ -192,11 +192,11 @@ func TestRegisterInvalid(t *testing.T) {
 			t.Fatalf("the same rule again: %v", err)
 		}
 		for range 3 {
-			if d, _ := noRedis.Allow(ctx, r1, "k"); !d.Allowed {
+			if d, _ := noRedis.Allow(ctx, r1, "k"); !d.Allowed() {
 				t.Fatalf("refused: %+v", d)
 			}
 		}
-		if d, err := noRedis.Allow(ctx, r2, "k"); err != nil || d.Allowed {
+		if d, err := noRedis.Allow(ctx, r2, "k"); err != nil || d.Allowed() {
 			t.Errorf("the second registration does not share the first's state: %+v, %v", d, err)
 		}
 		// Another limit: an error naming the rule, pointing to SetLimit.
@@ -292,10 +292,10 @@ func TestRegisterModes(t *testing.T) {
 		b := newNode(t, nodeConfig(client, prefix, clk, "b", 2))
 		ra := mustRegister(t, a, hybrid.Rule{Name: "small", Limit: fixed(5, time.Second)}, hybrid.Central)
 		rb := mustRegister(t, b, hybrid.Rule{Name: "small", Limit: fixed(5, time.Second)}, hybrid.Central)
-		if n, d := exhaust(t, a, ra, "k", 100); n != 5 || d.Reason != local.ReasonLimited {
+		if n, d := exhaust(t, a, ra, "k", 100); n != 5 || d.Reason() != local.ReasonLimited {
 			t.Fatalf("node a admitted %d, then %+v; want 5, then limited", n, d)
 		}
-		if d, err := b.Allow(context.Background(), rb, "k"); err != nil || d.Allowed {
+		if d, err := b.Allow(context.Background(), rb, "k"); err != nil || d.Allowed() {
 			t.Errorf("node b after a used the limit: %+v, %v", d, err)
 		}
 	})
@@ -324,7 +324,7 @@ func TestUnknownRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	copied := *mine // a copy of a registered rule is that rule
-	if d, err := l1.Allow(ctx, &copied, "k"); err != nil || !d.Allowed {
+	if d, err := l1.Allow(ctx, &copied, "k"); err != nil || !d.Allowed() {
 		t.Errorf("a copy of a registered rule: %+v, %v", d, err)
 	}
 	for name, r := range map[string]*hybrid.Rule{
@@ -333,10 +333,10 @@ func TestUnknownRule(t *testing.T) {
 		"other limiter": other,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if d, err := l1.Allow(ctx, r, "k"); !errors.Is(err, hybrid.ErrUnknownRule) || d.Allowed {
+			if d, err := l1.Allow(ctx, r, "k"); !errors.Is(err, hybrid.ErrUnknownRule) || d.Allowed() {
 				t.Errorf("Allow: %+v, %v", d, err)
 			}
-			if d, err := l1.AllowN(ctx, r, "k", 2); !errors.Is(err, hybrid.ErrUnknownRule) || d.Allowed {
+			if d, err := l1.AllowN(ctx, r, "k", 2); !errors.Is(err, hybrid.ErrUnknownRule) || d.Allowed() {
 				t.Errorf("AllowN: %+v, %v", d, err)
 			}
 			if err := l1.SetLimit(r, fixed(5, time.Second)); !errors.Is(err, hybrid.ErrUnknownRule) {
@@ -354,8 +354,8 @@ func TestUnknownRule(t *testing.T) {
 	}
 	// Nothing was charged by the refused AllowMulti calls: 10 − the one
 	// admitted above remain.
-	if d, _ := l1.AllowN(ctx, mine, "k", 0); d.Remaining != 9 {
-		t.Errorf("remaining %d after refused multi calls, want 9", d.Remaining)
+	if d, _ := l1.AllowN(ctx, mine, "k", 0); d.Remaining() != 9 {
+		t.Errorf("remaining %d after refused multi calls, want 9", d.Remaining())
 	}
 }
 
@@ -442,7 +442,7 @@ func TestLifecycle(t *testing.T) {
 					t.Fatal("Allow after Shutdown hangs")
 				}
 				if c.mode == hybrid.Local {
-					if d, err := l.Allow(ctx, r, "after-local"); err != nil || !d.Allowed {
+					if d, err := l.Allow(ctx, r, "after-local"); err != nil || !d.Allowed() {
 						t.Errorf("local decision after Shutdown: %+v, %v", d, err)
 					}
 				}
@@ -512,7 +512,7 @@ func TestShutdownFlushes(t *testing.T) {
 			allowA := func(n int) {
 				for range n {
 					d, err := a.Allow(ctx, ra, "k")
-					if err != nil || !d.Allowed {
+					if err != nil || !d.Allowed() {
 						t.Fatalf("node a refused: %+v, %v", d, err)
 					}
 					usedA++

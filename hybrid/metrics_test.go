@@ -119,11 +119,11 @@ func TestMetrics(t *testing.T) {
 	want := map[string]int64{} // rule,mode,result → decisions
 	decide := func(r *hybrid.Rule, key string, n int64) {
 		d, err := l.AllowN(ctx, r, key, n)
-		res := d.Reason.String()
-		if d.Allowed {
+		res := d.Reason().String()
+		if d.Allowed() {
 			res = "admitted"
 		}
-		if err != nil && d.Allowed {
+		if err != nil && d.Allowed() {
 			res = "admitted"
 		}
 		want[r.Name+","+l.Mode(r).String()+","+res]++
@@ -268,7 +268,7 @@ func TestMetricsAvailabilityRecovers(t *testing.T) {
 		t.Errorf("redis.available = %d after a decision Redis did not answer", up)
 	}
 	for range 3 {
-		if d, err := l.Allow(ctx, r, "k"); err != nil || d.Reason == local.ReasonUnavailable {
+		if d, err := l.Allow(ctx, r, "k"); err != nil || d.Reason() == local.ReasonUnavailable {
 			t.Fatalf("after Resume: %+v, %v", d, err)
 		}
 	}

@@ -75,7 +75,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		ok := l.hybridMulti(now, reqs, states, out, true)
 		if !ok {
 			for i := range reqs {
-				out[i].Allowed = false
+				out[i] = refused(out[i])
 			}
 		}
 		return ok, nil
@@ -98,7 +98,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		l.centralMulti(ctx, now, cr, cout, false)
 		for j, i := range ci {
 			out[i] = cout[j]
-			out[i].Allowed = false
+			out[i] = refused(out[i])
 		}
 		return false, nil
 	}
@@ -119,7 +119,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		for _, i := range ci {
 			d, _ := states[i].failed(ctx, now, reqs[i].Key, reqs[i].N, err)
 			out[i] = d
-			ok = ok && d.Allowed
+			ok = ok && d.Allowed()
 		}
 	}
 	if ok && nHybrid > 0 && !l.hybridMulti(now, reqs, states, out, true) {
@@ -133,7 +133,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 	}
 	if !ok {
 		for i := range reqs {
-			out[i].Allowed = false
+			out[i] = refused(out[i])
 		}
 	}
 	if err != nil {
@@ -188,7 +188,7 @@ retry:
 		}
 		e := rs.store.Get(q.Key, now)
 		if e == nil {
-			out[i] = local.Decision{Reason: local.ReasonOverflow, Limit: lr.MaxCost()}
+			out[i] = local.Outcome{Reason: local.ReasonOverflow, Limit: lr.MaxCost()}.Decision()
 			ok = false
 			continue
 		}
@@ -261,10 +261,18 @@ retry:
 }
 
 func dress(v syncer.Verdict, limit int64) local.Decision {
-	return local.Decision{
+	return local.Outcome{
 		Allowed: v.Reason == local.ReasonOK, Reason: v.Reason, Limit: limit,
 		Remaining: v.Remaining, ResetAfter: micros(v.Reset), RetryAfter: micros(v.Retry),
-	}
+	}.Decision()
+}
+
+// refused returns d, not admitted: a request that its own rule admitted,
+// refused because another rule of the same multi-rule decision did.
+func refused(d local.Decision) local.Decision {
+	o := d.Outcome()
+	o.Allowed = false
+	return o.Decision()
 }
 
 // addr orders entries for locking; Go's heap objects do not move.

@@ -54,7 +54,7 @@ func TestAllowMultiHybrid(t *testing.T) {
 							t.Errorf("AllowMulti: %v", err)
 							return
 						}
-						if ok != (out[0].Allowed && out[1].Allowed) || !ok && (out[0].Allowed || out[1].Allowed) {
+						if ok != (out[0].Allowed() && out[1].Allowed()) || !ok && (out[0].Allowed() || out[1].Allowed()) {
 							inconsistent.Add(1) // TestAllowMultiRefusedDecisions checks them
 						}
 						if ok {
@@ -165,7 +165,7 @@ func TestAllowMultiMixed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d.Remaining
+		return d.Remaining()
 	}
 
 	t.Run("concurrent", func(t *testing.T) {
@@ -238,7 +238,7 @@ func TestAllowMultiMixed(t *testing.T) {
 		exhaust(t, n.l, n.hyb, "x", 10*LH)
 		before := centralLeft(n, "x")
 		ok, err := n.l.AllowMulti(ctx, []hybrid.Request{{Rule: n.cen, Key: "x", N: 1}, {Rule: n.hyb, Key: "x", N: 1}}, out)
-		if ok || err != nil || out[0].Allowed || out[1].Allowed {
+		if ok || err != nil || out[0].Allowed() || out[1].Allowed() {
 			t.Fatalf("AllowMulti: %v, %v, %+v", ok, err, out[:2])
 		}
 		if left := centralLeft(n, "x"); left != before {
@@ -258,7 +258,7 @@ func TestAllowMultiMixed(t *testing.T) {
 		n.hook.f = func() {
 			for {
 				d, _ := n.l.Allow(ctx, n.hyb, key)
-				if !d.Allowed {
+				if !d.Allowed() {
 					return
 				}
 				taken++
@@ -270,7 +270,7 @@ func TestAllowMultiMixed(t *testing.T) {
 		if n.hook.armed.Load() || taken == 0 {
 			t.Fatalf("the hook did not run (taken %d)", taken)
 		}
-		if ok || out[0].Allowed || out[1].Allowed {
+		if ok || out[0].Allowed() || out[1].Allowed() {
 			t.Fatalf("AllowMulti admitted after the hybrid room was taken: %v, %v, %+v", ok, err, out[:2])
 		}
 		if err != nil {
@@ -292,8 +292,8 @@ func TestAllowMultiMixed(t *testing.T) {
 				t.Errorf("%s: %v, %v; want ErrMixedModes", name, ok, err)
 			}
 		}
-		if d, _ := n.l.AllowN(ctx, loc, "m", 0); d.Remaining != 10 {
-			t.Errorf("local rule charged by a refused multi: %d left", d.Remaining)
+		if d, _ := n.l.AllowN(ctx, loc, "m", 0); d.Remaining() != 10 {
+			t.Errorf("local rule charged by a refused multi: %d left", d.Remaining())
 		}
 		if left := centralLeft(n, "m"); left != LC {
 			t.Errorf("central rule charged by a refused multi: %d left", left)
@@ -307,7 +307,7 @@ func TestAllowMultiMixed(t *testing.T) {
 		// The same hybrid key twice counts twice; over MaxCost together it is
 		// refused as too costly, charging nothing.
 		ok, err := n.l.AllowMulti(ctx, []hybrid.Request{{Rule: n.hyb2, Key: "e", N: LH/2 + 1}, {Rule: n.hyb2, Key: "e", N: LH / 2}}, out)
-		if ok || err != nil || out[0].Reason != local.ReasonCostTooHigh {
+		if ok || err != nil || out[0].Reason() != local.ReasonCostTooHigh {
 			t.Errorf("the same key twice past the limit: %v, %v, %+v", ok, err, out[:2])
 		}
 		func() {
@@ -348,11 +348,11 @@ func TestAllowMultiRefusedDecisions(t *testing.T) {
 		if ok || err != nil {
 			t.Fatalf("%s: %v, %v", name, ok, err)
 		}
-		if out[0].Allowed || out[1].Allowed {
+		if out[0].Allowed() || out[1].Allowed() {
 			t.Errorf("bug: %s: refused, yet %+v", name, out)
 		}
-		if out[0].Reason != local.ReasonOK || out[1].Allowed || out[1].Reason == local.ReasonOK {
-			t.Errorf("%s: reasons %v, %v; want ok (had room), then why the other refused", name, out[0].Reason, out[1].Reason)
+		if out[0].Reason() != local.ReasonOK || out[1].Allowed() || out[1].Reason() == local.ReasonOK {
+			t.Errorf("%s: reasons %v, %v; want ok (had room), then why the other refused", name, out[0].Reason(), out[1].Reason())
 		}
 	}
 }

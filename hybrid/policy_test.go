@@ -28,16 +28,16 @@ func checkPolicy(t *testing.T, p hybrid.Policy, d local.Decision, err error) {
 	}
 	switch p {
 	case hybrid.FailOpen:
-		if !d.Allowed || d.Reason != local.ReasonUnavailable {
+		if !d.Allowed() || d.Reason() != local.ReasonUnavailable {
 			t.Fatalf("FailOpen decided %+v, want admitted with ReasonUnavailable", d)
 		}
 	case hybrid.FailClosed:
-		if d.Allowed || d.Reason != local.ReasonUnavailable {
+		if d.Allowed() || d.Reason() != local.ReasonUnavailable {
 			t.Fatalf("FailClosed decided %+v, want refused with ReasonUnavailable", d)
 		}
 	case hybrid.FailLocal:
-		if !d.Allowed && d.Reason != local.ReasonUnavailable {
-			t.Fatalf("FailLocal refused with %v, want ReasonUnavailable", d.Reason)
+		if !d.Allowed() && d.Reason() != local.ReasonUnavailable {
+			t.Fatalf("FailLocal refused with %v, want ReasonUnavailable", d.Reason())
 		}
 	}
 }
@@ -97,7 +97,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 			time.Sleep(150 * time.Millisecond)
 			for range 20 {
 				for _, p := range policyRules {
-					if d, err := nodes[0].AllowN(ctx, rules[0][p.name], "k", 1000); err != nil || !d.Allowed {
+					if d, err := nodes[0].AllowN(ctx, rules[0][p.name], "k", 1000); err != nil || !d.Allowed() {
 						now := time.Now().UnixMicro()
 						t.Fatalf("warm-up of %s: %+v, %v; Redis: %+v", p.name, d, err, readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, p.name, "k", time.Hour, now-now%time.Hour.Microseconds()))
 					}
@@ -127,7 +127,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 			// The leases held go on admitting.
 			for _, p := range policyRules {
 				for i := range 1000 {
-					if d, err := timed(ra[p.name], 1); err != nil || !d.Allowed {
+					if d, err := timed(ra[p.name], 1); err != nil || !d.Allowed() {
 						t.Fatalf("%s: call %d with a lease held: %+v, %v", p.name, i, d, err)
 					}
 				}
@@ -153,16 +153,16 @@ func TestHotPathNeverWaits(t *testing.T) {
 					case err != nil:
 						checkPolicy(t, p.policy, d, err)
 						s.policy++
-						if d.Allowed {
+						if d.Allowed() {
 							s.admitted++
 						} else {
 							s.refused++
 						}
 					case s.policy > 0:
 						t.Fatalf("%s: a decision without error (%+v) after policy decisions, Redis still %s", p.name, d, outage)
-					case d.Allowed:
+					case d.Allowed():
 						s.leased++
-					case d.Reason != local.ReasonOK && d.Reason != local.ReasonNoLease:
+					case d.Reason() != local.ReasonOK && d.Reason() != local.ReasonNoLease:
 						t.Fatalf("%s: %+v before the policy decided", p.name, d)
 					}
 					enough := s.policy >= 100
@@ -194,7 +194,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 			for _, p := range policyRules {
 				for {
 					d, err := timed(ra[p.name], 1)
-					if err == nil && d.Reason != local.ReasonUnavailable {
+					if err == nil && d.Reason() != local.ReasonUnavailable {
 						break
 					}
 					if time.Now().After(deadline) {
@@ -230,7 +230,7 @@ func TestPolicies(t *testing.T) {
 	for range 3 {
 		for _, p := range policyRules {
 			for range 10 {
-				if d, _ := a.Allow(ctx, ra[p.name], "k"); d.Allowed {
+				if d, _ := a.Allow(ctx, ra[p.name], "k"); d.Allowed() {
 					before[p.name]++
 				}
 				b.Allow(ctx, rb[p.name], "k")
@@ -254,7 +254,7 @@ func TestPolicies(t *testing.T) {
 					if policy > 0 {
 						t.Fatalf("call %d: %+v without error after policy decisions", i, d)
 					}
-					if !d.Allowed {
+					if !d.Allowed() {
 						t.Fatalf("call %d: refused %+v without error while Redis is down", i, d)
 					}
 					leased++
@@ -262,7 +262,7 @@ func TestPolicies(t *testing.T) {
 				}
 				checkPolicy(t, p.policy, d, err)
 				policy++
-				if d.Allowed {
+				if d.Allowed() {
 					admitted++
 				}
 			}
@@ -283,7 +283,7 @@ func TestPolicies(t *testing.T) {
 				clk.Set(time.UnixMicro(clk.window(W)).Add(W + 10*time.Millisecond))
 				var again int
 				for range L {
-					if d, _ := a.Allow(ctx, ra[p.name], "k"); d.Allowed {
+					if d, _ := a.Allow(ctx, ra[p.name], "k"); d.Allowed() {
 						again++
 					}
 				}
@@ -297,7 +297,7 @@ func TestPolicies(t *testing.T) {
 	srv.Resume()
 	syncUntilOK(t, a, clk, 10*time.Millisecond)
 	for _, p := range policyRules {
-		if d, err := a.Allow(ctx, ra[p.name], "k2"); err != nil || d.Reason == local.ReasonUnavailable {
+		if d, err := a.Allow(ctx, ra[p.name], "k2"); err != nil || d.Reason() == local.ReasonUnavailable {
 			t.Errorf("%s after Redis is back: %+v, %v", p.name, d, err)
 		}
 	}
@@ -327,13 +327,13 @@ func TestOutageAdmissionsReconciled(t *testing.T) {
 	var total, byPolicy int64
 	allow := func(i int) bool {
 		d, err := nodes[i].Allow(ctx, rules[i], "k")
-		if d.Allowed {
+		if d.Allowed() {
 			total++
 			if err != nil {
 				byPolicy++
 			}
 		}
-		return d.Allowed
+		return d.Allowed()
 	}
 	for range 10 {
 		allow(0)
@@ -392,7 +392,7 @@ func TestCentralUnavailable(t *testing.T) {
 			rules := map[string]*hybrid.Rule{}
 			for _, p := range policyRules {
 				rules[p.name] = mustRegister(t, l, hybrid.Rule{Name: p.name, Limit: fixed(100, time.Minute), Policy: p.policy}, hybrid.Central)
-				if d, err := l.Allow(ctx, rules[p.name], "k"); err != nil || !d.Allowed {
+				if d, err := l.Allow(ctx, rules[p.name], "k"); err != nil || !d.Allowed() {
 					t.Fatalf("before the outage: %+v, %v", d, err)
 				}
 			}
@@ -440,7 +440,7 @@ func TestCentralUnavailable(t *testing.T) {
 		for range 60 {
 			d, err := l.Allow(ctx, r, "k")
 			checkPolicy(t, hybrid.FailLocal, d, err)
-			if d.Allowed {
+			if d.Allowed() {
 				admitted++
 			}
 		}

@@ -222,17 +222,17 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 			// Steady-state figures: the first, partial window is the
 			// cold start, which the cold workload measures.
 			steady := e.at >= start-start%W+W
-			if ex.Allowed && steady {
+			if ex.Allowed() && steady {
 				res.exact++
 				exactPer[wk{e.at - e.at%W, int64(e.key)}]++
 			}
-			if d.Allowed {
+			if d.Allowed() {
 				res.admitted++
 				admitted[wk{e.at - e.at%W, int64(e.key)}]++
 				admittedTimes[e.key] = append(admittedTimes[e.key], e.at)
-			} else if ex.Allowed && steady {
+			} else if ex.Allowed() && steady {
 				res.falseRejPct++ // counted, turned into a percentage below
-				res.falseBy[d.Reason]++
+				res.falseBy[d.Reason()]++
 			}
 			// A key that asks for a sync wakes the node's loop, which runs
 			// a round at once, or MinGap after its last one.

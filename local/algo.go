@@ -20,8 +20,7 @@ type state struct {
 
 // verdict is a decision as the algorithms produce it, times in µs. It is
 // four words, which the compiler passes in registers (at most four fields of
-// at most 32 bytes): a Decision is built and copied in memory at every
-// return through the call chain, which costs more than the algorithm.
+// at most 32 bytes), like a Decision.
 type verdict struct {
 	reason    Reason // ReasonOK or reasonAdmittedOverflow admit; the rest reject
 	remaining int64
@@ -34,14 +33,9 @@ type verdict struct {
 const reasonAdmittedOverflow Reason = 255
 
 // decision dresses v as the Decision the API returns. limit is the limit's
-// MaxCost. Off the hot path only: the Go compiler copies a Decision returned
-// by an inlined call once more in memory, so the hot methods write the
-// literal themselves from allowed, public and the durations.
+// MaxCost.
 func (v verdict) decision(limit int64) Decision {
-	return Decision{
-		Allowed: v.allowed(), Reason: v.public(), Limit: limit,
-		Remaining: v.remaining, ResetAfter: micros(v.reset), RetryAfter: micros(v.retry),
-	}
+	return makeDecision(v.allowed(), v.public(), limit, v.remaining, micros(v.reset), micros(v.retry))
 }
 
 // overflowed marks v as decided for a key that did not fit in the table,

@@ -79,10 +79,10 @@ func ExampleLimiter_AllowNAt() {
 	now := time.Date(2023, time.November, 15, 0, 0, 0, 0, time.UTC)
 	for i := range 3 {
 		d := l.AllowNAt(now, "upload:alice", 4) // each request costs 4 tokens
-		fmt.Printf("request %d: allowed %t, remaining %d, retry after %v\n", i+1, d.Allowed, d.Remaining, d.RetryAfter)
+		fmt.Printf("request %d: allowed %t, remaining %d, retry after %v\n", i+1, d.Allowed(), d.Remaining(), d.RetryAfter())
 	}
 	d := l.AllowNAt(now.Add(200*time.Millisecond), "upload:alice", 4)
-	fmt.Printf("200ms later: allowed %t, remaining %d\n", d.Allowed, d.Remaining)
+	fmt.Printf("200ms later: allowed %t, remaining %d\n", d.Allowed(), d.Remaining())
 	// Output:
 	// request 1: allowed true, remaining 6, retry after 0s
 	// request 2: allowed true, remaining 2, retry after 0s
@@ -104,10 +104,10 @@ func ExampleLimiter_AllowAt() {
 	start := time.Date(2023, time.November, 15, 0, 0, 0, 0, time.UTC)
 	for _, s := range []int{1, 2, 3, 60, 61} {
 		d := l.AllowAt(start.Add(time.Duration(s)*time.Second), "alice")
-		if d.Allowed {
-			fmt.Printf("at %2ds: allowed, remaining %d\n", s, d.Remaining)
+		if d.Allowed() {
+			fmt.Printf("at %2ds: allowed, remaining %d\n", s, d.Remaining())
 		} else {
-			fmt.Printf("at %2ds: %s, retry after %v\n", s, d.Reason, d.RetryAfter)
+			fmt.Printf("at %2ds: %s, retry after %v\n", s, d.Reason(), d.RetryAfter())
 		}
 	}
 	// Output:
@@ -140,7 +140,7 @@ func ExampleAllowMultiAt() {
 	start := time.Date(2023, time.November, 15, 0, 0, 0, 0, time.UTC)
 	for _, ms := range []int{0, 100, 200, 1000, 2000} {
 		ok := local.AllowMultiAt(start.Add(time.Duration(ms)*time.Millisecond), reqs, out)
-		fmt.Printf("at %4dms: allowed %-5t per second: %-7s per minute: %s\n", ms, ok, out[0].Reason, out[1].Reason)
+		fmt.Printf("at %4dms: allowed %-5t per second: %-7s per minute: %s\n", ms, ok, out[0].Reason(), out[1].Reason())
 	}
 	// Output:
 	// at    0ms: allowed true  per second: ok      per minute: ok
@@ -191,13 +191,13 @@ func ExampleLimiter_SetLimit() {
 
 	now := time.Date(2023, time.November, 15, 0, 0, 0, 0, time.UTC)
 	d := l.AllowNAt(now, "alice", 6)
-	fmt.Printf("10/min: remaining %d\n", d.Remaining)
+	fmt.Printf("10/min: remaining %d\n", d.Remaining())
 
 	if err := l.SetLimit(local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 8, Window: time.Minute})); err != nil {
 		panic(err)
 	}
 	d = l.AllowNAt(now.Add(time.Second), "alice", 0) // cost 0 asks without consuming
-	fmt.Printf("8/min: remaining %d\n", d.Remaining)
+	fmt.Printf("8/min: remaining %d\n", d.Remaining())
 	// Output:
 	// 10/min: remaining 4
 	// 8/min: remaining 2
@@ -222,7 +222,7 @@ func ExampleConfig() {
 		fmt.Printf("%-6s", policy)
 		for _, key := range []string{"alice", "bob", "carol"} {
 			d := l.AllowAt(now, key)
-			fmt.Printf("  %s: %-5t %-8s", key, d.Allowed, d.Reason)
+			fmt.Printf("  %s: %-5t %-8s", key, d.Allowed(), d.Reason())
 		}
 		fmt.Printf("  overflows: %d\n", l.Stats().Overflows)
 		l.Close()

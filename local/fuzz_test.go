@@ -180,42 +180,42 @@ func checkSequence(t *testing.T, lim Limit, reqs []fuzzReq) {
 		before := cloneState(s)
 		d := lim.decide(&s, q.at, q.n, true).decision(lim.max)
 		wantAllowed, wantRemaining := ref.decide(q.at, q.n)
-		if d.Allowed != wantAllowed || d.Remaining != wantRemaining {
-			t.Fatalf("%v step %d (t=%d n=%d): got allowed=%v remaining=%d, reference %v %d", lim, i, q.at, q.n, d.Allowed, d.Remaining, wantAllowed, wantRemaining)
+		if d.Allowed() != wantAllowed || d.Remaining() != wantRemaining {
+			t.Fatalf("%v step %d (t=%d n=%d): got allowed=%v remaining=%d, reference %v %d", lim, i, q.at, q.n, d.Allowed(), d.Remaining(), wantAllowed, wantRemaining)
 		}
-		if d.Remaining < 0 || d.Remaining > lim.max || d.Limit != lim.max {
-			t.Fatalf("%v step %d: remaining %d, limit %d out of range", lim, i, d.Remaining, d.Limit)
+		if d.Remaining() < 0 || d.Remaining() > lim.max || d.Limit() != lim.max {
+			t.Fatalf("%v step %d: remaining %d, limit %d out of range", lim, i, d.Remaining(), d.Limit())
 		}
-		if d.Allowed {
-			if d.RetryAfter != 0 || d.Reason != ReasonOK {
+		if d.Allowed() {
+			if d.RetryAfter() != 0 || d.Reason() != ReasonOK {
 				t.Fatalf("%v step %d: admitted with %+v", lim, i, d)
 			}
 			if q.n > 0 {
 				admitted = append(admitted, q)
 			}
 		} else {
-			if d.Reason != ReasonLimited || d.RetryAfter <= 0 {
+			if d.Reason() != ReasonLimited || d.RetryAfter() <= 0 {
 				t.Fatalf("%v step %d: rejected with %+v", lim, i, d)
 			}
-			retry := d.RetryAfter.Microseconds()
+			retry := d.RetryAfter().Microseconds()
 			at := cloneState(before)
 			if lim.decide(&at, q.at+retry, q.n, false).reason != ReasonOK {
-				t.Fatalf("%v step %d: retry-after %v is not honest", lim, i, d.RetryAfter)
+				t.Fatalf("%v step %d: retry-after %v is not honest", lim, i, d.RetryAfter())
 			}
 			at = cloneState(before)
 			if lim.decide(&at, q.at+retry-1, q.n, false).reason == ReasonOK {
-				t.Fatalf("%v step %d: retry-after %v is not the shortest", lim, i, d.RetryAfter)
+				t.Fatalf("%v step %d: retry-after %v is not the shortest", lim, i, d.RetryAfter())
 			}
 		}
-		reset := d.ResetAfter.Microseconds()
+		reset := d.ResetAfter().Microseconds()
 		if !lim.initial(&s, q.at+reset) {
-			t.Fatalf("%v step %d: not initial after reset-after %v", lim, i, d.ResetAfter)
+			t.Fatalf("%v step %d: not initial after reset-after %v", lim, i, d.ResetAfter())
 		}
 		if reset > 0 && lim.initial(&s, q.at+reset-1) {
-			t.Fatalf("%v step %d: initial before reset-after %v", lim, i, d.ResetAfter)
+			t.Fatalf("%v step %d: initial before reset-after %v", lim, i, d.ResetAfter())
 		}
-		if reset == 0 && d.Remaining != lim.max {
-			t.Fatalf("%v step %d: reset-after 0 with remaining %d", lim, i, d.Remaining)
+		if reset == 0 && d.Remaining() != lim.max {
+			t.Fatalf("%v step %d: reset-after 0 with remaining %d", lim, i, d.Remaining())
 		}
 	}
 	checkWindowBound(t, lim, admitted)

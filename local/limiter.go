@@ -143,6 +143,17 @@ func packedIn(e *Entry[keyState], lim *Limit) bool { return lim.packed && e.id1 
 // packed state is locked against the lock-free path and unpacked into
 // *tmp. Pass what hold returns to release.
 func hold(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
+	s, w := holdInto(e, lim, tmp)
+	if s == nil {
+		s = tmp
+	}
+	return s, w
+}
+
+// holdInto is hold returning nil for a state it unpacked into *tmp: its
+// result never points into tmp, so a caller may store it next to tmp
+// without moving both to the heap.
+func holdInto(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
 	v := &e.Value
 	if !packedIn(e, lim) {
 		if v.st == nil {
@@ -155,7 +166,7 @@ func hold(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
 		w := v.word.Load()
 		if v.word.CompareAndSwap(w, w|wordLocked) {
 			*tmp = lim.unpack(w)
-			return tmp, w
+			return nil, w
 		}
 	}
 }
@@ -284,29 +295,20 @@ func (l *Limiter) SetLimit(lim Limit) error {
 // Allow is AllowN(key, 1).
 func (l *Limiter) Allow(key string) Decision {
 	v, limit := l.allow(l.nowMicro(), key, 1)
-	return Decision{
-		Allowed: v.allowed(), Reason: v.public(), Limit: limit,
-		Remaining: v.remaining, ResetAfter: micros(v.reset), RetryAfter: micros(v.retry),
-	}
+	return v.decision(limit)
 }
 
 // AllowN decides whether a request of cost n for key is admitted now, and
 // consumes n if it is.
 func (l *Limiter) AllowN(key string, n int64) Decision {
 	v, limit := l.allow(l.nowMicro(), key, n)
-	return Decision{
-		Allowed: v.allowed(), Reason: v.public(), Limit: limit,
-		Remaining: v.remaining, ResetAfter: micros(v.reset), RetryAfter: micros(v.retry),
-	}
+	return v.decision(limit)
 }
 
 // AllowAt is AllowNAt(now, key, 1).
 func (l *Limiter) AllowAt(now time.Time, key string) Decision {
 	v, limit := l.allow(now.UnixMicro(), key, 1)
-	return Decision{
-		Allowed: v.allowed(), Reason: v.public(), Limit: limit,
-		Remaining: v.remaining, ResetAfter: micros(v.reset), RetryAfter: micros(v.retry),
-	}
+	return v.decision(limit)
 }
 
 // AllowNAt decides whether a request of cost n for key is admitted at now,
@@ -318,10 +320,7 @@ func (l *Limiter) AllowAt(now time.Time, key string) Decision {
 // that time.
 func (l *Limiter) AllowNAt(now time.Time, key string, n int64) Decision {
 	v, limit := l.allow(now.UnixMicro(), key, n)
-	return Decision{
-		Allowed: v.allowed(), Reason: v.public(), Limit: limit,
-		Remaining: v.remaining, ResetAfter: micros(v.reset), RetryAfter: micros(v.retry),
-	}
+	return v.decision(limit)
 }
 
 // allow is the hot path. It returns a verdict, which stays in registers,

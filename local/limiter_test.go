@@ -81,7 +81,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !l.Allow("k").Allowed {
+	if !l.Allow("k").Allowed() {
 		t.Fatal("first request rejected")
 	}
 	if err := l.Close(); err != nil {
@@ -91,7 +91,7 @@ func TestCloseStopsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Decisions still work after Close, on time.Now.
-	if d := l.AllowN("k", 0); !d.Allowed {
+	if d := l.AllowN("k", 0); !d.Allowed() {
 		t.Fatalf("after Close: %+v", d)
 	}
 	c := local.NewCoarseClock(time.Millisecond)
@@ -109,20 +109,20 @@ func TestEvictsOnlyInitialState(t *testing.T) {
 		t.Run(lim.Algorithm().String(), func(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{})
 			d := l.AllowNAt(t0, "victim", 3)
-			if !d.Allowed || d.ResetAfter <= 0 {
+			if !d.Allowed() || d.ResetAfter() <= 0 {
 				t.Fatalf("%+v", d)
 			}
-			if n := l.SweepAt(t0.Add(d.ResetAfter - time.Microsecond)); n != 0 || l.Len() != 1 {
+			if n := l.SweepAt(t0.Add(d.ResetAfter() - time.Microsecond)); n != 0 || l.Len() != 1 {
 				t.Fatalf("swept %d before reset-after; %d keys held", n, l.Len())
 			}
-			if n := l.SweepAt(t0.Add(d.ResetAfter)); n != 1 || l.Len() != 0 {
+			if n := l.SweepAt(t0.Add(d.ResetAfter())); n != 1 || l.Len() != 0 {
 				t.Fatalf("swept %d at reset-after; %d keys held", n, l.Len())
 			}
 			if s := l.Stats(); s.Evictions != 1 {
 				t.Fatalf("stats %+v", s)
 			}
 			// Evicted means forgotten, which is exactly the initial state.
-			if d := l.AllowNAt(t0.Add(d.ResetAfter), "victim", 0); d.Remaining != lim.MaxCost() {
+			if d := l.AllowNAt(t0.Add(d.ResetAfter()), "victim", 0); d.Remaining() != lim.MaxCost() {
 				t.Fatalf("after eviction: %+v", d)
 			}
 		})
@@ -142,14 +142,14 @@ func TestFullTableKeepsVictimsBudget(t *testing.T) {
 			admitted, overflowed := 0, 0
 			for i := range 10000 {
 				d := l.AllowAt(t0, fmt.Sprintf("flood-%d", i))
-				if d.Allowed {
+				if d.Allowed() {
 					admitted++
 				}
-				if d.Reason == local.ReasonOverflow {
+				if d.Reason() == local.ReasonOverflow {
 					overflowed++
 				}
 			}
-			if d := l.AllowAt(t0, "victim"); d.Allowed {
+			if d := l.AllowAt(t0, "victim"); d.Allowed() {
 				t.Fatalf("victim's budget was reset: %+v", d)
 			}
 			held := 63 // the victim and 63 flood keys
@@ -174,7 +174,7 @@ func TestFullTableKeepsVictimsBudget(t *testing.T) {
 			// Once the flood keys are idle, new keys get in again: the
 			// insert sweeps make room.
 			later := t0.Add(2 * time.Minute)
-			if d := l.AllowAt(later, "newcomer"); !d.Allowed || d.Reason != local.ReasonOK {
+			if d := l.AllowAt(later, "newcomer"); !d.Allowed() || d.Reason() != local.ReasonOK {
 				t.Fatalf("newcomer after the flood: %+v", d)
 			}
 		})
@@ -186,7 +186,7 @@ func TestManyKeysGrowAndSweep(t *testing.T) {
 	l := newLimiter(t, lim, local.Config{Shards: 4})
 	const n = 50000
 	for i := range n {
-		if !l.AllowAt(t0, fmt.Sprint(i)).Allowed {
+		if !l.AllowAt(t0, fmt.Sprint(i)).Allowed() {
 			t.Fatalf("key %d rejected", i)
 		}
 	}
@@ -194,7 +194,7 @@ func TestManyKeysGrowAndSweep(t *testing.T) {
 		t.Fatalf("%d keys held, want %d", l.Len(), n)
 	}
 	for i := range n { // every key found again: its second request sees the first
-		if d := l.AllowNAt(t0, fmt.Sprint(i), 0); d.Remaining != 9 {
+		if d := l.AllowNAt(t0, fmt.Sprint(i), 0); d.Remaining() != 9 {
 			t.Fatalf("key %d: %+v", i, d)
 		}
 	}
@@ -212,12 +212,12 @@ func TestAnyKeyBytes(t *testing.T) {
 	}
 	keys := []string{"", "{", "}", "a:b", "\n", "\xff\xfe", string(big), string(big[:len(big)-1]), "\x00"}
 	for _, k := range keys {
-		if !l.AllowAt(t0, k).Allowed {
+		if !l.AllowAt(t0, k).Allowed() {
 			t.Fatalf("key %q rejected on first use", k[:min(len(k), 8)])
 		}
 	}
 	for _, k := range keys {
-		if l.AllowAt(t0, k).Allowed {
+		if l.AllowAt(t0, k).Allowed() {
 			t.Fatalf("key %q admitted twice", k[:min(len(k), 8)])
 		}
 	}
@@ -276,13 +276,13 @@ func TestSetLimitKeepsConsumption(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := newLimiter(t, c.from, local.Config{})
-			if !l.AllowNAt(t0, "k", c.consume).Allowed {
+			if !l.AllowNAt(t0, "k", c.consume).Allowed() {
 				t.Fatal("setup rejected")
 			}
 			if err := l.SetLimit(c.to); err != nil {
 				t.Fatal(err)
 			}
-			if d := l.AllowNAt(t0, "k", 0); d.Remaining != c.wantRemains || d.Limit != c.to.MaxCost() {
+			if d := l.AllowNAt(t0, "k", 0); d.Remaining() != c.wantRemains || d.Limit() != c.to.MaxCost() {
 				t.Fatalf("after SetLimit: %+v, want remaining %d", d, c.wantRemains)
 			}
 		})
@@ -296,16 +296,16 @@ func TestSetLimitKeepsConsumption(t *testing.T) {
 func TestCostReasons(t *testing.T) {
 	for _, lim := range eachAlgorithm() {
 		l := newLimiter(t, lim, local.Config{})
-		if d := l.AllowNAt(t0, "k", lim.MaxCost()+1); d.Allowed || d.Reason != local.ReasonCostTooHigh || d.RetryAfter != 0 {
+		if d := l.AllowNAt(t0, "k", lim.MaxCost()+1); d.Allowed() || d.Reason() != local.ReasonCostTooHigh || d.RetryAfter() != 0 {
 			t.Errorf("%v: cost above max: %+v", lim, d)
 		}
-		if d := l.AllowNAt(t0, "k", -1); d.Allowed || d.Reason != local.ReasonInvalidCost {
+		if d := l.AllowNAt(t0, "k", -1); d.Allowed() || d.Reason() != local.ReasonInvalidCost {
 			t.Errorf("%v: negative cost: %+v", lim, d)
 		}
-		if d := l.AllowNAt(t0, "k", lim.MaxCost()); !d.Allowed || d.Remaining != 0 {
+		if d := l.AllowNAt(t0, "k", lim.MaxCost()); !d.Allowed() || d.Remaining() != 0 {
 			t.Errorf("%v: cost equal to max: %+v", lim, d)
 		}
-		if d := l.AllowNAt(t0, "k", 1); d.Allowed || d.Reason != local.ReasonLimited || d.RetryAfter <= 0 {
+		if d := l.AllowNAt(t0, "k", 1); d.Allowed() || d.Reason() != local.ReasonLimited || d.RetryAfter() <= 0 {
 			t.Errorf("%v: exhausted: %+v", lim, d)
 		}
 	}
@@ -354,7 +354,7 @@ func TestConcurrentExact(t *testing.T) {
 			for range 8 {
 				wg.Go(func() {
 					for range 500 {
-						if l.AllowAt(t0, "hot").Allowed {
+						if l.AllowAt(t0, "hot").Allowed() {
 							admitted.Add(1)
 						}
 					}
@@ -376,12 +376,12 @@ func TestTimeFarBackwards(t *testing.T) {
 	for _, lim := range append(eachAlgorithm(), fast) {
 		t.Run(lim.String(), func(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{})
-			if !l.AllowNAt(t0, "k", lim.MaxCost()).Allowed {
+			if !l.AllowNAt(t0, "k", lim.MaxCost()).Allowed() {
 				t.Fatal("setup rejected")
 			}
 			for _, back := range []time.Time{{}, time.Unix(0, 0), t0.Add(-time.Hour), t0.Add(-time.Microsecond)} {
 				d := l.AllowAt(back, "k")
-				if d.Allowed || d.Remaining < 0 || d.ResetAfter < 0 || d.RetryAfter <= 0 {
+				if d.Allowed() || d.Remaining() < 0 || d.ResetAfter() < 0 || d.RetryAfter() <= 0 {
 					t.Fatalf("at %v: %+v", back, d)
 				}
 			}
@@ -405,7 +405,7 @@ func TestOverflowReasonsAgree(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{Shards: 1, MaxKeys: 1, Overflow: c.policy})
 			l.AllowAt(t0, "held")
 			d := l.AllowAt(t0, "new")
-			if d.Allowed != c.allowOK || d.Reason != local.ReasonOverflow {
+			if d.Allowed() != c.allowOK || d.Reason() != local.ReasonOverflow {
 				t.Fatalf("Allow: %+v", d)
 			}
 			r, err := l.ReserveAt(t0, "other", 1, 0)
@@ -418,7 +418,7 @@ func TestOverflowReasonsAgree(t *testing.T) {
 			if r.OK != wantOK || r.Reason != local.ReasonOverflow {
 				t.Fatalf("Reserve: %+v", r)
 			}
-			if d := l.AllowAt(t0, "third"); d.Allowed != c.secondAllow || d.Reason != local.ReasonOverflow {
+			if d := l.AllowAt(t0, "third"); d.Allowed() != c.secondAllow || d.Reason() != local.ReasonOverflow {
 				t.Fatalf("second Allow: %+v", d)
 			}
 		})
@@ -484,10 +484,10 @@ func TestAllowMultiSurvivesSetLimit(t *testing.T) {
 			stop()
 			flipped.SetLimit(c.big)
 			now := t0.Add(time.Minute)
-			if got := c.big.MaxCost() - flipped.AllowNAt(now, "k", 0).Remaining; got != admitted {
+			if got := c.big.MaxCost() - flipped.AllowNAt(now, "k", 0).Remaining(); got != admitted {
 				t.Fatalf("flipped rule charged %d, %d multi decisions admitted", got, admitted)
 			}
-			if got := int64(1<<20) - other.AllowNAt(now, "k", 0).Remaining; got != admitted {
+			if got := int64(1<<20) - other.AllowNAt(now, "k", 0).Remaining(); got != admitted {
 				t.Fatalf("other rule charged %d, %d admitted", got, admitted)
 			}
 		})
@@ -522,7 +522,7 @@ func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
 		wg.Go(func() {
 			for i := range ms * perMs {
 				us := int64(i) * 1000 / perMs
-				if l.AllowAt(t0.Add(time.Duration(us)*time.Microsecond), "hot").Allowed {
+				if l.AllowAt(t0.Add(time.Duration(us)*time.Microsecond), "hot").Allowed() {
 					admitted.Add(1)
 				}
 				progress[g].Store(us)

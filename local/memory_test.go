@@ -113,7 +113,7 @@ func TestMemoryPerKey(t *testing.T) {
 			for _, k := range keys {
 				// Distinct microseconds, so a log holds one pair per request.
 				for j := range perKeyCalls {
-					if !l.AllowNAt(at.Add(time.Duration(j)*time.Microsecond), k, 1).Allowed {
+					if !l.AllowNAt(at.Add(time.Duration(j)*time.Microsecond), k, 1).Allowed() {
 						denied++
 					}
 				}

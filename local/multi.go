@@ -74,7 +74,7 @@ retry:
 				e = &r.Limiter.shared
 			case OverflowAllow:
 				out[i] = decisionOf(r.Limiter.overflowed(now, r.N))
-				ok = ok && out[i].Allowed
+				ok = ok && out[i].Allowed()
 				continue
 			default:
 				out[i] = decisionOf(r.Limiter.overflowed(now, r.N))
@@ -146,12 +146,13 @@ retry:
 	}
 	groups(func(e *Entry[keyState], _ *Limiter, group []int, total int64) {
 		if h := &hs[group[0]]; total <= h.lim.max {
-			h.s, h.w = hold(e, h.lim, &h.tmp)
+			h.st, h.w = holdInto(e, h.lim, &h.tmp)
+			h.held = true
 		}
 	})
 	// Check every rule, charging nothing.
 	groups(func(e *Entry[keyState], l *Limiter, group []int, total int64) {
-		v, limit := decideHeld(hs[group[0]].s, hs[group[0]].lim, now, total, false)
+		v, limit := decideHeld(hs[group[0]].state(), hs[group[0]].lim, now, total, false)
 		if e == &l.shared {
 			v = v.overflowed()
 		}
@@ -159,42 +160,56 @@ retry:
 		for _, i := range group {
 			out[i] = d
 		}
-		ok = ok && d.Allowed
+		ok = ok && d.Allowed()
 	})
 	groups(func(e *Entry[keyState], _ *Limiter, group []int, total int64) {
 		h := &hs[group[0]]
 		switch {
 		case ok:
-			decideHeld(h.s, h.lim, now, total, true)
-		case out[group[0]].Allowed:
+			decideHeld(h.state(), h.lim, now, total, true)
+		case out[group[0]].Allowed():
 			// It had room but another rule refused: report it uncharged.
-			d := decisionOf(decideHeld(h.s, h.lim, now, 0, false))
-			d.Allowed = false
+			d := decisionOf(decideHeld(h.state(), h.lim, now, 0, false)).refused()
 			for _, i := range group {
 				out[i] = d
 			}
 		}
-		if h.s != nil {
-			release(e, h.lim, h.s, h.w)
+		if h.held {
+			release(e, h.lim, h.state(), h.w)
 		}
 	})
 	unlock()
 	if !ok {
 		for i := range reqs {
-			out[i].Allowed = false
+			out[i] = out[i].refused()
 		}
 	}
 	return ok
 }
 
 // held is an entry's state held for a multi-rule decision: the limit it is
-// decided under, and what hold returned (s nil when not held, for a cost
-// above the limit's MaxCost).
+// decided under, and what holdInto returned (held false for a cost above the
+// limit's MaxCost, which is refused without holding). It keeps no pointer
+// into itself: the requests' helds live in an array on AllowMultiAt's stack,
+// which such a pointer would move to the heap.
 type held struct {
-	lim *Limit
-	s   *state
-	w   uint64
-	tmp state
+	lim  *Limit
+	st   *state // the entry's own state, or nil for one unpacked into tmp
+	w    uint64
+	tmp  state
+	held bool
+}
+
+// state returns the state held: the entry's own, or the one unpacked into
+// tmp. Nil when not held.
+func (h *held) state() *state {
+	switch {
+	case !h.held:
+		return nil
+	case h.st != nil:
+		return h.st
+	}
+	return &h.tmp
 }
 
 // addr orders entries for locking. Go's heap objects do not move, so an

@@ -36,7 +36,7 @@ func TestReserveSpacesRequests(t *testing.T) {
 		t.Fatalf("delays %v", delays)
 	}
 	// The meter sees the queue as consumed.
-	if d := l.AllowNAt(t0, "k", 1); d.Allowed {
+	if d := l.AllowNAt(t0, "k", 1); d.Allowed() {
 		t.Fatalf("Allow admitted past a full queue: %+v", d)
 	}
 	if r, _ := l.ReserveAt(t0, "k", 3, time.Hour); r.OK || r.Reason != local.ReasonCostTooHigh {
@@ -69,7 +69,7 @@ func TestReserveCancel(t *testing.T) {
 	}
 	// Past its time to act, a reservation is spent.
 	first.CancelAt(t0)
-	if d := l.AllowNAt(t0.Add(4*time.Second), "k", 1); !d.Allowed {
+	if d := l.AllowNAt(t0.Add(4*time.Second), "k", 1); !d.Allowed() {
 		t.Fatalf("%+v", d)
 	}
 }
@@ -123,7 +123,7 @@ func TestWait(t *testing.T) {
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v", err)
 		}
-		if d := l.AllowN("k", 0); d.ResetAfter != time.Second {
+		if d := l.AllowN("k", 0); d.ResetAfter() != time.Second {
 			t.Fatalf("cancelled reservation kept: %+v", d)
 		}
 		if err := l.Wait(ctx, "k", 2); !errors.Is(err, local.ErrLimitExceeded) {

@@ -143,9 +143,9 @@ func micros(t time.Time) string { return strconv.FormatInt(max(t.UnixMicro(), 0)
 func precheck(r *Rule, n int64) (local.Decision, bool) {
 	switch {
 	case n < 0:
-		return local.Decision{Reason: local.ReasonInvalidCost, Limit: r.limit.MaxCost()}, true
+		return local.Outcome{Reason: local.ReasonInvalidCost, Limit: r.limit.MaxCost()}.Decision(), true
 	case n > r.limit.MaxCost():
-		return local.Decision{Reason: local.ReasonCostTooHigh, Limit: r.limit.MaxCost()}, true
+		return local.Outcome{Reason: local.ReasonCostTooHigh, Limit: r.limit.MaxCost()}.Decision(), true
 	}
 	return local.Decision{}, false
 }
@@ -225,14 +225,14 @@ func unpack(s string) (v [decisionLen]int64, ok bool) {
 
 // decision reads a script's answer.
 func decision(r *Rule, v []int64) local.Decision {
-	return local.Decision{
+	return local.Outcome{
 		Allowed:    v[0] == 0,
 		Reason:     local.Reason(v[0]),
 		Limit:      r.limit.MaxCost(),
 		Remaining:  v[1],
 		ResetAfter: time.Duration(v[2]) * time.Microsecond,
 		RetryAfter: time.Duration(v[3]) * time.Microsecond,
-	}
+	}.Decision()
 }
 
 // Request is one rule of a multi-rule decision.
@@ -358,7 +358,7 @@ func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Reque
 		if g.n > g.rule.limit.MaxCost() { // the same key twice, over its limit together
 			ok = false
 			for _, i := range g.reqs {
-				out[i] = local.Decision{Reason: local.ReasonCostTooHigh, Limit: g.rule.limit.MaxCost()}
+				out[i] = local.Outcome{Reason: local.ReasonCostTooHigh, Limit: g.rule.limit.MaxCost()}.Decision()
 			}
 			g.reqs = nil
 		}
@@ -398,7 +398,9 @@ func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Reque
 	}
 	if !ok {
 		for i := range reqs {
-			out[i].Allowed = false
+			o := out[i].Outcome()
+			o.Allowed = false
+			out[i] = o.Decision()
 		}
 	}
 	return ok, nil

@@ -49,7 +49,7 @@ func hammer(cens []*syncer.Central, rule *syncer.Rule, key string, workers int, 
 						mu.Unlock()
 						return
 					}
-					mine = append(mine, event{at, d.Allowed})
+					mine = append(mine, event{at, d.Allowed()})
 				}
 				mu.Lock()
 				all = append(all, mine...)

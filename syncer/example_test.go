@@ -39,8 +39,8 @@ func ExampleNewCentral() {
 		// Redis did not answer within the deadline: apply a failure policy.
 	case err != nil:
 		log.Fatal(err)
-	case !d.Allowed:
-		fmt.Println("try again in", d.RetryAfter)
+	case !d.Allowed():
+		fmt.Println("try again in", d.RetryAfter())
 	}
 }
 

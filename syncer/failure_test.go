@@ -191,7 +191,7 @@ func TestWrongType(t *testing.T) {
 				if !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
 					t.Errorf("AllowMulti: %v, want ErrRedis", err)
 				}
-				if d, err := cen.AllowN(ctx, other, "k", 0); err != nil || d.Remaining != 10 {
+				if d, err := cen.AllowN(ctx, other, "k", 0); err != nil || d.Remaining() != 10 {
 					t.Errorf("the other rule after the failed multi call: %+v, %v; want 10 remaining", d, err)
 				}
 			})

@@ -332,7 +332,7 @@ func TestAnyKeyBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return d.Remaining
+			return d.Remaining()
 		}
 		for i, k := range keys {
 			for j := range 4 {
@@ -340,8 +340,8 @@ func TestAnyKeyBytes(t *testing.T) {
 				if err != nil {
 					t.Fatalf("key %d (%q): %v", i, trunc(k), err)
 				}
-				if d.Allowed != (j < 3) {
-					t.Fatalf("key %d (%q), request %d: allowed %v, want %v", i, trunc(k), j, d.Allowed, j < 3)
+				if d.Allowed() != (j < 3) {
+					t.Fatalf("key %d (%q), request %d: allowed %v, want %v", i, trunc(k), j, d.Allowed(), j < 3)
 				}
 			}
 			for o, other := range keys {

@@ -17,7 +17,7 @@ import (
 
 // garbage pre-fills the decision buffers: a call must overwrite every entry
 // it is given.
-var garbage = local.Decision{Allowed: true, Reason: 99, Limit: -1, Remaining: -77, ResetAfter: -1, RetryAfter: -1}
+var garbage = local.Outcome{Allowed: true, Reason: 99, Limit: -1, Remaining: -77, ResetAfter: -1, RetryAfter: -1}.Decision()
 
 func newLocal(t testing.TB, lim local.Limit) *local.Limiter {
 	t.Helper()
@@ -179,10 +179,10 @@ func TestMultiDecisions(t *testing.T) {
 				if got[j] != want[j] {
 					t.Errorf("step %d %v, request %d:\nredis %+v\nlocal %+v", i, s.reqs, j, got[j], want[j])
 				}
-				if s.remaining != nil && got[j].Remaining != s.remaining[j] {
-					t.Errorf("step %d %v, request %d: remaining %d, want %d", i, s.reqs, j, got[j].Remaining, s.remaining[j])
+				if s.remaining != nil && got[j].Remaining() != s.remaining[j] {
+					t.Errorf("step %d %v, request %d: remaining %d, want %d", i, s.reqs, j, got[j].Remaining(), s.remaining[j])
 				}
-				if !ok && got[j].Allowed {
+				if !ok && got[j].Allowed() {
 					t.Errorf("step %d: refused, but request %d is marked allowed", i, j)
 				}
 			}
@@ -196,8 +196,8 @@ func TestMultiDecisions(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if w := lims[q.rule].AllowNAt(now, q.key, 0); d.Remaining != w.Remaining {
-					t.Errorf("step %d, after: request %d's rule has %d remaining in Redis, %d in local", i, j, d.Remaining, w.Remaining)
+				if w := lims[q.rule].AllowNAt(now, q.key, 0); d.Remaining() != w.Remaining() {
+					t.Errorf("step %d, after: request %d's rule has %d remaining in Redis, %d in local", i, j, d.Remaining(), w.Remaining())
 				}
 			}
 		}
@@ -286,7 +286,7 @@ func charged(t *testing.T, cen *syncer.Central, now time.Time, rules []*syncer.R
 		if err != nil {
 			t.Fatal(err)
 		}
-		used[i] = r.Limit().MaxCost() - d.Remaining
+		used[i] = r.Limit().MaxCost() - d.Remaining()
 	}
 	return used
 }
@@ -443,7 +443,7 @@ func TestMultiRefundInterleaved(t *testing.T) {
 			full := mustRule(t, "full", local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Hour})
 			t0 := time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)
 			t1 := t0.Add(2 * time.Millisecond) // the one reserved token has come back
-			if d, err := direct.AllowNAt(ctx, t0, full, "k", 1); err != nil || !d.Allowed {
+			if d, err := direct.AllowNAt(ctx, t0, full, "k", 1); err != nil || !d.Allowed() {
 				t.Fatalf("filling the other rule: %+v, %v", d, err)
 			}
 			var admitted int64
@@ -455,7 +455,7 @@ func TestMultiRefundInterleaved(t *testing.T) {
 				d, err := direct.AllowNAt(ctx, t1, x, "k", x.Limit().MaxCost())
 				if err != nil {
 					hookErr = err
-				} else if d.Allowed {
+				} else if d.Allowed() {
 					admitted += x.Limit().MaxCost()
 				}
 			}
@@ -472,7 +472,7 @@ func TestMultiRefundInterleaved(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !d.Allowed {
+				if !d.Allowed() {
 					break
 				}
 				admitted++
@@ -480,10 +480,10 @@ func TestMultiRefundInterleaved(t *testing.T) {
 			// What the rule admits at t1 when the refused call never happened.
 			lim := newLocal(t, x.Limit())
 			var want int64
-			if lim.AllowNAt(t1, "k", x.Limit().MaxCost()).Allowed {
+			if lim.AllowNAt(t1, "k", x.Limit().MaxCost()).Allowed() {
 				want += x.Limit().MaxCost()
 			}
-			for lim.AllowNAt(t1, "k", 1).Allowed {
+			for lim.AllowNAt(t1, "k", 1).Allowed() {
 				want++
 			}
 			if admitted > want {

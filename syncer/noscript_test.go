@@ -58,7 +58,7 @@ func sameAsLocal(t *testing.T, cen *syncer.Central, now time.Time, reqs []syncer
 		t.Errorf("AllowMultiAt: %v, local %v", ok, wok)
 	}
 	for i := range reqs {
-		g, w := got[i], want[i]
+		g, w := got[i].Outcome(), want[i].Outcome()
 		g.ResetAfter, w.ResetAfter = 0, 0
 		if g != w {
 			t.Errorf("request %d:\nredis %+v\nlocal %+v", i, got[i], want[i])
@@ -186,7 +186,7 @@ func TestNoScriptRestart(t *testing.T) {
 		rules = append(rules, r)
 		calls = append(calls, call{"AllowN/" + a.String(), func() (bool, error) {
 			d, err := cen.AllowNAt(context.Background(), now, r, "k", r.Limit().MaxCost())
-			return d.Allowed, err
+			return d.Allowed(), err
 		}})
 	}
 	multi := func(cen *syncer.Central, key string) func() (bool, error) {

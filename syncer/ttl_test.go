@@ -81,7 +81,7 @@ func TestTTL(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				r := mustRule(t, name, tc.p)
 				now := time.Now()
-				if d, err := cen.AllowNAt(ctx, now, r, "k", tc.n); err != nil || !d.Allowed {
+				if d, err := cen.AllowNAt(ctx, now, r, "k", tc.n); err != nil || !d.Allowed() {
 					t.Fatalf("%+v, %v", d, err)
 				}
 				life := time.Duration(tc.life(now.UnixMicro())) * time.Microsecond
@@ -132,7 +132,7 @@ func TestTTLNotExtended(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				r := mustRule(t, name, tc.p)
 				now := time.Now()
-				if d, err := cen.AllowNAt(ctx, now, r, "k", r.Limit().MaxCost()); err != nil || !d.Allowed {
+				if d, err := cen.AllowNAt(ctx, now, r, "k", r.Limit().MaxCost()); err != nil || !d.Allowed() {
 					t.Fatalf("%+v, %v", d, err)
 				}
 				keys := ruleKeys(t, c, prefix, name)
@@ -144,7 +144,7 @@ func TestTTLNotExtended(t *testing.T) {
 				time.Sleep(wait)
 				// At the same time as the charge: a write would set the
 				// TTL the charge set, back up by the wait.
-				if d, err := cen.AllowNAt(ctx, now, r, "k", 1); err != nil || d.Allowed {
+				if d, err := cen.AllowNAt(ctx, now, r, "k", 1); err != nil || d.Allowed() {
 					t.Fatalf("%+v, %v; want a refusal", d, err)
 				}
 				if _, err := cen.AllowNAt(ctx, now, r, "k", 0); err != nil {

@@ -214,14 +214,14 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		if w < lo || w > hi {
 			continue
 		}
-		if ex.Allowed {
+		if ex.Allowed() {
 			res.Exact++
 			exactPer[kw{k, w}]++
 		}
 		if r.Allowed() {
 			res.Admitted++
 			admittedPer[kw{k, w}]++
-		} else if ex.Allowed {
+		} else if ex.Allowed() {
 			falseRej++
 		}
 		if r.Reason() == uint8(local.ReasonNoLease) {

@@ -125,11 +125,11 @@ func RunNode(spec Spec, node int, out string) error {
 		decide = func(k uint32, _ int64) (bool, uint8, time.Duration, error) {
 			// The Limiter reads its own clock.
 			d, err := l.Allow(ctx, rule, names[k])
-			reset := d.ResetAfter
+			reset := d.ResetAfter()
 			if !fixed {
 				reset = 0
 			}
-			return d.Allowed, uint8(d.Reason), reset, err
+			return d.Allowed(), uint8(d.Reason()), reset, err
 		}
 		stop = func() {
 			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)

@@ -66,7 +66,7 @@ func BenchmarkHybrid(b *testing.B) {
 	if _, err := l.SyncAt(ctx, clock.Now()); err != nil {
 		b.Fatal(err)
 	}
-	if d, _ := l.AllowN(ctx, hr, hotKey, 0); d.Reason != local.ReasonOK {
+	if d, _ := l.AllowN(ctx, hr, hotKey, 0); d.Reason() != local.ReasonOK {
 		b.Fatalf("no lease: %+v", d)
 	}
 	for _, m := range []string{"local", "hybrid"} {

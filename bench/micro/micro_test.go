@@ -112,7 +112,7 @@ func BenchmarkLocal(b *testing.B) {
 				now, admitted := t0, 0
 				for b.Loop() {
 					now = now.Add(100 * time.Microsecond)
-					if l.AllowAt(now, hotKey).Allowed {
+					if l.AllowAt(now, hotKey).Allowed() {
 						admitted++
 					}
 				}
@@ -125,7 +125,7 @@ func BenchmarkLocal(b *testing.B) {
 				b.ReportAllocs()
 				admitted := 0
 				for b.Loop() {
-					if l.Allow(hotKey).Allowed {
+					if l.Allow(hotKey).Allowed() {
 						admitted++
 					}
 				}
@@ -139,7 +139,7 @@ func BenchmarkLocal(b *testing.B) {
 					now, admitted := t0, 0
 					for pb.Next() {
 						now = now.Add(100 * time.Microsecond)
-						if l.AllowAt(now, hotKey).Allowed {
+						if l.AllowAt(now, hotKey).Allowed() {
 							admitted++
 						}
 					}
@@ -155,7 +155,7 @@ func BenchmarkLocal(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					admitted := 0
 					for pb.Next() {
-						if l.Allow(hotKey).Allowed {
+						if l.Allow(hotKey).Allowed() {
 							admitted++
 						}
 					}
@@ -168,7 +168,7 @@ func BenchmarkLocal(b *testing.B) {
 				now, admitted := t0, 0
 				for i := 0; b.Loop(); i++ {
 					now = now.Add(time.Microsecond)
-					if l.AllowAt(now, keys[i%hotKeys]).Allowed {
+					if l.AllowAt(now, keys[i%hotKeys]).Allowed() {
 						admitted++
 					}
 				}
@@ -185,7 +185,7 @@ func BenchmarkLocal(b *testing.B) {
 					for pb.Next() {
 						i++
 						now = now.Add(time.Microsecond)
-						if l.AllowAt(now, keys[i%hotKeys]).Allowed {
+						if l.AllowAt(now, keys[i%hotKeys]).Allowed() {
 							admitted++
 						}
 					}
@@ -198,7 +198,7 @@ func BenchmarkLocal(b *testing.B) {
 				now, admitted := t0, 0
 				for i := 0; b.Loop(); i++ {
 					now = now.Add(time.Microsecond)
-					if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed {
+					if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed() {
 						admitted++
 					}
 				}
@@ -215,7 +215,7 @@ func BenchmarkLocal(b *testing.B) {
 					for pb.Next() {
 						i++
 						now = now.Add(time.Microsecond)
-						if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed {
+						if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed() {
 							admitted++
 						}
 					}

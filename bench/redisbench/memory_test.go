@@ -30,7 +30,7 @@ func memCentral(a local.Algorithm) memTarget {
 		cen, r := e.central(b), rule(b, a.String(), local.Params{Algorithm: a, Limit: admitLimit, Window: time.Hour})
 		fill(b, func(ctx context.Context, k int) (bool, error) {
 			d, err := cen.AllowN(ctx, r, userKeys[k], 1)
-			return d.Allowed, err
+			return d.Allowed(), err
 		}, n, 1)
 		return names(n, func(k int) []string { s, _ := cen.Keyspace().Keys(r, userKeys[k]); return []string{s} })
 	}}
@@ -47,10 +47,10 @@ func memLog(name string, l, entries int64, n int) memTarget {
 		fill(b, func(ctx context.Context, k int) (bool, error) {
 			d, err := cen.AllowNAt(ctx, time.UnixMicro(t0+count[k]*step), r, userKeys[k], 1)
 			count[k]++
-			if err == nil && !d.Allowed {
+			if err == nil && !d.Allowed() {
 				err = fmt.Errorf("request %d of key %d refused", count[k], k)
 			}
-			return d.Allowed, err
+			return d.Allowed(), err
 		}, n, int(entries))
 		return names(n, func(k int) []string { s, l := cen.Keyspace().Keys(r, userKeys[k]); return []string{s, l} })
 	}}

@@ -189,7 +189,7 @@ func centralTarget(a local.Algorithm) target {
 			cen, r := e.central(b), rule(b, name, p)
 			d := func(ctx context.Context, k int) (bool, error) {
 				dec, err := cen.AllowN(ctx, r, userKeys[k], 1)
-				return dec.Allowed, err
+				return dec.Allowed(), err
 			}
 			fill(b, d, numKeys, 1)
 			return d
@@ -225,10 +225,10 @@ func logTarget(l int64) target {
 			d := func(ctx context.Context, k int) (bool, error) {
 				dec, err := at(ctx, k, t0+count[k]*step)
 				count[k]++
-				if err == nil && count[k] > l && (!dec.Allowed || dec.Remaining != 0) {
+				if err == nil && count[k] > l && (!dec.Allowed() || dec.Remaining() != 0) {
 					err = fmt.Errorf("window of key %d not kept full: %+v", k, dec)
 				}
-				return dec.Allowed, err
+				return dec.Allowed(), err
 			}
 			fill(b, d, keys, int(l))
 			return d
@@ -236,7 +236,7 @@ func logTarget(l int64) target {
 		rejected: func(b *testing.B, e *env) decide {
 			return func(ctx context.Context, k int) (bool, error) {
 				dec, err := at(ctx, k, t0+(count[k]-1)*step)
-				return dec.Allowed, err
+				return dec.Allowed(), err
 			}
 		},
 	}

@@ -212,7 +212,7 @@ func simulate(lim local.Limit, tr traffic) (result, error) {
 	for i, off := range tr.at {
 		s := int(off / time.Second)
 		res.offered[s]++
-		if d := l.AllowAt(base.Add(off), "user"); d.Allowed {
+		if d := l.AllowAt(base.Add(off), "user"); d.Allowed() {
 			res.allowed[i] = true
 			res.admitted = append(res.admitted, off)
 			res.accepted[s]++
@@ -280,7 +280,7 @@ func shaper(w io.Writer, rate int64) error {
 	defer meter.Close()
 	admitted := 0
 	for range n {
-		if meter.AllowAt(base, "user").Allowed {
+		if meter.AllowAt(base, "user").Allowed() {
 			admitted++
 		}
 	}
@@ -345,13 +345,13 @@ func multi(w io.Writer) error {
 			}
 			// out[i].Reason tells which rules refused; ReasonOK marks one
 			// that had room and, the request refused, was not charged.
-			if out[0].Reason != local.ReasonOK {
+			if out[0].Reason() != local.ReasonOK {
 				bySecond++
 			}
-			if out[1].Reason != local.ReasonOK {
+			if out[1].Reason() != local.ReasonOK {
 				byMinute++
 				if retry == 0 {
-					retry = out[1].RetryAfter
+					retry = out[1].RetryAfter()
 				}
 			}
 		}
@@ -364,6 +364,6 @@ func multi(w io.Writer) error {
 	// Second 4's refusals came from the 1m rule alone; had they charged the
 	// 1s rule, it would be full. A zero-cost request asks without consuming.
 	d := perSecond.AllowNAt(base.Add(5*time.Second-time.Microsecond), "alice", 0)
-	fmt.Fprintf(w, "  the 1s rule still has %d of %d left at 4.999999s: refused requests charge no rule\n", d.Remaining, d.Limit)
+	fmt.Fprintf(w, "  the 1s rule still has %d of %d left at 4.999999s: refused requests charge no rule\n", d.Remaining(), d.Limit())
 	return nil
 }

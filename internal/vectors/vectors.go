@@ -43,17 +43,17 @@ func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 
 // ok is an admission.
 func ok(limit, remaining int64, reset time.Duration) local.Decision {
-	return local.Decision{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: reset}
+	return local.Outcome{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: reset}.Decision()
 }
 
 // no is a rejection for the limit.
 func no(limit, remaining int64, reset, retry time.Duration) local.Decision {
-	return local.Decision{Reason: local.ReasonLimited, Limit: limit, Remaining: remaining, ResetAfter: reset, RetryAfter: retry}
+	return local.Outcome{Reason: local.ReasonLimited, Limit: limit, Remaining: remaining, ResetAfter: reset, RetryAfter: retry}.Decision()
 }
 
 // tooHigh is a rejection of a cost above what the limit ever admits.
 func tooHigh(limit int64) local.Decision {
-	return local.Decision{Reason: local.ReasonCostTooHigh, Limit: limit}
+	return local.Outcome{Reason: local.ReasonCostTooHigh, Limit: limit}.Decision()
 }
 
 // Cases are the vectors.

@@ -1,0 +1,43 @@
+package local_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// TestDecisionOutcome: a Decision keeps every figure an Outcome gives it,
+// at the edges of their ranges, and the zero Decision is a rejection with
+// every figure zero.
+func TestDecisionOutcome(t *testing.T) {
+	outcomes := []local.Outcome{
+		{},
+		{Allowed: true, Reason: local.ReasonOK, Limit: 10, Remaining: 7, ResetAfter: time.Second},
+		{Reason: local.ReasonLimited, Limit: 1<<53 - 1, Remaining: 1 << 53, ResetAfter: time.Hour, RetryAfter: time.Minute},
+		{Allowed: true, Reason: local.ReasonUnavailable, Limit: 1<<54 - 1},
+		{Reason: local.ReasonOverflow, Limit: -1 << 54, Remaining: -1, RetryAfter: -1},
+		{Reason: 255, Limit: -1},
+	}
+	for r := local.ReasonOK; r <= local.ReasonUnavailable; r++ {
+		outcomes = append(outcomes, local.Outcome{Allowed: r%2 == 0, Reason: r, Limit: int64(r) + 1})
+	}
+	for _, o := range outcomes {
+		d := o.Decision()
+		if got := d.Outcome(); got != o {
+			t.Errorf("Outcome %+v: the Decision gives back %+v", o, got)
+		}
+		if d.Allowed() != o.Allowed || d.Reason() != o.Reason || d.Limit() != o.Limit || d.Remaining() != o.Remaining ||
+			d.ResetAfter() != o.ResetAfter || d.RetryAfter() != o.RetryAfter {
+			t.Errorf("Outcome %+v: the methods give %v", o, d)
+		}
+	}
+	var zero local.Decision
+	if zero.Outcome() != (local.Outcome{}) {
+		t.Errorf("zero Decision: %+v", zero.Outcome())
+	}
+	d := local.Outcome{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: time.Second}.Decision()
+	if got, want := d.String(), "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s"; got != want {
+		t.Errorf("String: %q, want %q", got, want)
+	}
+}
