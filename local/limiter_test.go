@@ -537,3 +537,64 @@ func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
 	}
 	t.Logf("admitted %d of at most %d; %d limit changes, %d evictions", admitted.Load(), most, flips, swept)
 }
+
+// TestSweepsRaceDecisions: sweeps evict keys while goroutines decide on
+// them, and every key still admits exactly its limit per window, in every
+// algorithm (packed words are evicted by compare-and-swap, the others under
+// the entry's lock). Each phase is two windows later than the last, so
+// every key held is idle when the phase starts: the sweeper, sweeping
+// without pause at the phase's time, races the phase's first decisions for
+// it, which the deciders make key after key. An
+// eviction of a key with consumption pending would let it start afresh and
+// admit more than its limit; a lost decision, fewer.
+func TestSweepsRaceDecisions(t *testing.T) {
+	for _, lim := range eachAlgorithm() {
+		t.Run(lim.Algorithm().String(), func(t *testing.T) {
+			l := newLimiter(t, lim, local.Config{})
+			const keys, phases, workers = 64, 30, 4
+			perKey := workers * 2 * lim.MaxCost() // attempts per key and phase, more than it admits
+			evictions := 0
+			for phase := range phases {
+				now := t0.Add(time.Duration(2*phase) * lim.Window())
+				var admitted [keys]atomic.Int64
+				ready, stop, swept := make(chan struct{}), make(chan struct{}), make(chan int)
+				go func() {
+					n := 0
+					close(ready) // the deciders start with the first sweep
+					for {
+						select {
+						case <-stop:
+							swept <- n
+							return
+						default:
+							n += l.SweepAt(now)
+						}
+					}
+				}()
+				<-ready
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Go(func() {
+						for k := range keys {
+							key := fmt.Sprint("k", k)
+							for range perKey / workers {
+								if l.AllowAt(now, key).Allowed() {
+									admitted[k].Add(1)
+								}
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(stop)
+				evictions += <-swept
+				for k := range admitted {
+					if got := admitted[k].Load(); got != lim.MaxCost() {
+						t.Fatalf("phase %d, key %d: admitted %d of %d, want exactly %d", phase, k, got, perKey, lim.MaxCost())
+					}
+				}
+			}
+			t.Logf("%d evictions raced %d phases of decisions", evictions, phases)
+		})
+	}
+}
