@@ -20,12 +20,12 @@ func TestKeyIDShortKeysExact(t *testing.T) {
 	s := newIDStore(t)
 	seen := map[[2]uint64]string{}
 	add := func(k string) {
-		id0, id1 := s.keyID(k)
+		id0, id1, _ := s.keys.place(k)
 		if id1 < 1<<56 {
-			t.Fatalf("keyID(%q): id1 %#x, below 1<<56, where the overflow entry's mark is", k, id1)
+			t.Fatalf("keys.place(%q): id1 %#x, below 1<<56, where the overflow entry's mark is", k, id1)
 		}
 		if prev, ok := seen[[2]uint64{id0, id1}]; ok && prev != k {
-			t.Fatalf("keyID(%q) = keyID(%q)", k, prev)
+			t.Fatalf("keys.place(%q) = keys.place(%q)", k, prev)
 		}
 		seen[[2]uint64{id0, id1}] = k
 	}
@@ -44,7 +44,7 @@ func TestKeyIDShortKeysExact(t *testing.T) {
 		t.Errorf("%d identities", len(seen))
 	}
 	long := strings.Repeat("k", 16)
-	if _, id1 := s.keyID(long); id1 != 0xff<<56 {
+	if _, id1, _ := s.keys.place(long); id1 != 0xff<<56 {
 		t.Errorf("a 16-byte key's id1 = %#x, want the long-key mark", id1)
 	}
 }
@@ -61,10 +61,10 @@ func FuzzKeyID(f *testing.F) {
 		if len(a) > 15 || len(b) > 15 {
 			return
 		}
-		a0, a1 := s.keyID(a)
-		b0, b1 := s.keyID(b)
+		a0, a1, _ := s.keys.place(a)
+		b0, b1, _ := s.keys.place(b)
 		if (a == b) != (a0 == b0 && a1 == b1) {
-			t.Fatalf("keyID(%q) = %#x %#x, keyID(%q) = %#x %#x", a, a0, a1, b, b0, b1)
+			t.Fatalf("keys.place(%q) = %#x %#x, keys.place(%q) = %#x %#x", a, a0, a1, b, b0, b1)
 		}
 		ea, eb := s.Get(a, 0), s.Get(b, 0)
 		if (a == b) != (ea == eb) {

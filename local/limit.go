@@ -161,7 +161,10 @@ type Limit struct {
 	// Packed states (packed.go): whether every state packs into one word,
 	// the bits of a count, and the latest TAT a packed bucket holds.
 	packed bool
-	cb     uint8
+	cb     uint8  // bits of a count
+	cb2    uint8  // sliding window counter: 2·cb, the shift of its window index
+	cmask  uint64 // sliding window counter: 1<<cb − 1, the mask of a count
+	w2     int64  // sliding window counter: 2·w, for its reset
 	maxTAT int64
 }
 

@@ -129,9 +129,9 @@ type keyState struct {
 }
 
 // sharedID is the id1 of a Limiter's overflow entry, which no key's entry
-// has (keyID). The overflow entry is only ever decided under its lock, so
-// its state stays in st whatever the limit, and it is carried over to a new
-// limit in place.
+// has (keyer.place). The overflow entry is only ever decided under its
+// lock, so its state stays in st whatever the limit, and it is carried over
+// to a new limit in place.
 const sharedID = 1
 
 // packedIn reports whether e's state under lim, the limit it is expressed
@@ -157,7 +157,7 @@ func holdInto(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
 	v := &e.Value
 	if !packedIn(e, lim) {
 		if v.st == nil {
-			v.st = new(state)
+			v.st = newState(lim)
 		}
 		return v.st, 0
 	}
@@ -294,21 +294,18 @@ func (l *Limiter) SetLimit(lim Limit) error {
 
 // Allow is AllowN(key, 1).
 func (l *Limiter) Allow(key string) Decision {
-	v, limit := l.allow(l.nowMicro(), key, 1)
-	return v.decision(limit)
+	return l.allow(l.nowMicro(), key, 1)
 }
 
 // AllowN decides whether a request of cost n for key is admitted now, and
 // consumes n if it is.
 func (l *Limiter) AllowN(key string, n int64) Decision {
-	v, limit := l.allow(l.nowMicro(), key, n)
-	return v.decision(limit)
+	return l.allow(l.nowMicro(), key, n)
 }
 
 // AllowAt is AllowNAt(now, key, 1).
 func (l *Limiter) AllowAt(now time.Time, key string) Decision {
-	v, limit := l.allow(now.UnixMicro(), key, 1)
-	return v.decision(limit)
+	return l.allow(now.UnixMicro(), key, 1)
 }
 
 // AllowNAt decides whether a request of cost n for key is admitted at now,
@@ -319,21 +316,20 @@ func (l *Limiter) AllowAt(now time.Time, key string) Decision {
 // time, and a time earlier than one the key has already stored counts as
 // that time.
 func (l *Limiter) AllowNAt(now time.Time, key string, n int64) Decision {
-	v, limit := l.allow(now.UnixMicro(), key, n)
-	return v.decision(limit)
+	return l.allow(now.UnixMicro(), key, n)
 }
 
-// allow is the hot path. It returns a verdict, which stays in registers,
-// and the limit's MaxCost; the exported methods make them a Decision.
-func (l *Limiter) allow(now int64, key string, n int64) (verdict, int64) {
+// allow is the hot path. It returns the Decision itself, four words that
+// stay in registers; the exported methods only read the time.
+func (l *Limiter) allow(now int64, key string, n int64) Decision {
 	now = clampTime(now)
 	if n < 0 {
-		return verdict{reason: ReasonInvalidCost}, l.limit.Load().max
+		return verdict{reason: ReasonInvalidCost}.decision(l.limit.Load().max)
 	}
 	for {
 		e := l.store.Get(key, now)
 		if e == nil {
-			return l.overflowed(now, n)
+			return decisionOf(l.overflowed(now, n))
 		}
 		lim, v := l.limit.Load(), &e.Value
 		if lim.packed && n <= lim.max && v.lim.Load() == lim {
@@ -342,14 +338,46 @@ func (l *Limiter) allow(now int64, key string, n int64) (verdict, int64) {
 				if w&(wordLocked|wordDead) != 0 {
 					break // held, or gone: wait for the lock below
 				}
-				vd, nw := lim.decideWord(w, now, n)
+				// The common admission on the word, inlined, else the
+				// general path (packed.go).
+				var vd verdict
+				var nw uint64
+				var ok bool
+				if n > 0 {
+					switch lim.p.Algorithm {
+					case FixedWindow:
+						vd, nw, ok = lim.fixedWord(w, now, n)
+					case SlidingWindowCounter:
+						vd, nw, ok = lim.counterWord(w, now, n)
+					default:
+						vd, nw, ok = lim.bucketWord(w, now, n)
+					}
+				}
+				if !ok {
+					vd, nw = lim.slowWord(w, now, n)
+				}
 				if nw == w || v.word.CompareAndSwap(w, nw) {
-					return vd, lim.max
+					return vd.decision(lim.max)
 				}
 			}
 		}
+		if !lim.packed && n <= lim.max && v.lim.Load() == lim {
+			// Settled and not packed: decide under the entry's lock.
+			e.mu.Lock()
+			if !e.evicted && v.st != nil {
+				var vd verdict
+				if lim.p.Algorithm == SlidingWindowLog {
+					vd = lim.slidingLog(v.st, now, n, true) // the usual case: no second dispatch
+				} else {
+					vd = lim.decide(v.st, now, n, true)
+				}
+				e.mu.Unlock()
+				return vd.decision(lim.max)
+			}
+			e.mu.Unlock()
+		}
 		if vd, limit, ok := l.allowLocked(e, lim, key, now, n); ok {
-			return vd, limit
+			return vd.decision(limit)
 		}
 	}
 }

@@ -13,12 +13,14 @@ import (
 // The memory budget of DESIGN.md: at most 128 bytes per key held, plus the
 // key itself. The sliding window log holds one 16-byte (time, cost) pair per
 // admitted request on top, in a ring whose capacity grows by doubling, and a
-// ring header: a slice and three words (ring in ring.go), 48 bytes, one size
-// class.
+// ring header: a slice and three words (ring in ring.go), 48 bytes. The
+// ring's first two pairs are allocated with its state and header (logState
+// in ring.go), and stay unused once it outgrows them.
 const (
 	memBudgetPerKey = 128
 	logPairBytes    = 16
 	logRingHeader   = 48
+	logInlinePairs  = 2
 )
 
 // heapInUse returns the bytes of live heap objects after a full collection.
@@ -41,14 +43,19 @@ func perKey(keys int, fill func()) float64 {
 	return (float64(after) - float64(before)) / float64(keys)
 }
 
-// ringCap is the capacity the log's ring reaches holding pairs pairs: it
-// starts at the least power of two ≥ min(limit, 4) and doubles when full.
-func ringCap(pairs int64) int64 {
-	c := int64(1)
-	for c < pairs {
-		c *= 2
+// ringBytes is what the log's pairs take holding pairs pairs: the inline
+// pairs, and the buffer the ring moves to when it outgrows them, which
+// doubles when full.
+func ringBytes(pairs int64) float64 {
+	b := int64(logInlinePairs * logPairBytes)
+	if pairs > logInlinePairs {
+		c := int64(1)
+		for c < pairs {
+			c *= 2
+		}
+		b += c * logPairBytes
 	}
-	return c
+	return float64(b)
 }
 
 // TestMemoryPerKey measures the heap a Limiter holds per key, for every
@@ -143,7 +150,7 @@ func TestMemoryPerKey(t *testing.T) {
 		keys  int
 	}{{1, n}, {10, n}, {100, n / 10}} {
 		r := measure(local.Params{Algorithm: local.SlidingWindowLog, Limit: c.limit, Window: time.Minute}, keys[:c.keys], c.limit)
-		r.budget = memBudgetPerKey + logRingHeader + float64(logPairBytes*ringCap(c.limit))
+		r.budget = memBudgetPerKey + logRingHeader + ringBytes(c.limit)
 		rows = append(rows, r)
 	}
 

@@ -6,11 +6,11 @@ import (
 )
 
 // FuzzDecideWord holds the packed path to the general one: for a limit
-// whose states pack, every step of a request sequence is decided both by
-// decideWord (whose common case works on the word itself) and by decide on
-// the unpacked state, at the request's time and at a time run back by a
-// window, and the verdicts and the resulting words must agree. Every word
-// must also unpack and pack back to itself.
+// whose states pack, a Limiter decides a request sequence on one key, each
+// request also one window earlier (time run back), and decide decides the
+// same sequence on an unpacked state. The verdicts must agree, and the
+// key's word must be the general state packed. Every word must also unpack
+// and pack back to itself.
 func FuzzDecideWord(f *testing.F) {
 	for _, a := range Algorithms() {
 		f.Add([]byte{byte(a), 4, 0, 6, 1, 0, 1, 1, 0, 1, 0, 0xc0, 2, 0, 8, 1, 0xff, 0x0f, 3, 0, 0xc0, 1})
@@ -21,22 +21,25 @@ func FuzzDecideWord(f *testing.F) {
 		if !ok || !lim.packed {
 			return
 		}
+		l, err := New(lim, Config{NoBackgroundSweep: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		var s state
 		var w uint64
 		for i, r := range reqs {
-			if got := lim.pack(new(lim.unpack(w)), w); got != w {
-				t.Fatalf("%v: step %d: word %#x packs back as %#x", lim, i, w, got)
-			}
-			for _, now := range []int64{r.at - lim.w, r.at} {
-				s := lim.unpack(w)
-				want := lim.decide(&s, now, r.n, true)
-				wantW := lim.pack(&s, w)
-				got, gotW := lim.decideWord(w, now, r.n)
-				if got != want || gotW != wantW {
-					t.Fatalf("%v: step %d: %d at %d on %#x: fast path %+v → %#x, general %+v → %#x",
-						lim, i, r.n, now, w, got, gotW, want, wantW)
+			for _, now := range []int64{max(r.at-lim.w, 0), r.at} {
+				want := lim.decide(&s, now, r.n, true).decision(lim.max)
+				w = lim.pack(&s, w)
+				if got := l.allow(now, "k", r.n); got != want {
+					t.Fatalf("%v: step %d: %d at %d: Limiter %v, general %v", lim, i, r.n, now, got, want)
 				}
-				if now == r.at {
-					w = wantW
+				if got := l.store.Get("k", now).Value.word.Load(); got != w {
+					t.Fatalf("%v: step %d: %d at %d: the key's word %#x, the general state's %#x", lim, i, r.n, now, got, w)
+				}
+				if got := lim.pack(new(lim.unpack(w)), w); got != w {
+					t.Fatalf("%v: step %d: word %#x packs back as %#x", lim, i, w, got)
 				}
 			}
 		}

@@ -21,6 +21,28 @@ func newRing(limit int64) *ring {
 	return &ring{buf: make([]logEntry, size)}
 }
 
+// logState is a sliding window log's state allocated with its ring and
+// the ring's first pairs, in one object of 112 bytes: a key among many
+// reaches its log in one cache miss from its entry, where three separate
+// objects cost three.
+type logState struct {
+	s     state
+	r     ring
+	pairs [2]logEntry
+}
+
+// newState returns a zero state for a key decided under lim, a sliding
+// window log's with its ring in place.
+func newState(lim *Limit) *state {
+	if lim.p.Algorithm != SlidingWindowLog {
+		return new(state)
+	}
+	b := new(logState)
+	b.r.buf = b.pairs[:min(lim.p.Limit, int64(len(b.pairs)))]
+	b.s.log = &b.r
+	return &b.s
+}
+
 // at returns the i-th oldest pair. The buffer's length is a power of two.
 func (r *ring) at(i int) *logEntry { return &r.buf[(r.head+i)&(len(r.buf)-1)] }
 
@@ -78,13 +100,18 @@ func (r *ring) push(t, n int64) {
 		}
 	}
 	if r.n == len(r.buf) {
-		buf := make([]logEntry, 2*len(r.buf))
-		for i := range r.n {
-			buf[i] = *r.at(i)
-		}
-		r.buf, r.head = buf, 0
+		r.grow()
 	}
 	*r.at(r.n) = logEntry{t: t, n: n}
 	r.n++
 	r.sum += n
+}
+
+// grow doubles the buffer, oldest pair first.
+func (r *ring) grow() {
+	buf := make([]logEntry, 2*len(r.buf))
+	for i := range r.n {
+		buf[i] = *r.at(i)
+	}
+	r.buf, r.head = buf, 0
 }

@@ -40,19 +40,18 @@ import (
 //
 // A Store is safe for concurrent use.
 type Store[V any] struct {
-	shards       []shard[V]
-	shift        uint // a hash's top bits pick its shard: h >> shift
-	seed1, seed2 maphash.Seed
-	mix          [3]uint64 // the keys of a short key's hash (hashShort)
-	perShard     int
-	idle         func(v *V, now int64) bool
-	tomb         *Entry[V] // marks the slot of an evicted entry
+	shards   []shard[V]
+	shift    uint // a hash's top bits pick its shard: h >> shift
+	keys     keyer
+	perShard int
+	idle     func(v *V, now int64) bool
+	tomb     *Entry[V] // marks the slot of an evicted entry
 }
 
 // Entry is one key's place in a Store: a Value guarded by a mutex. Lock it
 // before touching Value; an Entry must not be copied.
 type Entry[V any] struct {
-	// The key's identity (keyID), set before the entry is published and
+	// The key's identity (keyer.place), set before the entry is published and
 	// never changed: lookups compare it without locking.
 	id0, id1 uint64
 	// Value is the caller's state for the key; a new key starts with V's
@@ -112,9 +111,7 @@ func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V
 	s := &Store[V]{
 		shards:   make([]shard[V], cfg.Shards),
 		shift:    uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
-		seed1:    maphash.MakeSeed(),
-		seed2:    maphash.MakeSeed(),
-		mix:      [3]uint64{rand.Uint64() | 1, rand.Uint64() | 1, rand.Uint64() | 1},
+		keys:     newKeyer(),
 		perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
 		idle:     idle,
 		tomb:     new(Entry[V]),
@@ -130,8 +127,7 @@ func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V
 // none of which it could evict: evictions are judged at now (µs since the
 // epoch), which must be on the same timeline as the values' times.
 func (s *Store[V]) Get(key string, now int64) *Entry[V] {
-	id0, id1 := s.keyID(key)
-	h1 := s.hash(key, id0, id1)
+	id0, id1, h1 := s.keys.place(key)
 	sh := &s.shards[h1>>s.shift]
 	if e := sh.tab.Load().find(h1, id0, id1, s.tomb); e != nil {
 		return e
@@ -139,41 +135,53 @@ func (s *Store[V]) Get(key string, now int64) *Entry[V] {
 	return s.insert(sh, h1, id0, id1, now)
 }
 
-// hash returns the hash that places key, whose identity is id0, id1: of the
-// identity for a key of up to 15 bytes, which it determines exactly, and of
-// the bytes for a longer one.
-func (s *Store[V]) hash(key string, id0, id1 uint64) uint64 {
-	if len(key) > 15 {
-		return maphash.String(s.seed1, key)
+// keyer identifies and places keys (see Store): its seeds and keys are
+// secret and random. It is not generic: a generic Store's methods reach its
+// type's methods through a dictionary, and these need none.
+type keyer struct {
+	seed1, seed2 maphash.Seed // of a long key's hash (seed1) and identity (seed2)
+	mix          [3]uint64    // the keys of a short key's hash
+}
+
+func newKeyer() keyer {
+	return keyer{
+		seed1: maphash.MakeSeed(),
+		seed2: maphash.MakeSeed(),
+		mix:   [3]uint64{rand.Uint64() | 1, rand.Uint64() | 1, rand.Uint64() | 1},
 	}
-	return mix(mix(id0^s.mix[0], id1^s.mix[1]), s.mix[2])
+}
+
+// place returns key's identity, which an entry holds, and the hash that
+// places it: one call per lookup.
+//
+// The identity: id1 is at least 1<<56 (a smaller one marks an entry that is
+// not a key's; see sharedID). A key of up to 15 bytes is its bytes and its
+// length, packed without loss (the bytes are read as words, overlapping
+// where the length is not a multiple of one; with the length, that
+// determines them), and its hash is a keyed mix of that identity. A longer
+// key is a hash of its bytes and a mark no short key's length byte takes,
+// and its hash is another hash of its bytes, under an independent seed.
+func (k *keyer) place(key string) (id0, id1, h uint64) {
+	n := len(key)
+	switch {
+	case n > 15:
+		return maphash.String(k.seed2, key), 0xff << 56, maphash.String(k.seed1, key)
+	case n >= 8: // bytes 0-7, then 8 to n-1 from the word ending at n-1
+		id0, id1 = le64(key), le64(key[n-8:])>>(8*(16-n))|uint64(n+1)<<56
+	case n >= 4: // bytes 0-3 and n-4 to n-1
+		id0, id1 = uint64(le32(key))|uint64(le32(key[n-4:]))<<32, uint64(n+1)<<56
+	case n > 0: // bytes 0, n/2 and n-1: all of them
+		id0, id1 = uint64(key[0])|uint64(key[n/2])<<8|uint64(key[n-1])<<16, uint64(n+1)<<56
+	default:
+		id0, id1 = 0, 1<<56
+	}
+	return id0, id1, mix(mix(id0^k.mix[0], id1^k.mix[1]), k.mix[2])
 }
 
 // mix folds the 128-bit product of a and b into 64 bits.
 func mix(a, b uint64) uint64 {
 	hi, lo := bits.Mul64(a, b)
 	return hi ^ lo
-}
-
-// keyID returns the identity an entry holds for key, id1 at least 1<<56 (a
-// smaller one marks an entry that is not a key's; see sharedID): up to 15
-// bytes, the bytes and the length, packed without loss (a key's bytes are
-// read as words, overlapping where the length is not a multiple of one;
-// with the length, that determines them); beyond, a hash and a mark no
-// short key's length byte takes.
-func (s *Store[V]) keyID(key string) (id0, id1 uint64) {
-	n := len(key)
-	switch {
-	case n > 15:
-		return maphash.String(s.seed2, key), 0xff << 56
-	case n >= 8: // bytes 0-7, then 8 to n-1 from the word ending at n-1
-		return le64(key), le64(key[n-8:])>>(8*(16-n)) | uint64(n+1)<<56
-	case n >= 4: // bytes 0-3 and n-4 to n-1
-		return uint64(le32(key)) | uint64(le32(key[n-4:]))<<32, uint64(n+1) << 56
-	case n > 0: // bytes 0, n/2 and n-1: all of them
-		return uint64(key[0]) | uint64(key[n/2])<<8 | uint64(key[n-1])<<16, uint64(n+1) << 56
-	}
-	return 0, 1 << 56
 }
 
 // le64 is the little-endian word of s's first 8 bytes (one load).
@@ -422,7 +430,7 @@ func (s *Store[V]) insert(sh *shard[V], h1, id0, id1 uint64, now int64) *Entry[V
 func (s *Store[V]) replace(key string, old *Entry[V], init func(v *V)) {
 	ne := &Entry[V]{id0: old.id0, id1: old.id1}
 	init(&ne.Value)
-	h1 := s.hash(key, old.id0, old.id1)
+	_, _, h1 := s.keys.place(key) // old holds key's identity
 	sh := &s.shards[h1>>s.shift]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
