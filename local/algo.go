@@ -95,7 +95,15 @@ func (l *Limit) initial(s *state, now int64) bool {
 
 func micros(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0. A bucket's rl is 1 for most rates (a
+// whole number of µs per token), and a division is the slowest instruction
+// on a decision's path: skip it.
+func ceilDiv(a, b int64) int64 {
+	if b == 1 {
+		return a
+	}
+	return (a + b - 1) / b
+}
 
 func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
 	start, count := s.a, s.b
