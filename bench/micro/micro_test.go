@@ -74,6 +74,39 @@ func newLimiter(b *testing.B, a local.Algorithm, clock local.Clock) *local.Limit
 
 var sink atomic.Int64
 
+// parClock keeps the virtual times of a RunParallel case together. Each
+// goroutine advances its own time per request, as the single-goroutine
+// cases do, and every syncEvery requests moves it up to the latest time any
+// goroutine has reached, publishing its own when it is the latest.
+// Goroutines reading one clock see times microseconds apart; without this,
+// their virtual times drift apart without bound (whichever runs faster pulls
+// ahead), and the laggard decides seconds to minutes in the past of the
+// key's state, a path no server takes, whose cost then decides the figure.
+type parClock struct{ latest atomic.Int64 }
+
+// syncEvery is how many requests a goroutine makes between two syncs: one
+// atomic load per 1,024 requests, and times at most 1,024 steps apart.
+const syncEvery = 1024
+
+// tick returns now advanced by step, brought up to the latest time any
+// goroutine has reached when k is a multiple of syncEvery.
+func (c *parClock) tick(now time.Time, k int, step time.Duration) time.Time {
+	now = now.Add(step)
+	if k%syncEvery != 0 {
+		return now
+	}
+	us := now.UnixMicro()
+	for {
+		latest := c.latest.Load()
+		if latest >= us {
+			return now.Add(time.Duration(latest-us) * time.Microsecond)
+		}
+		if c.latest.CompareAndSwap(latest, us) {
+			return now
+		}
+	}
+}
+
 // BenchmarkLocal/<algorithm>/<case>:
 //
 //	hot-at            one key, time passed in (AllowAt)
@@ -133,12 +166,13 @@ func BenchmarkLocal(b *testing.B) {
 			})
 			b.Run("hot-at-par", func(b *testing.B) {
 				l := newLimiter(b, a, local.SystemClock{})
+				var clock parClock
 				b.ReportAllocs()
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					now, admitted := t0, 0
-					for pb.Next() {
-						now = now.Add(100 * time.Microsecond)
+					for k := 1; pb.Next(); k++ {
+						now = clock.tick(now, k, 100*time.Microsecond)
 						if l.AllowAt(now, hotKey).Allowed() {
 							admitted++
 						}
@@ -179,12 +213,13 @@ func BenchmarkLocal(b *testing.B) {
 				var seq atomic.Int64
 				b.ReportAllocs()
 				b.ResetTimer()
+				var clock parClock
 				b.RunParallel(func(pb *testing.PB) {
 					i := int(seq.Add(1)) * 7919
 					now, admitted := t0, 0
-					for pb.Next() {
+					for k := 1; pb.Next(); k++ {
 						i++
-						now = now.Add(time.Microsecond)
+						now = clock.tick(now, k, time.Microsecond)
 						if l.AllowAt(now, keys[i%hotKeys]).Allowed() {
 							admitted++
 						}
@@ -209,12 +244,13 @@ func BenchmarkLocal(b *testing.B) {
 				var seq atomic.Int64
 				b.ReportAllocs()
 				b.ResetTimer()
+				var clock parClock
 				b.RunParallel(func(pb *testing.PB) {
 					i := int(seq.Add(1)) * 104729
 					now, admitted := t0, 0
-					for pb.Next() {
+					for k := 1; pb.Next(); k++ {
 						i++
-						now = now.Add(time.Microsecond)
+						now = clock.tick(now, k, time.Microsecond)
 						if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed() {
 							admitted++
 						}
