@@ -51,8 +51,8 @@ type Store[V any] struct {
 // Entry is one key's place in a Store: a Value guarded by a mutex. Lock it
 // before touching Value; an Entry must not be copied.
 type Entry[V any] struct {
-	// The key's identity (keyer.place), set before the entry is published and
-	// never changed: lookups compare it without locking.
+	// The key's identity (keyer.place), set before the entry is published
+	// and never changed: lookups compare it without locking.
 	id0, id1 uint64
 	// Value is the caller's state for the key; a new key starts with V's
 	// zero value. It comes right after the identity, so that a lookup and
@@ -135,9 +135,8 @@ func (s *Store[V]) Get(key string, now int64) *Entry[V] {
 	return s.insert(sh, h1, id0, id1, now)
 }
 
-// keyer identifies and places keys (see Store): its seeds and keys are
-// secret and random. It is not generic: a generic Store's methods reach its
-// type's methods through a dictionary, and these need none.
+// keyer identifies and places keys (see Store); its seeds and keys are
+// secret and random.
 type keyer struct {
 	seed1, seed2 maphash.Seed // of a long key's hash (seed1) and identity (seed2)
 	mix          [3]uint64    // the keys of a short key's hash
