@@ -261,10 +261,7 @@ retry:
 }
 
 func dress(v syncer.Verdict, limit int64) local.Decision {
-	return local.Outcome{
-		Allowed: v.Reason == local.ReasonOK, Reason: v.Reason, Limit: limit,
-		Remaining: v.Remaining, ResetAfter: micros(v.Reset), RetryAfter: micros(v.Retry),
-	}.Decision()
+	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, micros(v.Reset), micros(v.Retry))
 }
 
 // refused returns d, not admitted: a request that its own rule admitted,

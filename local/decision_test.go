@@ -1,15 +1,16 @@
 package local_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// TestDecisionOutcome: a Decision keeps every figure an Outcome gives it,
-// at the edges of their ranges, and the zero Decision is a rejection with
-// every figure zero.
+// TestDecisionOutcome: a Decision keeps every figure an Outcome (or
+// NewDecision) gives it, at the edges of their ranges, and the zero Decision
+// is a rejection with every figure zero.
 func TestDecisionOutcome(t *testing.T) {
 	outcomes := []local.Outcome{
 		{},
@@ -27,6 +28,9 @@ func TestDecisionOutcome(t *testing.T) {
 		if got := d.Outcome(); got != o {
 			t.Errorf("Outcome %+v: the Decision gives back %+v", o, got)
 		}
+		if nd := local.NewDecision(o.Allowed, o.Reason, o.Limit, o.Remaining, o.ResetAfter, o.RetryAfter); nd != d {
+			t.Errorf("Outcome %+v: NewDecision gives %v, Outcome.Decision %v", o, nd, d)
+		}
 		if d.Allowed() != o.Allowed || d.Reason() != o.Reason || d.Limit() != o.Limit || d.Remaining() != o.Remaining ||
 			d.ResetAfter() != o.ResetAfter || d.RetryAfter() != o.RetryAfter {
 			t.Errorf("Outcome %+v: the methods give %v", o, d)
@@ -40,4 +44,15 @@ func TestDecisionOutcome(t *testing.T) {
 	if got, want := d.String(), "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s"; got != want {
 		t.Errorf("String: %q, want %q", got, want)
 	}
+}
+
+// A limiter of another kind builds its Decisions with NewDecision (or an
+// Outcome); String shows one whole.
+func ExampleNewDecision() {
+	d := local.NewDecision(false, local.ReasonLimited, 10, 0, 30*time.Second, 2*time.Second)
+	fmt.Println(d.Allowed(), d.RetryAfter())
+	fmt.Println(d)
+	// Output:
+	// false 2s
+	// rejected reason=limited limit=10 remaining=0 reset=30s retry=2s
 }
