@@ -382,11 +382,10 @@ func (l *Limiter) allow(now int64, key string, n int64) Decision {
 	}
 }
 
-// allowLocked decides under e's lock: the sliding window log, limits too
-// large to pack, a key's first decision, a limit changed since the key's
-// last one, a cost too high, and any decision that found the word held. It
-// reports false when the key must be looked up again (e was evicted or
-// replaced).
+// allowLocked decides under e's lock what allow's two paths leave to it: a
+// key's first decision, a limit changed since the key's last one, a cost
+// too high, and a decision that found the word held. It reports false when
+// the key must be looked up again (e was evicted or replaced).
 func (l *Limiter) allowLocked(e *Entry[keyState], lim *Limit, key string, now, n int64) (verdict, int64, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
