@@ -75,7 +75,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		ok := l.hybridMulti(now, reqs, states, out, true)
 		if !ok {
 			for i := range reqs {
-				out[i] = refused(out[i])
+				out[i] = out[i].Refused()
 			}
 		}
 		return ok, nil
@@ -98,7 +98,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		l.centralMulti(ctx, now, cr, cout, false)
 		for j, i := range ci {
 			out[i] = cout[j]
-			out[i] = refused(out[i])
+			out[i] = out[i].Refused()
 		}
 		return false, nil
 	}
@@ -133,7 +133,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 	}
 	if !ok {
 		for i := range reqs {
-			out[i] = refused(out[i])
+			out[i] = out[i].Refused()
 		}
 	}
 	if err != nil {
@@ -262,14 +262,6 @@ retry:
 
 func dress(v syncer.Verdict, limit int64) local.Decision {
 	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, micros(v.Reset), micros(v.Retry))
-}
-
-// refused returns d, not admitted: a request that its own rule admitted,
-// refused because another rule of the same multi-rule decision did.
-func refused(d local.Decision) local.Decision {
-	o := d.Outcome()
-	o.Allowed = false
-	return o.Decision()
 }
 
 // addr orders entries for locking; Go's heap objects do not move.

@@ -93,9 +93,10 @@ func (d Decision) ResetAfter() time.Duration { return d.resetAfter }
 // request consumes in between.
 func (d Decision) RetryAfter() time.Duration { return d.retryAfter }
 
-// refused returns d with Allowed false: a request that had room under its
-// rule, refused by another rule of the same multi-rule decision.
-func (d Decision) refused() Decision {
+// Refused returns d with Allowed false and its other figures unchanged: in
+// a multi-rule decision, the Decision of a request that its own rule would
+// admit, refused because another rule did.
+func (d Decision) Refused() Decision {
 	d.meta &^= 1
 	return d
 }

@@ -332,8 +332,17 @@ func (l *Limiter) allow(now int64, key string, n int64) Decision {
 			return decisionOf(l.overflowed(now, n))
 		}
 		lim, v := l.limit.Load(), &e.Value
-		if lim.packed && n <= lim.max && v.lim.Load() == lim {
-			for {
+		if n <= lim.max && v.lim.Load() == lim { // settled: the usual case
+			if !lim.packed {
+				e.mu.Lock()
+				if !e.evicted && v.st != nil {
+					vd := lim.decide(v.st, now, n, true)
+					e.mu.Unlock()
+					return vd.decision(lim.max)
+				}
+				e.mu.Unlock()
+			}
+			for lim.packed { // lock-free on the word, until it is held or gone
 				w := v.word.Load()
 				if w&(wordLocked|wordDead) != 0 {
 					break // held, or gone: wait for the lock below
@@ -360,21 +369,6 @@ func (l *Limiter) allow(now int64, key string, n int64) Decision {
 					return vd.decision(lim.max)
 				}
 			}
-		}
-		if !lim.packed && n <= lim.max && v.lim.Load() == lim {
-			// Settled and not packed: decide under the entry's lock.
-			e.mu.Lock()
-			if !e.evicted && v.st != nil {
-				var vd verdict
-				if lim.p.Algorithm == SlidingWindowLog {
-					vd = lim.slidingLog(v.st, now, n, true) // the usual case: no second dispatch
-				} else {
-					vd = lim.decide(v.st, now, n, true)
-				}
-				e.mu.Unlock()
-				return vd.decision(lim.max)
-			}
-			e.mu.Unlock()
 		}
 		if vd, limit, ok := l.allowLocked(e, lim, key, now, n); ok {
 			return vd.decision(limit)

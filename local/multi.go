@@ -169,7 +169,7 @@ retry:
 			decideHeld(h.state(), h.lim, now, total, true)
 		case out[group[0]].Allowed():
 			// It had room but another rule refused: report it uncharged.
-			d := decisionOf(decideHeld(h.state(), h.lim, now, 0, false)).refused()
+			d := decisionOf(decideHeld(h.state(), h.lim, now, 0, false)).Refused()
 			for _, i := range group {
 				out[i] = d
 			}
@@ -181,7 +181,7 @@ retry:
 	unlock()
 	if !ok {
 		for i := range reqs {
-			out[i] = out[i].refused()
+			out[i] = out[i].Refused()
 		}
 	}
 	return ok

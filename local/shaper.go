@@ -75,7 +75,7 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 			e.mu.Unlock()
 			continue
 		}
-		r, err, ok := l.reserveLocked(e, key, now, n, maxDelay)
+		r, ok, err := l.reserveLocked(e, key, now, n, maxDelay)
 		e.mu.Unlock()
 		if !ok { // replaced under a new limit
 			continue
@@ -90,16 +90,16 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 // reserveLocked reserves under e's lock. It reports false when e was
 // replaced by an entry under the limit in force (settle), to be looked up
 // again.
-func (l *Limiter) reserveLocked(e *Entry[keyState], key string, now, n int64, maxDelay time.Duration) (Reservation, error, bool) {
+func (l *Limiter) reserveLocked(e *Entry[keyState], key string, now, n int64, maxDelay time.Duration) (Reservation, bool, error) {
 	lim := l.limit.Load()
 	if !lim.p.Algorithm.bucket() {
-		return Reservation{}, ErrNotShaper, true
+		return Reservation{}, true, ErrNotShaper
 	}
 	if n > lim.max {
-		return Reservation{Reason: ReasonCostTooHigh}, nil, true
+		return Reservation{Reason: ReasonCostTooHigh}, true, nil
 	}
 	if !l.settle(e, lim, key, now) {
-		return Reservation{}, nil, false
+		return Reservation{}, false, nil
 	}
 	var tmp state
 	v, w := hold(e, lim, &tmp)
@@ -122,14 +122,14 @@ func (l *Limiter) reserveLocked(e *Entry[keyState], key string, now, n int64, ma
 		delay = ceilDiv(excess, lim.rl)
 	}
 	if delay > limitDelay {
-		return Reservation{Reason: ReasonLimited, Delay: micros(delay)}, nil, true
+		return Reservation{Reason: ReasonLimited, Delay: micros(delay)}, true, nil
 	}
 	f := frac + n*lim.el
 	v.a, v.b = tat+f/lim.rl, f%lim.rl
 	return Reservation{
 		OK: true, Delay: micros(delay), TimeToAct: time.UnixMicro(now + delay),
 		l: l, e: e, lim: lim, n: n, at: now + delay, tat: v.a, frac: v.b,
-	}, nil, true
+	}, true, nil
 }
 
 // Cancel is CancelAt with the time of the Limiter the reservation came from.

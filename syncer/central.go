@@ -398,9 +398,7 @@ func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Reque
 	}
 	if !ok {
 		for i := range reqs {
-			o := out[i].Outcome()
-			o.Allowed = false
-			out[i] = o.Decision()
+			out[i] = out[i].Refused()
 		}
 	}
 	return ok, nil
