@@ -114,12 +114,16 @@ func (c *parClock) tick(now time.Time, k int, step time.Duration) time.Time {
 //	hot-at-par        one key, AllowAt under RunParallel
 //	hot-allow-par     one key, Allow under RunParallel
 //	1k-at, 1k-at-par  1,000 hot keys in turn
+//	1k-allow          the same with Allow (a 1ms CoarseClock)
 //	1m-at, 1m-at-par  1,048,576 pre-built keys, drawn uniformly
+//	1m-allow          the same with Allow (a 1ms CoarseClock)
 func BenchmarkLocal(b *testing.B) {
 	for _, a := range local.Algorithms() {
 		// The keyed limiters are built once per algorithm, not once per
-		// round of b.N, and closed when its cases are done.
+		// round of b.N, and closed when its cases are done. They read a
+		// CoarseClock in the Allow cases; AllowAt does not read it.
 		var many, thousand *local.Limiter
+		clock := local.NewCoarseClock(time.Millisecond)
 		prebuilt := func(b *testing.B, n int) *local.Limiter {
 			setupKeys()
 			p := &many
@@ -127,7 +131,7 @@ func BenchmarkLocal(b *testing.B) {
 				p = &thousand
 			}
 			if *p == nil {
-				l, err := local.New(limitFor(a), local.Config{Clock: local.SystemClock{}, MaxKeys: 2 * manyKeys, NoBackgroundSweep: true})
+				l, err := local.New(limitFor(a), local.Config{Clock: clock, MaxKeys: 2 * manyKeys, NoBackgroundSweep: true})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -227,6 +231,17 @@ func BenchmarkLocal(b *testing.B) {
 					sink.Add(int64(admitted))
 				})
 			})
+			b.Run("1k-allow", func(b *testing.B) {
+				l := prebuilt(b, hotKeys)
+				b.ReportAllocs()
+				admitted := 0
+				for i := 0; b.Loop(); i++ {
+					if l.Allow(keys[i%hotKeys]).Allowed() {
+						admitted++
+					}
+				}
+				sink.Add(int64(admitted))
+			})
 			b.Run("1m-at", func(b *testing.B) {
 				l := prebuilt(b, manyKeys)
 				b.ReportAllocs()
@@ -234,6 +249,17 @@ func BenchmarkLocal(b *testing.B) {
 				for i := 0; b.Loop(); i++ {
 					now = now.Add(time.Microsecond)
 					if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed() {
+						admitted++
+					}
+				}
+				sink.Add(int64(admitted))
+			})
+			b.Run("1m-allow", func(b *testing.B) {
+				l := prebuilt(b, manyKeys)
+				b.ReportAllocs()
+				admitted := 0
+				for i := 0; b.Loop(); i++ {
+					if l.Allow(keys[uniform[i&(manyKeys-1)]]).Allowed() {
 						admitted++
 					}
 				}
@@ -264,6 +290,7 @@ func BenchmarkLocal(b *testing.B) {
 				l.Close()
 			}
 		}
+		clock.Close()
 	}
 }
 
