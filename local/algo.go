@@ -196,23 +196,19 @@ func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
 		}
 	}
 	count += n
-	newest := s.a
-	if n > 0 {
-		newest = now
+	v := verdict{remaining: lim - count}
+	if n > 0 { // the newest request is this one
+		v.reset = l.w
 		if commit {
-			if r != nil {
-				r.drop(expired, expiredSum)
-			} else {
+			s.a = now
+			if r == nil {
 				r = newRing(lim)
 				s.log = r
 			}
-			r.push(now, n)
-			s.a = now
+			r.admit(expired, expiredSum, now, n)
 		}
-	}
-	v := verdict{remaining: lim - count}
-	if count > 0 {
-		v.reset = newest + l.w - now
+	} else if count > 0 {
+		v.reset = s.a + l.w - now
 	}
 	return v
 }

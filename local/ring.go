@@ -49,15 +49,15 @@ func (r *ring) at(i int) *logEntry { return &r.buf[(r.head+i)&(len(r.buf)-1)] }
 // expired returns how many of the oldest pairs, and their total cost, have
 // times at or before cut, that is, outside the window (cut, now].
 func (r *ring) expired(cut int64) (int, int64) {
+	buf, head, mask := r.buf, r.head, len(r.buf)-1
 	var k int
 	var sum int64
-	for k < r.n {
-		e := r.at(k)
+	for ; k < r.n; k++ {
+		e := &buf[(head+k)&mask]
 		if e.t > cut {
 			break
 		}
 		sum += e.n
-		k++
 	}
 	return k, sum
 }
@@ -77,34 +77,30 @@ func (r *ring) freedAt(skip int, need int64) int64 {
 	return r.at(r.n - 1).t // not reached: need never exceeds the sum held
 }
 
-// drop forgets the k oldest pairs, of total cost sum.
-func (r *ring) drop(k int, sum int64) {
-	if k == 0 {
+// admit forgets the k oldest pairs, of total cost sum, and records a
+// request of cost n at t, t at or after every time held: drop and push in
+// one, the sliding log's every admission.
+func (r *ring) admit(k int, sum, t, n int64) {
+	mask := len(r.buf) - 1
+	head, cnt := (r.head+k)&mask, r.n-k
+	r.sum += n - sum
+	if cnt == 0 {
+		r.buf[0] = logEntry{t: t, n: n}
+		r.head, r.n = 0, 1
 		return
 	}
-	r.head = (r.head + k) & (len(r.buf) - 1)
-	r.n -= k
-	r.sum -= sum
-	if r.n == 0 {
-		r.head = 0
+	if last := &r.buf[(head+cnt-1)&mask]; last.t == t {
+		last.n += n
+		r.head, r.n = head, cnt
+		return
 	}
-}
-
-// push records a request of cost n at t, t at or after every time held.
-func (r *ring) push(t, n int64) {
-	if r.n > 0 {
-		if last := r.at(r.n - 1); last.t == t {
-			last.n += n
-			r.sum += n
-			return
-		}
-	}
-	if r.n == len(r.buf) {
+	r.head, r.n = head, cnt
+	if cnt == len(r.buf) {
 		r.grow()
+		head, mask = 0, len(r.buf)-1
 	}
-	*r.at(r.n) = logEntry{t: t, n: n}
+	r.buf[(head+cnt)&mask] = logEntry{t: t, n: n}
 	r.n++
-	r.sum += n
 }
 
 // grow doubles the buffer, oldest pair first.
