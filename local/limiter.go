@@ -356,8 +356,14 @@ func (l *Limiter) allow(now int64, key string, n int64) Decision {
 					switch lim.p.Algorithm {
 					case FixedWindow:
 						vd, nw, ok = lim.fixedWord(w, now, n)
+						if !ok {
+							vd, nw, ok = lim.fixedRoll(w, now, n)
+						}
 					case SlidingWindowCounter:
 						vd, nw, ok = lim.counterWord(w, now, n)
+						if !ok {
+							vd, nw, ok = lim.counterRoll(w, now, n)
+						}
 					default:
 						vd, nw, ok = lim.bucketWord(w, now, n)
 					}

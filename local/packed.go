@@ -100,15 +100,19 @@ func (l *Limit) windowIndex(start int64, idx uint64) uint64 {
 	return uint64(start / l.w)
 }
 
-// Deciding on a word (Limiter.allow): the common case, an admission that
-// neither moves a window nor finds time run back, is decided on the word
-// itself, by the *Word methods, which return false for anything else; then
+// Deciding on a word (Limiter.allow): the common cases, an admission in
+// the word's window (the *Word methods) and, for the windows, an admission
+// in a later one (the *Roll methods), are decided on the word itself; they
+// return false for anything else (a rejection, time run back), and then
 // slowWord decides. A key among many is a cache miss away, and the fewer
 // instructions and calls a decision takes after it, the more of the next
 // decisions' misses the processor overlaps with it: the *Word methods are
 // small enough to inline into allow, which saved 15 to 30 ns per decision
-// among a million keys. FuzzDecideWord holds allow's words and verdicts to
-// the general path.
+// among a million keys, and deciding a window's roll on the word, not
+// through unpack, decide and pack, took a fixed window's decision among a
+// million keys from 548 to 399 ns, and a counter's from 709 to 545, where
+// every request rolls its key's window. FuzzDecideWord holds allow's words
+// and verdicts to the general path.
 
 // slowWord is the general path on a word: unpack, decide (committing), and
 // pack. It returns the verdict and the resulting word, w itself when
@@ -130,6 +134,16 @@ func (l *Limit) fixedWord(w uint64, now, n int64) (verdict, uint64, bool) {
 	return verdict{remaining: l.p.Limit - count - n, reset: l.w - into}, w + uint64(n), true
 }
 
+// fixedRoll decides on a fixed window's word an admission of n > 0 in a
+// later window than the word's, or reports false.
+func (l *Limit) fixedRoll(w uint64, now, n int64) (verdict, uint64, bool) {
+	if now < int64(w>>l.cb)*l.w+l.w || n > l.p.Limit {
+		return verdict{}, 0, false
+	}
+	idx := now / l.w
+	return verdict{remaining: l.p.Limit - n, reset: l.w - (now - idx*l.w)}, uint64(idx)<<l.cb | uint64(n), true
+}
+
 // counterWord decides on a sliding window counter's word an admission of
 // n > 0 in its current window, or reports false: with cur counting n, the
 // room left under the estimate, (limit − cur)·ws − prev·left, is not
@@ -143,6 +157,24 @@ func (l *Limit) counterWord(w uint64, now, n int64) (v verdict, nw uint64, ok bo
 		return
 	}
 	return verdict{remaining: room / l.ws, reset: l.w2 - into}, w + uint64(n)<<l.cb, true
+}
+
+// counterRoll decides on a sliding window counter's word an admission of
+// n > 0 in a later window, or reports false: the word's current window
+// becomes the previous one if it is the one just before, else nothing is
+// carried over.
+func (l *Limit) counterRoll(w uint64, now, n int64) (v verdict, nw uint64, ok bool) {
+	idx := now / l.w
+	moved, prev := idx-int64(w>>l.cb2), int64(w>>l.cb&l.cmask) // windows since the word's
+	if moved != 1 {
+		prev = 0
+	}
+	into := now - idx*l.w
+	room := (l.max-n)*l.ws - prev*(l.ws-into/l.step)
+	if moved < 1 || room < 0 {
+		return
+	}
+	return verdict{remaining: room / l.ws, reset: l.w2 - into}, uint64(idx)<<l.cb2 | uint64(n)<<l.cb | uint64(prev), true
 }
 
 // bucketWord decides on a bucket's word (TAT·rl + fraction) an admission of
