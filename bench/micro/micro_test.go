@@ -115,7 +115,7 @@ func (c *parClock) publish(now time.Time) {
 }
 
 // time returns the latest time a goroutine published.
-func (c *parClock) time() time.Time { return time.UnixMicro(c.latest.Load()).UTC() }
+func (c *parClock) time() time.Time { return time.UnixMicro(c.latest.Load()) }
 
 // keyedTime is the time of an algorithm's keyed limiters (1K and 1M keys),
 // which its keyed cases share, one after another: each AllowAt case starts
@@ -137,7 +137,9 @@ func (k *keyedTime) reached(t time.Time) {
 	}
 }
 
-// reachedNow records that a case decided at real times, up to now.
+// reachedNow records that a case decided at real times, up to now. The
+// time is kept without its monotonic reading, like t0's, so that the next
+// case's time.Add costs what it cost before.
 func (k *keyedTime) reachedNow() { k.reached(time.Now().Round(0)) }
 
 // BenchmarkLocal/<algorithm>/<case>:
