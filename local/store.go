@@ -1,12 +1,14 @@
 package local
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Store is a sharded table of per-key values: the key table of a Limiter,
@@ -41,7 +43,7 @@ import (
 // A Store is safe for concurrent use.
 type Store[V any] struct {
 	shards   []shard[V]
-	shift    uint // a hash's top bits pick its shard: h >> shift
+	shift    uint // a hash's top bits pick its shard (shardOf)
 	keys     keyer
 	perShard int
 	idle     func(v *V, now int64) bool
@@ -110,7 +112,7 @@ func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V
 	}
 	s := &Store[V]{
 		shards:   make([]shard[V], cfg.Shards),
-		shift:    uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
+		shift:    uint(63 - bits.TrailingZeros(uint(cfg.Shards))),
 		keys:     newKeyer(),
 		perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
 		idle:     idle,
@@ -127,12 +129,25 @@ func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V
 // none of which it could evict: evictions are judged at now (µs since the
 // epoch), which must be on the same timeline as the values' times.
 func (s *Store[V]) Get(key string, now int64) *Entry[V] {
-	id0, id1, h1 := s.keys.place(key)
-	sh := &s.shards[h1>>s.shift]
-	if e := sh.tab.Load().find(h1, id0, id1, s.tomb); e != nil {
+	var id0, id1, h1 uint64
+	if uint(len(key)-8) < 8 { // 8 to 15 bytes: placed here, without a call
+		id0, id1 = ident8(key)
+		h1 = s.keys.hash(id0, id1)
+	} else {
+		id0, id1, h1 = s.keys.place(key)
+	}
+	sh := s.shardOf(h1)
+	if e := sh.tab.Load().find(h1, id0, id1); e != nil {
 		return e
 	}
 	return s.insert(sh, h1, id0, id1, now)
+}
+
+// shardOf returns the shard of the key whose hash is h: its top bits, as
+// many as there are shard bits. The shift is split in two so that none
+// reaches 64, which a shift then need not test for.
+func (s *Store[V]) shardOf(h uint64) *shard[V] {
+	return &s.shards[h>>1>>(s.shift&63)]
 }
 
 // keyer identifies and places keys (see Store); its seeds and keys are
@@ -165,8 +180,8 @@ func (k *keyer) place(key string) (id0, id1, h uint64) {
 	switch {
 	case n > 15:
 		return maphash.String(k.seed2, key), 0xff << 56, maphash.String(k.seed1, key)
-	case n >= 8: // bytes 0-7, then 8 to n-1 from the word ending at n-1
-		id0, id1 = le64(key), le64(key[n-8:])>>(8*(16-n))|uint64(n+1)<<56
+	case n >= 8:
+		id0, id1 = ident8(key)
 	case n >= 4: // bytes 0-3 and n-4 to n-1
 		id0, id1 = uint64(le32(key))|uint64(le32(key[n-4:]))<<32, uint64(n+1)<<56
 	case n > 0: // bytes 0, n/2 and n-1: all of them
@@ -174,7 +189,19 @@ func (k *keyer) place(key string) (id0, id1, h uint64) {
 	default:
 		id0, id1 = 0, 1<<56
 	}
-	return id0, id1, mix(mix(id0^k.mix[0], id1^k.mix[1]), k.mix[2])
+	return id0, id1, k.hash(id0, id1)
+}
+
+// ident8 is the identity of a key of 8 to 15 bytes: bytes 0-7, then 8 to
+// n-1 from the word ending at n-1, and the length.
+func ident8(key string) (id0, id1 uint64) {
+	n := len(key)
+	return le64(key), le64(key[n-8:])>>(8*(16-n)&63) | uint64(n+1)<<56
+}
+
+// hash is the hash of a short key's identity.
+func (k *keyer) hash(id0, id1 uint64) uint64 {
+	return mix(mix(id0^k.mix[0], id1^k.mix[1]), k.mix[2])
 }
 
 // mix folds the 128-bit product of a and b into 64 bits.
@@ -183,11 +210,11 @@ func mix(a, b uint64) uint64 {
 	return hi ^ lo
 }
 
-// le64 is the little-endian word of s's first 8 bytes (one load).
+// le64 is the little-endian word of s's first 8 bytes, which s must have.
+// It reads them in place, in one load where the target allows it, and is
+// cheap enough to inline where a short key is placed.
 func le64(s string) uint64 {
-	_ = s[7]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s), 8))
 }
 
 // le32 is the little-endian word of s's first 4 bytes (one load).
@@ -271,14 +298,21 @@ func newTable[V any](size int) *table[V] {
 
 // find returns the entry of the key whose hash is h1 and identity id0, id1,
 // or nil. It takes no lock.
-func (t *table[V]) find(h1, id0, id1 uint64, tomb *Entry[V]) *Entry[V] {
-	for i := h1 & t.mask; ; i = (i + 1) & t.mask {
-		s := &t.slots[i]
+//
+// A tombstone never matches: its identity is zero, and no key's is (a key's
+// id1 is at least 1<<56).
+func (t *table[V]) find(h1, id0, id1 uint64) *Entry[V] {
+	slots := t.slots
+	if len(slots) == 0 {
+		return nil // never: tables have minTableSize slots or more
+	}
+	for i := h1; ; i++ {
+		s := &slots[i&uint64(len(slots)-1)]
 		e := s.ent.Load()
 		if e == nil {
 			return nil
 		}
-		if s.hash.Load() == h1 && e.id0 == id0 && e.id1 == id1 && e != tomb {
+		if s.hash.Load() == h1 && e.id0 == id0 && e.id1 == id1 {
 			return e
 		}
 	}
@@ -399,7 +433,7 @@ func (s *Store[V]) insert(sh *shard[V], h1, id0, id1 uint64, now int64) *Entry[V
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.tab.Load()
-	if e := t.find(h1, id0, id1, s.tomb); e != nil {
+	if e := t.find(h1, id0, id1); e != nil {
 		return e
 	}
 	if sh.live >= s.perShard && s.sweep(sh, now, overflowSweep) == 0 {
@@ -430,7 +464,7 @@ func (s *Store[V]) replace(key string, old *Entry[V], init func(v *V)) {
 	ne := &Entry[V]{id0: old.id0, id1: old.id1}
 	init(&ne.Value)
 	_, _, h1 := s.keys.place(key) // old holds key's identity
-	sh := &s.shards[h1>>s.shift]
+	sh := s.shardOf(h1)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old.evicted = true
