@@ -71,10 +71,19 @@ func (c *CoarseClock) run(resolution time.Duration) {
 func (c *CoarseClock) Now() time.Time { return time.UnixMicro(c.nowMicro()) }
 
 func (c *CoarseClock) nowMicro() int64 {
-	if c.stopped.Load() {
-		return c.base.UnixMicro() + time.Since(c.base).Microseconds()
+	if us, ok := c.running(); ok {
+		return us
 	}
-	return c.us.Load()
+	return c.base.UnixMicro() + time.Since(c.base).Microseconds()
+}
+
+// running returns the last refreshed time in µs, and false if c is nil or
+// closed. It is small enough to inline where a Limiter reads its clock.
+func (c *CoarseClock) running() (int64, bool) {
+	if c == nil || c.stopped.Load() {
+		return 0, false
+	}
+	return c.us.Load(), true
 }
 
 // Close stops the refreshing goroutine and waits for it to exit. It is

@@ -294,18 +294,18 @@ func (l *Limiter) SetLimit(lim Limit) error {
 
 // Allow is AllowN(key, 1).
 func (l *Limiter) Allow(key string) Decision {
-	return l.allow(l.nowMicro(), key, 1)
+	return l.allow(time.Time{}, true, key, 1)
 }
 
 // AllowN decides whether a request of cost n for key is admitted now, and
 // consumes n if it is.
 func (l *Limiter) AllowN(key string, n int64) Decision {
-	return l.allow(l.nowMicro(), key, n)
+	return l.allow(time.Time{}, true, key, n)
 }
 
 // AllowAt is AllowNAt(now, key, 1).
 func (l *Limiter) AllowAt(now time.Time, key string) Decision {
-	return l.allow(now.UnixMicro(), key, 1)
+	return l.allow(now, false, key, 1)
 }
 
 // AllowNAt decides whether a request of cost n for key is admitted at now,
@@ -316,23 +316,32 @@ func (l *Limiter) AllowAt(now time.Time, key string) Decision {
 // time, and a time earlier than one the key has already stored counts as
 // that time.
 func (l *Limiter) AllowNAt(now time.Time, key string, n int64) Decision {
-	return l.allow(now.UnixMicro(), key, n)
+	return l.allow(now, false, key, n)
 }
 
-// allow is the hot path. It returns the Decision itself, four words that
-// stay in registers; the exported methods only read the time.
-func (l *Limiter) allow(now int64, key string, n int64) Decision {
-	now = clampTime(now)
-	if n < 0 {
-		return verdict{reason: ReasonInvalidCost}.decision(l.limit.Load().max)
+// allow is the hot path: it decides at t or, when clock is set, at the
+// Limiter's clock's time. It takes the time as the exported methods have it
+// so that they are small enough to inline, and so cost no call of their
+// own: among a million keys, each call on the path measured about 25 ns
+// (docs/performance.md). It returns the Decision itself, four words that
+// stay in registers.
+//
+// The usual case, a packed key already held, settled, and an admission, is
+// decided here on the key's word (packed.go); the rest in allowSlow.
+func (l *Limiter) allow(t time.Time, clock bool, key string, n int64) Decision {
+	var now int64
+	if !clock {
+		now = t.UnixMicro()
+	} else if us, ok := l.coarse.running(); ok {
+		now = us
+	} else {
+		now = l.nowMicro()
 	}
-	for {
-		e := l.store.Get(key, now)
-		if e == nil {
-			return decisionOf(l.overflowed(now, n))
-		}
+	now = clampTime(now)
+	e := l.store.Get(key, now)
+	if e != nil && n > 0 {
 		lim, v := l.limit.Load(), &e.Value
-		if n <= lim.max && v.lim.Load() == lim { // settled: the usual case
+		if v.lim.Load() == lim && n <= lim.max { // settled: the usual case
 			if !lim.packed {
 				e.mu.Lock()
 				if !e.evicted && v.st != nil {
@@ -341,36 +350,47 @@ func (l *Limiter) allow(now int64, key string, n int64) Decision {
 					return vd.decision(lim.max)
 				}
 				e.mu.Unlock()
+				return l.allowSlow(e, now, key, n)
 			}
-			for lim.packed { // lock-free on the word, until it is held or gone
+			w := v.word.Load()
+			var vd verdict
+			var nw uint64
+			var ok bool
+			switch lim.p.Algorithm {
+			case FixedWindow:
+				vd, nw, ok = lim.fixedAt(w, now, n)
+			case SlidingWindowCounter:
+				idx, reset, left := lim.counterNow(now)
+				vd, nw, ok = lim.counterAt(w, idx, reset, left, n)
+			default:
+				vd, nw, ok = lim.bucketWord(w, now, n)
+			}
+			if ok && w&(wordLocked|wordDead) == 0 && v.word.CompareAndSwap(w, nw) {
+				return vd.decision(lim.max)
+			}
+		}
+	}
+	return l.allowSlow(e, now, key, n)
+}
+
+// allowSlow decides what allow leaves to it: e is key's entry as allow got
+// it, or nil if the table was full.
+func (l *Limiter) allowSlow(e *Entry[keyState], now int64, key string, n int64) Decision {
+	if n < 0 {
+		return verdict{reason: ReasonInvalidCost}.decision(l.limit.Load().max)
+	}
+	for {
+		if e == nil {
+			return decisionOf(l.overflowed(now, n))
+		}
+		lim, v := l.limit.Load(), &e.Value
+		if n <= lim.max && v.lim.Load() == lim && lim.packed { // settled
+			for { // lock-free on the word, until it is held or gone
 				w := v.word.Load()
 				if w&(wordLocked|wordDead) != 0 {
 					break // held, or gone: wait for the lock below
 				}
-				// The common admission on the word, inlined, else the
-				// general path (packed.go).
-				var vd verdict
-				var nw uint64
-				var ok bool
-				if n > 0 {
-					switch lim.p.Algorithm {
-					case FixedWindow:
-						vd, nw, ok = lim.fixedWord(w, now, n)
-						if !ok {
-							vd, nw, ok = lim.fixedRoll(w, now, n)
-						}
-					case SlidingWindowCounter:
-						vd, nw, ok = lim.counterWord(w, now, n)
-						if !ok {
-							vd, nw, ok = lim.counterRoll(w, now, n)
-						}
-					default:
-						vd, nw, ok = lim.bucketWord(w, now, n)
-					}
-				}
-				if !ok {
-					vd, nw = lim.slowWord(w, now, n)
-				}
+				vd, nw := lim.slowWord(w, now, n)
 				if nw == w || v.word.CompareAndSwap(w, nw) {
 					return vd.decision(lim.max)
 				}
@@ -379,12 +399,15 @@ func (l *Limiter) allow(now int64, key string, n int64) Decision {
 		if vd, limit, ok := l.allowLocked(e, lim, key, now, n); ok {
 			return vd.decision(limit)
 		}
+		e = l.store.Get(key, now)
 	}
 }
 
-// allowLocked decides under e's lock what allow's two paths leave to it: a
-// key's first decision, a limit changed since the key's last one, a cost
-// too high, and a decision that found the word held. It reports false when
+// allowLocked decides under e's lock what allow and allowSlow leave to it:
+// a key's first decision, a limit changed since the key's last one, a cost
+// too high, a decision that found the word held, and an unpacked key's
+// decisions that allow did not take (a cost of 0, an entry evicted under
+// it). It reports false when
 // the key must be looked up again (e was evicted or replaced).
 func (l *Limiter) allowLocked(e *Entry[keyState], lim *Limit, key string, now, n int64) (verdict, int64, bool) {
 	e.mu.Lock()

@@ -51,10 +51,10 @@ func (l *Limit) setPacking() {
 	switch l.p.Algorithm {
 	case FixedWindow:
 		l.packed = windows+cb <= 62
-		l.cb = uint8(cb)
+		l.cb, l.cmask = uint8(cb), 1<<cb-1
 	case SlidingWindowCounter:
 		l.packed = windows+2*cb <= 62
-		l.cb, l.cb2, l.cmask, l.w2 = uint8(cb), uint8(2*cb), 1<<cb-1, 2*l.w
+		l.cb, l.cb2, l.cmask, l.hmask, l.cbw, l.w2 = uint8(cb), uint8(2*cb), 1<<cb-1, 1<<(2*cb)-1, uint64(cb), 2*l.w
 	case TokenBucket, LeakyBucket, GCRA:
 		// A TAT is at most ⌈τ/rl⌉ past the time of the decision that stored
 		// it; the shaper, which queues past that, caps its delays at maxTAT.
@@ -100,19 +100,19 @@ func (l *Limit) windowIndex(start int64, idx uint64) uint64 {
 	return uint64(start / l.w)
 }
 
-// Deciding on a word (Limiter.allow): the common cases, an admission in
-// the word's window (the *Word methods) and, for the windows, an admission
-// in a later one (the *Roll methods), are decided on the word itself; they
-// return false for anything else (a rejection, time run back), and then
+// Deciding on a word (Limiter.allow): the common case, an admission, is
+// decided on the word itself by fixedAt, counterAt and bucketWord, which
+// report false for anything else (a rejection, time run back), and then
 // slowWord decides. A key among many is a cache miss away, and the fewer
-// instructions and calls a decision takes after it, the more of the next
-// decisions' misses the processor overlaps with it: the *Word methods are
-// small enough to inline into allow, which saved 15 to 30 ns per decision
-// among a million keys, and deciding a window's roll on the word, not
-// through unpack, decide and pack, took a fixed window's decision among a
-// million keys from 548 to 399 ns, and a counter's from 709 to 545, where
-// every request rolls its key's window. FuzzDecideWord holds allow's words
-// and verdicts to the general path.
+// instructions a decision takes, the more of the next decisions' misses
+// the processor overlaps with it: among a million keys, each call on the
+// path cost about 25 ns. So the three are small enough to inline into
+// allow. The windows decide an admission in the word's window and one in a
+// later window with the same instructions, without a branch: which of the
+// two it is depends on the word, and is as good as random among many keys
+// (two requests in three roll their window in the benchmark's 1m-at), and
+// the branch-free counter took that case from 519 to 450 ns.
+// FuzzDecideWord holds allow's words and verdicts to the general path.
 
 // slowWord is the general path on a word: unpack, decide (committing), and
 // pack. It returns the verdict and the resulting word, w itself when
@@ -123,58 +123,50 @@ func (l *Limit) slowWord(w uint64, now, n int64) (verdict, uint64) {
 	return v, l.pack(&s, w)
 }
 
-// fixedWord decides on a fixed window's word an admission of n > 0 in its
-// window, or reports false.
-func (l *Limit) fixedWord(w uint64, now, n int64) (verdict, uint64, bool) {
-	start, count := int64(w>>l.cb)*l.w, int64(w&(1<<l.cb-1))
-	into := now - start // in [0, w) for now in the window; negative ones wrap
-	if uint64(into) >= uint64(l.w) || count+n > l.p.Limit {
-		return verdict{}, 0, false
+// fixedAt decides on a fixed window's word an admission of n > 0 at now,
+// in the word's window or a later one, or reports false. It picks the
+// count, the word's or none, without a branch; the division depends on now
+// alone, and runs while the word is fetched.
+func (l *Limit) fixedAt(w uint64, now, n int64) (v verdict, nw uint64, ok bool) {
+	idx := uint64(now) / uint64(l.w) // now ≥ 0 (clampTime)
+	count := w & l.cmask
+	if idx != w>>l.cb {
+		count = 0 // a later window (an earlier one is refused below)
 	}
-	return verdict{remaining: l.p.Limit - count - n, reset: l.w - into}, w + uint64(n), true
-}
-
-// fixedRoll decides on a fixed window's word an admission of n > 0 in a
-// later window than the word's, or reports false.
-func (l *Limit) fixedRoll(w uint64, now, n int64) (verdict, uint64, bool) {
-	if now < int64(w>>l.cb)*l.w+l.w || n > l.p.Limit {
-		return verdict{}, 0, false
-	}
-	idx := now / l.w
-	return verdict{remaining: l.p.Limit - n, reset: l.w - (now - idx*l.w)}, uint64(idx)<<l.cb | uint64(n), true
-}
-
-// counterWord decides on a sliding window counter's word an admission of
-// n > 0 in its current window, or reports false: with cur counting n, the
-// room left under the estimate, (limit − cur)·ws − prev·left, is not
-// negative (which also means cur ≤ limit, as prev·left is not). l.max is the
-// limit. Its results are named for the bare return, which keeps it within
-// the inliner's budget.
-func (l *Limit) counterWord(w uint64, now, n int64) (v verdict, nw uint64, ok bool) {
-	into := now - int64(w>>l.cb2)*l.w
-	room := (l.max-int64(w>>l.cb&l.cmask)-n)*l.ws - int64(w&l.cmask)*(l.ws-into/l.step)
-	if uint64(into) >= uint64(l.w) || room < 0 {
+	if idx < w>>l.cb || int64(count)+n > l.p.Limit {
 		return
 	}
-	return verdict{remaining: room / l.ws, reset: l.w2 - into}, w + uint64(n)<<l.cb, true
+	return verdict{remaining: l.p.Limit - int64(count) - n, reset: l.w - (now - int64(idx)*l.w)}, idx<<l.cb | (count + uint64(n)), true
 }
 
-// counterRoll decides on a sliding window counter's word an admission of
-// n > 0 in a later window, or reports false: the word's current window
-// becomes the previous one if it is the one just before, else nothing is
-// carried over.
-func (l *Limit) counterRoll(w uint64, now, n int64) (v verdict, nw uint64, ok bool) {
-	idx := now / l.w
-	moved, prev := idx-int64(w>>l.cb2), int64(w>>l.cb&l.cmask) // windows since the word's
-	if moved != 1 {
-		prev = 0
-	}
-	into := now - idx*l.w
-	room := (l.max-n)*l.ws - prev*(l.ws-into/l.step)
-	if moved < 1 || room < 0 {
+// counterNow returns what a sliding window counter's decision at now
+// needs that does not depend on the key's word: now's window index, the
+// reset of an admission (when the window after now's ends), and the weight
+// left to the previous window, in steps.
+func (l *Limit) counterNow(now int64) (idx uint64, reset, left int64) {
+	idx = uint64(now) / uint64(l.w) // now ≥ 0 (clampTime)
+	into := now - int64(idx)*l.w
+	return idx, l.w2 - into, l.ws - int64(uint64(into)/uint64(l.step))
+}
+
+// counterAt decides on a sliding window counter's word an admission of
+// n > 0 at now (as counterNow describes it), in the word's current window or a
+// later one, or reports false. Like fixedAt, it moves the word to now's
+// window without a branch: its two counts, current above previous, shift
+// down by a count's width per window passed (a shift of 64 or more leaves
+// 0), so that the current window becomes the previous one if it is the one
+// just before, and nothing is carried over otherwise. Then, with cur
+// counting n, the room left under the estimate, (limit − cur)·ws −
+// prev·left, must not be negative (which also means cur ≤ limit, as
+// prev·left is not). l.max is the limit.
+func (l *Limit) counterAt(w, idx uint64, reset, left, n int64) (v verdict, nw uint64, ok bool) {
+	moved := idx - w>>l.cb2
+	counts := w & l.hmask >> (l.cbw * moved)
+	room := (l.max-int64(counts>>l.cb)-n)*l.ws - int64(counts&l.cmask)*left
+	if int64(moved) < 0 || room < 0 {
 		return
 	}
-	return verdict{remaining: room / l.ws, reset: l.w2 - into}, uint64(idx)<<l.cb2 | uint64(n)<<l.cb | uint64(prev), true
+	return verdict{remaining: room / l.ws, reset: reset}, idx<<l.cb2 | counts + uint64(n)<<l.cb, true
 }
 
 // bucketWord decides on a bucket's word (TAT·rl + fraction) an admission of

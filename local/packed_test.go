@@ -32,7 +32,7 @@ func FuzzDecideWord(f *testing.F) {
 			for _, now := range []int64{max(r.at-lim.w, 0), r.at} {
 				want := lim.decide(&s, now, r.n, true).decision(lim.max)
 				w = lim.pack(&s, w)
-				if got := l.allow(now, "k", r.n); got != want {
+				if got := l.AllowNAt(time.UnixMicro(now), "k", r.n); got != want {
 					t.Fatalf("%v: step %d: %d at %d: Limiter %v, general %v", lim, i, r.n, now, got, want)
 				}
 				if got := l.store.Get("k", now).Value.word.Load(); got != w {
