@@ -193,10 +193,12 @@ func (k *keyer) place(key string) (id0, id1, h uint64) {
 }
 
 // ident8 is the identity of a key of 8 to 15 bytes: bytes 0-7, then 8 to
-// n-1 from the word ending at n-1, and the length.
+// n-1 from the word ending at n-1, and the length. The word is shifted by
+// 8·(16−n) bits, 64 for an 8-byte key, which must leave nothing: the shift
+// is split in two so that neither part reaches 64.
 func ident8(key string) (id0, id1 uint64) {
 	n := len(key)
-	return le64(key), le64(key[n-8:])>>(8*(16-n)&63) | uint64(n+1)<<56
+	return le64(key), le64(key[n-8:])>>1>>((8*(16-n)-1)&63) | uint64(n+1)<<56
 }
 
 // hash is the hash of a short key's identity.
