@@ -164,9 +164,12 @@ type Limit struct {
 	cb     uint8  // bits of a count
 	cb2    uint8  // sliding window counter: 2·cb, the shift of its window index
 	cmask  uint64 // the windows: 1<<cb − 1, the mask of a count
-	hmask  uint64 // sliding window counter: 1<<cb2 − 1, the mask of both counts
-	cbw    uint64 // sliding window counter: cb, to multiply by
-	w2     int64  // sliding window counter: 2·w, for its reset
+	// The sliding window counter's 1<<cb2 − 1, the mask of both counts, and
+	// cb as a uint64: both derivable, kept so that counterAt, without the
+	// conversions, fits the inliner's budget (with uint64(l.cb) it does not).
+	hmask  uint64
+	cbw    uint64
+	w2     int64 // sliding window counter: 2·w, for its reset
 	maxTAT int64
 }
 

@@ -407,8 +407,8 @@ func (l *Limiter) allowSlow(e *Entry[keyState], now int64, key string, n int64) 
 // a key's first decision, a limit changed since the key's last one, a cost
 // too high, a decision that found the word held, and an unpacked key's
 // decisions that allow did not take (a cost of 0, an entry evicted under
-// it). It reports false when
-// the key must be looked up again (e was evicted or replaced).
+// it). It reports false when the key must be looked up again (e was
+// evicted or replaced).
 func (l *Limiter) allowLocked(e *Entry[keyState], lim *Limit, key string, now, n int64) (verdict, int64, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

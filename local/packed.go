@@ -150,8 +150,8 @@ func (l *Limit) counterNow(now int64) (idx uint64, reset, left int64) {
 }
 
 // counterAt decides on a sliding window counter's word an admission of
-// n > 0 at now (as counterNow describes it), in the word's current window or a
-// later one, or reports false. Like fixedAt, it moves the word to now's
+// n > 0 at now (as counterNow describes it), in the word's current window
+// or a later one, or reports false. Like fixedAt, it moves the word to now's
 // window without a branch: its two counts, current above previous, shift
 // down by a count's width per window passed (a shift of 64 or more leaves
 // 0), so that the current window becomes the previous one if it is the one
