@@ -113,8 +113,7 @@ func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
 		now = start
 	}
 	if count+n > l.p.Limit {
-		reset := start + l.w - now
-		return verdict{reason: ReasonLimited, remaining: l.p.Limit - count, reset: reset, retry: reset}
+		return l.fixedLimited(count, start+l.w-now)
 	}
 	count += n
 	if commit && n > 0 {
@@ -125,6 +124,12 @@ func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
 		v.reset = start + l.w - now
 	}
 	return v
+}
+
+// fixedLimited is the fixed window's rejection, with count in the window
+// and reset µs left of it.
+func (l *Limit) fixedLimited(count, reset int64) verdict {
+	return verdict{reason: ReasonLimited, remaining: l.p.Limit - count, reset: reset, retry: reset}
 }
 
 func (l *Limit) counter(s *state, now, n int64, commit bool) verdict {
@@ -150,6 +155,15 @@ func (l *Limit) counter(s *state, now, n int64, commit bool) verdict {
 		}
 		return verdict{remaining: (lim*ws - prev*left - cur*ws) / ws, reset: counterReset(start, cur, prev, now, l.w)}
 	}
+	return l.counterLimited(start, cur, prev, left, now, n)
+}
+
+// counterLimited is the sliding window counter's rejection of n at now, in
+// the window at start that counts cur, after one that counted prev, which
+// weighs left steps: one where the estimate passes the limit, with n at
+// most the limit.
+func (l *Limit) counterLimited(start, cur, prev, left, now, n int64) verdict {
+	lim, ws := l.p.Limit, l.ws
 	v := verdict{reason: ReasonLimited, reset: counterReset(start, cur, prev, now, l.w)}
 	if room := lim*ws - prev*left - cur*ws; room > 0 {
 		v.remaining = room / ws
@@ -227,10 +241,7 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 	dl := (tat-now)*l.rl + frac // (TAT − now)·rl
 	need := n * l.el
 	if dl+need > l.tau {
-		return verdict{
-			reason: ReasonLimited, remaining: max(l.tau-dl, 0) / l.el,
-			reset: ceilDiv(dl, l.rl), retry: ceilDiv(dl+need-l.tau, l.rl),
-		}
+		return l.bucketLimited(dl, need)
 	}
 	dl += need
 	if commit && n > 0 {
@@ -238,6 +249,15 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 		s.a, s.b = tat+f/l.rl, f%l.rl
 	}
 	return verdict{remaining: (l.tau - dl) / l.el, reset: ceilDiv(dl, l.rl)}
+}
+
+// bucketLimited is a bucket's rejection of a request that needs need, with
+// (TAT − now)·rl at dl: one where dl + need passes τ.
+func (l *Limit) bucketLimited(dl, need int64) verdict {
+	return verdict{
+		reason: ReasonLimited, remaining: max(l.tau-dl, 0) / l.el,
+		reset: ceilDiv(dl, l.rl), retry: ceilDiv(dl+need-l.tau, l.rl),
+	}
 }
 
 // convert re-expresses s, last decided under from, for the limit to. For the

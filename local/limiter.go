@@ -390,6 +390,9 @@ func (l *Limiter) allowSlow(e *Entry[keyState], now int64, key string, n int64) 
 				if w&(wordLocked|wordDead) != 0 {
 					break // held, or gone: wait for the lock below
 				}
+				if vd, ok := lim.rejectWord(w, now, n); ok {
+					return vd.decision(lim.max)
+				}
 				vd, nw := lim.slowWord(w, now, n)
 				if nw == w || v.word.CompareAndSwap(w, nw) {
 					return vd.decision(lim.max)

@@ -10,7 +10,8 @@ import (
 // request also one window earlier (time run back), and decide decides the
 // same sequence on an unpacked state. The verdicts must agree, and the
 // key's word must be the general state packed. Every word must also unpack
-// and pack back to itself.
+// and pack back to itself, and a rejection rejectWord decides on a word
+// must be the general path's.
 func FuzzDecideWord(f *testing.F) {
 	for _, a := range Algorithms() {
 		f.Add([]byte{byte(a), 4, 0, 6, 1, 0, 1, 1, 0, 1, 0, 0xc0, 2, 0, 8, 1, 0xff, 0x0f, 3, 0, 0xc0, 1})
@@ -30,7 +31,11 @@ func FuzzDecideWord(f *testing.F) {
 		var w uint64
 		for i, r := range reqs {
 			for _, now := range []int64{max(r.at-lim.w, 0), r.at} {
+				rv, rok := lim.rejectWord(w, now, r.n)
 				want := lim.decide(&s, now, r.n, true).decision(lim.max)
+				if rok && (r.n < 0 || r.n > lim.max || want.Allowed() || rv.decision(lim.max) != want) {
+					t.Fatalf("%v: step %d: %d at %d on %#x: rejectWord %v, general %v", lim, i, r.n, now, w, rv.decision(lim.max), want)
+				}
 				w = lim.pack(&s, w)
 				if got := l.AllowNAt(time.UnixMicro(now), "k", r.n); got != want {
 					t.Fatalf("%v: step %d: %d at %d: Limiter %v, general %v", lim, i, r.n, now, got, want)

@@ -157,6 +157,8 @@ func (k *keyedTime) reachedNow() { k.reached(time.Now().Round(0)) }
 // BenchmarkLocal/<algorithm>/<case>:
 //
 //	hot-at            one key, time passed in (AllowAt)
+//	hot-at-flood      the same at 100 times the limit: 99 requests in
+//	                  100 rejected, as for a key under attack
 //	hot-allow         one key, the Limiter's clock (Allow; a 1ms CoarseClock)
 //	hot-at-par        one key, AllowAt under RunParallel
 //	hot-allow-par     one key, Allow under RunParallel
@@ -202,6 +204,18 @@ func BenchmarkLocal(b *testing.B) {
 				now, admitted := t0, 0
 				for b.Loop() {
 					now = now.Add(100 * time.Microsecond)
+					if l.AllowAt(now, hotKey).Allowed() {
+						admitted++
+					}
+				}
+				sink.Add(int64(admitted))
+			})
+			b.Run("hot-at-flood", func(b *testing.B) {
+				l := newLimiter(b, a, local.SystemClock{})
+				b.ReportAllocs()
+				now, admitted := t0, 0
+				for b.Loop() {
+					now = now.Add(time.Microsecond)
 					if l.AllowAt(now, hotKey).Allowed() {
 						admitted++
 					}
