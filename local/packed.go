@@ -115,15 +115,16 @@ func (l *Limit) windowIndex(start int64, idx uint64) uint64 {
 // FuzzDecideWord holds allow's words and verdicts to the general path.
 
 // rejectWord decides on w a rejection of n at now, without unpacking it,
-// or reports false: the rejection of a key flooded with requests, which
-// allow leaves to allowSlow: a bucket's took 16.6 ns on a hot key at 100
-// times its limit, against 19.5 through slowWord (bench/micro hot-at-flood,
-// docs/performance.md). It takes the word's window,
-// or a later one, and a bucket whose TAT is at most τ ahead of now, as
-// fixedAt, counterAt and bucketWord do; the rest (time run back, a queue
-// the shaper made) it leaves to slowWord. The verdicts are the general
-// path's own (fixedLimited, counterLimited, bucketLimited); FuzzDecideWord
-// holds them to it.
+// or reports false. Rejections are what a flooded key sees, and allow
+// leaves them to allowSlow: a bucket's took 16.6 ns on a hot key at 100
+// times its limit, against 19.5 through slowWord (bench/micro
+// hot-at-flood, docs/performance.md). Like fixedAt, counterAt and
+// bucketWord, whose first lines it repeats (they must stay within the
+// inliner's budget), it takes the word's window or a later one, and a
+// bucket whose TAT is at most τ ahead of now; the rest (time run back, a
+// queue the shaper made) it leaves to slowWord. The verdicts are the
+// general path's own (fixedLimited, counterLimited, bucketLimited), and
+// FuzzDecideWord holds them to it.
 func (l *Limit) rejectWord(w uint64, now, n int64) (v verdict, ok bool) {
 	switch l.p.Algorithm {
 	case FixedWindow:
