@@ -10,6 +10,9 @@ func TestLayout(t *testing.T) {
 	if s := unsafe.Sizeof(Entry[keyState]{}); s > 64 {
 		t.Errorf("a Limiter's entry is %d bytes, want at most 64 (one size class, one line)", s)
 	}
+	if s := unsafe.Sizeof(logBlock{}); s > 208 {
+		t.Errorf("a sliding window log's entry is %d bytes, want at most 208 (the memory budget's rows)", s)
+	}
 	if s := unsafe.Sizeof(shard[keyState]{}); s != 2*cacheLine {
 		t.Errorf("shard is %d bytes, want %d", s, 2*cacheLine)
 	}

@@ -121,11 +121,13 @@ type Limiter struct {
 // who has set wordLocked in it (hold). st is guarded by the entry's lock; it
 // is allocated on the key's first decision in it, so that an entry stays in
 // the 64-byte size class, one cache line, and a packed key carries no unused
-// state.
+// state; the entry of a key first seen under a sliding window log has room
+// for its log in the same object (logBlock), which spare points to.
 type keyState struct {
-	lim  atomic.Pointer[Limit]
-	word atomic.Uint64
-	st   *state
+	lim   atomic.Pointer[Limit]
+	word  atomic.Uint64
+	st    *state
+	spare *logState
 }
 
 // sharedID is the id1 of a Limiter's overflow entry, which no key's entry
@@ -157,7 +159,7 @@ func holdInto(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
 	v := &e.Value
 	if !packedIn(e, lim) {
 		if v.st == nil {
-			v.st = newState(lim)
+			v.st = newState(lim, v.spare)
 		}
 		return v.st, 0
 	}
@@ -222,6 +224,7 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{store: store, clock: cfg.Clock, overflow: cfg.Overflow}
+	store.newEntry = l.newEntry
 	p := lim
 	l.limit.Store(&p)
 	l.shared.id1 = sharedID // never in the store, never evicted
@@ -236,6 +239,17 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 		go l.sweepLoop(cfg.SweepInterval)
 	}
 	return l, nil
+}
+
+// newEntry allocates the store's entries: a key's entry has room for a
+// sliding window log while the limit is one (logBlock).
+func (l *Limiter) newEntry() *Entry[keyState] {
+	if l.limit.Load().p.Algorithm != SlidingWindowLog {
+		return new(Entry[keyState])
+	}
+	b := new(logBlock)
+	b.e.Value.spare = &b.l
+	return &b.e
 }
 
 func (l *Limiter) sweepLoop(every time.Duration) {
@@ -345,7 +359,14 @@ func (l *Limiter) allow(t time.Time, clock bool, key string, n int64) Decision {
 			if !lim.packed {
 				e.mu.Lock()
 				if !e.evicted && v.st != nil {
-					vd := lim.decide(v.st, now, n, true)
+					var vd verdict
+					if lim.p.Algorithm == SlidingWindowLog {
+						// Called without decide's switch, a call level
+						// less: about 25 ns among 1M keys.
+						vd = lim.slidingLog(v.st, now, n, true)
+					} else {
+						vd = lim.decide(v.st, now, n, true)
+					}
 					e.mu.Unlock()
 					return vd.decision(lim.max)
 				}
@@ -465,8 +486,8 @@ func (l *Limiter) settle(e *Entry[keyState], lim *Limit, key string, now int64) 
 		nv.lim.Store(lim)
 		if lim.packed {
 			nv.word.Store(lim.pack(&st, 0))
-		} else {
-			nv.st = &st
+		} else if st != (state{}) { // a zero state is left to the key's first hold, in the entry's room
+			nv.st = moveLog(&st, nv.spare)
 		}
 	})
 	return false

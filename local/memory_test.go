@@ -14,13 +14,13 @@ import (
 // key itself. The sliding window log holds one 16-byte (time, cost) pair per
 // admitted request on top, in a ring whose capacity grows by doubling, and a
 // ring header: a slice and three words (ring in ring.go), 48 bytes. The
-// ring's first two pairs are allocated with its state and header (logState
+// ring's first four pairs are allocated with its state and header (logState
 // in ring.go), and stay unused once it outgrows them.
 const (
 	memBudgetPerKey = 128
 	logPairBytes    = 16
 	logRingHeader   = 48
-	logInlinePairs  = 2
+	logInlinePairs  = 4
 )
 
 // heapInUse returns the bytes of live heap objects after a full collection.

@@ -48,6 +48,13 @@ type Store[V any] struct {
 	perShard int
 	idle     func(v *V, now int64) bool
 	tomb     *Entry[V] // marks the slot of an evicted entry
+
+	// newEntry, when set, allocates the entries of new keys and of
+	// replacements, zero but for what the owner of the store puts in their
+	// Value (the Limiter's sliding logs: their state in the same object,
+	// logBlock). It may be called under a shard's lock, and must not
+	// call back into the store.
+	newEntry func() *Entry[V]
 }
 
 // Entry is one key's place in a Store: a Value guarded by a mutex. Lock it
@@ -448,11 +455,23 @@ func (s *Store[V]) insert(sh *shard[V], h1, id0, id1 uint64, now int64) *Entry[V
 		s.sweep(sh, now, len(t.slots))
 		t = s.rebuild(sh)
 	}
-	e := &Entry[V]{id0: id0, id1: id1}
+	e := s.alloc(id0, id1)
 	if t.put(h1, e, s.tomb) {
 		sh.used++
 	}
 	sh.live++
+	return e
+}
+
+// alloc returns a new entry for the key of identity id0, id1.
+func (s *Store[V]) alloc(id0, id1 uint64) *Entry[V] {
+	var e *Entry[V]
+	if s.newEntry != nil {
+		e = s.newEntry()
+	} else {
+		e = new(Entry[V])
+	}
+	e.id0, e.id1 = id0, id1
 	return e
 }
 
@@ -463,7 +482,7 @@ func (s *Store[V]) insert(sh *shard[V], h1, id0, id1 uint64, now int64) *Entry[V
 // states) changes its meaning: in a new entry, never in place. The caller
 // holds old's lock, and old is key's entry.
 func (s *Store[V]) replace(key string, old *Entry[V], init func(v *V)) {
-	ne := &Entry[V]{id0: old.id0, id1: old.id1}
+	ne := s.alloc(old.id0, old.id1)
 	init(&ne.Value)
 	_, _, h1 := s.keys.place(key) // old holds key's identity
 	sh := s.shardOf(h1)
