@@ -25,7 +25,7 @@ func inPlace(t *testing.T, l *Limiter, key string, now int64) (state, pairs bool
 		return false, false
 	}
 	r := v.st.log
-	return v.st == &v.spare.s && r == &v.spare.r, r != nil && &r.buf[0] == &v.spare.pairs[0]
+	return v.st == &v.spare.s && r == &v.spare.r, r != nil && &r.buf[0] == &v.spare.r.room[0]
 }
 
 // TestLogInItsEntry checks that a sliding window log lives in its key's

@@ -15,12 +15,14 @@ import (
 // admitted request on top, in a ring whose capacity grows by doubling, and a
 // ring header: a slice and three words (ring in ring.go), 48 bytes. The
 // ring's first four pairs are allocated with its state and header (logState
-// in ring.go), and stay unused once it outgrows them.
+// in ring.go), and stay unused once it outgrows them; a buffer a quarter
+// full or less shrinks, to no less than 8 pairs.
 const (
 	memBudgetPerKey = 128
 	logPairBytes    = 16
 	logRingHeader   = 48
 	logInlinePairs  = 4
+	logMinShrunk    = 8 // a ring that outgrew its first pairs shrinks to no less
 )
 
 // heapInUse returns the bytes of live heap objects after a full collection.
@@ -100,7 +102,10 @@ func TestMemoryPerKey(t *testing.T) {
 		total, budget float64
 	}
 	var rows []row
-	measure := func(p local.Params, keys []string, perKeyCalls int64) row {
+	// measure holds keys under p, each admitted perKeyCalls times; with
+	// later, each is then admitted once more, a window after, when every
+	// earlier request has left the window.
+	measure := func(p local.Params, keys []string, perKeyCalls int64, later bool) row {
 		t.Helper()
 		lim, err := local.NewLimit(p)
 		if err != nil {
@@ -124,6 +129,9 @@ func TestMemoryPerKey(t *testing.T) {
 						denied++
 					}
 				}
+				if later && !l.AllowNAt(at.Add(p.Window+time.Duration(perKeyCalls)*time.Microsecond), k, 1).Allowed() {
+					denied++
+				}
 			}
 		})
 		runtime.KeepAlive(l)
@@ -140,7 +148,7 @@ func TestMemoryPerKey(t *testing.T) {
 		if a == local.SlidingWindowLog {
 			continue
 		}
-		rows = append(rows, measure(local.Params{Algorithm: a, Limit: 100, Window: time.Minute}, keys, 1))
+		rows = append(rows, measure(local.Params{Algorithm: a, Limit: 100, Window: time.Minute}, keys, 1, false))
 	}
 	// The log, full: Limit requests per key, at distinct microseconds. Fewer
 	// keys at limit 100 keep the test near 50 MB; 20,000 is still plenty to
@@ -149,16 +157,23 @@ func TestMemoryPerKey(t *testing.T) {
 		limit int64
 		keys  int
 	}{{1, n}, {10, n}, {100, n / 10}} {
-		r := measure(local.Params{Algorithm: local.SlidingWindowLog, Limit: c.limit, Window: time.Minute}, keys[:c.keys], c.limit)
+		r := measure(local.Params{Algorithm: local.SlidingWindowLog, Limit: c.limit, Window: time.Minute}, keys[:c.keys], c.limit, false)
 		r.budget = memBudgetPerKey + logRingHeader + ringBytes(c.limit)
 		rows = append(rows, r)
 	}
+	// The log a window after it was full: one pair left, in the least
+	// buffer a ring that outgrew its first pairs shrinks to (8 pairs), where
+	// it kept the 128 pairs it grew to before it shrank.
+	r := measure(local.Params{Algorithm: local.SlidingWindowLog, Limit: 100, Window: time.Minute}, keys[:n/10], 100, true)
+	r.name += ", a window later"
+	r.budget = memBudgetPerKey + logRingHeader + ringBytes(logMinShrunk)
+	rows = append(rows, r)
 
 	t.Logf("heap bytes per key held; key %q is %d bytes, a clone of it measured %.1f", keys[0], len(keys[0]), keyBytes)
-	t.Logf("%-24s %6s %8s %11s %16s %8s", "algorithm", "limit", "keys", "total B/key", "minus key clone", "budget")
+	t.Logf("%-40s %6s %8s %11s %16s %8s", "algorithm", "limit", "keys", "total B/key", "minus key clone", "budget")
 	for _, r := range rows {
 		held := r.total - keyBytes
-		t.Logf("%-24s %6d %8d %11.1f %16.1f %8.0f", r.name, r.limit, r.keys, r.total, held, r.budget)
+		t.Logf("%-40s %6d %8d %11.1f %16.1f %8.0f", r.name, r.limit, r.keys, r.total, held, r.budget)
 		if held > r.budget {
 			t.Errorf("%s (limit %d): %.1f bytes per key besides the key, budget %.0f", r.name, r.limit, held, r.budget)
 		}

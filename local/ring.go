@@ -2,45 +2,58 @@ package local
 
 // ring is the sliding window log of one key: the admitted requests, oldest
 // first, as (time, cost) pairs. Requests admitted in the same microsecond
-// share a pair, so a key holds at most Limit pairs. It grows by doubling up
-// to what the key needs and does not shrink.
+// share a pair, so a key holds at most Limit pairs. Its first pairs are in
+// the ring itself (room); past them it moves to a buffer of its own, which
+// doubles when full and is halved or more when a quarter full or less
+// (admit), so that a key holds room for about what its window holds now,
+// not for the most it ever held.
 type ring struct {
 	buf  []logEntry
 	head int   // index of the oldest pair
 	n    int   // pairs held
 	sum  int64 // total cost held
+	room [firstPairs]logEntry
 }
 
 type logEntry struct{ t, n int64 }
 
-func newRing(limit int64) *ring {
-	return &ring{buf: make([]logEntry, firstRingSize(limit))}
-}
-
-// firstPairs is how many pairs a new ring has room for at most: a
-// logState's, in place.
+// firstPairs is how many pairs a ring holds in itself: a key that sees a
+// few requests per window needs no buffer of its own.
 const firstPairs = 4
 
-// firstRingSize is the length of a new ring's buffer for a log of limit
-// pairs at most: the least power of two that holds them, up to firstPairs.
-func firstRingSize(limit int64) int {
+// minShrunk is the least buffer a ring that outgrew its room shrinks to:
+// it does not move back into room, so that a key whose window holds about
+// firstPairs requests does not allocate a buffer each time it passes them
+// (a buffer of 8 pairs costs 128 bytes, and at most that, per key).
+const minShrunk = 2 * firstPairs
+
+func newRing(limit int64) *ring {
+	r := new(ring)
+	r.init(limit)
+	return r
+}
+
+// init makes r an empty ring for a log of limit pairs at most, in its
+// room: its length is the least power of two that holds them, up to
+// firstPairs.
+func (r *ring) init(limit int64) {
 	size := 1
 	for size < firstPairs && int64(size) < limit {
 		size *= 2
 	}
-	return size
+	*r = ring{}
+	r.buf = r.room[:size]
 }
 
-// logState is a sliding window log's state allocated with its ring and
-// the ring's first pairs, in one object of 144 bytes. A key's first one is
-// allocated with its entry (logBlock), so that a key among many reaches
-// its log in the lines next to its entry's, where one behind a pointer of
-// its own costs a dependent cache miss. Four pairs hold, without growing,
-// the log of a key that sees a few requests per window.
+// logState is a sliding window log's state allocated with its ring, in one
+// object of 144 bytes. A key's first one is allocated with its entry
+// (logBlock), so that a key among many reaches its log in the lines next
+// to its entry's, where one behind a pointer of its own costs a dependent
+// cache miss. The ring's room holds, without a buffer, the log of a key
+// that sees a few requests per window.
 type logState struct {
-	s     state
-	r     ring
-	pairs [firstPairs]logEntry
+	s state
+	r ring
 }
 
 // logBlock is the entry of a key first seen under a sliding window log,
@@ -66,7 +79,7 @@ func newState(lim *Limit, spare *logState) *state {
 	if b == nil {
 		b = new(logState)
 	}
-	b.r.buf = b.pairs[:firstRingSize(lim.p.Limit)]
+	b.r.init(lim.p.Limit)
 	b.s.log = &b.r
 	return &b.s
 }
@@ -74,16 +87,16 @@ func newState(lim *Limit, spare *logState) *state {
 // moveLog moves the log of s, a sliding window log's state, into spare,
 // empty room in a new entry, and returns the state there: a log carried
 // over to a new limit (settle) then does not hold on to its old entry. A
-// ring that outgrew its first pairs keeps its buffer. It returns s itself
-// when there is no room to move to, or no log.
+// ring that outgrew its room keeps its buffer. It returns s itself when
+// there is no room to move to, or no log.
 func moveLog(s *state, spare *logState) *state {
 	if spare == nil || s.log == nil {
 		return s
 	}
 	spare.s, spare.r = *s, *s.log
 	r := &spare.r
-	if len(r.buf) <= len(spare.pairs) {
-		r.buf = spare.pairs[:copy(spare.pairs[:], r.buf)]
+	if len(r.buf) <= len(r.room) {
+		r.buf = r.room[:copy(r.room[:], r.buf)]
 	}
 	spare.s.log = r
 	return &spare.s
@@ -125,12 +138,18 @@ func (r *ring) freedAt(skip int, need int64) int64 {
 
 // admit forgets the k oldest pairs, of total cost sum, and records a
 // request of cost n at t, t at or after every time held: drop and push in
-// one, the sliding log's every admission.
+// one, the sliding log's every admission. A buffer of its own that the
+// pairs then fill a quarter of or less is replaced by a smaller one
+// (shrunk). A ring allocates only when its pairs have doubled or halved
+// since it last did.
 func (r *ring) admit(k int, sum, t, n int64) {
 	mask := len(r.buf) - 1
 	head, cnt := (r.head+k)&mask, r.n-k
 	r.sum += n - sum
 	if cnt == 0 {
+		if len(r.buf) > minShrunk {
+			r.buf = make([]logEntry, minShrunk)
+		}
 		r.buf[0] = logEntry{t: t, n: n}
 		r.head, r.n = 0, 1
 		return
@@ -141,17 +160,30 @@ func (r *ring) admit(k int, sum, t, n int64) {
 		return
 	}
 	r.head, r.n = head, cnt
-	if cnt == len(r.buf) {
-		r.grow()
-		head, mask = 0, len(r.buf)-1
+	switch {
+	case cnt == len(r.buf):
+		r.resize(2 * cnt)
+	case len(r.buf) > minShrunk && 4*(cnt+1) <= len(r.buf):
+		r.resize(shrunk(cnt + 1))
 	}
-	r.buf[(head+cnt)&mask] = logEntry{t: t, n: n}
+	r.buf[(r.head+cnt)&(len(r.buf)-1)] = logEntry{t: t, n: n}
 	r.n++
 }
 
-// grow doubles the buffer, oldest pair first.
-func (r *ring) grow() {
-	buf := make([]logEntry, 2*len(r.buf))
+// shrunk is the buffer a ring shrinks to for pairs pairs: the least power
+// of two they fill half of or less, and at least minShrunk.
+func shrunk(pairs int) int {
+	size := minShrunk
+	for size < 2*pairs {
+		size *= 2
+	}
+	return size
+}
+
+// resize moves the pairs to a new buffer of size pairs (a power of two
+// that holds them), oldest first.
+func (r *ring) resize(size int) {
+	buf := make([]logEntry, size)
 	for i := range r.n {
 		buf[i] = *r.at(i)
 	}
