@@ -147,11 +147,12 @@ func (r *ring) admit(k int, sum, t, n int64) {
 	head, cnt := (r.head+k)&mask, r.n-k
 	r.sum += n - sum
 	if cnt == 0 {
+		r.head, r.n = 0, 0
 		if len(r.buf) > minShrunk {
-			r.buf = make([]logEntry, minShrunk)
+			r.refit()
 		}
 		r.buf[0] = logEntry{t: t, n: n}
-		r.head, r.n = 0, 1
+		r.n = 1
 		return
 	}
 	if last := &r.buf[(head+cnt-1)&mask]; last.t == t {
@@ -160,14 +161,27 @@ func (r *ring) admit(k int, sum, t, n int64) {
 		return
 	}
 	r.head, r.n = head, cnt
-	switch {
-	case cnt == len(r.buf):
-		r.resize(2 * cnt)
-	case len(r.buf) > minShrunk && 4*(cnt+1) <= len(r.buf):
-		r.resize(shrunk(cnt + 1))
+	if cnt == len(r.buf) || len(r.buf) > minShrunk && 4*(cnt+1) <= len(r.buf) {
+		r.refit()
+		head, mask = 0, len(r.buf)-1
 	}
-	r.buf[(r.head+cnt)&(len(r.buf)-1)] = logEntry{t: t, n: n}
+	r.buf[(head+cnt)&mask] = logEntry{t: t, n: n}
 	r.n++
+}
+
+// refit moves the pairs, oldest first, to a buffer of twice the size when
+// they fill it, and otherwise to the one shrunk gives for them and the pair
+// to come.
+func (r *ring) refit() {
+	size := 2 * len(r.buf)
+	if r.n < len(r.buf) {
+		size = shrunk(r.n + 1)
+	}
+	buf := make([]logEntry, size)
+	for i := range r.n {
+		buf[i] = *r.at(i)
+	}
+	r.buf, r.head = buf, 0
 }
 
 // shrunk is the buffer a ring shrinks to for pairs pairs: the least power
@@ -178,14 +192,4 @@ func shrunk(pairs int) int {
 		size *= 2
 	}
 	return size
-}
-
-// resize moves the pairs to a new buffer of size pairs (a power of two
-// that holds them), oldest first.
-func (r *ring) resize(size int) {
-	buf := make([]logEntry, size)
-	for i := range r.n {
-		buf[i] = *r.at(i)
-	}
-	r.buf, r.head = buf, 0
 }
