@@ -152,7 +152,7 @@ func main() {
 		loc, hyb := ns("Hybrid/local/"+c), ns("Hybrid/hybrid/"+c)
 		if loc > 0 && hyb > 0 {
 			r := hyb / loc
-			checks = append(checks, check{"hybrid vs local mode, " + c, fmt.Sprintf("%.1f vs %.1f ns, %.2f×", hyb, loc, r), "≤ 1.10×", r <= 1.10})
+			checks = append(checks, check{"hybrid vs local mode, " + c, fmt.Sprintf("%.1f vs %.1f ns, %.3f×", hyb, loc, r), "≤ 1.10×", r <= 1.10})
 		}
 	}
 	fmt.Printf("\nBudgets (docs/performance.md), each against a baseline measured in the same runs.\n\n")
