@@ -93,10 +93,10 @@ func moveLog(s *state, spare *logState) *state {
 	if spare == nil || s.log == nil {
 		return s
 	}
-	spare.s, spare.r = *s, *s.log
+	spare.s, spare.r = *s, *s.log // the ring's room comes with it
 	r := &spare.r
 	if len(r.buf) <= len(r.room) {
-		r.buf = r.room[:copy(r.room[:], r.buf)]
+		r.buf = r.room[:len(r.buf)]
 	}
 	spare.s.log = r
 	return &spare.s
