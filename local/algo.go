@@ -202,12 +202,7 @@ func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
 		count = r.sum - expiredSum
 	}
 	if count+n > lim {
-		// Free enough by letting the oldest entries leave the window.
-		need := count + n - lim
-		return verdict{
-			reason: ReasonLimited, remaining: max(lim-count, 0),
-			reset: s.a + l.w - now, retry: r.freedAt(expired, need) + l.w - now,
-		}
+		return l.logLimited(s, r, expired, count, now, n)
 	}
 	count += n
 	v := verdict{remaining: lim - count}
@@ -225,6 +220,43 @@ func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
 		v.reset = s.a + l.w - now
 	}
 	return v
+}
+
+// logLimited is the sliding log's rejection of n at now, with count held
+// in the window past the ring's expired oldest pairs. It frees enough by
+// letting the oldest pairs leave the window.
+func (l *Limit) logLimited(s *state, r *ring, expired int, count, now, n int64) verdict {
+	return verdict{
+		reason: ReasonLimited, remaining: max(l.p.Limit-count, 0),
+		reset: s.a + l.w - now, retry: r.freedAt(expired, count+n-l.p.Limit) + l.w - now,
+	}
+}
+
+// logAt is slidingLog for Limiter.allow: it decides, committing, a request
+// of cost n > 0 at now on s, a log's state, in the usual case, a time past
+// every one the log holds and a ring that needs no new buffer, and reports
+// false, having changed nothing, otherwise. It is slidingLog and ring.admit
+// without the cases they handle that allow never has (a cost of 0, no
+// commit) or rarely (time run back, two requests in one microsecond, a
+// ring that grows or shrinks), in one call: among a million keys a log
+// decision took 427 ns this way against 590 through slidingLog and
+// ring.admit, and 25.7 ns against 27.9 on a hot key (bench/micro, five
+// alternating rounds, medians; docs/performance.md, stop 22).
+func (l *Limit) logAt(s *state, now, n int64) (verdict, bool) {
+	r := s.log
+	if now <= s.a || r == nil {
+		return verdict{}, false
+	}
+	expired, gone := r.expired(now - l.w)
+	count := r.sum - gone
+	if count+n > l.p.Limit {
+		return l.logLimited(s, r, expired, count, now, n), true
+	}
+	if !r.push(expired, count+n, now, n) {
+		return verdict{}, false
+	}
+	s.a = now
+	return verdict{remaining: l.p.Limit - count - n, reset: l.w}, true
 }
 
 func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {

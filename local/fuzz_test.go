@@ -17,7 +17,10 @@ import (
 //   - reset-after is exact (the state is initial then, and not 1µs before);
 //   - the exact algorithms never admit more than their own definition
 //     allows: per aligned window (fixed), in any (t − W, t] (log), within
-//     burst + rate·(t1 − t0) over any interval (buckets).
+//     burst + rate·(t1 − t0) over any interval (buckets);
+//   - a Limiter deciding the same requests for one key returns the same
+//     Decisions: its own paths (the packed words, the sliding log's logAt)
+//     are the transition's.
 
 var fuzzWindows = []time.Duration{
 	time.Second, time.Minute, 7 * time.Microsecond, time.Millisecond,
@@ -176,9 +179,17 @@ func checkSequence(t *testing.T, lim Limit, reqs []fuzzReq) {
 	ref := newReference(&lim)
 	var s state
 	var admitted []fuzzReq
+	l, err := New(lim, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
 	for i, q := range reqs {
 		before := cloneState(s)
 		d := lim.decide(&s, q.at, q.n, true).decision(lim.max)
+		if got := l.AllowNAt(time.UnixMicro(q.at), "k", q.n); got != d {
+			t.Fatalf("%v step %d (t=%d n=%d): the Limiter decided %v, the transition %v", lim, i, q.at, q.n, got, d)
+		}
 		wantAllowed, wantRemaining := ref.decide(q.at, q.n)
 		if d.Allowed() != wantAllowed || d.Remaining() != wantRemaining {
 			t.Fatalf("%v step %d (t=%d n=%d): got allowed=%v remaining=%d, reference %v %d", lim, i, q.at, q.n, d.Allowed(), d.Remaining(), wantAllowed, wantRemaining)

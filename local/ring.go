@@ -108,10 +108,10 @@ func (r *ring) at(i int) *logEntry { return &r.buf[(r.head+i)&(len(r.buf)-1)] }
 // expired returns how many of the oldest pairs, and their total cost, have
 // times at or before cut, that is, outside the window (cut, now].
 func (r *ring) expired(cut int64) (int, int64) {
-	buf, head, mask := r.buf, r.head, len(r.buf)-1
+	buf, head, mask, n := r.buf, r.head, len(r.buf)-1, r.n
 	var k int
 	var sum int64
-	for ; k < r.n; k++ {
+	for ; k < n; k++ {
 		e := &buf[(head+k)&mask]
 		if e.t > cut {
 			break
@@ -143,30 +143,40 @@ func (r *ring) freedAt(skip int, need int64) int64 {
 // (shrunk). A ring allocates only when its pairs have doubled or halved
 // since it last did.
 func (r *ring) admit(k int, sum, t, n int64) {
+	total := r.sum + n - sum
 	mask := len(r.buf) - 1
 	head, cnt := (r.head+k)&mask, r.n-k
-	r.sum += n - sum
-	if cnt == 0 {
-		r.head, r.n = 0, 0
-		if len(r.buf) > minShrunk {
-			r.refit()
+	if cnt > 0 {
+		if last := &r.buf[(head+cnt-1)&mask]; last.t == t {
+			last.n += n
+			r.head, r.n, r.sum = head, cnt, total
+			return
 		}
-		r.buf[0] = logEntry{t: t, n: n}
-		r.n = 1
+	}
+	if r.push(k, total, t, n) {
 		return
 	}
-	if last := &r.buf[(head+cnt-1)&mask]; last.t == t {
-		last.n += n
-		r.head, r.n = head, cnt
-		return
-	}
-	r.head, r.n = head, cnt
-	if cnt == len(r.buf) || len(r.buf) > minShrunk && 4*(cnt+1) <= len(r.buf) {
-		r.refit()
-		head, mask = 0, len(r.buf)-1
-	}
-	r.buf[(head+cnt)&mask] = logEntry{t: t, n: n}
+	r.head, r.n, r.sum = head, cnt, total
+	r.refit()
+	r.buf[r.n] = logEntry{t: t, n: n}
 	r.n++
+}
+
+// push forgets the k oldest pairs and appends a new one, of cost n at t,
+// after which the ring holds total, when that needs no new buffer: it
+// reports false, having changed nothing, when the pairs left fill the
+// buffer, or would fill a quarter of a buffer of its own or less (admit
+// then refits). t must be later than every time held.
+func (r *ring) push(k int, total, t, n int64) bool {
+	size := len(r.buf)
+	cnt := r.n - k
+	if cnt == size || size > minShrunk && 4*(cnt+1) <= size {
+		return false
+	}
+	head := (r.head + k) & (size - 1)
+	r.buf[(head+cnt)&(size-1)] = logEntry{t: t, n: n}
+	r.head, r.n, r.sum = head, cnt+1, total
+	return true
 }
 
 // refit moves the pairs, oldest first, to a buffer of twice the size when
