@@ -18,9 +18,9 @@ var ErrMixedModes = errors.New("hybrid: AllowMulti: local rules cannot be combin
 
 // Request is one rule of a multi-rule decision.
 type Request struct {
-	Rule *Rule
-	Key  string
-	N    int64
+	Rule *Rule  // a rule registered with the Limiter
+	Key  string // the key it limits
+	N    int64  // the request's cost
 }
 
 // AllowMulti decides several requests as one: all are admitted and charged,
@@ -37,42 +37,29 @@ type Request struct {
 // the central charge is refunded. A concurrent request may be refused on
 // account of a charge about to be refunded; none is admitted past a limit.
 // Local rules combine only with local rules (ErrMixedModes).
-func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.Decision) (bool, error) {
+func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision) (bool, error) {
 	if len(out) < len(reqs) {
 		panic("hybrid: AllowMulti: out is shorter than reqs")
 	}
 	if len(reqs) == 0 {
 		return true, nil
 	}
-	var nLocal, nCentral, nHybrid int
-	states := make([]*ruleState, len(reqs))
+	var b multiBatch
 	for i, q := range reqs {
 		rs, err := l.state(q.Rule)
 		if err != nil {
 			return false, err
 		}
-		states[i] = rs
-		switch rs.mode {
-		case Local:
-			nLocal++
-		case Central:
-			nCentral++
-		default:
-			nHybrid++
-		}
+		rs.mode.join(&b, i, q)
 	}
 	now := l.nowMicro()
 	switch {
-	case nLocal == len(reqs):
-		lr := make([]local.Request, len(reqs))
-		for i, q := range reqs {
-			lr[i] = local.Request{Limiter: states[i].local, Key: q.Key, N: q.N}
-		}
-		return local.AllowMultiAt(time.UnixMicro(now), lr, out), nil
-	case nLocal > 0:
+	case len(b.local) == len(reqs):
+		return local.AllowMultiAt(time.UnixMicro(now), b.local, out), nil
+	case len(b.local) > 0:
 		return false, ErrMixedModes
-	case nHybrid == len(reqs):
-		ok := l.hybridMulti(now, reqs, states, out, true)
+	case len(b.hybrid) == len(reqs):
+		ok := l.hybridMulti(now, reqs, b.hybrid, out, true)
 		if !ok {
 			for i := range reqs {
 				out[i] = out[i].Refused()
@@ -81,30 +68,23 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		return ok, nil
 	}
 	// Central rules, alone or with hybrid ones.
-	var cr []syncer.Request
-	var ci []int // their indexes in reqs
-	for i, q := range reqs {
-		if states[i].mode == Central {
-			cr = append(cr, syncer.Request{Rule: states[i].redis.Load(), Key: q.Key, N: q.N})
-			ci = append(ci, i)
-		}
-	}
+	cr, ci, nHybrid := b.central, b.centralAt, len(b.hybrid)
 	cout := make([]local.Decision, len(cr))
-	if nHybrid > 0 && !l.hybridMulti(now, reqs, states, out, false) {
+	if nHybrid > 0 && !l.hybridMulti(now, reqs, b.hybrid, out, false) {
 		// The hybrid rules refuse: report the central ones as they stand.
 		for j := range cr {
 			cr[j].N = 0
 		}
 		l.centralMulti(ctx, now, cr, cout, false)
-		for j, i := range ci {
-			out[i] = cout[j]
-			out[i] = out[i].Refused()
+		for j, c := range ci {
+			out[c.i] = cout[j]
+			out[c.i] = out[c.i].Refused()
 		}
 		return false, nil
 	}
 	charge, ok, err := l.centralMulti(ctx, now, cr, cout, nHybrid > 0)
-	for j, i := range ci {
-		out[i] = cout[j]
+	for j, c := range ci {
+		out[c.i] = cout[j]
 	}
 	switch {
 	case err != nil && errors.Is(err, syncer.ErrUnavailable):
@@ -116,13 +96,13 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		// Redis could not decide: each central rule's failure policy
 		// decides it, and the whole is admitted only if they all admit.
 		ok = true
-		for _, i := range ci {
-			d, _ := states[i].failed(ctx, now, reqs[i].Key, reqs[i].N, err)
-			out[i] = d
+		for _, c := range ci {
+			d, _ := c.m.failed(now, reqs[c.i].Key, reqs[c.i].N, err)
+			out[c.i] = d
 			ok = ok && d.Allowed()
 		}
 	}
-	if ok && nHybrid > 0 && !l.hybridMulti(now, reqs, states, out, true) {
+	if ok && nHybrid > 0 && !l.hybridMulti(now, reqs, b.hybrid, out, true) {
 		// Taken in between: give the central charge back.
 		if charge != nil {
 			if rerr := charge.Refund(ctx); rerr != nil && err == nil {
@@ -140,6 +120,25 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		return ok, fmt.Errorf("hybrid: AllowMulti: %w", err)
 	}
 	return ok, nil
+}
+
+// multiBatch is a multi-rule decision's requests grouped by mode; each
+// mode's join adds its rules' requests to its group.
+type multiBatch struct {
+	local     []local.Request
+	central   []syncer.Request
+	centralAt []centralRequest // central[j]'s rule and index in the requests
+	hybrid    []hybridRequest
+}
+
+type centralRequest struct {
+	m *centralRule
+	i int
+}
+
+type hybridRequest struct {
+	m *hybridRule
+	i int
 }
 
 func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Request, out []local.Decision, refundable bool) (*syncer.Charge, bool, error) {
@@ -163,36 +162,33 @@ func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Reque
 // It locks the keys' entries in address order, so concurrent calls cannot
 // deadlock, and decides requests on one entry together, with the sum of
 // their costs.
-func (l *Limiter) hybridMulti(now int64, reqs []Request, states []*ruleState, out []local.Decision, commit bool) bool {
+func (l *Limiter) hybridMulti(now int64, reqs []Request, hr []hybridRequest, out []local.Decision, commit bool) bool {
 	type item struct {
-		e  *local.Entry[syncer.Lease]
-		rs *ruleState
-		i  int
+		e *local.Entry[syncer.Lease]
+		m *hybridRule
+		i int
 	}
 	var buf [8]item
 	items := buf[:0]
 retry:
 	items = items[:0]
 	ok := true
-	for i, q := range reqs {
-		rs := states[i]
-		if rs.mode != Hybrid {
-			continue
-		}
-		lr := rs.lease.Load()
+	for _, h := range hr {
+		m, i, q := h.m, h.i, reqs[h.i]
+		lr := m.lease.Load()
 		if q.N < 0 || q.N > lr.MaxCost() {
-			v, limit := rs.allowHybrid(now, q.Key, q.N) // refuses without charging
+			v, limit := m.decide(now, q.Key, q.N) // refuses without charging
 			out[i] = dress(v, limit)
 			ok = false
 			continue
 		}
-		e := rs.store.Get(q.Key, now)
+		e := m.store.Get(q.Key, now)
 		if e == nil {
 			out[i] = local.Outcome{Reason: local.ReasonOverflow, Limit: lr.MaxCost()}.Decision()
 			ok = false
 			continue
 		}
-		items = append(items, item{e, rs, i})
+		items = append(items, item{e, m, i})
 	}
 	// Lock order: entry address. Insertion sort: the lists are short.
 	for a := 1; a < len(items); a++ {
@@ -229,7 +225,7 @@ retry:
 	// Check each entry once, for the sum of its requests' costs.
 	for a := 0; a < len(items); {
 		b, total := group(a)
-		k, lr := &items[a].e.Value, items[a].rs.lease.Load()
+		k, lr := &items[a].e.Value, items[a].m.lease.Load()
 		l.setDigest(k, reqs[items[a].i].Key)
 		v := k.Check(lr, now, min(total, lr.MaxCost()+1))
 		if total > lr.MaxCost() {
@@ -244,24 +240,20 @@ retry:
 	if ok && commit {
 		for a := 0; a < len(items); {
 			b, total := group(a)
-			lr := items[a].rs.lease.Load()
+			lr := items[a].m.lease.Load()
 			v, signal := items[a].e.Value.Decide(lr, now, total)
 			if signal {
 				l.sync.Notify(lr, items[a].e)
 			}
 			for _, it := range items[a:b] {
 				out[it.i] = dress(v, lr.MaxCost())
-				it.rs.counts.count(v.Reason)
+				it.m.rs.counts.count(v.Reason)
 			}
 			a = b
 		}
 	}
 	unlock()
 	return ok
-}
-
-func dress(v syncer.Verdict, limit int64) local.Decision {
-	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, micros(v.Reset), micros(v.Retry))
 }
 
 // addr orders entries for locking; Go's heap objects do not move.
