@@ -1,0 +1,113 @@
+package doccheck
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// repoRoot returns the repository's root: two levels above this package.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(root, "go.mod"))
+	require.NoError(t, err, "the repository root has no go.mod")
+	return root
+}
+
+// docs returns README.md and docs/*.md.
+func docs(t *testing.T, root string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no docs/*.md found")
+	return append([]string{filepath.Join(root, "README.md")}, files...)
+}
+
+// TestLinks checks every link of README.md and docs/*.md.
+func TestLinks(t *testing.T) {
+	root := repoRoot(t)
+	for _, f := range docs(t, root) {
+		rel, err := filepath.Rel(root, f)
+		require.NoError(t, err)
+		t.Run(filepath.ToSlash(rel), func(t *testing.T) {
+			problems, err := check(root, f)
+			require.NoError(t, err)
+			for _, p := range problems {
+				t.Errorf("%s:%d: link %q: %s", rel, p.line, p.target, p.why)
+			}
+		})
+	}
+}
+
+// TestCheck holds the checker to what it must catch and what it must let
+// through, on a repository built in a temporary directory.
+func TestCheck(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, body string) {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	}
+	write("go.mod", "module example\n")
+	write("docs/img/a.svg", "<svg/>\n")
+	write("docs/other.md", "# Other page\n\n## Benchmarks\n\n## Benchmarks\n\n## `Allow` vs. x/time/rate's <a id=\"custom\"></a>\n")
+	write("outside.txt", "")
+
+	tests := []struct {
+		name, link string
+		ok         bool
+	}{
+		{"file", "other.md", true},
+		{"image", "img/a.svg", true},
+		{"heading", "other.md#benchmarks", true},
+		{"repeated heading", "other.md#benchmarks-1", true},
+		{"heading with code, punctuation and a tag", "other.md#allow-vs-xtimerates", true},
+		{"explicit anchor", "other.md#custom", true},
+		{"own heading", "#page", true},
+		{"up and back in", "../docs/other.md", true},
+		{"file at the root", "../outside.txt", true},
+		{"standard", "https://datatracker.ietf.org/doc/html/rfc6585", true},
+		{"missing file", "missing.md", false},
+		{"missing heading", "other.md#nothing", false},
+		{"missing own heading", "#nothing", false},
+		{"outside the repository", "../../DESIGN.md", false},
+		{"absolute path", "/etc/passwd", false},
+		{"file URL", "file:///etc/passwd", false},
+		{"other host", "https://example.com/post", false},
+		{"empty", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := filepath.Join(root, "docs", "page.md")
+			write("docs/page.md", fmt.Sprintf("# Page\n\nSee [this](%s).\n\n```\n[in code](missing.md)\n```\n\n`[in a span](missing.md)`\n", tt.link))
+			problems, err := check(root, f)
+			require.NoError(t, err)
+			if tt.ok {
+				assert.Empty(t, problems)
+				return
+			}
+			require.Len(t, problems, 1)
+			assert.Equal(t, 3, problems[0].line)
+			assert.Equal(t, tt.link, problems[0].target)
+		})
+	}
+}
+
+func TestSlug(t *testing.T) {
+	tests := map[string]string{
+		"Benchmarks": "benchmarks",
+		"The bucket algorithms are one formulation": "the-bucket-algorithms-are-one-formulation",
+		"`Allow` against x/time/rate's":             "allow-against-xtimerates",
+		"Memory per key (`L` = 1)":                  "memory-per-key-l--1",
+		"See [the table](other.md)":                 "see-the-table",
+	}
+	for in, want := range tests {
+		assert.Equal(t, want, slug(in), in)
+	}
+}
