@@ -111,3 +111,32 @@ func TestSlug(t *testing.T) {
 		assert.Equal(t, want, slug(in), in)
 	}
 }
+
+// TestNoHistory checks that no file under historyRoots tells how the
+// repository was developed: the check of git grep -nE with historyWord's
+// pattern, over historyRoots, images left out.
+func TestNoHistory(t *testing.T) {
+	root := repoRoot(t)
+	hits, err := history(root, historyRoots)
+	require.NoError(t, err)
+	assert.Empty(t, hits)
+}
+
+// TestHistory holds the history check to what it must catch.
+func TestHistory(t *testing.T) {
+	root := t.TempDir()
+	// Built from parts, so that this file does not match itself.
+	bad := []string{"in st" + "op 22 on", "st" + "ops 3 and", "see iss" + "ue #12", "iss" + "ue 7", "../../shared/" + "DESIGN.md"}
+	// Case counts, as in git grep without -i.
+	good := []string{"a stopwatch 3", "stop the server", "issue 2a", "tissue 3", "shared/design", "St" + "op 3"}
+	for i, line := range append(append([]string{}, bad...), good...) {
+		require.NoError(t, os.WriteFile(filepath.Join(root, fmt.Sprintf("f%d.md", i)), []byte("x\n"+line+"\n"), 0o644))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(root, "img.svg"), []byte(bad[0]), 0o644))
+	hits, err := history(root, []string{"."})
+	require.NoError(t, err)
+	assert.Len(t, hits, len(bad), "%q", hits)
+	for _, h := range hits {
+		assert.Contains(t, h, ":2: ")
+	}
+}
