@@ -3,6 +3,8 @@ package doccheck
 import (
 	"net/url"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -127,6 +129,22 @@ func anchors(src string) map[string]bool {
 	return out
 }
 
+// trackedPaths returns the files git tracks under root and every directory
+// holding one, slash-separated and relative to root.
+func trackedPaths(root string) (map[string]bool, error) {
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
+	if err != nil {
+		return nil, err
+	}
+	paths := map[string]bool{}
+	for _, f := range strings.Split(string(out), "\x00") {
+		for ; f != "" && f != "." && !paths[f]; f = path.Dir(f) {
+			paths[f] = true
+		}
+	}
+	return paths, nil
+}
+
 // problem is a link that does not resolve, with the reason.
 type problem struct {
 	file   string
@@ -136,8 +154,11 @@ type problem struct {
 }
 
 // check returns the problems of the links in file, a Markdown file inside
-// root (both absolute and clean).
-func check(root, file string) ([]problem, error) {
+// root (both absolute and clean). When tracked is not nil, a link must also
+// name a path it holds (slash-separated, relative to root, directories
+// included): a file on disk that git does not track is not in the
+// repository others check out.
+func check(root, file string, tracked map[string]bool) ([]problem, error) {
 	src, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
@@ -178,6 +199,10 @@ func check(root, file string) ([]problem, error) {
 			}
 			if _, err := os.Stat(target); err != nil {
 				bad(l, "no such file in the repository")
+				continue
+			}
+			if tracked != nil && rel != "." && !tracked[filepath.ToSlash(rel)] {
+				bad(l, "not tracked by git")
 				continue
 			}
 		}

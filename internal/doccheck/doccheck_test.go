@@ -32,11 +32,16 @@ func docs(t *testing.T, root string) []string {
 // TestLinks checks every link of README.md and docs/*.md.
 func TestLinks(t *testing.T) {
 	root := repoRoot(t)
+	tracked, err := trackedPaths(root)
+	if err != nil {
+		t.Logf("git ls-files: %v: links are checked against the files on disk only", err)
+		tracked = nil
+	}
 	for _, f := range docs(t, root) {
 		rel, err := filepath.Rel(root, f)
 		require.NoError(t, err)
 		t.Run(filepath.ToSlash(rel), func(t *testing.T) {
-			problems, err := check(root, f)
+			problems, err := check(root, f, tracked)
 			require.NoError(t, err)
 			for _, p := range problems {
 				t.Errorf("%s:%d: link %q: %s", rel, p.line, p.target, p.why)
@@ -86,7 +91,7 @@ func TestCheck(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := filepath.Join(root, "docs", "page.md")
 			write("docs/page.md", fmt.Sprintf("# Page\n\nSee [this](%s).\n\n```\n[in code](missing.md)\n```\n\n`[in a span](missing.md)`\n", tt.link))
-			problems, err := check(root, f)
+			problems, err := check(root, f, nil)
 			require.NoError(t, err)
 			if tt.ok {
 				assert.Empty(t, problems)
@@ -139,4 +144,39 @@ func TestHistory(t *testing.T) {
 	for _, h := range hits {
 		assert.Contains(t, h, ":2: ")
 	}
+}
+
+// TestCheckTracked holds the checker to the files git tracks, when given
+// them: a file on disk that is not tracked is not in the repository.
+func TestCheckTracked(t *testing.T) {
+	root := t.TempDir()
+	for name, body := range map[string]string{
+		"docs/page.md":       "# Page\n\n[a](a.md) [b](b.md) [dir](img) [up](../README.md)\n",
+		"docs/a.md":          "",
+		"docs/b.md":          "",
+		"docs/img/chart.svg": "",
+		"README.md":          "",
+	} {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	}
+	tracked := map[string]bool{"docs": true, "docs/page.md": true, "docs/a.md": true, "docs/img": true, "docs/img/chart.svg": true, "README.md": true}
+	problems, err := check(root, filepath.Join(root, "docs", "page.md"), tracked)
+	require.NoError(t, err)
+	require.Len(t, problems, 1)
+	assert.Equal(t, "b.md", problems[0].target)
+	assert.Equal(t, "not tracked by git", problems[0].why)
+}
+
+// TestTrackedPaths checks that git's files and their directories are found.
+func TestTrackedPaths(t *testing.T) {
+	tracked, err := trackedPaths(repoRoot(t))
+	if err != nil {
+		t.Skipf("git ls-files: %v", err)
+	}
+	for _, p := range []string{"README.md", "docs", "docs/performance.md", "internal", "internal/doccheck"} {
+		assert.True(t, tracked[p], p)
+	}
+	assert.False(t, tracked[".run"])
 }
