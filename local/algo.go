@@ -355,33 +355,40 @@ func (to *Limit) convert(s *state, from *Limit, now int64) {
 }
 
 // convertBucket is convert between two buckets, for a state that is not
-// initial at now (its TAT is not behind now). It keeps the tokens consumed
-// at now, rounded up, less what the burst grows by (never below nothing
-// consumed); past the burst they are the debt of queued reservations,
-// which only a limit whose shaper delayed a request can hold.
+// initial at now (its TAT is not behind now). It keeps the tokens available
+// at now, rounded down and clamped to the new burst. Requests the shaper
+// queued under from past its burst keep the times they were promised, and
+// count as consumed until then: the new limit admits nothing that would
+// act before the last of them, and has no tokens at that time. (Keeping
+// what they owe in tokens instead would let a faster limit admit its own
+// requests alongside them; and when the limit changes again before they
+// act, tokens read from such a state would stand for time, not for
+// requests.) A limit whose shaper delayed nothing holds no queue.
 func (to *Limit) convertBucket(s *state, from *Limit, now int64) {
 	q := from.queue()
 	used := from.p.Burst // time ran back before any time the state could have been stored at: no tokens
+	var last int64       // how long until the last request queued past from's burst acts, in µs
 	if ahead := s.a - now; ahead <= ceilDiv(from.tau, from.rl)+q {
-		used = ceilDiv(ahead*from.rl+s.b, from.el)
-		if q == 0 {
-			// No request waited under from: a TAT past the burst is time
-			// run back (by less than τ), with no tokens, as the Redis twin
-			// converts it.
-			used = min(used, from.p.Burst)
+		if q > 0 {
+			last = queueDelay(ahead, s.b, 0, from)
 		}
+		// Without a queue past the burst (last == 0), a TAT past the burst
+		// is time run back (by less than τ), with no tokens, as the Redis
+		// twin converts it.
+		used = min(ceilDiv(ahead*from.rl+s.b, from.el), from.p.Burst)
 	}
-	used = max(to.p.Burst-from.p.Burst+used, 0)
-	// A debt beyond what the shaper could queue under to (a quarter of the
-	// int64 range in scaled units, or past a packed word's latest TAT)
-	// is cut there.
-	used = min(used, (math.MaxInt64/4)/to.el)
+	// (TAT − now)·rl under to. A queue past what the shaper could queue
+	// under to (a quarter of the int64 range, or past a packed word's
+	// latest TAT) is cut there.
+	f := max(to.p.Burst-from.p.Burst+used, 0) * to.el
+	if last > 0 {
+		f = min(last, (math.MaxInt64/4)/to.rl)*to.rl + to.tau
+	}
 	if to.packed {
-		used = min(used, (to.maxTAT-now)*to.rl/to.el)
+		f = min(f, (to.maxTAT-now)*to.rl)
 	}
-	f := used * to.el
 	s.a, s.b = now+f/to.rl, f%to.rl
-	if used > to.p.Burst {
+	if f > to.tau {
 		to.noteQueue(max(s.a-now-ceilDiv(to.tau, to.rl), 1))
 	}
 }

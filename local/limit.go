@@ -175,10 +175,10 @@ type Limit struct {
 
 	// queued is set in a Limiter's own copies of its limits (New,
 	// SetLimit), nil elsewhere: the longest delay in µs that the Limiter's
-	// shaper gave a request under this limit, or that a debt carried over
-	// to it amounts to. A bucket's TAT is at most ⌈τ/rl⌉ + queued µs ahead
-	// of the time it was stored at, and a state can owe more than the burst
-	// only when queued > 0 (see queue).
+	// shaper gave a request under this limit, or that a queue carried over
+	// to it (convert) runs past its burst. A bucket's TAT is at most
+	// ⌈τ/rl⌉ + queued µs ahead of the time it was stored at, and a state
+	// can owe more than the burst only when queued > 0 (see queue).
 	queued *atomic.Int64
 }
 

@@ -306,11 +306,12 @@ func (l *Limiter) Limit() Limit {
 // consumed. Each key's state is carried over the first time the key is next
 // decided: for the same algorithm, window counts are kept (clamped to the new
 // limit) and buckets keep their available tokens (rounded down, clamped to
-// the new burst), also from one bucket algorithm to another; a bucket
-// whose reservations queue past its burst keeps what they owe, which the
-// new rate repays before it admits anything; a bucket whose rate and burst
-// did not change keeps its state exactly. Any other change of algorithm
-// starts every key afresh.
+// the new burst), also from one bucket algorithm to another; requests that
+// a bucket's shaper (Reserve, Wait) queued past the burst keep the times
+// they were promised, and the new limit admits nothing that would act
+// before the last of them, having no tokens then; a bucket whose rate and
+// burst did not change keeps its state exactly. Any other change of
+// algorithm starts every key afresh.
 func (l *Limiter) SetLimit(lim Limit) error {
 	if !lim.Valid() {
 		return fmt.Errorf("%w: zero Limit; build one with NewLimit", ErrInvalidLimit)

@@ -10,7 +10,10 @@ import (
 // Reservation is a request scheduled by Reserve: instead of being rejected
 // when the bucket is short, it is admitted at a later time, TimeToAct. This is
 // the leaky bucket as a shaper (a queue drained at the limit's rate), and it
-// works on the same state as Allow: queued reservations count as consumed.
+// works on the same state as Allow: queued reservations count as consumed,
+// and keep their times across SetLimit. Decisions on a key whose queue runs
+// past the burst are refused, a cost of 0 included, with RetryAfter and
+// ResetAfter measured from their own time.
 type Reservation struct {
 	// OK reports whether the request was scheduled. When it was not, nothing
 	// was consumed and Reason says why: ReasonLimited if it would have had
