@@ -3,6 +3,8 @@ package fallback
 import (
 	"bytes"
 	"log/slog"
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -242,16 +244,19 @@ func TestLeaveAndClose(t *testing.T) {
 
 func TestRejoinSeeds(t *testing.T) {
 	leakcheck.Check(t)
-	a := start(t, testConfig("a"))
-	// b's seed is a; c starts later with b as its seed only.
-	b := start(t, testConfig("b", a.Addr()))
-	c := start(t, testConfig("c", b.Addr()))
-	require.Eventually(t, func() bool { return a.Stats().Members == 3 && c.Stats().Members == 3 }, 10*time.Second, 10*time.Millisecond)
-	// A node that started before its seed joins it once it is up.
-	d := start(t, testConfig("d", "127.0.0.1:1"))
-	_, err := d.Join(a.Addr())
+	// b starts before its seed is up: the first join fails, and the
+	// rejoin loop joins the seed once it listens.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return d.Stats().Members == 4 }, 10*time.Second, 10*time.Millisecond)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	b := start(t, testConfig("b", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))))
+	require.Equal(t, 1, b.Stats().Members)
+
+	cfg := testConfig("a")
+	cfg.Memberlist.BindPort = port
+	a := start(t, cfg)
+	require.Eventually(t, func() bool { return a.Stats().Members == 2 && b.Stats().Members == 2 }, 10*time.Second, 10*time.Millisecond)
 }
 
 func TestLogsGoToLogger(t *testing.T) {
@@ -379,4 +384,29 @@ func TestRecordsExpire(t *testing.T) {
 	b.rebuild(time.Now())
 	assert.False(t, b.Estimate(k).Known)
 	assert.Zero(t, b.nrec)
+}
+
+func TestKeyRotation(t *testing.T) {
+	leakcheck.Check(t)
+	nodes := cluster(t, 2)
+	for _, n := range nodes {
+		require.NoError(t, n.Keyring().AddKey(otherKey))
+	}
+	for _, n := range nodes {
+		require.NoError(t, n.Keyring().UseKey(otherKey))
+	}
+	for _, n := range nodes {
+		require.NoError(t, n.Keyring().RemoveKey(testKey))
+	}
+	old := testConfig("old")
+	stale := start(t, old)
+	_, err := stale.Join(nodes[0].Addr())
+	assert.Error(t, err, "the retired key still joins")
+
+	cfg := testConfig("new")
+	cfg.Keys = [][]byte{otherKey}
+	fresh := start(t, cfg)
+	_, err = fresh.Join(nodes[0].Addr())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return nodes[1].Stats().Members == 3 }, 10*time.Second, 10*time.Millisecond)
 }
