@@ -28,7 +28,8 @@ type Node struct {
 	table *table
 	queue *memberlist.TransmitLimitedQueue
 
-	snap atomic.Pointer[snapshot]
+	snap  atomic.Pointer[snapshot]
+	stale atomic.Bool // records or members changed since the last snapshot
 
 	memMu sync.Mutex        // guards mem
 	mem   map[string]string // members' names and addresses, from events
@@ -230,7 +231,9 @@ func (n *Node) run() {
 			n.publish(now, now.Sub(last).Seconds())
 			last = now
 			n.expire(now)
-			n.rebuild(now)
+			if n.stale.Swap(false) {
+				n.rebuild(now)
+			}
 		case <-rejoin:
 			n.rejoin()
 		}
@@ -308,6 +311,10 @@ func (n *Node) publish(now time.Time, dt float64) {
 		n.enqueue(d.r.key, n.name, buf[start:len(buf):len(buf)])
 	}
 	n.prune()
+	if len(dues) == 0 && len(idle) == 0 {
+		return
+	}
+	n.stale.Store(true)
 	own := make([]record, 0, n.table.n.Load())
 	n.table.each(func(_ *Digest, e *entry) {
 		if e.sent.seq != 0 {
@@ -354,6 +361,7 @@ func (n *Node) receive(r record, now int64) bool {
 			}
 			p.record, p.at = r, now
 			n.stats.recordsReceived.Add(1)
+			n.stale.Store(true)
 			return true
 		}
 	}
@@ -364,6 +372,7 @@ func (n *Node) receive(r record, now int64) bool {
 	n.remote[r.key] = append(peers, &peer{record: r, at: now})
 	n.nrec++
 	n.stats.recordsReceived.Add(1)
+	n.stale.Store(true)
 	return true
 }
 
@@ -380,7 +389,10 @@ func (n *Node) expire(now time.Time) {
 			}
 		}
 		clear(peers[len(kept):])
-		n.nrec -= len(peers) - len(kept)
+		if len(kept) < len(peers) {
+			n.nrec -= len(peers) - len(kept)
+			n.stale.Store(true)
+		}
 		if len(kept) == 0 {
 			delete(n.remote, k)
 		} else {
@@ -594,6 +606,7 @@ func (e events) NotifyLeave(m *memberlist.Node) {
 	e.n.memMu.Lock()
 	delete(e.n.mem, m.Name)
 	e.n.memMu.Unlock()
+	e.n.stale.Store(true)
 	if e.next != nil {
 		e.next.NotifyLeave(m)
 	}
@@ -603,4 +616,5 @@ func (e events) set(name, addr string) {
 	e.n.memMu.Lock()
 	e.n.mem[name] = addr
 	e.n.memMu.Unlock()
+	e.n.stale.Store(true)
 }

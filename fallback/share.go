@@ -36,6 +36,17 @@ func (e Estimate) Allowance(limit int64) int64 {
 	return e.Own + int64(math.Floor(e.Share*float64(left)))
 }
 
+// AllowanceIn is Allowance for the caller's current window: when the
+// snapshot's counts are of an earlier window (no record of window has
+// arrived yet), nothing is counted in window and the node may admit its
+// share of the whole limit.
+func (e Estimate) AllowanceIn(window, limit int64) int64 {
+	if e.Window != window {
+		e.Own, e.Total = 0, 0
+	}
+	return e.Allowance(limit)
+}
+
 // Bucket returns this node's part of a token bucket's or GCRA's rate and
 // burst: rate × share and burst × share. A burst below one admits no
 // request of cost one at once; the rate still accrues.

@@ -92,3 +92,41 @@ func TestHotPathAllocs(t *testing.T) {
 	assert.Equal(t, 0.5, n.Estimate(k).Share)
 	assert.Equal(t, 0.5, e.Share, "an unknown key splits evenly")
 }
+
+func BenchmarkObserve(b *testing.B) {
+	n := &Node{table: newTable(1 << 20)}
+	keys := make([]Digest, 1024)
+	for i := range keys {
+		keys[i] = Digest{byte(i), byte(i >> 8), 1}
+		n.Observe(keys[i], 1, 1, 1)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			n.Observe(keys[i&1023], 1, 1, 1)
+			i++
+		}
+	})
+}
+
+func BenchmarkEstimate(b *testing.B) {
+	n := &Node{}
+	keys := make([]Digest, 1024)
+	m := make(map[Digest]Estimate, len(keys))
+	for i := range keys {
+		keys[i] = Digest{byte(i), byte(i >> 8), 1}
+		m[keys[i]] = Estimate{Known: true, Share: 0.5}
+	}
+	n.snap.Store(&snapshot{keys: m, members: 2})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		var s float64
+		for pb.Next() {
+			s += n.Estimate(keys[i&1023]).Share
+			i++
+		}
+		_ = s
+	})
+}
