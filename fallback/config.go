@@ -159,45 +159,22 @@ func (c Config) withDefaults() (Config, *memberlist.Config, error) {
 	if len(c.Label) > 255 {
 		return c, nil, invalid("Label", fmt.Sprintf("(%d bytes)", len(c.Label)), "must be at most 255 bytes")
 	}
-	durations := []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"RejoinInterval", &c.RejoinInterval, defaultRejoin},
-		{"Interval", &c.Interval, defaultInterval},
-		{"DemandHalfLife", &c.DemandHalfLife, defaultHalfLife},
-		{"RecordTTL", &c.RecordTTL, defaultRecordTTL},
-		{"LeaveTimeout", &c.LeaveTimeout, defaultLeave},
-	}
-	for _, d := range durations {
-		if *d.v < 0 {
-			return c, nil, invalid(d.name, *d.v, "must not be negative")
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+	err := errors.Join(
+		orDefault("RejoinInterval", &c.RejoinInterval, defaultRejoin),
+		orDefault("Interval", &c.Interval, defaultInterval),
+		orDefault("DemandHalfLife", &c.DemandHalfLife, defaultHalfLife),
+		orDefault("RecordTTL", &c.RecordTTL, defaultRecordTTL),
+		orDefault("LeaveTimeout", &c.LeaveTimeout, defaultLeave),
+		orDefault("MaxKeys", &c.MaxKeys, defaultMaxKeys),
+		orDefault("MaxRecords", &c.MaxRecords, defaultMaxRecords),
+		orDefault("MaxQueued", &c.MaxQueued, defaultMaxQueued),
+		orDefault("MaxStateRecords", &c.MaxStateRecords, defaultMaxState),
+	)
+	if err != nil {
+		return c, nil, err
 	}
 	if c.RecordTTL < 3*c.Interval {
 		return c, nil, invalid("RecordTTL", c.RecordTTL, "must be at least 3 × Interval")
-	}
-	ints := []struct {
-		name string
-		v    *int
-		def  int
-	}{
-		{"MaxKeys", &c.MaxKeys, defaultMaxKeys},
-		{"MaxRecords", &c.MaxRecords, defaultMaxRecords},
-		{"MaxQueued", &c.MaxQueued, defaultMaxQueued},
-		{"MaxStateRecords", &c.MaxStateRecords, defaultMaxState},
-	}
-	for _, n := range ints {
-		if *n.v < 0 {
-			return c, nil, invalid(n.name, *n.v, "must not be negative")
-		}
-		if *n.v == 0 {
-			*n.v = n.def
-		}
 	}
 	if c.Reserve == 0 {
 		c.Reserve = defaultReserve
@@ -220,6 +197,17 @@ func (c Config) withDefaults() (Config, *memberlist.Config, error) {
 	ml.Label = c.Label
 	ml.Logger = log.New(&slogWriter{l: c.Logger}, "", 0)
 	return c, &ml, nil
+}
+
+// orDefault sets *v to def when it is zero, and rejects a negative *v.
+func orDefault[T int | time.Duration](field string, v *T, def T) error {
+	switch {
+	case *v < 0:
+		return invalid(field, *v, "must not be negative")
+	case *v == 0:
+		*v = def
+	}
+	return nil
 }
 
 // slogWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
