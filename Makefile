@@ -41,8 +41,8 @@ test-go:
 bench:
 	bash scripts/with-redis.sh bash scripts/bench.sh
 
-## demo: run the local-mode example. (The cluster demo, several nodes sharing
-## limits through Redis, will replace it; a later issue.)
+## demo: run the local-mode example. (A cluster demo, several nodes sharing
+## limits through Redis, is not there yet.)
 demo:
 	$(GO) run ./examples/local
 

@@ -1,6 +1,9 @@
 package local
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // state is one key's algorithm state, all integers, time in microseconds
 // since the Unix epoch. Its fields mean, per algorithm:
@@ -264,11 +267,15 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 	if tat < now {
 		tat, frac = now, 0
 	} else if early := tat - ceilDiv(l.tau, l.rl); now < early {
-		// Time ran back before any time the state could have been stored at
-		// (a stored TAT is never more than τ ahead): clamp, which keeps
-		// (TAT − now)·rl within τ + rl and the decision the same, a
-		// rejection.
-		now = early
+		// The TAT is more than τ ahead: reservations queue past the burst,
+		// or time ran back. A time before any the state could have been
+		// stored at (TAT − τ, less the longest delay the shaper gave)
+		// counts as that time, which keeps (TAT − now)·rl bounded and the
+		// decision the same, a rejection; the Redis twin, which has no
+		// shaper, clamps the same way.
+		if early -= l.queue(); now < early {
+			now = early
+		}
 	}
 	dl := (tat-now)*l.rl + frac // (TAT − now)·rl
 	need := n * l.el
@@ -295,19 +302,22 @@ func (l *Limit) bucketLimited(dl, need int64) verdict {
 // convert re-expresses s, last decided under from, for the limit to. For the
 // same algorithm consumption is kept: window counts stay (clamped to the new
 // limit) and a bucket keeps its available tokens, rounded down and clamped to
-// the new burst; the three bucket algorithms count as one here, as they share
-// one state and one decision. A bucket whose rate and burst did not change
-// keeps its state exactly, its fraction of a token included. Any other
-// change of algorithm starts afresh, and so does a key back in its initial
-// state.
+// the new burst, or what reservations queued past the burst owe, which the
+// new rate repays before it admits anything; the three bucket algorithms
+// count as one here, as they share one state and one decision. A bucket
+// whose rate and burst did not change keeps its state exactly, its fraction
+// of a token included. Any other change of algorithm starts afresh, and so
+// does a key back in its initial state.
 func (to *Limit) convert(s *state, from *Limit, now int64) {
 	switch {
 	case from == nil: // a new key: its zero state is every algorithm's initial state
 		return
-	case from.p == to.p: // the same parameters: nothing to carry over
+	case from.p == to.p || (from.p.Algorithm.bucket() && to.p.Algorithm.bucket() && from.rl == to.rl && from.el == to.el && from.tau == to.tau):
+		// The same parameters, or the same bucket under another name (say,
+		// GCRA for a token bucket, or 2/2s for 1/1s): the state is kept, and
+		// so is how far past the burst it may be queued.
+		to.noteQueue(from.queue())
 		return
-	case from.p.Algorithm.bucket() && to.p.Algorithm.bucket() && from.rl == to.rl && from.el == to.el && from.tau == to.tau:
-		return // the same bucket under another name (say, GCRA for a token bucket, or 2/2s for 1/1s)
 	case from.initial(s, now):
 		// Nothing consumed is pending: the key is as a new one (and may be
 		// evicted and come back as one at any time), so it starts afresh.
@@ -340,16 +350,45 @@ func (to *Limit) convert(s *state, from *Limit, now int64) {
 	case SlidingWindowLog:
 		// The log holds timestamps; it reads the same under any limit.
 	default:
-		tokens := from.p.Burst
-		switch {
-		case s.a-now > ceilDiv(from.tau, from.rl): // queued past the burst (the shaper), or time ran back
-			tokens = 0
-		case s.a > now || (s.a == now && s.b > 0):
-			dl := (s.a-now)*from.rl + s.b
-			tokens = max(from.tau-dl, 0) / from.el
+		to.convertBucket(s, from, now)
+	}
+}
+
+// convertBucket is convert between two buckets, for a state that is not
+// initial at now (its TAT is not behind now). It keeps the tokens available
+// at now, rounded down and clamped to the new burst. Requests the shaper
+// queued under from past its burst keep the times they were promised, and
+// count as consumed until then: the new limit admits nothing that would
+// act before the last of them, and has no tokens at that time. (Keeping
+// what they owe in tokens instead would let a faster limit admit its own
+// requests alongside them; and when the limit changes again before they
+// act, tokens read from such a state would stand for time, not for
+// requests.) A limit whose shaper delayed nothing holds no queue.
+func (to *Limit) convertBucket(s *state, from *Limit, now int64) {
+	q := from.queue()
+	used := from.p.Burst // time ran back before any time the state could have been stored at: no tokens
+	var last int64       // how long until the last request queued past from's burst acts, in µs
+	if ahead := s.a - now; ahead <= ceilDiv(from.tau, from.rl)+q {
+		if q > 0 {
+			last = queueDelay(ahead, s.b, 0, from)
 		}
-		used := to.p.Burst - min(tokens, to.p.Burst)
-		f := used * to.el
-		s.a, s.b = now+f/to.rl, f%to.rl
+		// Without a queue past the burst (last == 0), a TAT past the burst
+		// is time run back (by less than τ), with no tokens, as the Redis
+		// twin converts it.
+		used = min(ceilDiv(ahead*from.rl+s.b, from.el), from.p.Burst)
+	}
+	// (TAT − now)·rl under to. A queue past what the shaper could queue
+	// under to (a quarter of the int64 range, or past a packed word's
+	// latest TAT) is cut there.
+	f := max(to.p.Burst-from.p.Burst+used, 0) * to.el
+	if last > 0 {
+		f = min(last, (math.MaxInt64/4)/to.rl)*to.rl + to.tau
+	}
+	if to.packed {
+		f = min(f, (to.maxTAT-now)*to.rl)
+	}
+	s.a, s.b = now+f/to.rl, f%to.rl
+	if f > to.tau {
+		to.noteQueue(max(s.a-now-ceilDiv(to.tau, to.rl), 1))
 	}
 }

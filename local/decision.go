@@ -16,7 +16,10 @@ const (
 	// after RetryAfter if nothing else consumes in between.
 	ReasonLimited
 	// ReasonCostTooHigh: the cost is above what the limit can ever admit
-	// (Decision.Limit). Retrying will not help; RetryAfter is zero.
+	// (Decision.Limit). Retrying will not help; RetryAfter is zero. Such a
+	// request is refused without looking at the key (as the Redis twin
+	// refuses it without running a script), so Remaining and ResetAfter are
+	// zero too, whatever the key's state.
 	ReasonCostTooHigh
 	// ReasonInvalidCost: the cost is negative.
 	ReasonInvalidCost
@@ -81,11 +84,13 @@ func (d Decision) Limit() int64 { return int64(d.meta) >> 9 }
 
 // Remaining is how much more could be admitted now, after this request. For
 // the sliding window counter it is rounded down from the weighted estimate.
-// Never negative.
+// Never negative; zero for ReasonCostTooHigh, which does not look at the
+// key.
 func (d Decision) Remaining() int64 { return d.remaining }
 
 // ResetAfter is the time until the key is back to its initial state, with
-// all of Limit available again. Zero when it already is.
+// all of Limit available again. Zero when it already is, and for
+// ReasonCostTooHigh, which does not look at the key.
 func (d Decision) ResetAfter() time.Duration { return d.resetAfter }
 
 // RetryAfter is zero for admitted requests. For ReasonLimited it is the

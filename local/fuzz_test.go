@@ -2,6 +2,7 @@ package local
 
 import (
 	"math/big"
+	"sort"
 	"testing"
 	"time"
 )
@@ -283,4 +284,291 @@ func FuzzAlgorithms(f *testing.F) {
 		}
 		checkSequence(t, lim, reqs)
 	})
+}
+
+// FuzzShaper drives one key of a bucket Limiter through a mix of AllowNAt,
+// ReserveAt, CancelAt and SetLimit, with non-decreasing times, and holds
+// every Decision and Reservation to refShaper's exactly. It then checks
+// that the requests admitted and the reservations acting in any interval
+// [t0, t1] number at most burst + rate·(t1 − t0), with the largest burst
+// and rate of the limits used.
+func FuzzShaper(f *testing.F) {
+	for a := range byte(3) {
+		// Reservations queued past the burst, an Allow and a peek inside
+		// the queue, a cancel of the last, then a faster limit.
+		f.Add([]byte{a, 9, 0, 2, 1, 0, 0, 2, 32, 1, 0, 0, 2, 32, 0, 0x40, 0, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 1, 0, 3, 0, 0, 19, 0, 1, 0, 0, 1, 32})
+		// Wait-like reservations with a long delay, a slower limit, an
+		// unpacked limit (rl = 1999), and costs above the burst.
+		f.Add([]byte{a, 4, 1, 3, 1, 0, 0, 3, 0xff, 1, 0, 0, 3, 0xff, 3, 0, 0, 0, 3, 0, 1, 0, 4, 0, 0, 0x10, 0, 1, 0, 3, 0, 0, 31, 2, 1, 1, 0x08, 0, 2, 16, 0, 0x08, 0, 9, 0})
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkShaper(t, data)
+	})
+}
+
+// shaperLimit decodes a bucket limit from three bytes; 31 in the first
+// picks one whose state does not pack (rl = 1999).
+func shaperLimit(algo Algorithm, b []byte) Limit {
+	p := Params{Algorithm: algo, Limit: 1 + int64(b[0]%20), Window: fuzzWindows[int(b[1])%len(fuzzWindows)], Burst: int64(b[2] % 25)}
+	if b[0]%32 == 31 {
+		p.Limit, p.Window = 1999, time.Second
+	}
+	lim, err := NewLimit(p)
+	if err != nil {
+		panic(err)
+	}
+	return lim
+}
+
+func checkShaper(t *testing.T, data []byte) {
+	if len(data) < 4 {
+		return
+	}
+	algo := []Algorithm{TokenBucket, LeakyBucket, GCRA}[data[0]%3]
+	lim := shaperLimit(algo, data[1:4])
+	l, err := New(lim, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ref := &refShaper{pending: lim}
+	used := []Limit{lim}
+	var held []*refReservation // the Limiter's reservations, as the model has them
+	var acts []shapedAct       // the Limiter's admissions of a positive cost
+	const base = 1_700_006_400_000_000
+	now := int64(base)
+	for i, b := 0, data[4:]; len(b) >= 5 && i < 300; i, b = i+1, b[5:] {
+		w := ref.pending.w
+		// A step of time, but for SetLimit, whose bytes name the limit.
+		if dt := int64(b[1]) | int64(b[2])<<8; b[0]%4 != 3 && dt&0xc000 != 0xc000 {
+			now += w * int64(dt&0x3fff) / 4096
+		}
+		at := time.UnixMicro(now)
+		n := int64(b[3]) % (ref.pending.max + 2)
+		switch b[0] % 4 {
+		case 0:
+			got := l.AllowNAt(at, "k", n)
+			if want := ref.allow(now, n); got != want {
+				t.Fatalf("op %d: AllowNAt(t=%d, n=%d) = %v, want %v", i, now-base, n, got, want)
+			}
+			if got.Allowed() && n > 0 {
+				acts = append(acts, shapedAct{at: now, n: n})
+			}
+		case 1:
+			maxDelay := MaxWindow
+			if b[4] != 0xff {
+				maxDelay = time.Duration(w*int64(b[4])/32) * time.Microsecond
+			}
+			got, err := l.ReserveAt(at, "k", n, maxDelay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, e := ref.reserve(now, n, maxDelay.Microseconds())
+			if got.OK != want.OK || got.Reason != want.Reason || got.Delay != want.Delay || !got.TimeToAct.Equal(want.TimeToAct) {
+				t.Fatalf("op %d: ReserveAt(t=%d, n=%d, maxDelay=%v) = %+v, want %+v", i, now-base, n, maxDelay, got, want)
+			}
+			if got.OK {
+				if e == nil { // the model refused it
+					e = &refReservation{}
+				}
+				e.r, e.at = got, got.TimeToAct.UnixMicro()
+				held = append(held, e)
+			}
+		case 2:
+			if len(held) == 0 {
+				continue
+			}
+			e := held[int(b[3])%len(held)]
+			e.r.CancelAt(at)
+			ref.cancel(now, e)
+		case 3:
+			next := shaperLimit(algo, b[2:5])
+			if err := l.SetLimit(next); err != nil {
+				t.Fatal(err)
+			}
+			ref.pending, ref.changed = next, true
+			used = append(used, next)
+		}
+	}
+	for _, e := range held {
+		if !e.cancelled && e.r.Delay > 0 {
+			acts = append(acts, shapedAct{at: e.at, n: e.r.n, rounded: true})
+		} else if !e.cancelled && e.r.n > 0 {
+			acts = append(acts, shapedAct{at: e.at, n: e.r.n})
+		}
+	}
+	checkActs(t, used, acts)
+}
+
+// shapedAct is a request admitted at, or a reservation acting at, a time.
+// A delayed reservation's time is its exact time rounded up to the µs.
+type shapedAct struct {
+	at, n   int64
+	rounded bool
+}
+
+// checkActs checks that acts admit at most burst + rate · length in any
+// interval, with the largest burst and rate among lims. An interval that
+// starts at a delayed reservation's time may have started up to 1µs
+// earlier, at the exact time.
+func checkActs(t *testing.T, lims []Limit, acts []shapedAct) {
+	t.Helper()
+	fast := lims[0]
+	var burst int64
+	for _, lim := range lims {
+		burst = max(burst, lim.p.Burst)
+		if lim.p.Limit*fast.w > fast.p.Limit*lim.w {
+			fast = lim
+		}
+	}
+	sort.Slice(acts, func(i, j int) bool {
+		return acts[i].at < acts[j].at || (acts[i].at == acts[j].at && acts[i].rounded && !acts[j].rounded)
+	})
+	for i := range acts {
+		var sum, slack int64
+		if acts[i].rounded {
+			slack = 1
+		}
+		for j := i; j < len(acts); j++ {
+			sum += acts[j].n
+			if (sum-burst)*fast.w > fast.p.Limit*(acts[j].at-acts[i].at+slack) {
+				t.Fatalf("[%d, %d] admits %d: more than burst %d + rate %d/%dµs · length", acts[i].at, acts[j].at, sum, burst, fast.p.Limit, fast.w)
+			}
+		}
+	}
+}
+
+// refShaper is the obvious model of a bucket Limiter's key: a rational
+// count of tokens, refilled at the limit's rate up to its burst, that
+// reservations may drive below zero. A new limit (SetLimit) takes effect
+// at the key's next decision that is not refused for its cost, keeping the
+// tokens rounded down and clamped to the new burst; below zero, the new
+// limit has no tokens when the last reservation acts.
+type refShaper struct {
+	cur, pending Limit
+	changed      bool // a SetLimit since the key was last settled
+	settled      bool
+	tokens       *big.Rat
+	last         int64
+	stack        []*refReservation // admissions and reservations not given back, oldest first
+}
+
+// refReservation is a reservation as refShaper sees it, with the
+// Limiter's.
+type refReservation struct {
+	r         Reservation
+	at, n     int64
+	live      bool // neither given back nor spent by a CancelAt that could not give it back
+	cancelled bool // given back
+}
+
+// settle brings the key to the limit in force at now, for a decision.
+func (m *refShaper) settle(now int64) {
+	if !m.settled {
+		m.cur, m.settled, m.changed, m.tokens, m.last = m.pending, true, false, big.NewRat(m.pending.p.Burst, 1), now
+		return
+	}
+	m.refill(now)
+	if !m.changed {
+		return
+	}
+	m.changed = false
+	from, to := m.cur, m.pending
+	switch {
+	case from.rl == to.rl && from.el == to.el && from.tau == to.tau: // the same bucket: kept exactly
+	case m.tokens.Cmp(big.NewRat(from.p.Burst, 1)) == 0: // full: as a new key
+		m.tokens = big.NewRat(to.p.Burst, 1)
+	case m.tokens.Sign() < 0:
+		// Reservations queued past the burst act at the times they were
+		// promised, the last ⌈−tokens / rate⌉ µs from now: to has no tokens
+		// then.
+		last := new(big.Rat).Neg(m.tokens)
+		last.Mul(last, big.NewRat(from.w, from.p.Limit))
+		m.tokens = big.NewRat(-ceilRat(last)*to.p.Limit, to.w)
+	default:
+		m.tokens = big.NewRat(min(floorRat(m.tokens), to.p.Burst), 1)
+	}
+	m.cur = to
+	for _, e := range m.stack {
+		e.live = false // the Limiter moved the key to a new entry, even under equal parameters
+	}
+	m.stack = nil
+}
+
+func (m *refShaper) refill(now int64) {
+	m.tokens.Add(m.tokens, big.NewRat((now-m.last)*m.cur.p.Limit, m.cur.w))
+	if b := big.NewRat(m.cur.p.Burst, 1); m.tokens.Cmp(b) > 0 {
+		m.tokens = b
+	}
+	m.last = now
+}
+
+// wait returns how long, in whole µs rounded up, until the key holds n
+// tokens.
+func (m *refShaper) wait(n int64) int64 {
+	short := new(big.Rat).Sub(big.NewRat(n, 1), m.tokens)
+	if short.Sign() <= 0 {
+		return 0
+	}
+	short.Mul(short, big.NewRat(m.cur.w, m.cur.p.Limit))
+	return ceilRat(short)
+}
+
+func ceilRat(r *big.Rat) int64 {
+	return -floorRat(new(big.Rat).Neg(r))
+}
+
+func (m *refShaper) allow(now, n int64) Decision {
+	if n > m.pending.max {
+		return Outcome{Reason: ReasonCostTooHigh, Limit: m.pending.max}.Decision()
+	}
+	m.settle(now)
+	o := Outcome{Limit: m.cur.max}
+	if m.tokens.Cmp(big.NewRat(n, 1)) >= 0 {
+		m.tokens.Sub(m.tokens, big.NewRat(n, 1))
+		o.Allowed = true
+		if n > 0 {
+			m.stack = append(m.stack, &refReservation{})
+		}
+	} else {
+		o.Reason = ReasonLimited
+		o.RetryAfter = time.Duration(m.wait(n)) * time.Microsecond
+	}
+	o.Remaining = max(floorRat(m.tokens), 0)
+	o.ResetAfter = time.Duration(m.wait(m.cur.p.Burst)) * time.Microsecond
+	return o.Decision()
+}
+
+func (m *refShaper) reserve(now, n, maxDelay int64) (Reservation, *refReservation) {
+	if n > m.pending.max {
+		return Reservation{Reason: ReasonCostTooHigh}, nil
+	}
+	m.settle(now)
+	delay := m.wait(n)
+	if delay > max(maxDelay, 0) {
+		return Reservation{Reason: ReasonLimited, Delay: time.Duration(delay) * time.Microsecond}, nil
+	}
+	m.tokens.Sub(m.tokens, big.NewRat(n, 1))
+	e := &refReservation{at: now + delay, n: n, live: true}
+	if n > 0 {
+		m.stack = append(m.stack, e)
+	}
+	return Reservation{OK: true, Delay: time.Duration(delay) * time.Microsecond, TimeToAct: time.UnixMicro(now + delay)}, e
+}
+
+// cancel gives e back at now if it is the last not given back, still
+// ahead, and under the limit the key is expressed in.
+func (m *refShaper) cancel(now int64, e *refReservation) {
+	live := e.live
+	e.live = false
+	if !live || len(m.stack) == 0 || m.stack[len(m.stack)-1] != e || now >= e.at {
+		return
+	}
+	m.stack = m.stack[:len(m.stack)-1]
+	m.refill(now)
+	m.tokens.Add(m.tokens, big.NewRat(e.n, 1))
+	if b := big.NewRat(m.cur.p.Burst, 1); m.tokens.Cmp(b) > 0 {
+		m.tokens = b
+	}
+	e.cancelled = true
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -171,6 +172,14 @@ type Limit struct {
 	cbw    uint64
 	w2     int64 // sliding window counter: 2·w, for its reset
 	maxTAT int64
+
+	// queued is set in a Limiter's own copies of its limits (New,
+	// SetLimit), nil elsewhere: the longest delay in µs that the Limiter's
+	// shaper gave a request under this limit, or that a queue carried over
+	// to it (convert) runs past its burst. A bucket's TAT is at most
+	// ⌈τ/rl⌉ + queued µs ahead of the time it was stored at, and a state
+	// can owe more than the burst only when queued > 0 (see queue).
+	queued *atomic.Int64
 }
 
 // LimitError describes an invalid parameter. It wraps ErrInvalidLimit, so

@@ -225,10 +225,10 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{store: store, clock: cfg.Clock, overflow: cfg.Overflow}
 	store.newEntry = l.newEntry
-	p := lim
-	l.limit.Store(&p)
+	p := own(lim)
+	l.limit.Store(p)
 	l.shared.id1 = sharedID // never in the store, never evicted
-	l.shared.Value.lim.Store(&p)
+	l.shared.Value.lim.Store(p)
 	if l.clock == nil {
 		l.clock = NewCoarseClock(DefaultResolution)
 		l.ownClock = true
@@ -288,21 +288,35 @@ func (l *Limiter) nowMicro() int64 {
 	return l.clock.Now().UnixMicro()
 }
 
+// own returns the Limiter's own copy of lim, which records how far its
+// shaper queues requests under it (Limit.queue).
+func own(lim Limit) *Limit {
+	lim.queued = new(atomic.Int64)
+	return &lim
+}
+
 // Limit returns the limit in force.
-func (l *Limiter) Limit() Limit { return *l.limit.Load() }
+func (l *Limiter) Limit() Limit {
+	lim := *l.limit.Load()
+	lim.queued = nil // the Limiter's own record, not part of the value
+	return lim
+}
 
 // SetLimit replaces the limit, for every key, without losing what keys have
 // consumed. Each key's state is carried over the first time the key is next
-// decided: for the same algorithm, window counts are kept (clamped to the
-// new limit) and buckets keep their available tokens (rounded down, clamped
-// to the new burst), also from one bucket algorithm to another; a bucket
-// whose rate and burst did not change keeps its state exactly. Any other
-// change of algorithm starts every key afresh.
+// decided: for the same algorithm, window counts are kept (clamped to the new
+// limit) and buckets keep their available tokens (rounded down, clamped to
+// the new burst), also from one bucket algorithm to another; requests that
+// a bucket's shaper (Reserve, Wait) queued past the burst keep the times
+// they were promised, and the new limit admits nothing that would act
+// before the last of them, having no tokens then; a bucket whose rate and
+// burst did not change keeps its state exactly. Any other change of
+// algorithm starts every key afresh.
 func (l *Limiter) SetLimit(lim Limit) error {
 	if !lim.Valid() {
 		return fmt.Errorf("%w: zero Limit; build one with NewLimit", ErrInvalidLimit)
 	}
-	l.limit.Store(&lim)
+	l.limit.Store(own(lim))
 	return nil
 }
 
@@ -325,10 +339,17 @@ func (l *Limiter) AllowAt(now time.Time, key string) Decision {
 // AllowNAt decides whether a request of cost n for key is admitted at now,
 // and consumes n if it is. A cost of zero asks without consuming; a negative
 // cost is rejected (ReasonInvalidCost), and so is a cost above what the limit
-// can ever admit (ReasonCostTooHigh). Times before the Unix epoch count as
-// the epoch, times after 2^53 − 1 µs past it (in the year 2255) as that
-// time, and a time earlier than one the key has already stored counts as
-// that time.
+// can ever admit (ReasonCostTooHigh), without looking at the key, so with
+// Remaining and ResetAfter 0. Times before the Unix epoch count as the
+// epoch, and times after 2^53 − 1 µs past it (in the year 2255) as that
+// time. A time earlier than the key's state counts as the earliest time
+// that state can have been stored at: the start of the window stored
+// (fixed window, sliding window counter), the newest request logged
+// (sliding window log). The bucket algorithms store no time: they keep
+// their theoretical arrival time (TAT), and decide a time that ran back as
+// given, unless it is before TAT − Burst's emission intervals, less the
+// longest delay the shaper (Reserve, Wait) gave under the limit in force;
+// then it counts as that time.
 func (l *Limiter) AllowNAt(now time.Time, key string, n int64) Decision {
 	return l.allow(now, false, key, n)
 }

@@ -10,7 +10,10 @@ import (
 // Reservation is a request scheduled by Reserve: instead of being rejected
 // when the bucket is short, it is admitted at a later time, TimeToAct. This is
 // the leaky bucket as a shaper (a queue drained at the limit's rate), and it
-// works on the same state as Allow: queued reservations count as consumed.
+// works on the same state as Allow: queued reservations count as consumed,
+// and keep their times across SetLimit. Decisions on a key whose queue runs
+// past the burst are refused, a cost of 0 included, with RetryAfter and
+// ResetAfter measured from their own time.
 type Reservation struct {
 	// OK reports whether the request was scheduled. When it was not, nothing
 	// was consumed and Reason says why: ReasonLimited if it would have had
@@ -113,23 +116,62 @@ func (l *Limiter) reserveLocked(e *Entry[keyState], key string, now, n int64, ma
 	tat, frac := v.a, v.b
 	if tat < now {
 		tat, frac = now, 0
-	} else if early := tat - ceilDiv(lim.tau, lim.rl) - limitDelay; now < early {
-		now = early // time ran back beyond any delay allowed: refused either way
 	}
-	dl := (tat-now)*lim.rl + frac
-	var delay int64
-	if excess := dl + n*lim.el - lim.tau; excess > 0 {
-		delay = ceilDiv(excess, lim.rl)
-	}
+	need := n * lim.el
+	delay := queueDelay(tat-now, frac, need, lim)
 	if delay > limitDelay {
-		return Reservation{Reason: ReasonLimited, Delay: micros(delay)}, true, nil
+		return Reservation{Reason: ReasonLimited, Delay: micros(min(delay, math.MaxInt64/int64(time.Microsecond)))}, true, nil
 	}
-	f := frac + n*lim.el
+	f := frac + need
 	v.a, v.b = tat+f/lim.rl, f%lim.rl
+	if delay > 0 {
+		lim.noteQueue(delay)
+	}
 	return Reservation{
 		OK: true, Delay: micros(delay), TimeToAct: time.UnixMicro(now + delay),
 		l: l, e: e, lim: lim, n: n, at: now + delay, tat: v.a, frac: v.b,
 	}, true, nil
+}
+
+// queueDelay returns how long after now a request that needs need (in
+// units of 1/rl µs) may act on a bucket whose TAT is ahead µs and frac
+// past now: ⌈((TAT − now)·rl + frac + need − τ)/rl⌉, at least 0. The
+// quotient is taken apart, as ahead + ⌈(frac + need − τ)/rl⌉, so that a
+// long queue, or a time that ran back far, is never multiplied by rl.
+func queueDelay(ahead, frac, need int64, lim *Limit) int64 {
+	// frac + need − τ is in (−τ, rl): its quotient rounded up is 1 when
+	// it is positive, and minus the quotient of its opposite otherwise.
+	if y := frac + need - lim.tau; y > 0 {
+		ahead++
+	} else {
+		ahead -= -y / lim.rl
+	}
+	return max(ahead, 0)
+}
+
+// queue returns how far past the burst, in µs, the shaper may have queued
+// a state under l: a bucket's TAT is at most ⌈τ/rl⌉ + queue() ahead of the
+// time it was stored at. It is 0 outside a Limiter and until a request
+// under l is delayed.
+func (l *Limit) queue() int64 {
+	if l.queued == nil {
+		return 0
+	}
+	return l.queued.Load()
+}
+
+// noteQueue records that a state under l was stored q µs further ahead
+// than the burst allows (see queue). Outside a Limiter it does nothing.
+func (l *Limit) noteQueue(q int64) {
+	if l.queued == nil {
+		return
+	}
+	for {
+		old := l.queued.Load()
+		if q <= old || l.queued.CompareAndSwap(old, q) {
+			return
+		}
+	}
 }
 
 // Cancel is CancelAt with the time of the Limiter the reservation came from.

@@ -15,7 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// Validity thresholds of the issue: a run whose sync period p99 passes
+// Validity thresholds: a run whose sync period p99 passes
 // 1.5 × the interval, or whose achieved rate is more than 2% off its
 // schedule on any node, is invalid, not a result.
 const (

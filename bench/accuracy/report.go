@@ -206,7 +206,7 @@ func MarkdownTable(results []*Result) string {
 	return b.String()
 }
 
-// Check is one of the targets, checked against a measurement.
+// Check is one of the accuracy targets, checked against a measurement.
 type Check struct {
 	Target   string
 	Measured string
@@ -224,7 +224,7 @@ func find(results []*Result, set, mode, algo, work string, L int64, N int) *Resu
 	return nil
 }
 
-// Targets checks the targets (N = 8) against the hybrid runs.
+// Targets checks the accuracy targets (N = 8) against the hybrid runs.
 func Targets(results []*Result) []Check {
 	var out []Check
 	note := func(r *Result) string {

@@ -27,7 +27,7 @@ const (
 	AlgoCounter = "counter"
 )
 
-// The workloads of the issue, in its order.
+// The standard workloads, in the order the tables list them.
 const (
 	WorkUniform = "uniform" // one key, spread evenly over the nodes, offered 10 × L
 	WorkSkewed  = "skewed"  // one key, 80% of its traffic on node 0, offered 10 × L
@@ -37,14 +37,14 @@ const (
 )
 
 // WorkColdSkewed is the cold start with 80% of each key's traffic on node 0:
-// not one of the issue's workloads, run on request (-workloads).
+// not one of the standard workloads, run on request (-workloads).
 const WorkColdSkewed = "cold-skewed"
 
-// Workloads lists the workloads in the issue's order.
+// Workloads lists the standard workloads in the order the tables list them.
 var Workloads = []string{WorkUniform, WorkSkewed, WorkZipf, WorkCold, WorkUnder}
 
-// AllWorkloads lists every workload a Spec may name: the issue's, then the
-// others.
+// AllWorkloads lists every workload a Spec may name: the standard ones,
+// then the others.
 var AllWorkloads = append(slices.Clone(Workloads), WorkColdSkewed)
 
 // Cold reports whether the workload is a cold start: a new key every window.

@@ -122,21 +122,19 @@ func (c *parClock) time() time.Time { return time.UnixMicro(c.latest.Load()) }
 // instant: its time advances by keyedStep µs once every keyedStep requests,
 // the rate of 1 µs per request, and the regime the same (among 1M keys a
 // key comes back about a second later either way). So the loop measures the
-// limiter and not time.Time.Add, which the floor does not call: advancing
-// on every request cost about 60 ns per request among 1M keys (GCRA, one
-// run: 377 ns against 317, the floor 312). A server has its request's time
-// already. The hot-key cases still advance on every request, because there
-// a shared instant would change what the limiter decides.
+// limiter and not time.Time.Add, which the floor does not call and a server,
+// having its request's time already, does not either. The hot-key cases
+// still advance on every request, because there a shared instant would
+// change what the limiter decides.
 const keyedStep = 64
 
 // keyedTime is the time of an algorithm's keyed limiters (1K and 1M keys),
 // which its keyed cases share, one after another: each AllowAt case starts
 // at the latest time a case before it decided at, where its keys' states
-// are, and advances from there. Starting each at t0 instead put its
-// requests in the past of their keys' states, which a limiter decides at
-// the state's time: a path no server takes all the time, whose cost then
-// made the figure (every GCRA request of 1k-at-par was rejected). The
-// Allow cases decide at real times, later than the virtual ones.
+// are, and advances from there, so that no case decides in the past of its
+// keys' states: a path no server takes all the time, whose cost would make
+// the figure. The Allow cases decide at real times, later than the virtual
+// ones.
 type keyedTime struct{ latest time.Time }
 
 // start returns the time an AllowAt case starts at.
@@ -151,7 +149,7 @@ func (k *keyedTime) reached(t time.Time) {
 
 // reachedNow records that a case decided at real times, up to now. The
 // time is kept without its monotonic reading, like t0's, so that the next
-// case's time.Add costs what it cost before.
+// case's time.Add costs what it costs on t0.
 func (k *keyedTime) reachedNow() { k.reached(time.Now().Round(0)) }
 
 // BenchmarkLocal/<algorithm>/<case>:
@@ -454,9 +452,8 @@ func BenchmarkFloor(b *testing.B) {
 	// costs, under the harness of Local's hot-at and hot-at-par, whose loops
 	// they copy on purpose: a loop shared through a func value, an
 	// interface or a type parameter calls the decider indirectly (Go calls
-	// a type parameter's methods through its dictionary), which cost
-	// hot-word-par about 1 ns per request (16.5 → 17.7 ns, medians of 5).
-	// As the floor, it must not pay what Local's cases do not.
+	// a type parameter's methods through its dictionary), a call per
+	// request. As the floor, it must not pay what Local's cases do not.
 	b.Run("hot-word", func(b *testing.B) {
 		var w wordGCRA
 		b.ReportAllocs()

@@ -1,7 +1,7 @@
 // Command accuracy runs the multi-process accuracy benchmark (package
 // bench/accuracy) and prints its table: N node processes (cmd/accnode, each
 // with GOMAXPROCS=1) against one redis-server, per mode, workload and
-// algorithm, one run after the other; then the targets of the issue checked
+// algorithm, one run after the other; then the accuracy targets checked
 // against the hybrid runs, and the curves over L and N.
 //
 //	go build -o accnode ./cmd/accnode

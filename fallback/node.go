@@ -1,0 +1,620 @@
+package fallback
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Node is one member of the gossip cluster: it gossips this node's per-key
+// counts and demand, keeps its peers', and answers Estimate from a snapshot
+// rebuilt every Config.Interval. Observe and Estimate are safe for
+// concurrent use and meant for the hot path; Estimate neither allocates nor
+// locks. A Node runs from New until Close.
+type Node struct {
+	cfg   Config
+	ml    *memberlist.Memberlist
+	name  string
+	log   *slog.Logger
+	table *table
+	queue *memberlist.TransmitLimitedQueue
+
+	snap  atomic.Pointer[snapshot]
+	stale atomic.Bool // records or members changed since the last snapshot
+
+	memMu sync.Mutex        // guards mem
+	mem   map[string]string // members' names and addresses, from events
+
+	mu     sync.Mutex         // guards remote and nrec
+	remote map[Digest][]*peer // peers' records by key
+	nrec   int
+
+	keyring *memberlist.Keyring
+	own     atomic.Pointer[[]record] // this node's records as last queued
+
+	stats struct {
+		bytesSent, bytesReceived     atomic.Uint64
+		recordsSent, recordsReceived atomic.Uint64
+		recordsDropped, malformed    atomic.Uint64
+		members                      atomic.Int64
+	}
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	closed    atomic.Bool
+}
+
+// peer is a peer's record as this node holds it.
+type peer struct {
+	record
+	at int64 // unix nanoseconds when it arrived
+}
+
+// snapshot is what Estimate reads: built off the hot path, never changed
+// once published.
+type snapshot struct {
+	keys    map[Digest]Estimate
+	members int
+}
+
+// New starts a node: memberlist on the configured address, and the loop
+// that gossips and rebuilds the snapshot. It joins cfg.Seeds but does not
+// fail when none answers (they are joined again every RejoinInterval).
+func New(cfg Config) (*Node, error) {
+	c, mlc, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := newNode(c, mlc.Name, mlc.RetransmitMult)
+	mlc.Delegate = delegate{n}
+	if mlc.Events != nil {
+		mlc.Events = events{n, mlc.Events}
+	} else {
+		mlc.Events = events{n: n}
+	}
+	n.keyring = mlc.Keyring
+	ml, err := memberlist.Create(mlc)
+	if err != nil {
+		return nil, fmt.Errorf("fallback: start memberlist: %w", err)
+	}
+	n.ml = ml
+	n.rebuild(time.Now())
+	if len(c.Seeds) > 0 {
+		if _, err := ml.Join(c.Seeds); err != nil {
+			n.log.Warn("fallback: join seeds", "err", err)
+		}
+	}
+	go n.run()
+	return n, nil
+}
+
+// newNode returns a node's state without memberlist or the loop.
+func newNode(c Config, name string, retransmitMult int) *Node {
+	n := &Node{
+		cfg:    c,
+		name:   name,
+		log:    c.Logger,
+		table:  newTable(c.MaxKeys),
+		remote: make(map[Digest][]*peer),
+		mem:    map[string]string{name: ""},
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	n.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return max(int(n.stats.members.Load()), 1) },
+		RetransmitMult: retransmitMult,
+	}
+	n.snap.Store(&snapshot{members: 1})
+	return n
+}
+
+// Observe records that key was asked for asked requests (refused ones
+// included) of which admitted were admitted, in window (the caller's window
+// id, the same on every node: for fixed and sliding windows the window's
+// start divided by its length; 0 for the bucket algorithms). A report for
+// an earlier window than the key's latest is counted as demand only. It
+// takes a shard's read lock, and allocates only for a key's first
+// observation.
+func (n *Node) Observe(key Digest, window, asked, admitted int64) {
+	n.table.observe(&key, window, asked, admitted)
+}
+
+// Estimate returns this node's share of key's budget from the last
+// snapshot, without allocating or locking.
+func (n *Node) Estimate(key Digest) Estimate {
+	s := n.snap.Load()
+	if e, ok := s.keys[key]; ok {
+		return e
+	}
+	return Estimate{Share: 1 / float64(s.members), Members: s.members}
+}
+
+// Stats is a node's gossip figures, cumulative since New except where said.
+type Stats struct {
+	Members         int // members now, this node and suspected ones included
+	Keys            int // keys this node tracks now
+	BytesSent       uint64
+	BytesReceived   uint64
+	RecordsSent     uint64 // records handed to memberlist, by broadcast or push/pull
+	RecordsReceived uint64 // peers' records accepted as newer than held
+	RecordsDropped  uint64 // records dropped: queue full, store full, or malformed
+	Malformed       uint64 // messages rejected as malformed (also in RecordsDropped)
+	KeysDropped     uint64 // observations of keys beyond MaxKeys
+}
+
+// Stats returns the node's gossip figures. It is safe for concurrent use
+// and does not block on the network.
+func (n *Node) Stats() Stats {
+	return Stats{
+		Members:         int(n.stats.members.Load()),
+		Keys:            int(n.table.n.Load()),
+		BytesSent:       n.stats.bytesSent.Load(),
+		BytesReceived:   n.stats.bytesReceived.Load(),
+		RecordsSent:     n.stats.recordsSent.Load(),
+		RecordsReceived: n.stats.recordsReceived.Load(),
+		RecordsDropped:  n.stats.recordsDropped.Load(),
+		Malformed:       n.stats.malformed.Load(),
+		KeysDropped:     n.table.dropped.Load(),
+	}
+}
+
+// Name returns this node's name in the cluster.
+func (n *Node) Name() string { return n.name }
+
+// Addr returns the address and port this node advertises, which peers pass
+// to Join (or list in Seeds). With BindPort 0 the port is the one bound.
+func (n *Node) Addr() string {
+	ln := n.ml.LocalNode()
+	return net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
+}
+
+// Keyring returns the live keyring, to rotate keys: AddKey on every node,
+// then UseKey on every node, then RemoveKey of the old one. It is nil when
+// the node runs without encryption.
+func (n *Node) Keyring() *memberlist.Keyring { return n.keyring }
+
+// Join joins the peers at addrs ("host:port") and returns how many
+// answered.
+func (n *Node) Join(addrs ...string) (int, error) {
+	if n.closed.Load() {
+		return 0, ErrClosed
+	}
+	return n.ml.Join(addrs)
+}
+
+// Close leaves the cluster (waiting up to LeaveTimeout for the message to
+// reach a peer), shuts memberlist down and stops every goroutine the node
+// started. It is idempotent; later calls return the first call's error.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.closed.Store(true)
+		close(n.stop)
+		<-n.done
+		err := n.ml.Leave(n.cfg.LeaveTimeout)
+		n.closeErr = errors.Join(err, n.ml.Shutdown())
+	})
+	return n.closeErr
+}
+
+// run is the node's loop: records out and snapshot rebuilt every Interval,
+// missing seeds joined every RejoinInterval.
+func (n *Node) run() {
+	defer close(n.done)
+	tick := time.NewTicker(n.cfg.Interval)
+	defer tick.Stop()
+	var rejoin <-chan time.Time
+	if len(n.cfg.Seeds) > 0 {
+		t := time.NewTicker(n.cfg.RejoinInterval)
+		defer t.Stop()
+		rejoin = t.C
+	}
+	last := time.Now()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case now := <-tick.C:
+			n.publish(now, now.Sub(last).Seconds())
+			last = now
+			n.expire(now)
+			if n.stale.Swap(false) {
+				n.rebuild(now)
+			}
+		case <-rejoin:
+			n.rejoin()
+		}
+	}
+}
+
+// rejoin joins the seeds whose address no member advertises.
+func (n *Node) rejoin() {
+	have := map[string]bool{}
+	n.memMu.Lock()
+	for _, addr := range n.mem {
+		have[addr] = true
+	}
+	n.memMu.Unlock()
+	var missing []string
+	for _, s := range n.cfg.Seeds {
+		if !have[s] {
+			missing = append(missing, s)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if _, err := n.ml.Join(missing); err != nil {
+		n.log.Debug("fallback: rejoin seeds", "err", err)
+	}
+}
+
+// publish updates each key's demand and queues the records of keys whose
+// figures changed (or that are due a refresh), hottest first, at most
+// MaxQueued of them; it forgets keys idle for RecordTTL. It publishes this
+// node's current records for LocalState.
+func (n *Node) publish(now time.Time, dt float64) {
+	nowNs := now.UnixNano()
+	halfLife := n.cfg.DemandHalfLife.Seconds()
+	refresh := int64(n.cfg.RecordTTL / 3)
+	type due struct {
+		e *entry
+		r record
+	}
+	var dues []due
+	var idle []Digest
+	n.table.each(func(k *Digest, e *entry) {
+		asked := e.asked.Load()
+		e.demand = ewma(e.demand, float64(asked-e.lastAsked)/max(dt, 1e-9), dt, halfLife)
+		if asked == e.lastAsked && e.demand < 1e-3 {
+			e.demand = 0
+		}
+		e.lastAsked = asked
+		window, consumed := e.counts()
+		if e.demand > 0 {
+			e.idleSince = 0
+		} else if e.idleSince == 0 {
+			e.idleSince = nowNs
+		} else if nowNs-e.idleSince > int64(n.cfg.RecordTTL) {
+			idle = append(idle, *k)
+			return
+		}
+		same := e.sent.seq != 0 && window == e.sent.window && consumed == e.sent.consumed
+		if same && near(e.demand, e.sent.demand) && (nowNs-e.sentAt < refresh || e.demand == 0) {
+			return // unchanged, and fresh or idle
+		}
+		dues = append(dues, due{e, record{origin: n.name, key: *k, window: window, consumed: consumed,
+			demand: e.demand, seq: max(uint64(nowNs), e.sent.seq+1)}})
+	})
+	n.table.remove(idle)
+	slices.SortFunc(dues, func(a, b due) int { return cmp.Compare(b.r.demand, a.r.demand) })
+	dues = dues[:min(len(dues), n.cfg.MaxQueued)] // the rest wait for the next round
+	buf := make([]byte, 0, len(dues)*maxRecordLen/2)
+	for i := range dues {
+		d := &dues[i]
+		d.e.sent, d.e.sentAt = d.r, nowNs
+		start := len(buf)
+		buf = appendRecord(buf, &d.r)
+		n.enqueue(d.r.key, n.name, buf[start:len(buf):len(buf)])
+	}
+	n.prune()
+	if len(dues) == 0 && len(idle) == 0 {
+		return
+	}
+	n.stale.Store(true)
+	own := make([]record, 0, n.table.n.Load())
+	n.table.each(func(_ *Digest, e *entry) {
+		if e.sent.seq != 0 {
+			own = append(own, e.sent)
+		}
+	})
+	n.own.Store(&own)
+}
+
+// near reports whether two demands differ by under 5%, so small drifts do
+// not flood the cluster.
+func near(a, b float64) bool {
+	if a == b {
+		return true
+	}
+	return a > 0 && b > 0 && a < b*1.05 && b < a*1.05
+}
+
+func (n *Node) enqueue(key Digest, origin string, msg []byte) {
+	n.queue.QueueBroadcast(&broadcast{name: origin + "\x00" + string(key[:]), msg: msg})
+}
+
+// prune keeps the queue within MaxQueued, dropping the most-sent records.
+func (n *Node) prune() {
+	if over := n.queue.NumQueued() - n.cfg.MaxQueued; over > 0 {
+		n.stats.recordsDropped.Add(uint64(over))
+		n.queue.Prune(n.cfg.MaxQueued)
+	}
+}
+
+// receive stores a peer's record if it is newer than the one held, and
+// reports whether it was.
+func (n *Node) receive(r record, now int64) bool {
+	if r.origin == n.name {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	peers := n.remote[r.key]
+	for _, p := range peers {
+		if p.origin == r.origin {
+			if r.seq <= p.seq {
+				return false
+			}
+			p.record, p.at = r, now
+			n.stats.recordsReceived.Add(1)
+			n.stale.Store(true)
+			return true
+		}
+	}
+	if n.nrec >= n.cfg.MaxRecords {
+		n.stats.recordsDropped.Add(1)
+		return false
+	}
+	n.remote[r.key] = append(peers, &peer{record: r, at: now})
+	n.nrec++
+	n.stats.recordsReceived.Add(1)
+	n.stale.Store(true)
+	return true
+}
+
+// expire drops peers' records older than RecordTTL.
+func (n *Node) expire(now time.Time) {
+	cut := now.UnixNano() - int64(n.cfg.RecordTTL)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for k, peers := range n.remote {
+		kept := peers[:0]
+		for _, p := range peers {
+			if p.at >= cut {
+				kept = append(kept, p)
+			}
+		}
+		clear(peers[len(kept):])
+		if len(kept) < len(peers) {
+			n.nrec -= len(peers) - len(kept)
+			n.stale.Store(true)
+		}
+		if len(kept) == 0 {
+			delete(n.remote, k)
+		} else {
+			n.remote[k] = kept
+		}
+	}
+}
+
+// rebuild recomputes every key's estimate from this node's last records
+// and its peers', and publishes the snapshot.
+func (n *Node) rebuild(time.Time) {
+	// memberlist keeps a suspected member among Members until it declares
+	// it dead, so the count does not drop while members are only suspected
+	// (a partition must not hand each side the whole limit), and drops once
+	// they are dead or have left. It exposes no suspect state to count apart.
+	members := map[string]bool{n.name: true}
+	n.memMu.Lock()
+	for name := range n.mem {
+		members[name] = true
+	}
+	n.memMu.Unlock()
+	split := len(members)
+	n.stats.members.Store(int64(split))
+
+	type acc struct {
+		window, own, total int64
+		ownDemand, sum     float64
+	}
+	// Counts are of the latest window any record names; demand counts
+	// only for members, so a dead node's share goes to the living while
+	// what it admitted in the window still counts.
+	accs := map[Digest]*acc{}
+	add := func(r *record, self, member bool) {
+		a := accs[r.key]
+		if a == nil {
+			a = &acc{window: r.window}
+			accs[r.key] = a
+		}
+		if r.window > a.window {
+			a.window, a.total, a.own = r.window, 0, 0
+		}
+		if r.window == a.window {
+			a.total += r.consumed
+			if self {
+				a.own = r.consumed
+			}
+		}
+		if member {
+			a.sum += r.demand
+			if self {
+				a.ownDemand = r.demand
+			}
+		}
+	}
+	if own := n.own.Load(); own != nil {
+		for i := range *own {
+			add(&(*own)[i], true, true)
+		}
+	}
+	n.mu.Lock()
+	for _, peers := range n.remote {
+		for _, p := range peers {
+			add(&p.record, false, members[p.origin])
+		}
+	}
+	n.mu.Unlock()
+
+	s := &snapshot{keys: make(map[Digest]Estimate, len(accs)), members: split}
+	for k, a := range accs {
+		s.keys[k] = Estimate{
+			Known:   true,
+			Window:  a.window,
+			Own:     a.own,
+			Total:   a.total,
+			Share:   share(a.ownDemand, a.sum, split, n.cfg.Reserve),
+			Members: split,
+		}
+	}
+	n.snap.Store(s)
+}
+
+// broadcast is one record in memberlist's queue, named by origin and key so
+// a newer record replaces the older one still queued.
+type broadcast struct {
+	name string
+	msg  []byte
+}
+
+var _ memberlist.NamedBroadcast = (*broadcast)(nil)
+
+// Name returns origin and key: the record's identity in the queue.
+func (b *broadcast) Name() string { return b.name }
+
+// Invalidates reports whether o is an older record of the same origin and
+// key.
+func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
+	nb, ok := o.(memberlist.NamedBroadcast)
+	return ok && nb.Name() == b.name
+}
+
+// Message returns the encoded record.
+func (b *broadcast) Message() []byte { return b.msg }
+
+// Finished is called when the record leaves the queue; nothing to do.
+func (b *broadcast) Finished() {}
+
+// delegate is memberlist's view of a Node. Its methods run on memberlist's
+// goroutines and must not block: each takes n.mu at most briefly.
+type delegate struct{ n *Node }
+
+var _ memberlist.Delegate = delegate{}
+
+func (d delegate) NodeMeta(int) []byte { return nil }
+
+// NotifyMsg takes a peer's record; a newer one is stored and passed on once,
+// so it reaches every member and not only those its origin picked.
+func (d delegate) NotifyMsg(b []byte) {
+	n := d.n
+	r, err := decodeRecord(b)
+	if n.arrived(len(b), err) != nil {
+		return
+	}
+	if n.receive(r, time.Now().UnixNano()) {
+		n.enqueue(r.key, r.origin, appendRecord(make([]byte, 0, maxRecordLen), &r))
+		n.prune()
+	}
+}
+
+// arrived counts a message of size bytes, and a malformed one, and returns
+// err.
+func (n *Node) arrived(size int, err error) error {
+	n.stats.bytesReceived.Add(uint64(size))
+	if err != nil {
+		n.stats.malformed.Add(1)
+		n.stats.recordsDropped.Add(1)
+	}
+	return err
+}
+
+func (d delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	msgs := d.n.queue.GetBroadcasts(overhead, limit)
+	for _, m := range msgs {
+		d.n.stats.bytesSent.Add(uint64(len(m)))
+	}
+	d.n.stats.recordsSent.Add(uint64(len(msgs)))
+	return msgs
+}
+
+// LocalState sends this node's records and its peers', hottest first, at
+// most MaxStateRecords: the repair path for lost packets.
+func (d delegate) LocalState(bool) []byte {
+	n := d.n
+	var recs []*record
+	if own := n.own.Load(); own != nil {
+		for i := range *own {
+			recs = append(recs, &(*own)[i])
+		}
+	}
+	n.mu.Lock()
+	for _, peers := range n.remote {
+		for _, p := range peers {
+			r := p.record
+			recs = append(recs, &r)
+		}
+	}
+	n.mu.Unlock()
+	slices.SortFunc(recs, func(a, b *record) int { return cmp.Compare(b.demand, a.demand) })
+	recs = recs[:min(len(recs), n.cfg.MaxStateRecords)]
+	b := appendState(nil, recs)
+	n.stats.bytesSent.Add(uint64(len(b)))
+	n.stats.recordsSent.Add(uint64(len(recs)))
+	return b
+}
+
+func (d delegate) MergeRemoteState(b []byte, _ bool) {
+	n := d.n
+	recs, err := decodeState(b)
+	n.arrived(len(b), err)
+	now := time.Now().UnixNano()
+	for _, r := range recs {
+		n.receive(r, now)
+	}
+}
+
+// events keeps the member list from memberlist's notifications, which it
+// makes under its own lock (reading memberlist's Members outside that lock
+// races with its updates), and passes them on to the caller's delegate.
+// It must not block.
+type events struct {
+	n    *Node
+	next memberlist.EventDelegate
+}
+
+var _ memberlist.EventDelegate = events{}
+
+func (e events) NotifyJoin(m *memberlist.Node) {
+	e.set(m.Name, m.Address())
+	if e.next != nil {
+		e.next.NotifyJoin(m)
+	}
+}
+
+func (e events) NotifyUpdate(m *memberlist.Node) {
+	e.set(m.Name, m.Address())
+	if e.next != nil {
+		e.next.NotifyUpdate(m)
+	}
+}
+
+func (e events) NotifyLeave(m *memberlist.Node) {
+	e.n.memMu.Lock()
+	delete(e.n.mem, m.Name)
+	e.n.memMu.Unlock()
+	e.n.stale.Store(true)
+	if e.next != nil {
+		e.next.NotifyLeave(m)
+	}
+}
+
+func (e events) set(name, addr string) {
+	e.n.memMu.Lock()
+	e.n.mem[name] = addr
+	e.n.memMu.Unlock()
+	e.n.stale.Store(true)
+}
