@@ -14,10 +14,12 @@ import (
 // this node's, decided locally and exchanged with Redis by the syncer, and
 // the rule's failure policy for keys without a lease while Redis is down.
 type hybridRule struct {
-	rs    *ruleState
-	lease atomic.Pointer[syncer.LeaseRule]
-	store *local.Store[syncer.Lease]
-	fail  failover
+	rs     *ruleState
+	l      *Limiter  // rs.l
+	counts *counters // rs.counts
+	lease  atomic.Pointer[syncer.LeaseRule]
+	store  *local.Store[syncer.Lease]
+	fail   failover
 }
 
 var _ modeRule = (*hybridRule)(nil)
@@ -31,7 +33,7 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 	if err != nil || !syncer.Split(lim, l.sync.Interval(), int(l.expectedNodes())) {
 		return nil, nil
 	}
-	m := &hybridRule{rs: rs}
+	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
 	m.lease.Store(lr)
 	if m.store, err = local.NewStore(l.cfg.Store, m.idle); err != nil {
 		return nil, fmt.Errorf("%w: Store: %w", ErrInvalidConfig, err)
@@ -44,38 +46,36 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 
 func (m *hybridRule) kind() Mode { return Hybrid }
 
-// allow is the hybrid hot path; a key without a lease while Redis is down
-// goes to the failure policy.
+// allow is the hybrid hot path: the key's entry, its lease, and a hand to
+// the syncer when the lease asks for it. A key without a lease while Redis
+// is down goes to the failure policy.
 func (m *hybridRule) allow(_ context.Context, now int64, key string, n int64) (local.Decision, error) {
-	v, limit := m.decide(now, key, n)
-	if v.Reason == local.ReasonNoLease && m.rs.l.unavailable.Load() != 0 {
-		return m.failed(now, key, n)
-	}
-	m.rs.counts.count(v.Reason)
-	return dress(v, limit), nil
-}
-
-// decide decides on the key's entry and lease, and hands the key to the
-// syncer when the lease asks for it.
-func (m *hybridRule) decide(now int64, key string, n int64) (syncer.Verdict, int64) {
 	lr := m.lease.Load()
-	max := lr.MaxCost()
+	limit := lr.MaxCost()
+	var v syncer.Verdict
 	switch {
 	case n < 0:
-		return syncer.Verdict{Reason: local.ReasonInvalidCost}, max
-	case n > max:
-		return syncer.Verdict{Reason: local.ReasonCostTooHigh}, max
+		v.Reason = local.ReasonInvalidCost
+	case n > limit:
+		v.Reason = local.ReasonCostTooHigh
+	default:
+		e := m.lockedEntry(key, now)
+		if e == nil {
+			v.Reason = local.ReasonOverflow
+			break
+		}
+		var signal bool
+		v, signal = e.Value.Decide(lr, now, n)
+		if signal {
+			m.l.sync.Notify(lr, e)
+		}
+		e.Unlock()
+		if v.Reason == local.ReasonNoLease && m.l.unavailable.Load() != 0 {
+			return m.failed(now, key, n)
+		}
 	}
-	e := m.lockedEntry(key, now)
-	if e == nil {
-		return syncer.Verdict{Reason: local.ReasonOverflow}, max
-	}
-	v, signal := e.Value.Decide(lr, now, n)
-	if signal {
-		m.rs.l.sync.Notify(lr, e)
-	}
-	e.Unlock()
-	return v, max
+	m.counts.count(v.Reason)
+	return dress(v, limit), nil
 }
 
 // failed decides a request for a key without a lease while Redis is out of
@@ -89,7 +89,7 @@ func (m *hybridRule) failed(now int64, key string, n int64) (local.Decision, err
 	}
 	// The nodes: as the last lease exchange counted them, or as the Config
 	// says until one did.
-	nodes := m.rs.l.expectedNodes()
+	nodes := m.l.expectedNodes()
 	if c := m.lease.Load().Nodes(); c > 0 {
 		nodes = c
 	}
@@ -110,7 +110,7 @@ func (m *hybridRule) lockedEntry(key string, now int64) *local.Entry[syncer.Leas
 		}
 		e.Lock()
 		if !e.Evicted() {
-			m.rs.l.setDigest(&e.Value, key)
+			m.l.setDigest(&e.Value, key)
 			return e
 		}
 		e.Unlock() // evicted since Get: look it up again
@@ -127,7 +127,7 @@ func (m *hybridRule) chargeLease(now int64, key string, n int64) {
 		return // the table is full: nothing to record it in
 	}
 	if e.Value.Charge(lr, now, n) {
-		m.rs.l.sync.Notify(lr, e)
+		m.l.sync.Notify(lr, e)
 	}
 	e.Unlock()
 }
@@ -144,14 +144,14 @@ func (m *hybridRule) fallbackLease(now int64, key string, n int64) (d local.Deci
 	}
 	v, ok := e.Value.Fallback(lr, now, n, part)
 	if ok && v.Reason == local.ReasonOK {
-		m.rs.l.sync.Notify(lr, e)
+		m.l.sync.Notify(lr, e)
 	}
 	e.Unlock()
 	if !ok {
 		return local.Decision{}, false
 	}
-	m.rs.counts.fallback.Add(1)
-	m.rs.counts.count(v.Reason)
+	m.counts.fallback.Add(1)
+	m.counts.count(v.Reason)
 	return dress(v, lr.MaxCost()), true
 }
 
@@ -170,7 +170,7 @@ func (m *hybridRule) setLimit(lim local.Limit) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}
-	lr, err := m.rs.l.sync.LeaseRule(sr)
+	lr, err := m.l.sync.LeaseRule(sr)
 	if err != nil {
 		return fmt.Errorf("%w: rule %q: the new limit cannot be leased; register a central rule instead: %w", ErrInvalidRule, m.rs.name, err)
 	}

@@ -10,8 +10,8 @@ import (
 
 // localRule runs a rule in Local mode: a local.Limiter of this node's own.
 type localRule struct {
-	rs  *ruleState
-	lim *local.Limiter
+	lim    *local.Limiter
+	counts *counters // the rule's
 }
 
 var _ modeRule = (*localRule)(nil)
@@ -21,14 +21,14 @@ func newLocalRule(rs *ruleState, lim local.Limit) (*localRule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &localRule{rs: rs, lim: ll}, nil
+	return &localRule{lim: ll, counts: rs.counts}, nil
 }
 
 func (m *localRule) kind() Mode { return Local }
 
 func (m *localRule) allow(_ context.Context, now int64, key string, n int64) (local.Decision, error) {
 	d := m.lim.AllowNAt(time.UnixMicro(now), key, n)
-	m.rs.counts.count(d.Reason())
+	m.counts.count(d.Reason())
 	return d, nil
 }
 

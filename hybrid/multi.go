@@ -177,8 +177,11 @@ retry:
 		m, i, q := h.m, h.i, reqs[h.i]
 		lr := m.lease.Load()
 		if q.N < 0 || q.N > lr.MaxCost() {
-			v, limit := m.decide(now, q.Key, q.N) // refuses without charging
-			out[i] = dress(v, limit)
+			v := syncer.Verdict{Reason: local.ReasonCostTooHigh}
+			if q.N < 0 {
+				v.Reason = local.ReasonInvalidCost
+			}
+			out[i] = dress(v, lr.MaxCost())
 			ok = false
 			continue
 		}
@@ -247,7 +250,7 @@ retry:
 			}
 			for _, it := range items[a:b] {
 				out[it.i] = dress(v, lr.MaxCost())
-				it.m.rs.counts.count(v.Reason)
+				it.m.counts.count(v.Reason)
 			}
 			a = b
 		}
