@@ -15,8 +15,8 @@ import (
 // DefaultTimeout is the default bound of a call to Redis.
 const DefaultTimeout = 250 * time.Millisecond
 
-// Config configures a Central.
-type Config struct {
+// CentralConfig configures a Central.
+type CentralConfig struct {
 	// Client reaches Redis: a *redis.Client (one server, or Sentinel
 	// through redis.NewFailoverClient), a *redis.ClusterClient, or another
 	// redis.UniversalClient. Required.
@@ -57,7 +57,7 @@ type Central struct {
 
 // NewCentral returns a Central for cfg. It copies cfg and reports a bad
 // field with an error wrapping ErrInvalidConfig.
-func NewCentral(cfg Config) (*Central, error) {
+func NewCentral(cfg CentralConfig) (*Central, error) {
 	if err := checkRedis(cfg.Client, cfg.Keyspace, "calls to Redis"); err != nil {
 		return nil, err
 	}
