@@ -86,3 +86,41 @@ func TestDecideOffsetBack(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyBucket: a bucket reply sets the share and the tokens granted,
+// counts the debt sent as reported, asks for an early exchange when the
+// share shrank (Redis keeps the old one committed until told), and drops
+// the tokens held when Redis's state was lost (a new epoch) or revoked.
+func TestApplyBucket(t *testing.T) {
+	lr := NewRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}), testParams, NewCluster(1))
+	const now = int64(1_900_000_000_000_000)
+	held := func() Lease {
+		return Lease{flags: flagSynced, epoch: 1, rate: 500, burst: 50, expiry: now + 1e6, tokens: 20, last: now, debt: 3}
+	}
+	for _, tc := range []struct {
+		name   string
+		reply  BucketReply
+		tokens int64
+		urgent bool
+	}{
+		{"renewed", BucketReply{Now: now, Epoch: 1, Rate: 500, Burst: 50, Expiry: now + 2e6, Grant: 10, Pool: 40}, 30, false},
+		{"shrunk", BucketReply{Now: now, Epoch: 1, Rate: 250, Burst: 25, Expiry: now + 2e6, Pool: 40}, 20, true},
+		{"new epoch", BucketReply{Now: now, Epoch: 2, Rate: 500, Burst: 50, Expiry: now + 2e6, Grant: 10, Pool: 40}, 10, false},
+		{"revoked", BucketReply{Now: now, Epoch: 1, Rate: 500, Burst: 50, Expiry: now + 2e6, Grant: 5, Pool: 40, Revoked: true}, 5, false},
+		{"grant above the burst", BucketReply{Now: now, Epoch: 1, Rate: 500, Burst: 50, Expiry: now + 2e6, Grant: 90, Pool: 40}, 50, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := held()
+			q := &Request{Bucket: true, SentAt: now, Debt: 3}
+			k.ApplyBucket(lr, q, &tc.reply, now)
+			assert.Equal(t, tc.tokens, k.tokens, "tokens")
+			assert.Equal(t, tc.urgent, k.flags&flagUrgent != 0, "asks for an early exchange")
+			assert.Equal(t, tc.reply.Rate, k.rate)
+			assert.Equal(t, tc.reply.Burst, k.burst)
+			assert.Equal(t, tc.reply.Expiry, k.expiry)
+			assert.Equal(t, tc.reply.Pool, k.others)
+			assert.Equal(t, int64(3), k.debtSent, "the debt sent counts as reported")
+			assert.Equal(t, tc.reply.Epoch, k.epoch)
+		})
+	}
+}

@@ -82,13 +82,6 @@ func (r *Rule) Latest() *Rule {
 	}
 }
 
-// Limit returns the rule's limit.
-func (r *Rule) Limit() local.Limit { return r.lim }
-
-// Buckets reports whether the rule leases rate shares (token bucket, leaky
-// bucket, GCRA) rather than counts per window.
-func (r *Rule) Buckets() bool { return r.buckets }
-
 // allowance is the cold-start allowance per node, ⌈ε × MaxCost ÷ nodes⌉,
 // with nodes the live nodes the registry counted: 0 while they are unknown.
 func (r *Rule) allowance() int64 {
