@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -140,7 +141,7 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, cfg.Timeout)
 	}
-	if _, err := local.NewStore(cfg.Store, func(*syncer.Lease, int64) bool { return false }); err != nil {
+	if _, err := local.NewStore(cfg.Store, func(*lease.Lease, int64) bool { return false }); err != nil {
 		return nil, fmt.Errorf("%w: Store: %w", ErrInvalidConfig, err)
 	}
 	l := &Limiter{cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, rules: map[string]*ruleState{}}
@@ -159,7 +160,7 @@ func New(cfg Config) (*Limiter, error) {
 		return fail(fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err))
 	}
 	if cfg.Redis != nil {
-		l.central, err = syncer.NewCentral(syncer.Config{Client: cfg.Redis, Keyspace: cfg.Keyspace, Timeout: cfg.Timeout})
+		l.central, err = syncer.NewCentral(syncer.CentralConfig{Client: cfg.Redis, Keyspace: cfg.Keyspace, Timeout: cfg.Timeout})
 		if err != nil {
 			return fail(fmt.Errorf("%w: Redis, Keyspace or Timeout: %w", ErrInvalidConfig, err))
 		}
@@ -172,7 +173,7 @@ func New(cfg Config) (*Limiter, error) {
 		if !cfg.ManualSync {
 			l.sync.Start()
 		}
-	} else if err := checkSync(cfg.Sync); err != nil {
+	} else if err := cfg.Sync.Validate(); err != nil {
 		// Without Redis the syncer does not run, but a bad field is still
 		// a bad field.
 		return fail(fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err))
@@ -194,7 +195,7 @@ func (l *Limiter) NodeID() string {
 // decides the mode the rule runs in: its own, or the Limiter's default; a
 // rule that cannot be split into leases runs Central rather than Hybrid
 // (the sliding window log; limits too small to split among the nodes, see
-// syncer.Split). Registering a name again returns the existing rule if the
+// lease.Split). Registering a name again returns the existing rule if the
 // limit is the same, and an error otherwise (use SetLimit).
 func (l *Limiter) Register(r Rule) (*Rule, error) {
 	r.state = nil
@@ -251,7 +252,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	}
 	if mode == Hybrid {
 		lr, err := l.sync.LeaseRule(rs.redis.Load())
-		if err != nil || !syncer.Split(r.Limit, l.sync.Interval(), max(l.cfg.Sync.Nodes, 1)) {
+		if err != nil || !lease.Split(r.Limit, l.sync.Interval(), max(l.cfg.Sync.Nodes, 1)) {
 			mode = Central // the log, or a limit too small to split: exact in Redis
 			l.logger.Info("hybridlimit: rule runs central: it cannot be split into leases", "rule", r.Name, "limit", r.Limit.String())
 		} else {
@@ -407,22 +408,22 @@ func (l *Limiter) nowMicro() int64 { return l.clock.Now().UnixMicro() }
 
 // allowHybrid is the hybrid hot path: the key's entry, its lease, and a hand
 // to the syncer when the lease asks for it.
-func (rs *ruleState) allowHybrid(now int64, key string, n int64) (syncer.Verdict, int64) {
+func (rs *ruleState) allowHybrid(now int64, key string, n int64) (lease.Verdict, int64) {
 	lr := rs.lease.Load()
 	max := lr.MaxCost()
 	switch {
 	case n < 0:
-		return syncer.Verdict{Reason: local.ReasonInvalidCost}, max
+		return lease.Verdict{Reason: local.ReasonInvalidCost}, max
 	case n > max:
-		return syncer.Verdict{Reason: local.ReasonCostTooHigh}, max
+		return lease.Verdict{Reason: local.ReasonCostTooHigh}, max
 	}
 	e := rs.lockedEntry(key, now)
 	if e == nil {
-		return syncer.Verdict{Reason: local.ReasonOverflow}, max
+		return lease.Verdict{Reason: local.ReasonOverflow}, max
 	}
 	v, signal := e.Value.Decide(lr, now, n)
 	if signal {
-		rs.l.sync.Notify(lr, e)
+		lr.Notify(e)
 	}
 	e.Unlock()
 	return v, max
@@ -430,7 +431,7 @@ func (rs *ruleState) allowHybrid(now int64, key string, n int64) (syncer.Verdict
 
 // lockedEntry returns key's entry, locked and with its digest set; nil when
 // the table has no room for the key.
-func (rs *ruleState) lockedEntry(key string, now int64) *local.Entry[syncer.Lease] {
+func (rs *ruleState) lockedEntry(key string, now int64) *local.Entry[lease.Lease] {
 	for {
 		e := rs.store.Get(key, now)
 		if e == nil {
@@ -447,7 +448,7 @@ func (rs *ruleState) lockedEntry(key string, now int64) *local.Entry[syncer.Leas
 
 // setDigest names a new key's lease in Redis: the digest is computed once,
 // on the key's first decision.
-func (l *Limiter) setDigest(k *syncer.Lease, key string) {
+func (l *Limiter) setDigest(k *lease.Lease, key string) {
 	if k.Digest == ([16]byte{}) {
 		k.Digest = l.sync.Keyspace().DigestBytes(key)
 	}
@@ -463,13 +464,13 @@ func (rs *ruleState) chargeLease(now int64, key string, n int64) {
 		return // the table is full: nothing to record it in
 	}
 	if e.Value.Charge(lr, now, n) {
-		rs.l.sync.Notify(lr, e)
+		lr.Notify(e)
 	}
 	e.Unlock()
 }
 
 // fallbackLease decides by FailLocal on a window rule's lease (see
-// syncer.Lease.Fallback); ok is false for bucket rules, and for a key the
+// lease.Lease.Fallback); ok is false for bucket rules, and for a key the
 // table has no room for.
 func (rs *ruleState) fallbackLease(now int64, key string, n int64) (d local.Decision, ok bool) {
 	lr := rs.lease.Load()
@@ -480,7 +481,7 @@ func (rs *ruleState) fallbackLease(now int64, key string, n int64) (d local.Deci
 	}
 	v, ok := e.Value.Fallback(lr, now, n, part)
 	if ok && v.Reason == local.ReasonOK {
-		rs.l.sync.Notify(lr, e)
+		lr.Notify(e)
 	}
 	e.Unlock()
 	if !ok {
@@ -536,7 +537,7 @@ func (rs *ruleState) failed(_ context.Context, now int64, key string, n int64, e
 }
 
 // idle is the store's eviction test for a hybrid key.
-func (rs *ruleState) idle(v *syncer.Lease, now int64) bool {
+func (rs *ruleState) idle(v *lease.Lease, now int64) bool {
 	return v.Idle(now) && now-v.LastUse() >= rs.keyTTL
 }
 
@@ -679,17 +680,4 @@ func (l *Limiter) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
 	defer cancel()
 	return l.Shutdown(ctx)
-}
-
-// checkSync validates cfg's fields other than the client, with a stand-in
-// client that never connects.
-func checkSync(cfg syncer.SyncConfig) error {
-	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true})
-	defer c.Close()
-	cfg.Client, cfg.Clock = c, local.SystemClock{}
-	s, err := syncer.NewSyncer(cfg)
-	if err != nil {
-		return err
-	}
-	return s.Close()
 }

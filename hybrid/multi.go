@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -165,7 +166,7 @@ func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Reque
 // their costs.
 func (l *Limiter) hybridMulti(now int64, reqs []Request, states []*ruleState, out []local.Decision, commit bool) bool {
 	type item struct {
-		e  *local.Entry[syncer.Lease]
+		e  *local.Entry[lease.Lease]
 		rs *ruleState
 		i  int
 	}
@@ -233,7 +234,7 @@ retry:
 		l.setDigest(k, reqs[items[a].i].Key)
 		v := k.Check(lr, now, min(total, lr.MaxCost()+1))
 		if total > lr.MaxCost() {
-			v = syncer.Verdict{Reason: local.ReasonCostTooHigh}
+			v = lease.Verdict{Reason: local.ReasonCostTooHigh}
 		}
 		for _, it := range items[a:b] {
 			out[it.i] = dress(v, lr.MaxCost())
@@ -247,7 +248,7 @@ retry:
 			lr := items[a].rs.lease.Load()
 			v, signal := items[a].e.Value.Decide(lr, now, total)
 			if signal {
-				l.sync.Notify(lr, items[a].e)
+				lr.Notify(items[a].e)
 			}
 			for _, it := range items[a:b] {
 				out[it.i] = dress(v, lr.MaxCost())
@@ -260,9 +261,9 @@ retry:
 	return ok
 }
 
-func dress(v syncer.Verdict, limit int64) local.Decision {
+func dress(v lease.Verdict, limit int64) local.Decision {
 	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, micros(v.Reset), micros(v.Retry))
 }
 
 // addr orders entries for locking; Go's heap objects do not move.
-func addr(e *local.Entry[syncer.Lease]) uintptr { return uintptr(unsafe.Pointer(e)) }
+func addr(e *local.Entry[lease.Lease]) uintptr { return uintptr(unsafe.Pointer(e)) }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -106,8 +107,8 @@ type ruleState struct {
 	// Central mode, and fallbacks.
 	redis atomic.Pointer[syncer.Rule]
 	// Hybrid mode.
-	lease atomic.Pointer[syncer.LeaseRule]
-	store *local.Store[syncer.Lease]
+	lease atomic.Pointer[lease.Rule]
+	store *local.Store[lease.Lease]
 	// FailLocal: each node's part of the limit while Redis is down.
 	fallback *local.Limiter
 
