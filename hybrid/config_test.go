@@ -28,13 +28,15 @@ func TestConfigWithDefaults(t *testing.T) {
 	assert.NotNil(t, got.Logger)
 	assert.NotNil(t, got.MeterProvider)
 	assert.Nil(t, got.Clock, "New starts its own clock")
+	assert.Equal(t, hybrid.SyncConfig{}.WithDefaults(), got.Sync, "Sync's defaults")
+	assert.Equal(t, 100*time.Millisecond, got.Sync.Interval)
 
 	client := redistest.Client(t, redistest.Addr(t))
 	got = hybrid.Config{Redis: client}.WithDefaults()
 	assert.Equal(t, hybrid.Hybrid, got.Mode, "Mode with Redis")
 
 	mp := metric.NewMeterProvider()
-	set := hybrid.Config{Mode: hybrid.Central, Policy: hybrid.FailClosed, Timeout: time.Second, Logger: quiet, MeterProvider: mp}
+	set := hybrid.Config{Mode: hybrid.Central, Policy: hybrid.FailClosed, Timeout: time.Second, Logger: quiet, MeterProvider: mp, Sync: hybrid.SyncConfig{}.WithDefaults()}
 	got = set.WithDefaults()
 	assert.Equal(t, set, got, "WithDefaults changed a field that was set")
 }

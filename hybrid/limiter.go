@@ -35,7 +35,7 @@ var (
 )
 
 // The defaults of a Config, in one place: New gives each zero field its
-// default (see Config.WithDefaults); Sync's are syncer's (DefaultInterval,
+// default (Config.WithDefaults); Sync's are syncer's (syncer.DefaultInterval,
 // DefaultEpsilon, DefaultBatch, and durations derived from the interval).
 const (
 	// DefaultPolicy is the rules' failure policy when neither the Rule nor
@@ -104,8 +104,9 @@ type Config struct {
 }
 
 // WithDefaults returns c with each zero field that has a default set to
-// it, as New sees it. Clock stays nil (New starts its own), and Sync and
-// Store keep their zero fields (their owners fill them).
+// it, as New sees it, Sync's included (SyncConfig.WithDefaults). Clock
+// stays nil (New starts its own), and Store keeps its zero fields (each
+// rule's table fills them).
 func (c Config) WithDefaults() Config {
 	if c.Mode == ModeDefault {
 		c.Mode = Local
@@ -125,6 +126,7 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Sync = c.Sync.WithDefaults()
 	return c
 }
 
@@ -147,12 +149,10 @@ func (c *Config) validate() error {
 	case c.Store.MaxKeys < 0:
 		return fmt.Errorf("%w: Store.MaxKeys %d: must be positive", ErrInvalidConfig, c.Store.MaxKeys)
 	}
-	if c.Redis == nil {
-		// Without Redis the syncer does not run, but a bad field is still
-		// a bad field. (With Redis, NewSyncer checks them.)
-		if err := checkSync(c.Sync); err != nil {
-			return fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err)
-		}
+	// Checked with or without Redis: without it the syncer does not run,
+	// but a bad field is still a bad field.
+	if err := c.Sync.Validate(); err != nil {
+		return fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }
@@ -216,7 +216,7 @@ func New(cfg Config) (*Limiter, error) {
 		return fail(fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err))
 	}
 	if cfg.Redis != nil {
-		l.central, err = syncer.NewCentral(syncer.Config{Client: cfg.Redis, Keyspace: cfg.Keyspace, Timeout: cfg.Timeout})
+		l.central, err = syncer.NewCentral(syncer.CentralConfig{Client: cfg.Redis, Keyspace: cfg.Keyspace, Timeout: cfg.Timeout})
 		if err != nil {
 			return fail(fmt.Errorf("%w: Redis, Keyspace or Timeout: %w", ErrInvalidConfig, err))
 		}
@@ -246,8 +246,8 @@ func (l *Limiter) NodeID() string {
 // Register validates r and returns the *Rule that decisions take. It
 // decides the mode the rule runs in: its own, or the Limiter's default; a
 // rule that cannot be split into leases runs Central rather than Hybrid
-// (the sliding window log; limits too small to split among the nodes, see
-// syncer.Split). Registering a name again returns the existing rule if the
+// (the sliding window log; limits too small to split among the nodes, as
+// docs/accuracy.md derives). Registering a name again returns the existing rule if the
 // limit is the same, and an error otherwise (use SetLimit).
 func (l *Limiter) Register(r Rule) (*Rule, error) {
 	r.state = nil
@@ -529,17 +529,4 @@ func (l *Limiter) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
 	defer cancel()
 	return l.Shutdown(ctx)
-}
-
-// checkSync validates cfg's fields other than the client, with a stand-in
-// client that never connects.
-func checkSync(cfg syncer.SyncConfig) error {
-	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true})
-	defer c.Close()
-	cfg.Client, cfg.Clock = c, local.SystemClock{}
-	s, err := syncer.NewSyncer(cfg)
-	if err != nil {
-		return err
-	}
-	return s.Close()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -276,9 +277,9 @@ func TestRegisterModes(t *testing.T) {
 				t.Errorf("Mode = %v, want %v", got, c.want)
 			}
 			if c.rule.Limit.Algorithm() == local.FixedWindow && c.redis && c.rule.Mode == hybrid.ModeDefault && c.limiter == hybrid.ModeDefault {
-				// Consistent with syncer.Split, the documented test.
-				if split := syncer.Split(c.rule.Limit, testInterval, c.nodes); split != (c.want == hybrid.Hybrid) {
-					t.Errorf("syncer.Split = %v, but the rule runs %v", split, c.want)
+				// Consistent with lease.Split, the documented test.
+				if split := lease.Split(c.rule.Limit, testInterval, c.nodes); split != (c.want == hybrid.Hybrid) {
+					t.Errorf("lease.Split = %v, but the rule runs %v", split, c.want)
 				}
 			}
 		})

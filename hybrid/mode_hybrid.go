@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -17,8 +18,8 @@ type hybridRule struct {
 	rs     *ruleState
 	l      *Limiter  // rs.l
 	counts *counters // rs.counts
-	lease  atomic.Pointer[syncer.LeaseRule]
-	store  *local.Store[syncer.Lease]
+	lease  atomic.Pointer[lease.Rule]
+	store  *local.Store[lease.Lease]
 	fail   failover
 }
 
@@ -30,7 +31,7 @@ var _ modeRule = (*hybridRule)(nil)
 func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule, error) {
 	l := rs.l
 	lr, err := l.sync.LeaseRule(sr)
-	if err != nil || !syncer.Split(lim, l.sync.Interval(), int(l.expectedNodes())) {
+	if err != nil || !lease.Split(lim, l.sync.Interval(), int(l.expectedNodes())) {
 		return nil, nil
 	}
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
@@ -52,7 +53,7 @@ func (m *hybridRule) kind() Mode { return Hybrid }
 func (m *hybridRule) allow(_ context.Context, now int64, key string, n int64) (local.Decision, error) {
 	lr := m.lease.Load()
 	limit := lr.MaxCost()
-	var v syncer.Verdict
+	var v lease.Verdict
 	switch {
 	case n < 0:
 		v.Reason = local.ReasonInvalidCost
@@ -67,7 +68,7 @@ func (m *hybridRule) allow(_ context.Context, now int64, key string, n int64) (l
 		var signal bool
 		v, signal = e.Value.Decide(lr, now, n)
 		if signal {
-			m.l.sync.Notify(lr, e)
+			lr.Notify(e)
 		}
 		e.Unlock()
 		if v.Reason == local.ReasonNoLease && m.l.unavailable.Load() != 0 {
@@ -102,7 +103,7 @@ func (m *hybridRule) failed(now int64, key string, n int64) (local.Decision, err
 
 // lockedEntry returns key's entry, locked and with its digest set; nil when
 // the table has no room for the key.
-func (m *hybridRule) lockedEntry(key string, now int64) *local.Entry[syncer.Lease] {
+func (m *hybridRule) lockedEntry(key string, now int64) *local.Entry[lease.Lease] {
 	for {
 		e := m.store.Get(key, now)
 		if e == nil {
@@ -127,13 +128,13 @@ func (m *hybridRule) chargeLease(now int64, key string, n int64) {
 		return // the table is full: nothing to record it in
 	}
 	if e.Value.Charge(lr, now, n) {
-		m.l.sync.Notify(lr, e)
+		lr.Notify(e)
 	}
 	e.Unlock()
 }
 
 // fallbackLease decides by FailLocal on a window rule's lease (see
-// syncer.Lease.Fallback); ok is false for bucket rules, and for a key the
+// lease.Lease.Fallback); ok is false for bucket rules, and for a key the
 // table has no room for.
 func (m *hybridRule) fallbackLease(now int64, key string, n int64) (d local.Decision, ok bool) {
 	lr := m.lease.Load()
@@ -144,7 +145,7 @@ func (m *hybridRule) fallbackLease(now int64, key string, n int64) (d local.Deci
 	}
 	v, ok := e.Value.Fallback(lr, now, n, part)
 	if ok && v.Reason == local.ReasonOK {
-		m.l.sync.Notify(lr, e)
+		lr.Notify(e)
 	}
 	e.Unlock()
 	if !ok {
@@ -157,7 +158,7 @@ func (m *hybridRule) fallbackLease(now int64, key string, n int64) (d local.Deci
 
 // idle is the store's eviction test: a key is forgotten once its lease is
 // idle and its KeyTTL has passed.
-func (m *hybridRule) idle(v *syncer.Lease, now int64) bool {
+func (m *hybridRule) idle(v *lease.Lease, now int64) bool {
 	return v.Idle(now) && now-v.LastUse() >= m.rs.keyTTL
 }
 
@@ -188,7 +189,7 @@ func (m *hybridRule) close() { m.fail.close() }
 
 // setDigest names a new key's lease in Redis: the digest is computed once,
 // on the key's first decision.
-func (l *Limiter) setDigest(k *syncer.Lease, key string) {
+func (l *Limiter) setDigest(k *lease.Lease, key string) {
 	if k.Digest == ([16]byte{}) {
 		k.Digest = l.sync.Keyspace().DigestBytes(key)
 	}
@@ -196,6 +197,6 @@ func (l *Limiter) setDigest(k *syncer.Lease, key string) {
 
 // dress turns a lease's verdict into a Decision; limit is the most one
 // request may cost.
-func dress(v syncer.Verdict, limit int64) local.Decision {
+func dress(v lease.Verdict, limit int64) local.Decision {
 	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, micros(v.Reset), micros(v.Retry))
 }

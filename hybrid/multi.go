@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -164,7 +165,7 @@ func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Reque
 // their costs.
 func (l *Limiter) hybridMulti(now int64, reqs []Request, hr []hybridRequest, out []local.Decision, commit bool) bool {
 	type item struct {
-		e *local.Entry[syncer.Lease]
+		e *local.Entry[lease.Lease]
 		m *hybridRule
 		i int
 	}
@@ -177,7 +178,7 @@ retry:
 		m, i, q := h.m, h.i, reqs[h.i]
 		lr := m.lease.Load()
 		if q.N < 0 || q.N > lr.MaxCost() {
-			v := syncer.Verdict{Reason: local.ReasonCostTooHigh}
+			v := lease.Verdict{Reason: local.ReasonCostTooHigh}
 			if q.N < 0 {
 				v.Reason = local.ReasonInvalidCost
 			}
@@ -232,7 +233,7 @@ retry:
 		l.setDigest(k, reqs[items[a].i].Key)
 		v := k.Check(lr, now, min(total, lr.MaxCost()+1))
 		if total > lr.MaxCost() {
-			v = syncer.Verdict{Reason: local.ReasonCostTooHigh}
+			v = lease.Verdict{Reason: local.ReasonCostTooHigh}
 		}
 		for _, it := range items[a:b] {
 			out[it.i] = dress(v, lr.MaxCost())
@@ -246,7 +247,7 @@ retry:
 			lr := items[a].m.lease.Load()
 			v, signal := items[a].e.Value.Decide(lr, now, total)
 			if signal {
-				l.sync.Notify(lr, items[a].e)
+				lr.Notify(items[a].e)
 			}
 			for _, it := range items[a:b] {
 				out[it.i] = dress(v, lr.MaxCost())
@@ -260,4 +261,4 @@ retry:
 }
 
 // addr orders entries for locking; Go's heap objects do not move.
-func addr(e *local.Entry[syncer.Lease]) uintptr { return uintptr(unsafe.Pointer(e)) }
+func addr(e *local.Entry[lease.Lease]) uintptr { return uintptr(unsafe.Pointer(e)) }

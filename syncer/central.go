@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -15,8 +16,8 @@ import (
 // DefaultTimeout is the default bound of a call to Redis.
 const DefaultTimeout = 250 * time.Millisecond
 
-// Config configures a Central.
-type Config struct {
+// CentralConfig configures a Central.
+type CentralConfig struct {
 	// Client reaches Redis: a *redis.Client (one server, or Sentinel
 	// through redis.NewFailoverClient), a *redis.ClusterClient, or another
 	// redis.UniversalClient. Required.
@@ -57,7 +58,7 @@ type Central struct {
 
 // NewCentral returns a Central for cfg. It copies cfg and reports a bad
 // field with an error wrapping ErrInvalidConfig.
-func NewCentral(cfg Config) (*Central, error) {
+func NewCentral(cfg CentralConfig) (*Central, error) {
 	if err := checkRedis(cfg.Client, cfg.Keyspace, "calls to Redis"); err != nil {
 		return nil, err
 	}
@@ -134,10 +135,11 @@ func (c *Central) AllowN(ctx context.Context, rule *Rule, key string, n int64) (
 // from Redis's clock. The state clamps it as local does: a time earlier than
 // one the key has stored counts as that time.
 func (c *Central) AllowNAt(ctx context.Context, now time.Time, rule *Rule, key string, n int64) (local.Decision, error) {
-	return c.allow(ctx, micros(now), rule, key, n)
+	return c.allow(ctx, timeArg(now), rule, key, n)
 }
 
-func micros(t time.Time) string { return strconv.FormatInt(max(t.UnixMicro(), 0), 10) }
+// timeArg is t as a script's time argument: µs since the epoch, in decimal.
+func timeArg(t time.Time) string { return strconv.FormatInt(max(t.UnixMicro(), 0), 10) }
 
 // precheck decides the costs no state can admit.
 func precheck(r *Rule, n int64) (local.Decision, bool) {
@@ -172,11 +174,11 @@ func (c *Central) decide(ctx context.Context, now string, r *Rule, key string, n
 	if err != nil {
 		return local.Decision{}, 0, wrap(ctx, "decide", err)
 	}
-	res, ok := unpack(packed)
-	if !ok {
-		return local.Decision{}, 0, fmt.Errorf("%w: script answered %q, not a decision", ErrRedis, packed)
+	d, err := decodePacked(packed)
+	if err != nil {
+		return local.Decision{}, 0, err
 	}
-	return decision(r, res[:]), res[4], nil
+	return decision(r, d), d.At, nil
 }
 
 // singleCall is the keys and arguments of r's single-rule script.
@@ -223,15 +225,15 @@ func unpack(s string) (v [decisionLen]int64, ok bool) {
 	return v, true
 }
 
-// decision reads a script's answer.
-func decision(r *Rule, v []int64) local.Decision {
+// decision is a script's decision under r as a local.Decision.
+func decision(r *Rule, d decisionReply) local.Decision {
 	return local.Outcome{
-		Allowed:    v[0] == 0,
-		Reason:     local.Reason(v[0]),
+		Allowed:    d.Reason == 0,
+		Reason:     local.Reason(d.Reason),
 		Limit:      r.limit.MaxCost(),
-		Remaining:  v[1],
-		ResetAfter: time.Duration(v[2]) * time.Microsecond,
-		RetryAfter: time.Duration(v[3]) * time.Microsecond,
+		Remaining:  d.Remaining,
+		ResetAfter: time.Duration(d.Reset) * time.Microsecond,
+		RetryAfter: time.Duration(d.Retry) * time.Microsecond,
 	}.Decision()
 }
 
@@ -259,7 +261,7 @@ func (c *Central) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 
 // AllowMultiAt is AllowMulti at the time now.
 func (c *Central) AllowMultiAt(ctx context.Context, now time.Time, reqs []Request, out []local.Decision) (bool, error) {
-	return c.allowMulti(ctx, micros(now), reqs, out)
+	return c.allowMulti(ctx, timeArg(now), reqs, out)
 }
 
 // Charge is what a multi-rule decision charged in Redis, to be refunded if
@@ -276,7 +278,7 @@ type Charge struct {
 func (c *Central) AllowMultiCharge(ctx context.Context, now time.Time, reqs []Request, out []local.Decision) (*Charge, bool, error) {
 	t := ""
 	if !now.IsZero() {
-		t = micros(now)
+		t = timeArg(now)
 	}
 	ch := &Charge{c: c}
 	ok, err := c.allowMultiGroups(ctx, t, reqs, out, &ch.groups)
@@ -430,32 +432,36 @@ func (c *Central) multiScript(ctx context.Context, now string, groups []*group, 
 	if err != nil {
 		return false, wrap(ctx, "decide", err)
 	}
-	if len(res) != 1+decisionLen*len(groups) {
-		return false, fmt.Errorf("%w: multi script answered %d values", ErrRedis, len(res))
+	admitted, ds, err := decodeMulti(res, len(groups))
+	if err != nil {
+		return false, err
 	}
 	for i, g := range groups {
-		g.fill(decision(g.rule, res[1+decisionLen*i:1+decisionLen*(i+1)]), out)
+		g.fill(decision(g.rule, ds[i]), out)
 	}
-	return ok && res[0] == 1, nil
+	return ok && admitted, nil
 }
 
 // eachScript decides every group with its own script, in one pipelined
-// exchange per node, and returns the answers.
-func (c *Central) eachScript(ctx context.Context, now string, groups []*group, out []local.Decision) ([][]int64, error) {
+// exchange per node, and returns the answers (nil for a group whose script
+// did not answer a decision).
+func (c *Central) eachScript(ctx context.Context, now string, groups []*group, out []local.Decision) ([]*decisionReply, error) {
 	calls := make([]call, len(groups))
 	for i, g := range groups {
 		calls[i] = call{script: scriptFor(g.rule)}
 		calls[i].keys, calls[i].args = singleCall(&c.ks, now, g.rule, g.key, g.n)
 	}
-	vals := make([][]int64, len(groups))
+	vals := make([]*decisionReply, len(groups))
 	var perr error
 	err := run(ctx, func(ctx context.Context) error {
 		cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, calls)
 		perr = err
 		for i, cmd := range cmds {
 			if s, cerr := cmd.Text(); cerr == nil {
-				if v, ok := unpack(s); ok {
-					vals[i] = v[:]
+				if d, derr := decodePacked(s); derr == nil {
+					vals[i] = &d
+				} else if perr == nil {
+					perr = derr
 				}
 			}
 		}
@@ -466,11 +472,14 @@ func (c *Central) eachScript(ctx context.Context, now string, groups []*group, o
 	}
 	for i, g := range groups {
 		if vals[i] != nil {
-			g.fill(decision(g.rule, vals[i]), out)
+			g.fill(decision(g.rule, *vals[i]), out)
 		}
 	}
+	if perr != nil && !errors.Is(perr, ErrRedis) {
+		perr = wrap(ctx, "decide", perr)
+	}
 	if perr != nil {
-		return vals, wrap(ctx, "decide", perr)
+		return vals, perr
 	}
 	return vals, nil
 }
@@ -494,11 +503,11 @@ func (c *Central) reserveAll(ctx context.Context, now string, groups []*group, o
 			ok = false
 			continue
 		}
-		g.at, g.z = v[4], v[5]
-		if v[0] == 0 && g.n > 0 {
+		g.at, g.z = v.At, v.Resets
+		if v.Reason == 0 && g.n > 0 {
 			charged = append(charged, g)
 		}
-		ok = ok && v[0] == 0
+		ok = ok && v.Reason == 0
 	}
 	if ok || len(charged) == 0 {
 		return ok, err
@@ -508,12 +517,14 @@ func (c *Central) reserveAll(ctx context.Context, now string, groups []*group, o
 		args := []any{g.at, g.n, g.z}
 		refunds[i] = call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)}
 	}
-	after := make([][]int64, len(charged))
+	after := make([]*decisionReply, len(charged))
 	rerr := run(ctx, func(ctx context.Context) error {
 		cmds, err := runPipelined(ctx, c.client, c.client.Pipeline, refunds)
 		for i, cmd := range cmds {
-			if v, cerr := cmd.Int64Slice(); cerr == nil && len(v) == decisionLen {
-				after[i] = v
+			if v, cerr := cmd.Int64Slice(); cerr == nil {
+				if d, derr := decodeRefund(v); derr == nil {
+					after[i] = &d
+				}
 			}
 		}
 		return err
@@ -528,7 +539,7 @@ func (c *Central) reserveAll(ctx context.Context, now string, groups []*group, o
 		// The refund answers the rule's state after it, without this
 		// request: what a refused multi reports.
 		if after[i] != nil {
-			g.fill(decision(g.rule, after[i]), out)
+			g.fill(decision(g.rule, *after[i]), out)
 		}
 	}
 	return false, err

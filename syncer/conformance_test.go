@@ -29,7 +29,7 @@ func newCentral(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace) *sync
 	if ks.Prefix == "" {
 		ks.Prefix = redistest.Prefix(t)
 	}
-	cen, err := syncer.NewCentral(syncer.Config{Client: c, Keyspace: ks, Timeout: 5 * time.Second})
+	cen, err := syncer.NewCentral(syncer.CentralConfig{Client: c, Keyspace: ks, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

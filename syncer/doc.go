@@ -12,7 +12,9 @@
 // # Hybrid mode
 //
 // A Syncer looks after the keys of a hybrid limiter: each node decides
-// locally against a Lease, and nothing is admitted without one, save a
+// locally against a lease (the state machine of package internal/lease,
+// whose requests the Syncer encodes for the lease scripts and whose
+// replies it decodes), and nothing is admitted without one, save a
 // bounded cold-start allowance counted as debt. Window rules (fixed window,
 // sliding window counter) lease a count per window; bucket rules (token
 // bucket, leaky bucket, GCRA) a share of the rate and of the burst. Shares

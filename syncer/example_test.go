@@ -23,7 +23,7 @@ func ExampleNewCentral() {
 		ContextTimeoutEnabled: true,
 	})
 	defer client.Close()
-	cen, err := syncer.NewCentral(syncer.Config{Client: client, Keyspace: syncer.Keyspace{Prefix: "myapp"}})
+	cen, err := syncer.NewCentral(syncer.CentralConfig{Client: client, Keyspace: syncer.Keyspace{Prefix: "myapp"}})
 	if err != nil {
 		log.Fatal(err)
 	}

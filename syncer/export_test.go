@@ -34,8 +34,4 @@ func Slot(key string) int { return slot(key) }
 func (c *Central) Timeout() time.Duration { return c.timeout }
 
 // FirstPending returns how many keys wait for s's next first-lease round.
-func FirstPending(s *Syncer) int {
-	s.first.mu.Lock()
-	defer s.first.mu.Unlock()
-	return len(s.first.items)
-}
+func FirstPending(s *Syncer) int { return s.cluster.FirstPending() }

@@ -23,13 +23,13 @@ type decider struct {
 
 func deciders(t *testing.T, addr string, ks syncer.Keyspace, timeout time.Duration) []decider {
 	t.Helper()
-	single, err := syncer.NewCentral(syncer.Config{Client: redistest.Client(t, addr), Keyspace: ks, Timeout: timeout})
+	single, err := syncer.NewCentral(syncer.CentralConfig{Client: redistest.Client(t, addr), Keyspace: ks, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(addr))}
 	t.Cleanup(func() { hc.Close() })
-	split, err := syncer.NewCentral(syncer.Config{Client: hc, Keyspace: ks, Timeout: timeout})
+	split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}

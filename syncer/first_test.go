@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -35,7 +36,7 @@ func TestFirstLeaseRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := local.NewStore(local.StoreConfig{}, func(*syncer.Lease, int64) bool { return false })
+	store, err := local.NewStore(local.StoreConfig{}, func(*lease.Lease, int64) bool { return false })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestFirstLeaseRounds(t *testing.T) {
 		e := store.Get(key, now)
 		e.Lock()
 		if _, signal := e.Value.Decide(lr, now, 1); signal {
-			s.Notify(lr, e)
+			lr.Notify(e)
 		}
 		e.Unlock()
 	}

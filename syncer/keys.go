@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -19,6 +20,9 @@ const DefaultPrefix = "hl"
 // Redis name keeps: 128 bits, collision-resistant (about 2^64 work to find
 // any pair) and 22 characters of base64url.
 const digestBytes = 16
+
+// A lease names its key by the digest: the sizes must agree.
+var _ [lease.DigestSize]byte = [digestBytes]byte{}
 
 // Keyspace names the Redis keys of a (rule, key) pair. Its zero value is
 // usable: prefix "hl", plain SHA-256 digests, one hash tag per rule and key.

@@ -70,7 +70,7 @@ func TestKeyNamesGolden(t *testing.T) {
 		ks := syncer.Keyspace{Prefix: "x", Secret: []byte("s")}
 		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 		defer c.Close()
-		cen, err := syncer.NewCentral(syncer.Config{Client: c, Keyspace: ks})
+		cen, err := syncer.NewCentral(syncer.CentralConfig{Client: c, Keyspace: ks})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -456,20 +456,20 @@ func TestNewCentralConfig(t *testing.T) {
 	defer cluster.Close()
 	tests := []struct {
 		name string
-		cfg  syncer.Config
+		cfg  syncer.CentralConfig
 		ok   bool
 	}{
-		{"valid", syncer.Config{Client: good}, true},
-		{"valid cluster", syncer.Config{Client: cluster, Keyspace: syncer.Keyspace{Prefix: "a:b", SharedKeyTag: true}}, true},
-		{"valid timeout", syncer.Config{Client: good, Timeout: time.Second}, true},
-		{"nil client", syncer.Config{}, false},
-		{"client without ContextTimeoutEnabled", syncer.Config{Client: noCtx}, false},
-		{"cluster client without ContextTimeoutEnabled", syncer.Config{Client: noCtxCluster}, false},
-		{"ring without ContextTimeoutEnabled", syncer.Config{Client: noCtxRing}, false},
-		{"prefix with {", syncer.Config{Client: good, Keyspace: syncer.Keyspace{Prefix: "a{"}}, false},
-		{"prefix with }", syncer.Config{Client: good, Keyspace: syncer.Keyspace{Prefix: "}"}}, false},
-		{"prefix with a hash tag", syncer.Config{Client: good, Keyspace: syncer.Keyspace{Prefix: "{tag}"}}, false},
-		{"negative timeout", syncer.Config{Client: good, Timeout: -time.Second}, false},
+		{"valid", syncer.CentralConfig{Client: good}, true},
+		{"valid cluster", syncer.CentralConfig{Client: cluster, Keyspace: syncer.Keyspace{Prefix: "a:b", SharedKeyTag: true}}, true},
+		{"valid timeout", syncer.CentralConfig{Client: good, Timeout: time.Second}, true},
+		{"nil client", syncer.CentralConfig{}, false},
+		{"client without ContextTimeoutEnabled", syncer.CentralConfig{Client: noCtx}, false},
+		{"cluster client without ContextTimeoutEnabled", syncer.CentralConfig{Client: noCtxCluster}, false},
+		{"ring without ContextTimeoutEnabled", syncer.CentralConfig{Client: noCtxRing}, false},
+		{"prefix with {", syncer.CentralConfig{Client: good, Keyspace: syncer.Keyspace{Prefix: "a{"}}, false},
+		{"prefix with }", syncer.CentralConfig{Client: good, Keyspace: syncer.Keyspace{Prefix: "}"}}, false},
+		{"prefix with a hash tag", syncer.CentralConfig{Client: good, Keyspace: syncer.Keyspace{Prefix: "{tag}"}}, false},
+		{"negative timeout", syncer.CentralConfig{Client: good, Timeout: -time.Second}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -431,7 +431,7 @@ func TestMultiRefundInterleaved(t *testing.T) {
 			ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
 			hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
 			t.Cleanup(func() { hc.Close() })
-			split, err := syncer.NewCentral(syncer.Config{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
+			split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

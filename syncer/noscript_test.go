@@ -86,7 +86,7 @@ func TestNoScriptSingleServer(t *testing.T) {
 	cen := newCentral(t, c, ks)
 	hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
 	t.Cleanup(func() { hc.Close() })
-	split, err := syncer.NewCentral(syncer.Config{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
+	split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestNoScriptRestart(t *testing.T) {
 	cen := newCentral(t, c, ks)
 	hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
 	t.Cleanup(func() { hc.Close() })
-	split, err := syncer.NewCentral(syncer.Config{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
+	split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,9 +52,8 @@ var (
 // state alone), one GET and one SET.
 //
 // A single-rule script answers with its decision's six numbers packed into
-// one string (see packed), not an array: Redis turns a script's table into
-// its reply at a cost of about 0.5 µs a call, more than a tenth of the
-// bucket script's whole cost.
+// one string (see unpack), not an array: turning a script's table into a
+// reply costs Redis a sizable part of the bucket script's whole work.
 var (
 	scriptFixed   = singleScript("fixed", "decide_fixed")
 	scriptLog     = singleScript("log", "decide_log")

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -24,9 +24,10 @@ const (
 )
 
 // SyncConfig configures a Syncer. Every zero field takes the default it
-// documents; durations derive from Interval unless set.
+// documents (WithDefaults fills them in); durations derive from Interval
+// unless set.
 type SyncConfig struct {
-	// Client reaches Redis; see Config.Client. Required.
+	// Client reaches Redis; see CentralConfig.Client. Required.
 	Client redis.UniversalClient
 	// Keyspace names the keys; every node must use the same one.
 	Keyspace Keyspace
@@ -104,6 +105,74 @@ type SyncConfig struct {
 	PassTime bool
 }
 
+// WithDefaults returns c with each zero field set to its default: every
+// default of a SyncConfig is here. NodeID stays empty (NewSyncer draws a
+// random one) and Clock nil (NewSyncer starts its own).
+func (c SyncConfig) WithDefaults() SyncConfig {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.Interval, DefaultInterval)
+	def(&c.Horizon, 2*c.Interval)
+	def(&c.MinGap, c.Interval/10)
+	def(&c.LeaseTTL, 5*c.Interval)
+	def(&c.DemandTTL, 5*c.Interval)
+	def(&c.IdleRelease, 3*c.Interval)
+	def(&c.Timeout, c.Interval)
+	def(&c.Safety, c.MinGap)
+	def(&c.FirstGap, c.MinGap/10)
+	def(&c.PaceGap, c.MinGap/5)
+	if c.Epsilon == 0 {
+		c.Epsilon = DefaultEpsilon
+	}
+	if c.Batch == 0 {
+		c.Batch = DefaultBatch
+	}
+	return c
+}
+
+// Validate reports the first bad field of c with its defaults filled in
+// (WithDefaults), in an error wrapping ErrInvalidConfig that names it. It
+// builds nothing and checks neither Client nor Keyspace, which NewSyncer
+// checks.
+func (c SyncConfig) Validate() error {
+	c = c.WithDefaults()
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"Interval", c.Interval}, {"Horizon", c.Horizon}, {"MinGap", c.MinGap},
+		{"LeaseTTL", c.LeaseTTL}, {"DemandTTL", c.DemandTTL}, {"IdleRelease", c.IdleRelease},
+		{"Timeout", c.Timeout}, {"Safety", c.Safety}, {"FirstGap", c.FirstGap}, {"PaceGap", c.PaceGap},
+	} {
+		if f.d < 0 {
+			return fmt.Errorf("%w: %s %v: must be positive", ErrInvalidConfig, f.name, f.d)
+		}
+	}
+	switch {
+	case c.PaceGap > c.MinGap:
+		return fmt.Errorf("%w: PaceGap %v: must not pass MinGap %v", ErrInvalidConfig, c.PaceGap, c.MinGap)
+	case c.Interval < time.Millisecond:
+		return fmt.Errorf("%w: Interval %v: must be at least 1ms", ErrInvalidConfig, c.Interval)
+	case c.LeaseTTL <= 2*c.Interval:
+		return fmt.Errorf("%w: LeaseTTL %v: must be more than twice Interval, or shares expire between renewals", ErrInvalidConfig, c.LeaseTTL)
+	case c.Epsilon < 0 || c.Epsilon > 1:
+		return fmt.Errorf("%w: Epsilon %v: must be in (0, 1]", ErrInvalidConfig, c.Epsilon)
+	case c.Batch < 1:
+		return fmt.Errorf("%w: Batch %d: must not be negative", ErrInvalidConfig, c.Batch)
+	case c.Nodes < 0:
+		return fmt.Errorf("%w: Nodes %d: must not be negative", ErrInvalidConfig, c.Nodes)
+	}
+	if c.NodeID != "" {
+		if err := ValidRuleName(c.NodeID); err != nil {
+			return fmt.Errorf("%w: NodeID %q: letters, digits and -_.:/ only", ErrInvalidConfig, c.NodeID)
+		}
+	}
+	return nil
+}
+
 // Observer receives what the Syncer does. Its methods are called from the
 // sync loop, one at a time, and must not block.
 type Observer interface {
@@ -136,122 +205,49 @@ type Syncer struct {
 	ks       Keyspace
 	node     string
 	ownClock *local.CoarseClock
+	params   lease.Params
 
-	queues    [queueShards]queue
-	first     queue // keys for the next first-lease round
-	wake      chan struct{}
-	wakeFirst chan struct{}
+	// cluster is what the rounds learn and the leases read (live nodes,
+	// Redis's clock), and the keys the hot path hands over.
+	cluster *lease.Cluster
+	rules   sync.Map // *lease.Rule → *Rule: the Redis form of each rule leased
 
 	mu         sync.Mutex // one round at a time; guards active and registered
-	active     map[*local.Entry[Lease]]*LeaseRule
+	active     map[*local.Entry[lease.Lease]]*lease.Rule
 	registered int64 // node time of the last registration, 0 before any
-
-	counted atomic.Int64 // live nodes as the registry last counted them
-	// offset is Redis time − node time as the last reply measured it, from
-	// any key or the registry: a new key starts from it until its own
-	// first reply, so that its first decisions already fall in Redis's
-	// windows, not the node clock's.
-	offset atomic.Int64
 
 	life            sync.Mutex // guards the fields below
 	stop, done      chan struct{}
 	closed, flushed bool
 }
 
-const queueShards = 16
-
-type queue struct {
-	mu    sync.Mutex
-	items []queued
-	_     [64 - 8 - 24]byte
-}
-
-type queued struct {
-	rule  *LeaseRule
-	entry *local.Entry[Lease]
-}
-
-// NewSyncer returns a Syncer for cfg, not yet running. It copies cfg and
-// reports a bad field with an error wrapping ErrInvalidConfig.
+// NewSyncer returns a Syncer for cfg, not yet running. It copies cfg, fills
+// its zero fields with their defaults (SyncConfig.WithDefaults) and reports
+// a bad field with an error wrapping ErrInvalidConfig.
 func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	if err := checkRedis(cfg.Client, cfg.Keyspace, "syncs"); err != nil {
 		return nil, err
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	def := func(d *time.Duration, name string, v time.Duration) error {
-		if *d == 0 {
-			*d = v
-		}
-		if *d < 0 {
-			return fmt.Errorf("%w: %s %v: must be positive", ErrInvalidConfig, name, *d)
-		}
-		return nil
-	}
-	for _, f := range []struct {
-		d    *time.Duration
-		name string
-		v    time.Duration
-	}{
-		{&cfg.Interval, "Interval", DefaultInterval},
-		{&cfg.Horizon, "Horizon", 2 * cfg.Interval},
-		{&cfg.MinGap, "MinGap", cfg.Interval / 10},
-		{&cfg.LeaseTTL, "LeaseTTL", 5 * cfg.Interval},
-		{&cfg.DemandTTL, "DemandTTL", 5 * cfg.Interval},
-		{&cfg.IdleRelease, "IdleRelease", 3 * cfg.Interval},
-		{&cfg.Timeout, "Timeout", cfg.Interval},
-	} {
-		if err := def(f.d, f.name, f.v); err != nil {
-			return nil, err
-		}
-	}
-	if err := def(&cfg.Safety, "Safety", cfg.MinGap); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if err := def(&cfg.FirstGap, "FirstGap", cfg.MinGap/10); err != nil {
-		return nil, err
-	}
-	if err := def(&cfg.PaceGap, "PaceGap", cfg.MinGap/5); err != nil {
-		return nil, err
-	}
-	if cfg.PaceGap > cfg.MinGap {
-		return nil, fmt.Errorf("%w: PaceGap %v: must not pass MinGap %v", ErrInvalidConfig, cfg.PaceGap, cfg.MinGap)
-	}
-	if cfg.Interval < time.Millisecond {
-		return nil, fmt.Errorf("%w: Interval %v: must be at least 1ms", ErrInvalidConfig, cfg.Interval)
-	}
-	if cfg.LeaseTTL <= 2*cfg.Interval {
-		return nil, fmt.Errorf("%w: LeaseTTL %v: must be more than twice Interval, or shares expire between renewals", ErrInvalidConfig, cfg.LeaseTTL)
-	}
-	if cfg.Epsilon == 0 {
-		cfg.Epsilon = DefaultEpsilon
-	}
-	if cfg.Epsilon < 0 || cfg.Epsilon > 1 {
-		return nil, fmt.Errorf("%w: Epsilon %v: must be in (0, 1]", ErrInvalidConfig, cfg.Epsilon)
-	}
-	if cfg.NoColdStart {
-		cfg.Epsilon = 0
-	}
-	if cfg.Batch == 0 {
-		cfg.Batch = DefaultBatch
-	}
-	if cfg.Batch < 1 || cfg.Nodes < 0 {
-		return nil, fmt.Errorf("%w: Batch and Nodes must not be negative", ErrInvalidConfig)
 	}
 	if cfg.NodeID == "" {
 		b := make([]byte, 8)
 		rand.Read(b)
 		cfg.NodeID = base64.RawURLEncoding.EncodeToString(b)
 	}
-	if err := ValidRuleName(cfg.NodeID); err != nil {
-		return nil, fmt.Errorf("%w: NodeID %q: letters, digits and -_.:/ only", ErrInvalidConfig, cfg.NodeID)
-	}
 	s := &Syncer{
 		cfg: cfg, ks: cfg.Keyspace, node: cfg.NodeID,
-		wake:      make(chan struct{}, 1),
-		wakeFirst: make(chan struct{}, 1),
-		active:    map[*local.Entry[Lease]]*LeaseRule{},
+		cluster: lease.NewCluster(cfg.Nodes),
+		active:  map[*local.Entry[lease.Lease]]*lease.Rule{},
+	}
+	s.params = lease.Params{
+		Interval: cfg.Interval, Horizon: cfg.Horizon, MinGap: cfg.MinGap, PaceGap: cfg.PaceGap,
+		Safety: cfg.Safety, IdleRelease: cfg.IdleRelease, Epsilon: cfg.Epsilon,
+	}
+	if cfg.NoColdStart {
+		s.params.Epsilon = 0
 	}
 	s.ks.Secret = append([]byte(nil), s.ks.Secret...)
 	if s.cfg.Clock == nil {
@@ -270,15 +266,42 @@ func (s *Syncer) Keyspace() *Keyspace { return &s.ks }
 // Interval returns the sync interval.
 func (s *Syncer) Interval() time.Duration { return s.cfg.Interval }
 
-// LeaseRule returns the hybrid form of r, or an error wrapping
-// ErrNotLeasable when its limit cannot be split into leases.
-func (s *Syncer) LeaseRule(r *Rule) (*LeaseRule, error) { return newLeaseRule(r, &s.cfg, s) }
+// LeaseRule returns the hybrid form of r, whose leases this Syncer
+// exchanges, or an error wrapping ErrNotLeasable when its limit cannot be
+// split into leases.
+func (s *Syncer) LeaseRule(r *Rule) (*lease.Rule, error) {
+	p := r.limit.Params()
+	switch r.limit.Algorithm() {
+	case local.SlidingWindowLog:
+		return nil, fmt.Errorf("%w: rule %q: the sliding window log has no exact lease; use central mode", ErrNotLeasable, r.name)
+	case local.FixedWindow, local.SlidingWindowCounter:
+	default:
+		if p.Window.Microseconds() > local.MaxProduct/(p.Burst+p.Limit) {
+			return nil, fmt.Errorf("%w: rule %q: window × (burst + limit) passes 2^51; use central mode", ErrNotLeasable, r.name)
+		}
+	}
+	lr := lease.NewRule(r.limit, s.params, s.cluster)
+	s.rules.Store(lr, r)
+	return lr, nil
+}
+
+// ErrNotLeasable is returned for a rule whose limit cannot be split into
+// leases: the sliding window log (no exact lease exists: it keeps every
+// request), and buckets whose window × (burst + limit) passes 2^51 (the pool's
+// arithmetic in Redis would not be exact). Run such rules in central mode.
+var ErrNotLeasable = fmt.Errorf("%w: the limit cannot be split into leases", ErrInvalidRule)
+
+// redisRule returns the Redis form of a rule LeaseRule returned.
+func (s *Syncer) redisRule(lr *lease.Rule) *Rule {
+	r, _ := s.rules.Load(lr)
+	return r.(*Rule)
+}
 
 // Nodes returns the number of live nodes: those whose last round Redis saw
 // within DemandTTL (a node registers every DemandTTL ÷ 2), and at least
 // SyncConfig.Nodes. It is SyncConfig.Nodes, possibly 0, before this node's
 // first round.
-func (s *Syncer) Nodes() int64 { return max(s.counted.Load(), int64(s.cfg.Nodes)) }
+func (s *Syncer) Nodes() int64 { return s.cluster.Nodes() }
 
 // registryKey names the registry of live nodes.
 func (s *Syncer) registryKey() string { return s.ks.prefix() + ":nodes" }
@@ -290,65 +313,7 @@ func (s *Syncer) register(now int64, leave bool) (call, bool) {
 		return call{}, false
 	}
 	s.registered = now
-	return call{scriptRegistry, []string{s.registryKey()},
-		[]any{s.scriptNow(now), s.node, s.cfg.DemandTTL.Microseconds(), boolFlag(leave)}}, true
-}
-
-// Notify hands a key to the syncer after Lease.Decide signalled: the key
-// joins the next round, which an urgent key (its lease running low)
-// brings forward. A key's first request, and a lease granted on a guess
-// running low, ask for the next first-lease round instead. The caller holds
-// the entry's lock. Notify does not block and, for a key already handed
-// over, costs a check.
-func (s *Syncer) Notify(r *LeaseRule, e *local.Entry[Lease]) {
-	k := &e.Value
-	if k.flags&(flagQueued|flagActive) == 0 {
-		k.flags |= flagQueued
-		s.queues[uintptr(k.Digest[0])%queueShards].push(r, e)
-	}
-	switch {
-	case k.wantsFirst(r):
-		if k.flags&(flagFirst|flagInFlight) == 0 {
-			k.flags |= flagFirst
-			s.first.push(r, e)
-			signal(s.wakeFirst)
-		}
-	case k.flags&flagUrgent != 0:
-		signal(s.wake)
-	}
-}
-
-func (q *queue) push(r *LeaseRule, e *local.Entry[Lease]) {
-	q.mu.Lock()
-	q.items = append(q.items, queued{r, e})
-	q.mu.Unlock()
-}
-
-// take empties q and returns what it held.
-func (q *queue) take() []queued {
-	q.mu.Lock()
-	items := q.items
-	q.items = nil
-	q.mu.Unlock()
-	return items
-}
-
-// signal wakes whoever waits on c, unless it is already signalled.
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
-
-// wanted reports, and clears, whether c was signalled.
-func wanted(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
+	return registryCall(s.registryKey(), registryRequest{Now: s.scriptNow(now), Node: s.node, Live: s.cfg.DemandTTL.Microseconds(), Leave: leave}), true
 }
 
 // Start runs the sync loop in a goroutine until Close or Shutdown: a round
@@ -389,7 +354,7 @@ func (s *Syncer) loop() {
 		case <-tick.C:
 			early.ran()
 			run(s.SyncAt)
-		case <-s.wake:
+		case <-s.cluster.Wake():
 			// After a failure, keys that want leases would wake the loop at
 			// every gap and resend, piling work on a server that is down or
 			// overloaded: the next tick retries.
@@ -399,7 +364,7 @@ func (s *Syncer) loop() {
 		case <-early.c:
 			early.ran()
 			run(s.SyncAt)
-		case <-s.wakeFirst:
+		case <-s.cluster.WakeFirst():
 			if !failed && first.due(s.cfg.FirstGap) {
 				run(s.SyncFirstAt)
 			}
@@ -495,12 +460,12 @@ func (s *Syncer) Shutdown(ctx context.Context) error {
 // Wanted reports, and clears, whether a key asked for an early round since
 // the last call: the signal the loop wakes on, for callers that run the
 // rounds themselves (simulations).
-func (s *Syncer) Wanted() bool { return wanted(s.wake) }
+func (s *Syncer) Wanted() bool { return s.cluster.Wanted() }
 
 // WantedFirst reports, and clears, whether a key asked for a first-lease
 // round since the last call: for callers that run the rounds themselves,
 // who then run one (SyncFirstAt) at once, or FirstGap after the last.
-func (s *Syncer) WantedFirst() bool { return wanted(s.wakeFirst) }
+func (s *Syncer) WantedFirst() bool { return s.cluster.WantedFirst() }
 
 // SyncAt runs one round at node time now (µs): it takes the keys handed
 // over since the last round, and exchanges with Redis those that need it.
@@ -508,16 +473,11 @@ func (s *Syncer) SyncAt(ctx context.Context, now int64) (RoundStats, error) {
 	return s.round(ctx, now, false)
 }
 
-// pending is a request out for one key.
+// pending is a request out for one key, or the registration (entry nil).
 type pending struct {
-	entry   *local.Entry[Lease]
-	rule    *LeaseRule
-	sentAt  int64
-	wid     int64 // windows: the window the current report is for
-	used    int64 // ... and its use as sent
-	pused   int64 // the previous window's use as sent
-	debt    int64 // buckets: the debt sent
-	release bool
+	entry *local.Entry[lease.Lease]
+	rule  *lease.Rule
+	req   lease.Request
 }
 
 // SyncFirstAt runs a first-lease round at node time now: it exchanges only
@@ -530,12 +490,12 @@ func (s *Syncer) SyncFirstAt(ctx context.Context, now int64) (RoundStats, error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var b batch
-	for _, it := range s.first.take() {
-		e, r := it.entry, it.rule.latest()
+	for _, it := range s.cluster.TakeFirst() {
+		e, r := it.Entry, it.Rule.Latest()
 		e.Lock()
 		k := &e.Value
-		k.flags &^= flagFirst
-		if !e.Evicted() && k.flags&flagInFlight == 0 && k.wantsFirst(r) {
+		k.TakeFirst()
+		if !e.Evicted() && !k.InFlight() && k.WantsFirst(r) {
 			s.send(&b, e, r, now, false)
 		}
 		e.Unlock()
@@ -553,13 +513,11 @@ func (b *batch) add(c call, p pending) {
 	b.calls, b.outs = append(b.calls, c), append(b.outs, p)
 }
 
-// send adds e's exchange at node time now to b and marks it in flight. The
-// caller holds e's lock.
-func (s *Syncer) send(b *batch, e *local.Entry[Lease], r *LeaseRule, now int64, final bool) {
-	c, p := s.request(&e.Value, r, now, final)
-	p.entry, p.rule = e, r
-	e.Value.flags |= flagInFlight
-	b.add(c, p)
+// send adds e's exchange at node time now to b; the lease marks itself in
+// flight. The caller holds e's lock.
+func (s *Syncer) send(b *batch, e *local.Entry[lease.Lease], r *lease.Rule, now int64, final bool) {
+	q := e.Value.Request(r, now, final)
+	b.add(s.leaseCall(r, e.Value.Digest, &q), pending{entry: e, rule: r, req: q})
 }
 
 func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, error) {
@@ -570,27 +528,25 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 	// one, if due: a round asks for them again at their next decision. (While
 	// Redis is out, the loop runs no first-lease round, and its list would
 	// otherwise grow with every new key.)
-	for _, it := range s.first.take() {
-		it.entry.Lock()
-		it.entry.Value.flags &^= flagFirst
-		it.entry.Unlock()
+	for _, it := range s.cluster.TakeFirst() {
+		it.Entry.Lock()
+		it.Entry.Value.TakeFirst()
+		it.Entry.Unlock()
 	}
-	for i := range s.queues {
-		for _, it := range s.queues[i].take() {
-			it.entry.Lock()
-			if !it.entry.Evicted() {
-				it.entry.Value.flags = it.entry.Value.flags&^flagQueued | flagActive
-				s.active[it.entry] = it.rule
-			}
-			it.entry.Unlock()
+	s.cluster.TakeHanded(func(it lease.Handed) {
+		it.Entry.Lock()
+		if !it.Entry.Evicted() {
+			it.Entry.Value.Activate()
+			s.active[it.Entry] = it.Rule
 		}
-	}
+		it.Entry.Unlock()
+	})
 	var b batch
 	if c, ok := s.register(now, final); ok {
-		b.add(c, pending{sentAt: now}) // no entry: the registry's
+		b.add(c, pending{req: lease.Request{SentAt: now}}) // no entry: the registry's
 	}
 	for e, r := range s.active {
-		if l := r.latest(); l != r { // the limit changed: exchange under the new one
+		if l := r.Latest(); l != r { // the limit changed: exchange under the new one
 			r = l
 			s.active[e] = r
 		}
@@ -602,13 +558,13 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 			continue
 		}
 		switch {
-		case k.flags&flagInFlight != 0:
-		case final || s.due(k, r, now):
+		case k.InFlight():
+		case final || k.Due(r, now):
 			s.send(&b, e, r, now, final)
-		case k.holdsNothing() && !k.unreported():
+		case k.Dormant():
 			// Nothing held, nothing to report: the key needs no looking
 			// after until its next request hands it over again.
-			k.flags &^= flagActive
+			k.Deactivate()
 			delete(s.active, e)
 		}
 		e.Unlock()
@@ -617,10 +573,16 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 }
 
 // exchange sends a round's calls in pipelines of Batch, applies the replies
-// and reports the round (st) to the Observer. The caller holds mu.
+// and reports the round (st) to the Observer. A reply that does not decode
+// counts as a failed exchange. The caller holds mu.
 func (s *Syncer) exchange(ctx context.Context, b *batch, st RoundStats, start time.Time) (RoundStats, error) {
 	calls, outs := b.calls, b.outs
 	var roundErr error
+	fail := func(err error) {
+		if roundErr == nil {
+			roundErr = err
+		}
+	}
 	for lo := 0; lo < len(calls); lo += s.cfg.Batch {
 		hi := min(lo+s.cfg.Batch, len(calls))
 		cmds, err := runPipelined(ctx, s.cfg.Client, s.cfg.Client.Pipeline, calls[lo:hi])
@@ -630,33 +592,41 @@ func (s *Syncer) exchange(ctx context.Context, b *batch, st RoundStats, start ti
 			p := &outs[lo+i]
 			vals, cerr := cmd.Int64Slice()
 			if p.entry == nil { // the registration
-				if cerr == nil && len(vals) == 2 {
-					s.counted.Store(vals[1])
-					s.offset.Store(vals[0] - (p.sentAt+recv)/2)
+				var v registryReply
+				if cerr == nil {
+					v, cerr = decodeRegistry(vals)
+					if cerr != nil {
+						fail(cerr)
+					}
+				} else {
+					fail(wrap(ctx, "register", cerr))
+				}
+				if cerr == nil {
+					s.cluster.SetNodes(v.Live)
+					s.cluster.SetOffset(v.Now - (p.req.SentAt+recv)/2)
 					st.Registered = true
 				} else {
 					s.registered = 0 // again at the next round
-					if cerr != nil && roundErr == nil {
-						roundErr = wrap(ctx, "register", cerr)
-					}
 				}
 				continue
 			}
-			p.entry.Lock()
-			p.entry.Value.flags &^= flagInFlight
-			if cerr == nil && !p.entry.Evicted() {
-				s.apply(&p.entry.Value, p, vals, recv)
-				st.Synced++
-			} else if cerr != nil {
-				st.Failed++
-				if roundErr == nil {
-					roundErr = wrap(ctx, "sync", cerr)
-				}
+			applied := false
+			if cerr != nil {
+				cerr = wrap(ctx, "sync", cerr)
+				s.answered(p)
+			} else {
+				applied, cerr = s.apply(p, vals, recv)
 			}
-			p.entry.Unlock()
+			switch {
+			case cerr != nil:
+				st.Failed++
+				fail(cerr)
+			case applied:
+				st.Synced++
+			}
 		}
-		if err != nil && roundErr == nil {
-			roundErr = wrap(ctx, "sync", err)
+		if err != nil {
+			fail(wrap(ctx, "sync", err))
 		}
 	}
 	st.Took, st.Err = time.Since(start), roundErr
@@ -666,158 +636,37 @@ func (s *Syncer) exchange(ctx context.Context, b *batch, st RoundStats, start ti
 	return st, roundErr
 }
 
-// holdsNothing reports whether the lease holds no grant and no share.
-func (k *Lease) holdsNothing() bool {
-	return k.granted <= k.used && k.next == 0 && k.rate == 0 && k.burst == 0
+// answered records that p's exchange failed: its lease is left as it was,
+// but for its request no longer in flight.
+func (s *Syncer) answered(p *pending) {
+	p.entry.Lock()
+	p.entry.Value.Answered()
+	p.entry.Unlock()
 }
 
-// unreported reports whether the node admitted what Redis does not know of.
-func (k *Lease) unreported() bool {
-	return k.used > k.acked || k.pused > k.packed || k.debt > k.debtSent
-}
-
-// due reports whether k needs an exchange at node time now.
-func (s *Syncer) due(k *Lease, r *LeaseRule, now int64) bool {
-	gap := now - k.lastSync
-	if k.flags&flagSynced == 0 { // a new key: fetch its first lease at once
-		return gap >= s.cfg.MinGap.Microseconds() || k.flags&flagSent == 0
-	}
-	idle := now-k.lastUse > s.cfg.IdleRelease.Microseconds()
-	urgent := k.flags&flagUrgent != 0 && elapsed(gap, s.cfg.MinGap.Microseconds())
-	regular := elapsed(gap, r.interval)
-	if r.buckets {
-		rnow := now + k.offset
-		renew := !idle && k.expiry-rnow < 2*r.interval
-		switch {
-		case k.debt > k.debtSent:
-			return regular || urgent
-		case idle:
-			return regular && (k.rate > 0 || k.burst > 0)
-		default:
-			return urgent || (regular && renew)
+// apply decodes the reply vals to p and takes it into p's lease, under the
+// entry's lock, and reports whether it did: an evicted entry's reply is
+// dropped. recv is the node time it arrived. A reply that does not decode
+// returns an error wrapping ErrRedis and leaves the lease as answered.
+func (s *Syncer) apply(p *pending, vals []int64, recv int64) (bool, error) {
+	e := p.entry
+	e.Lock()
+	defer e.Unlock()
+	e.Value.Answered()
+	if p.req.Bucket {
+		v, err := decodeLeaseBucket(vals)
+		if err != nil || e.Evicted() {
+			return false, err
 		}
+		e.Value.ApplyBucket(p.rule, &p.req, &v, recv)
+		return true, nil
 	}
-	rnow := now + k.offset
-	k.roll(r, rnow-rnow%r.w)
-	// Use within a grant needs no report: Redis counts the grant. A sync
-	// is for debt (use beyond the grant), a lease running low, or the next
-	// window's grant when the key is busy enough to want one; a key that
-	// is exhausted waits for the next window.
-	debt := k.used > k.granted && k.used > k.acked || k.pused > k.packed
-	busy := !idle && ceilDiv(k.demand*r.horizon, r.w) >= 2
-	preGrant := busy && k.next == 0 && rnow >= k.wid+r.w-r.horizon
-	// An idle key gives back a grant worth giving back: in a window longer
-	// than a claim's span (5 horizons: shorter windows end soon enough), a
-	// sizable one, with time left. A small one ends with its window.
-	release := idle && r.w > 5*r.horizon && k.granted-k.used >= max(r.limit/(100*max(r.Nodes(), 1)), 1) &&
-		rnow < k.wid+r.w-2*r.interval
-	if k.flags&flagExhausted != 0 {
-		return regular && (debt || preGrant)
+	v, err := decodeLeaseWindow(vals)
+	if err != nil || e.Evicted() {
+		return false, err
 	}
-	return urgent || (regular && (debt || preGrant || release))
-}
-
-// elapsed reports whether gap, a key's time since its last sync by the
-// node's clock, has reached want, less a tenth: the loop spaces its rounds
-// by want on its timers, while the gap is read from a clock that may lag
-// them by its resolution (a CoarseClock's millisecond), and a key synced in
-// one round must be due in the next rather than two rounds on.
-func elapsed(gap, want int64) bool { return gap >= want-want/10 }
-
-// demandUnknown is the demand a key's first exchange reports when it came
-// too soon after the key's first request to measure one (request): the
-// lease scripts then count the node at the average demand, and grant it a
-// quarter of that claim or share until its next exchange measures it.
-const demandUnknown = -1
-
-// request builds k's exchange at node time now.
-func (s *Syncer) request(k *Lease, r *LeaseRule, now int64, final bool) (call, pending) {
-	// Demand: requests per window, from those decided since the last sync.
-	unknown, guess := false, false
-	if k.lastSync > 0 && (now > k.lastSync || k.flags&flagSynced == 0) {
-		hits, elapsed := k.hits, now-k.lastSync
-		if k.flags&flagSynced == 0 {
-			// A new key: the count started at its first request, which
-			// does not measure the rate; the ones after it do, over at
-			// least MinGap, as a few requests in a few microseconds say
-			// little. An exchange sooner than that says the demand is
-			// unknown (demandUnknown), and the next one measures it,
-			// unless the key is taken as quiet (quietAtFirst). Either way
-			// the lease is a guess, corrected in a first-lease round if it
-			// runs low.
-			hits = max(hits-1, 0)
-			if gap := max(s.cfg.MinGap.Microseconds(), 1); elapsed < gap {
-				unknown, guess, elapsed = !k.quietAtFirst(r), true, gap
-			}
-		}
-		if !unknown {
-			if k.demand == 0 {
-				k.demand = hits * r.w / elapsed
-			} else {
-				// A moving average over about one Interval, whatever the
-				// syncs' spacing: syncs a MinGap apart measure a few
-				// requests each, too few to size a share on.
-				k.demand = (k.demand*r.interval + hits*r.w + r.interval/2) / (r.interval + elapsed)
-			}
-		}
-	} else if k.hits > 0 {
-		k.demand = max(k.demand, k.hits)
-	}
-	k.hits = 0
-	idle := now-k.lastUse > s.cfg.IdleRelease.Microseconds()
-	release := final || idle
-	demand := k.demand
-	k.flags &^= flagGuess
-	if release {
-		demand = 0
-	} else if guess {
-		if unknown {
-			demand = demandUnknown
-		}
-		k.flags |= flagGuess
-	}
-	k.lastSync = now
-	k.flags = k.flags&^flagUrgent | flagSent
-	digest := encodeDigest(k.Digest)
-	p := pending{sentAt: now, release: release}
-	if r.buckets {
-		k.seq++
-		rnow := now + k.offset
-		p.debt = k.debt - k.debtSent
-		tokens := int64(0)
-		if release {
-			// The node stops using its share now and hands back the tokens
-			// it holds, which the pool takes: a quiet key's tokens would
-			// otherwise be lost at its share's expiry, and the pool, drained
-			// by the grants of nodes that each used a few, would leave the
-			// key short of what it may admit. It sends no share as held:
-			// nothing is to stay committed.
-			k.refill(r, min(rnow, k.expiry-r.safety))
-			tokens = k.tokens
-			k.tokens, k.rem, k.rate, k.burst, k.expiry = 0, 0, 0, 0, 0
-		} else {
-			k.refill(r, rnow)
-			tokens = k.tokens
-		}
-		state := s.ks.name(r.rule.name, digest, "s")
-		args := []any{s.scriptNow(rnow), s.node, k.seq, boolFlag(release), demand, tokens, p.debt,
-			s.cfg.LeaseTTL.Microseconds(), s.cfg.DemandTTL.Microseconds(), k.rate, k.burst, k.expiry, s.Nodes(), r.horizon, r.allowance()}
-		return call{scriptLeaseBucket, []string{state}, append(args, r.rule.args...)}, p
-	}
-	rnow := now + k.offset
-	k.roll(r, rnow-rnow%r.w)
-	p.wid, p.used, p.pused = k.wid, k.used, k.pused
-	need := max(ceilDiv(max(demand, 0)*r.horizon, r.w), 1)
-	wantCur, wantNext := k.used+need, int64(0)
-	if release {
-		wantCur = 0
-	} else if rnow >= k.wid+r.w-r.horizon {
-		wantNext = need
-	}
-	keys := s.windowKeys(r, digest)
-	args := []any{s.scriptNow(rnow), s.node, boolFlag(release), demand, wantCur, wantNext, r.horizon,
-		k.wid - r.w, k.pused, k.wid, k.used, s.cfg.DemandTTL.Microseconds(), s.Nodes(), 2 * r.minGap, 3 * r.paceGap}
-	return call{scriptLeaseWindow, keys, append(args, r.rule.args...)}, p
+	e.Value.ApplyWindow(p.rule, &p.req, &v, recv)
+	return true, nil
 }
 
 // scriptNow is the time argument of a script: empty for Redis's clock, or
@@ -829,106 +678,15 @@ func (s *Syncer) scriptNow(rnow int64) string {
 	return strconv.FormatInt(rnow, 10)
 }
 
-func boolFlag(b bool) int {
-	if b {
-		return 1
+// leaseCall is the lease script call of request q for the key of digest d
+// under lr.
+func (s *Syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Request) call {
+	r, digest := s.redisRule(lr), encodeDigest(d)
+	c := leaseConsts{now: s.scriptNow(q.Now), node: s.node, leaseTTL: s.cfg.LeaseTTL.Microseconds(), demandTTL: s.cfg.DemandTTL.Microseconds()}
+	if q.Bucket {
+		return call{scriptLeaseBucket, []string{s.ks.name(r.name, digest, "s")}, encodeLeaseBucket(q, c, r.args)}
 	}
-	return 0
-}
-
-// windowKeys names the meta hash and the three window slots of a key.
-func (s *Syncer) windowKeys(r *LeaseRule, digest string) []string {
-	n := r.rule.name
-	return []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
-}
-
-// apply takes a reply into k. recv is the node time it arrived.
-func (s *Syncer) apply(k *Lease, p *pending, v []int64, recv int64) {
-	r := p.rule
-	k.rule = r
-	redisNow := v[0]
-	k.offset = redisNow - (p.sentAt+recv)/2
-	s.offset.Store(k.offset)
-	// The exchange answered whatever made the key urgent while it was out;
-	// the next decision asks again if the new lease runs low too. (A lease
-	// granted on a guess would otherwise be corrected at once, on a handful
-	// of requests, by a first-request flag set before the reply.)
-	k.flags = k.flags&^flagUrgent | flagSynced
-	if r.buckets {
-		s.applyBucket(k, p, v)
-		return
-	}
-	// {now, wt, epoch, gcur, ucur, Rcur, gnext, Rprev, revoked, exhausted, live, room, paced}
-	wt, ep, gcur, ucur, rcur, gnext, rprev := v[1], v[2], v[3], v[4], v[5], v[6], v[7]
-	revoked, exhausted, paced := v[8] == 1, v[9] == 1, v[12] == 1 // v[10]: the key's live nodes, for tests
-	k.epoch = ep
-	k.roll(r, wt) // Redis may be a window ahead of what this node saw
-	switch wt {
-	case k.wid: // Redis's current window is the node's
-		switch p.wid {
-		case wt:
-			// ucur is the node's use there as Redis holds it: at least what
-			// was sent, unless Redis lost it (restart, failover), in which
-			// case the rest is reported again.
-			k.acked = min(p.used, ucur)
-			k.packed = max(k.packed, min(p.pused, k.pused))
-		case wt - r.w:
-			k.packed = max(k.packed, min(p.used, k.pused))
-		}
-		k.granted, k.next = gcur, gnext
-		k.others = rcur - max(gcur, ucur)
-		k.room = v[11]
-		k.flags &^= flagExhausted | flagPaced
-		if exhausted {
-			k.flags |= flagExhausted
-		}
-		if paced {
-			k.flags |= flagPaced
-		}
-	case k.wid - r.w:
-		// The node's clock is ahead: Redis's current window is the node's
-		// previous one, and its next the node's current.
-		if p.wid == k.wid {
-			k.acked = max(k.acked, p.used)
-		}
-		k.packed = max(k.packed, min(ucur, k.pused))
-		k.granted = max(k.granted, gnext)
-		k.others = 0
-		// "Exhausted" speaks of Redis's current window, the node's
-		// previous one: its refusal must not carry into the window the
-		// node has begun.
-		if exhausted {
-			k.flags |= flagExhaustedPrev
-		}
-	}
-	if revoked {
-		k.granted, k.next = min(k.granted, k.used), 0
-	}
-	k.prevR = rprev
-}
-
-func (s *Syncer) applyBucket(k *Lease, p *pending, v []int64) {
-	r := p.rule
-	// {now, epoch, l, b, expiry, grant, pool tokens, pool rate, pool cap, revoked, live}
-	redisNow, ep, l, b, x, grant, pool := v[0], v[1], v[2], v[3], v[4], v[5], v[6]
-	revoked := v[9] == 1
-	k.refill(r, redisNow)
-	if l < k.rate || b < k.burst {
-		// The share shrank: Redis keeps the old one committed, idle for
-		// everyone, until this node's next request says it applied the new
-		// one. Send it soon.
-		k.flags |= flagUrgent
-	}
-	if (k.epoch != 0 && ep != k.epoch) || revoked {
-		k.tokens, k.rem = 0, 0 // what we held is gone with Redis's state, or revoked
-	}
-	k.epoch = ep
-	k.debtSent += p.debt
-	k.rate, k.burst, k.expiry = l, b, x
-	k.tokens = min(k.tokens+grant, b)
-	if k.tokens >= b {
-		k.rem = 0
-	}
-	k.last = max(k.last, redisNow)
-	k.others = pool
+	n := r.name
+	keys := []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
+	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r.args)}
 }

@@ -145,7 +145,7 @@ func (e *env) flush(b *testing.B) {
 
 func (e *env) central(b *testing.B) *syncer.Central {
 	b.Helper()
-	cen, err := syncer.NewCentral(syncer.Config{Client: e.client, Keyspace: syncer.Keyspace{Prefix: e.prefix}})
+	cen, err := syncer.NewCentral(syncer.CentralConfig{Client: e.client, Keyspace: syncer.Keyspace{Prefix: e.prefix}})
 	if err != nil {
 		b.Fatal(err)
 	}

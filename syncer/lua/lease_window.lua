@@ -243,10 +243,10 @@ end
 -- traffic), arrivals come in bursts well above their mean, and a node held
 -- to the mean would be refused for want of a lease at every burst; but a
 -- floor above its part as the budget runs out would outlast the others'
--- grants, and the nodes would no longer run out together (with 80% of the
--- traffic on one node, a flat floor of 8 measured 1.2% false rejections,
--- this one 0.4%). It returns the most the node may be granted, or nil when
--- the budget lasts the window.
+-- grants, and the nodes would no longer run out together (a flat floor
+-- refuses more over the limit when the traffic is skewed onto one node).
+-- It returns the most the node may be granted, or nil when the budget
+-- lasts the window.
 local pace_floor = 8
 local function paced(k, avail, start, wend)
   if counter or total <= 0 or avail <= 0 then return nil end

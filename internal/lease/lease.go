@@ -1,8 +1,12 @@
-package syncer
+package lease
 
 import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
+
+// DigestSize is the size of a key's digest (Lease.Digest), which names it in
+// Redis.
+const DigestSize = 16
 
 // Lease is one key's state on a node in hybrid mode: the lease Redis granted
 // it and what the node admitted against it. A hybrid limiter keeps one per
@@ -40,7 +44,7 @@ type Lease struct {
 	// by the last reply in it; -1 when no reply came in this window yet.
 	room int64
 
-	offset   int64 // Redis time − node time, from this key's last reply (before it: the Syncer's last measured)
+	offset   int64 // Redis time − node time, from this key's last reply (before it: the Cluster's last measured)
 	epoch    int64 // Redis's epoch of the key's state
 	seq      int64 // sequence number of the last request sent (buckets)
 	lastSync int64 // node time the last request was sent, or of a new key's first request
@@ -49,9 +53,9 @@ type Lease struct {
 	demand   int64 // requests per window, averaged over about one Interval (0: not measured yet)
 	span     int64 // the rule's window: how long after its last request a key is remembered
 
-	rule *LeaseRule // the rule of the last exchange: another one means the limit changed
+	rule *Rule // the rule of the last exchange: another one means the limit changed
 
-	Digest [digestBytes]byte // the user key's digest, which names it in Redis
+	Digest [DigestSize]byte // the user key's digest, which names it in Redis
 
 	flags uint16
 }
@@ -70,17 +74,17 @@ const (
 	flagPaced                     // the last reply paced the current window's grant, or the next's ahead (SyncConfig.PaceGap)
 )
 
-// wantsFirst reports whether k's next exchange belongs in a first-lease
-// round (Syncer.SyncFirstAt): it has had none yet; or its lease was granted
+// WantsFirst reports whether k's next exchange belongs in a first-lease
+// round (syncer.Syncer.SyncFirstAt): it has had none yet; or its lease was granted
 // on a guess, before its demand could be measured, and runs low; or its
 // grant was paced and lasts less than two PaceGaps at its demand (a paced
 // grant lasts three: the key asks as its arrivals use it, a burst sooner,
 // and the round and its reply have a PaceGap to come).
 // A bucket key seen only once waits for an ordinary round: its first
-// exchange would take it as quiet (Syncer.request), and a node that said so
+// exchange would take it as quiet (Request), and a node that said so
 // of a busy key would leave the first node to measure its demand the whole
 // rate, held for a lease's life.
-func (k *Lease) wantsFirst(r *LeaseRule) bool {
+func (k *Lease) WantsFirst(r *Rule) bool {
 	switch {
 	case k.flags&flagSent == 0:
 		return !k.quietAtFirst(r)
@@ -96,7 +100,7 @@ func (k *Lease) wantsFirst(r *LeaseRule) bool {
 // unknown demand: a bucket key seen only once. Under a Zipf law most keys
 // are seen once, and a share for each would cost a lease's exchanges for
 // nothing.
-func (k *Lease) quietAtFirst(r *LeaseRule) bool { return r.buckets && k.hits <= 1 }
+func (k *Lease) quietAtFirst(r *Rule) bool { return r.buckets && k.hits <= 1 }
 
 // Verdict is a hybrid decision before the limiter dresses it as a
 // local.Decision; times are µs. Its four words stay in registers.
@@ -127,14 +131,14 @@ func (k *Lease) Idle(now int64) bool {
 // Decide decides a request of cost n (0 ≤ n ≤ the rule's MaxCost) at node
 // time now, charging it if admitted. signal reports that the key needs the
 // syncer (a sync is due soon: lease running low, first request): the caller
-// then hands it over with Syncer.Notify.
-func (k *Lease) Decide(r *LeaseRule, now, n int64) (v Verdict, signal bool) {
+// then hands it over with Rule.Notify.
+func (k *Lease) Decide(r *Rule, now, n int64) (v Verdict, signal bool) {
 	k.lastUse, k.span = now, r.w
 	k.hits += n
 	if k.lastSync == 0 {
 		k.lastSync = now // a new key: its demand is counted from now
 		if k.flags&flagSynced == 0 {
-			k.offset = r.sync.offset.Load() // until its own first reply
+			k.offset = r.cluster.Offset() // until its own first reply
 		}
 	}
 	changed := k.rule != nil && k.rule != r
@@ -158,7 +162,7 @@ func (k *Lease) LastUse() int64 { return k.lastUse }
 // than its lease (a failure policy, while Redis could not be reached): as
 // debt, reported at the next exchange, so that Redis counts it once Redis
 // answers again. It returns whether the key needs the syncer (Notify).
-func (k *Lease) Charge(r *LeaseRule, now, n int64) bool {
+func (k *Lease) Charge(r *Rule, now, n int64) bool {
 	k.lastUse, k.span = now, r.w
 	if r.buckets {
 		k.debt += n
@@ -178,7 +182,7 @@ func (k *Lease) Charge(r *LeaseRule, now, n int64) bool {
 // does not admit part more on top of it. An admission is charged as use,
 // reported once Redis answers. It returns ok false for bucket rules, which
 // the caller decides otherwise.
-func (k *Lease) Fallback(r *LeaseRule, now, n, part int64) (v Verdict, ok bool) {
+func (k *Lease) Fallback(r *Rule, now, n, part int64) (v Verdict, ok bool) {
 	if r.buckets {
 		return Verdict{}, false
 	}
@@ -196,7 +200,7 @@ func (k *Lease) Fallback(r *LeaseRule, now, n, part int64) (v Verdict, ok bool) 
 // Check decides a request of cost n at node time now as Decide would,
 // without charging it or counting it as demand: for multi-rule decisions,
 // which charge only when every rule admits.
-func (k *Lease) Check(r *LeaseRule, now, n int64) Verdict {
+func (k *Lease) Check(r *Rule, now, n int64) Verdict {
 	saved := *k
 	v, _ := k.Decide(r, now, n)
 	*k = saved
@@ -208,7 +212,7 @@ func (k *Lease) Check(r *LeaseRule, now, n int64) Verdict {
 // window boundary the lease has already crossed: its window stays, and the
 // time reads as that window's start, so that a decision counts, and says it
 // counts, in the window whose grant it uses.
-func (k *Lease) windowNow(r *LeaseRule, now int64) int64 {
+func (k *Lease) windowNow(r *Rule, now int64) int64 {
 	rnow := now + k.offset
 	k.roll(r, rnow-rnow%r.w)
 	return max(rnow, k.wid)
@@ -216,7 +220,7 @@ func (k *Lease) windowNow(r *LeaseRule, now int64) int64 {
 
 // roll moves the window state forward to the window w (Redis time): the
 // current window becomes the previous one, the next the current.
-func (k *Lease) roll(r *LeaseRule, w int64) {
+func (k *Lease) roll(r *Rule, w int64) {
 	switch {
 	case w <= k.wid:
 		return
@@ -246,7 +250,7 @@ func (k *Lease) roll(r *LeaseRule, w int64) {
 	k.flags &^= flagExhausted
 }
 
-func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
+func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 	rnow := k.windowNow(r, now)
 	end := k.wid + r.w - rnow
 	if k.used+n <= k.granted {
@@ -291,7 +295,7 @@ func (k *Lease) decideWindow(r *LeaseRule, now, n int64) (Verdict, bool) {
 // the counter starts with it at full weight; the fixed window with all of
 // its budget, but a key that came within x of its limit there is not far
 // from it.
-func (k *Lease) roomFor(r *LeaseRule, x int64) bool {
+func (k *Lease) roomFor(r *Rule, x int64) bool {
 	switch {
 	case k.room >= 0:
 		return k.room-max(k.used-k.granted, 0) >= x
@@ -306,7 +310,7 @@ func (k *Lease) roomFor(r *LeaseRule, x int64) bool {
 // current window: the limit, less what the others held at the last sync,
 // less what this node used (and, for the counter, the previous window's
 // weight).
-func (k *Lease) remaining(r *LeaseRule, rnow int64) int64 {
+func (k *Lease) remaining(r *Rule, rnow int64) int64 {
 	budget := r.limit
 	if r.counter {
 		left := r.ws - (rnow-k.wid)/r.step
@@ -315,7 +319,7 @@ func (k *Lease) remaining(r *LeaseRule, rnow int64) int64 {
 	return max(budget-k.others-max(k.used, k.granted), 0) + max(k.granted-k.used, 0)
 }
 
-func (r *LeaseRule) counterRetry(k *Lease, rnow, n int64) int64 {
+func (r *Rule) counterRetry(k *Lease, rnow, n int64) int64 {
 	// When the previous window's weight would leave room for n, were the
 	// current one's commitments to stay as they are; the next window's start
 	// otherwise. An estimate: leases move in between.
@@ -329,7 +333,7 @@ func (r *LeaseRule) counterRetry(k *Lease, rnow, n int64) int64 {
 	return max(min(at-rnow, end), 1)
 }
 
-func (k *Lease) decideBucket(r *LeaseRule, now, n int64) (Verdict, bool) {
+func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 	rnow := now + k.offset
 	if k.expiry-r.safety > rnow {
 		k.refill(r, rnow)
@@ -379,7 +383,7 @@ func (k *Lease) decideBucket(r *LeaseRule, now, n int64) (Verdict, bool) {
 }
 
 // refill brings the local tokens up to rnow (Redis time).
-func (k *Lease) refill(r *LeaseRule, rnow int64) {
+func (k *Lease) refill(r *Rule, rnow int64) {
 	if rnow <= k.last {
 		return
 	}
@@ -397,11 +401,12 @@ func (k *Lease) refill(r *LeaseRule, rnow int64) {
 
 // fullIn is how long the local bucket takes to fill up: its share of the
 // reset-after.
-func (k *Lease) fullIn(r *LeaseRule) int64 {
+func (k *Lease) fullIn(r *Rule) int64 {
 	if k.rate == 0 || k.tokens >= k.burst {
 		return 0
 	}
 	return ceilDiv((k.burst-k.tokens)*r.w-k.rem, k.rate)
 }
 
+// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

@@ -1,0 +1,150 @@
+package lease
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// Cluster is what the sync rounds learn of the cluster and the leases read:
+// the live nodes and Redis's clock. It also holds the keys handed from the
+// hot path to the syncer (Rule.Notify), and the signals that wake the
+// syncer's loop. One Cluster is shared by a syncer and all its Rules; it is
+// safe for concurrent use.
+type Cluster struct {
+	least int64        // the nodes to assume at least (SyncConfig.Nodes)
+	nodes atomic.Int64 // live nodes as the registry last counted them
+	// offset is Redis time − node time as the last reply measured it: a
+	// new key starts from it until its own first reply, so that its first
+	// decisions already fall in Redis's windows, not the node clock's.
+	offset atomic.Int64
+
+	queues    [queueShards]queue
+	first     queue // keys for the next first-lease round
+	wake      chan struct{}
+	wakeFirst chan struct{}
+}
+
+// NewCluster returns a Cluster that assumes at least least live nodes.
+func NewCluster(least int) *Cluster {
+	return &Cluster{least: int64(least), wake: make(chan struct{}, 1), wakeFirst: make(chan struct{}, 1)}
+}
+
+// Nodes returns the number of live nodes, as last counted, and at least the
+// number the Cluster was made with.
+func (c *Cluster) Nodes() int64 { return max(c.nodes.Load(), c.least) }
+
+// SetNodes records the live nodes as counted.
+func (c *Cluster) SetNodes(n int64) { c.nodes.Store(n) }
+
+// Offset returns Redis time − node time, as last measured.
+func (c *Cluster) Offset() int64 { return c.offset.Load() }
+
+// SetOffset records Redis time − node time as measured.
+func (c *Cluster) SetOffset(o int64) { c.offset.Store(o) }
+
+// Wake is signalled when a key asks for an early round.
+func (c *Cluster) Wake() <-chan struct{} { return c.wake }
+
+// WakeFirst is signalled when a key asks for a first-lease round.
+func (c *Cluster) WakeFirst() <-chan struct{} { return c.wakeFirst }
+
+// Wanted reports, and clears, whether a key asked for an early round.
+func (c *Cluster) Wanted() bool { return wanted(c.wake) }
+
+// WantedFirst reports, and clears, whether a key asked for a first-lease
+// round.
+func (c *Cluster) WantedFirst() bool { return wanted(c.wakeFirst) }
+
+const queueShards = 16
+
+// Handed is a key handed to the syncer, with the rule it was decided under.
+type Handed struct {
+	Rule  *Rule
+	Entry *local.Entry[Lease]
+}
+
+type queue struct {
+	mu    sync.Mutex
+	items []Handed
+	_     [64 - 8 - 24]byte // a cache line each: shards are pushed to from every core
+}
+
+func (q *queue) push(r *Rule, e *local.Entry[Lease]) {
+	q.mu.Lock()
+	q.items = append(q.items, Handed{r, e})
+	q.mu.Unlock()
+}
+
+// take empties q and returns what it held.
+func (q *queue) take() []Handed {
+	q.mu.Lock()
+	items := q.items
+	q.items = nil
+	q.mu.Unlock()
+	return items
+}
+
+// TakeHanded empties the queues of keys handed over for the next round and
+// returns them; f sees each, in no set order.
+func (c *Cluster) TakeHanded(f func(Handed)) {
+	for i := range c.queues {
+		for _, h := range c.queues[i].take() {
+			f(h)
+		}
+	}
+}
+
+// TakeFirst empties the list of keys waiting for a first-lease round and
+// returns it.
+func (c *Cluster) TakeFirst() []Handed { return c.first.take() }
+
+// FirstPending returns how many keys wait for the next first-lease round.
+func (c *Cluster) FirstPending() int {
+	c.first.mu.Lock()
+	defer c.first.mu.Unlock()
+	return len(c.first.items)
+}
+
+// Notify hands a key to the syncer after Decide or Charge signalled: the
+// key joins the next round, which an urgent key (its lease running low)
+// brings forward. A key's first request, and a lease granted on a guess
+// running low, ask for the next first-lease round instead. The caller holds
+// the entry's lock. Notify does not block and, for a key already handed
+// over, costs a check.
+func (r *Rule) Notify(e *local.Entry[Lease]) {
+	c, k := r.cluster, &e.Value
+	if k.flags&(flagQueued|flagActive) == 0 {
+		k.flags |= flagQueued
+		c.queues[uintptr(k.Digest[0])%queueShards].push(r, e)
+	}
+	switch {
+	case k.WantsFirst(r):
+		if k.flags&(flagFirst|flagInFlight) == 0 {
+			k.flags |= flagFirst
+			c.first.push(r, e)
+			signal(c.wakeFirst)
+		}
+	case k.flags&flagUrgent != 0:
+		signal(c.wake)
+	}
+}
+
+// signal wakes whoever waits on c, unless it is already signalled.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// wanted reports, and clears, whether c was signalled.
+func wanted(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

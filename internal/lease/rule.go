@@ -1,0 +1,110 @@
+package lease
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// Params are the sync parameters a Rule's leases are sized and renewed by
+// (see syncer.SyncConfig, whose fields they copy).
+type Params struct {
+	Interval    time.Duration // the regular sync period
+	Horizon     time.Duration // how long a lease is sized to last
+	MinGap      time.Duration // the least gap between early syncs of a key; the retry-after of a refusal for want of a lease
+	PaceGap     time.Duration // sizes paced grants
+	Safety      time.Duration // a share is dropped this long before its expiry
+	IdleRelease time.Duration // a key idle this long gives its lease back
+	Epsilon     float64       // the cold-start allowance, as a fraction of the limit; 0 for none
+}
+
+// Rule is a limit as the hybrid mode runs it: split into leases, with the
+// sync parameters its leases need. Build one with NewRule. It is safe for
+// concurrent use.
+type Rule struct {
+	lim     local.Limit
+	buckets bool // rate shares (token/leaky bucket, GCRA); windows otherwise
+	counter bool // the sliding window counter
+
+	w, limit, burst int64 // window (µs), limit per window, burst (buckets)
+	step, ws        int64 // the counter's steps
+
+	interval    int64 // the syncer's interval (µs)
+	horizon     int64 // how long a lease should last (µs)
+	safety      int64 // a share is dropped this long before its expiry (µs)
+	minGap      int64 // MinGap (µs, at least 1), also the retry-after of a rejection for want of a lease
+	paceGap     int64 // PaceGap (µs, at least 1)
+	idleRelease int64 // IdleRelease (µs)
+	gap         int64 // MinGap (µs) as the rounds space a key's early syncs
+	epsilon     float64
+
+	cluster *Cluster // counts the live nodes
+
+	next atomic.Pointer[Rule] // the rule that replaced this one (a limit changed)
+}
+
+// NewRule returns lim as leased under p, with the live nodes and Redis's
+// clock as c learns them. lim must be leasable: not a sliding window log.
+func NewRule(lim local.Limit, p Params, c *Cluster) *Rule {
+	lp := lim.Params()
+	r := &Rule{
+		lim: lim, w: lp.Window.Microseconds(), limit: lp.Limit, burst: lp.Burst,
+		interval: p.Interval.Microseconds(), horizon: p.Horizon.Microseconds(),
+		safety: p.Safety.Microseconds(), minGap: max(p.MinGap.Microseconds(), 1),
+		paceGap: max(p.PaceGap.Microseconds(), 1), idleRelease: p.IdleRelease.Microseconds(), gap: p.MinGap.Microseconds(),
+		epsilon: p.Epsilon, cluster: c,
+	}
+	switch lim.Algorithm() {
+	case local.FixedWindow, local.SlidingWindowLog:
+	case local.SlidingWindowCounter:
+		r.counter = true
+		r.step, r.ws = lim.Counter()
+	default:
+		r.buckets = true
+	}
+	return r
+}
+
+// Replace records that next replaces r (the limit changed at runtime): keys
+// the syncer looks after under r are exchanged under next from then on.
+func (r *Rule) Replace(next *Rule) { r.next.Store(next) }
+
+// Latest follows the replacements of r to the rule in force.
+func (r *Rule) Latest() *Rule {
+	for {
+		n := r.next.Load()
+		if n == nil {
+			return r
+		}
+		r = n
+	}
+}
+
+// allowance is the cold-start allowance per node, ⌈ε × MaxCost ÷ nodes⌉,
+// with nodes the live nodes the registry counted: 0 while they are unknown.
+func (r *Rule) allowance() int64 {
+	n := r.cluster.Nodes()
+	if n < 1 || r.epsilon == 0 {
+		return 0
+	}
+	return int64(math.Ceil(r.epsilon * float64(r.MaxCost()) / float64(n)))
+}
+
+// MaxCost is the largest cost a request can have: the limit, or the burst.
+func (r *Rule) MaxCost() int64 { return r.lim.MaxCost() }
+
+// Nodes returns the number of live nodes (Cluster.Nodes).
+func (r *Rule) Nodes() int64 { return r.cluster.Nodes() }
+
+// Split reports whether limit and interval leave enough per node to lease:
+// the design goes central when per-node demand per sync period, limit ×
+// interval ÷ (window × nodes), is below about 10 (see docs/accuracy.md).
+func Split(lim local.Limit, interval time.Duration, nodes int) bool {
+	if nodes < 1 {
+		nodes = 1
+	}
+	perNode := float64(lim.Limit()) * interval.Seconds() / (lim.Window().Seconds() * float64(nodes))
+	return perNode >= 10
+}

@@ -1,0 +1,157 @@
+package syncer
+
+import (
+	"fmt"
+
+	"github.com/hybridlimit/hybridlimit/internal/lease"
+)
+
+// The typed request and reply codecs of the scripts: each encodes a request
+// as the script's KEYS and ARGV, in the order its header (lua/*.lua) lists
+// them, and decodes its reply with a length check. A reply of another shape
+// (a script of another version, a corrupted reply) is an error wrapping
+// ErrRedis, never a panic.
+
+// leaseConsts are the lease scripts' arguments that are the node's, not the
+// key's.
+type leaseConsts struct {
+	now       string // the script's time: "" for Redis's clock
+	node      string // the node's name
+	leaseTTL  int64  // how long a bucket share lives without renewal (µs)
+	demandTTL int64  // how long a reported demand counts (µs)
+}
+
+// encodeLeaseWindow is the ARGV of lua/lease_window.lua for q, followed by
+// the rule's parameters.
+func encodeLeaseWindow(q *lease.Request, c leaseConsts, rule []any) []any {
+	args := make([]any, 0, 15+len(rule))
+	args = append(args, c.now, c.node, boolFlag(q.Release), q.Demand, q.WantCur, q.WantNext, q.Horizon,
+		q.Prev.Window, q.Prev.Used, q.Cur.Window, q.Cur.Used, c.demandTTL, q.Nodes, q.GuessTTL, q.PaceSpan)
+	return append(args, rule...)
+}
+
+// leaseWindowLen is the length of lua/lease_window.lua's reply.
+const leaseWindowLen = 13
+
+// decodeLeaseWindow reads lua/lease_window.lua's reply: {now, current
+// window, epoch, granted, used, R, granted next, R previous, revoked,
+// exhausted, live, room, paced}.
+func decodeLeaseWindow(v []int64) (lease.WindowReply, error) {
+	if len(v) != leaseWindowLen {
+		return lease.WindowReply{}, replyLenError("lease_window", len(v), leaseWindowLen)
+	}
+	return lease.WindowReply{
+		Now: v[0], Window: v[1], Epoch: v[2], Granted: v[3], Used: v[4], Committed: v[5],
+		NextGranted: v[6], PrevCommitted: v[7], Revoked: v[8] == 1, Exhausted: v[9] == 1,
+		Live: v[10], Room: v[11], Paced: v[12] == 1,
+	}, nil
+}
+
+// encodeLeaseBucket is the ARGV of lua/lease_bucket.lua for q, followed by
+// the rule's parameters.
+func encodeLeaseBucket(q *lease.Request, c leaseConsts, rule []any) []any {
+	args := make([]any, 0, 15+len(rule))
+	args = append(args, c.now, c.node, q.Seq, boolFlag(q.Release), q.Demand, q.Tokens, q.Debt,
+		c.leaseTTL, c.demandTTL, q.Rate, q.Burst, q.Expiry, q.Nodes, q.Horizon, q.Allowance)
+	return append(args, rule...)
+}
+
+// leaseBucketLen is the length of lua/lease_bucket.lua's reply.
+const leaseBucketLen = 11
+
+// decodeLeaseBucket reads lua/lease_bucket.lua's reply: {now, epoch, rate,
+// burst, expiry, tokens granted, pool tokens, pool rate, pool capacity,
+// revoked, live}.
+func decodeLeaseBucket(v []int64) (lease.BucketReply, error) {
+	if len(v) != leaseBucketLen {
+		return lease.BucketReply{}, replyLenError("lease_bucket", len(v), leaseBucketLen)
+	}
+	return lease.BucketReply{
+		Now: v[0], Epoch: v[1], Rate: v[2], Burst: v[3], Expiry: v[4], Grant: v[5],
+		Pool: v[6], PoolRate: v[7], PoolCap: v[8], Revoked: v[9] == 1, Live: v[10],
+	}, nil
+}
+
+// registryRequest is a round's registration of the node (lua/registry.lua).
+type registryRequest struct {
+	Now   string // the script's time: "" for Redis's clock
+	Node  string // the node's name
+	Live  int64  // how long a node counts as live after its last round (µs)
+	Leave bool   // the node leaves (Shutdown)
+}
+
+// registryCall is the call of lua/registry.lua for q on the registry key.
+func registryCall(key string, q registryRequest) call {
+	return call{scriptRegistry, []string{key}, []any{q.Now, q.Node, q.Live, boolFlag(q.Leave)}}
+}
+
+// registryReply is what lua/registry.lua answers.
+type registryReply struct {
+	Now  int64 // Redis time it ran at
+	Live int64 // the live nodes
+}
+
+// decodeRegistry reads lua/registry.lua's reply: {now, live nodes}.
+func decodeRegistry(v []int64) (registryReply, error) {
+	if len(v) != 2 {
+		return registryReply{}, replyLenError("registry", len(v), 2)
+	}
+	return registryReply{Now: v[0], Live: v[1]}, nil
+}
+
+// decisionReply is a central script's decision: what the single-rule
+// scripts pack, and what the multi-rule and refund scripts answer per rule.
+type decisionReply struct {
+	Reason    int64 // local.Reason: 0 admitted
+	Remaining int64
+	Reset     int64 // reset-after (µs)
+	Retry     int64 // retry-after (µs)
+	At        int64 // the time it decided at, as the state clamped it (µs)
+	Resets    int64 // the bucket's reset count (0 for the others): a refund's check
+}
+
+func decisionOf(v []int64) decisionReply {
+	return decisionReply{Reason: v[0], Remaining: v[1], Reset: v[2], Retry: v[3], At: v[4], Resets: v[5]}
+}
+
+// decodePacked reads a single-rule script's packed answer (see unpack).
+func decodePacked(s string) (decisionReply, error) {
+	v, ok := unpack(s)
+	if !ok {
+		return decisionReply{}, fmt.Errorf("%w: script answered %q, not a decision", ErrRedis, s)
+	}
+	return decisionOf(v[:]), nil
+}
+
+// decodeRefund reads lua/refund.lua's answer: the decision, as the state
+// stands after the refund.
+func decodeRefund(v []int64) (decisionReply, error) {
+	if len(v) != decisionLen {
+		return decisionReply{}, replyLenError("refund", len(v), decisionLen)
+	}
+	return decisionOf(v), nil
+}
+
+// decodeMulti reads lua/multi.lua's answer for n rules: {1 if all were
+// admitted, then each rule's decision}.
+func decodeMulti(v []int64, n int) (bool, []decisionReply, error) {
+	if len(v) != 1+decisionLen*n {
+		return false, nil, replyLenError("multi", len(v), 1+decisionLen*n)
+	}
+	ds := make([]decisionReply, n)
+	for i := range ds {
+		ds[i] = decisionOf(v[1+decisionLen*i : 1+decisionLen*(i+1)])
+	}
+	return v[0] == 1, ds, nil
+}
+
+func replyLenError(script string, got, want int) error {
+	return fmt.Errorf("%w: %s script answered %d values, want %d", ErrRedis, script, got, want)
+}
+
+func boolFlag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

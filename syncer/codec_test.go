@@ -1,0 +1,152 @@
+package syncer
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// TestDecodeReplyLength: a reply one value short or long, or empty, is an
+// error wrapping ErrRedis from every decoder, never a panic or a misread.
+func TestDecodeReplyLength(t *testing.T) {
+	decoders := map[string]struct {
+		n      int
+		decode func([]int64) error
+	}{
+		"lease_window": {leaseWindowLen, func(v []int64) error { _, err := decodeLeaseWindow(v); return err }},
+		"lease_bucket": {leaseBucketLen, func(v []int64) error { _, err := decodeLeaseBucket(v); return err }},
+		"registry":     {2, func(v []int64) error { _, err := decodeRegistry(v); return err }},
+		"refund":       {decisionLen, func(v []int64) error { _, err := decodeRefund(v); return err }},
+		"multi of 2":   {1 + 2*decisionLen, func(v []int64) error { _, _, err := decodeMulti(v, 2); return err }},
+	}
+	for name, d := range decoders {
+		t.Run(name, func(t *testing.T) {
+			for _, n := range []int{0, 1, d.n - 1, d.n + 1} {
+				err := d.decode(make([]int64, n))
+				assert.ErrorIs(t, err, ErrRedis, "%d values", n)
+				assert.ErrorContains(t, err, name[:min(len(name), 5)], "%d values: the error names the script", n)
+			}
+			assert.NoError(t, d.decode(make([]int64, d.n)), "%d values", d.n)
+		})
+	}
+}
+
+// TestDecodeLeaseWindow: each value of the window script's reply lands in
+// the field its header names.
+func TestDecodeLeaseWindow(t *testing.T) {
+	v, err := decodeLeaseWindow([]int64{1, 2, 3, 4, 5, 6, 7, 8, 1, 0, 11, 12, 1})
+	require.NoError(t, err)
+	assert.Equal(t, lease.WindowReply{
+		Now: 1, Window: 2, Epoch: 3, Granted: 4, Used: 5, Committed: 6, NextGranted: 7, PrevCommitted: 8,
+		Revoked: true, Exhausted: false, Live: 11, Room: 12, Paced: true,
+	}, v)
+}
+
+// TestDecodeLeaseBucket: each value of the bucket script's reply lands in
+// the field its header names.
+func TestDecodeLeaseBucket(t *testing.T) {
+	v, err := decodeLeaseBucket([]int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 11})
+	require.NoError(t, err)
+	assert.Equal(t, lease.BucketReply{
+		Now: 1, Epoch: 2, Rate: 3, Burst: 4, Expiry: 5, Grant: 6, Pool: 7, PoolRate: 8, PoolCap: 9,
+		Revoked: true, Live: 11,
+	}, v)
+}
+
+// TestEncodeLease: the requests' fields go to the ARGV positions the
+// scripts' headers give them (1-based there), the rule's parameters last.
+func TestEncodeLease(t *testing.T) {
+	c := leaseConsts{now: "99", node: "n", leaseTTL: 500, demandTTL: 600}
+	rule := []any{"fp", 7}
+	w := encodeLeaseWindow(&lease.Request{
+		Release: true, Demand: 3, WantCur: 4, WantNext: 5, Horizon: 6, Prev: lease.Report{Window: 7, Used: 8},
+		Cur: lease.Report{Window: 9, Used: 10}, Nodes: 11, GuessTTL: 12, PaceSpan: 13,
+	}, c, rule)
+	assert.Equal(t, []any{"99", "n", 1, int64(3), int64(4), int64(5), int64(6), int64(7), int64(8), int64(9), int64(10),
+		int64(600), int64(11), int64(12), int64(13), "fp", 7}, w)
+	b := encodeLeaseBucket(&lease.Request{
+		Bucket: true, Seq: 3, Demand: 5, Tokens: 6, Debt: 7, Rate: 10, Burst: 11, Expiry: 12, Nodes: 13,
+		Horizon: 14, Allowance: 15,
+	}, c, rule)
+	assert.Equal(t, []any{"99", "n", int64(3), 0, int64(5), int64(6), int64(7), int64(500), int64(600),
+		int64(10), int64(11), int64(12), int64(13), int64(14), int64(15), "fp", 7}, b)
+}
+
+// TestApplyMalformedReply: a reply of the wrong length to a key's exchange
+// fails that exchange: an error, the lease untouched but for its request
+// no longer in flight, and the entry's lock released.
+func TestApplyMalformedReply(t *testing.T) {
+	cl := lease.NewCluster(1)
+	p := lease.Params{Interval: 100 * time.Millisecond, Horizon: 200 * time.Millisecond, MinGap: 10 * time.Millisecond, IdleRelease: 300 * time.Millisecond}
+	store, err := local.NewStore(local.StoreConfig{}, func(*lease.Lease, int64) bool { return false })
+	require.NoError(t, err)
+	for _, alg := range []local.Algorithm{local.FixedWindow, local.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lr := lease.NewRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}), p, cl)
+			const now = int64(1_900_000_000_000_000)
+			e := store.Get(alg.String(), now)
+			e.Lock()
+			e.Value.Decide(lr, now, 1)
+			q := e.Value.Request(lr, now, false)
+			require.True(t, e.Value.InFlight())
+			before := e.Value
+			e.Unlock()
+
+			s := &Syncer{}
+			applied, err := s.apply(&pending{entry: e, rule: lr, req: q}, []int64{now, 1, 2}, now+100)
+			assert.False(t, applied)
+			assert.ErrorIs(t, err, ErrRedis)
+			locked := make(chan struct{})
+			go func() { e.Lock(); close(locked) }()
+			select {
+			case <-locked:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the entry's lock is left held")
+			}
+			assert.False(t, e.Value.InFlight(), "the request is still in flight")
+			before.Answered()
+			assert.Equal(t, before, e.Value, "a malformed reply changed the lease")
+			e.Unlock()
+		})
+	}
+}
+
+// FuzzReplyDecoders: no reply, of any length or content, makes a decoder
+// panic, and each accepts exactly the length its script answers.
+func FuzzReplyDecoders(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(make([]byte, 8*2))
+	f.Add(make([]byte, 8*decisionLen))
+	f.Add(make([]byte, 8*leaseBucketLen))
+	f.Add(make([]byte, 8*leaseWindowLen))
+	f.Add(make([]byte, 8*leaseWindowLen-3))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v := make([]int64, len(b)/8)
+		for i := range v {
+			v[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		_, err := decodeLeaseWindow(v)
+		assert.Equal(t, len(v) == leaseWindowLen, err == nil, "lease_window, %d values: %v", len(v), err)
+		_, err = decodeLeaseBucket(v)
+		assert.Equal(t, len(v) == leaseBucketLen, err == nil, "lease_bucket, %d values: %v", len(v), err)
+		_, err = decodeRegistry(v)
+		assert.Equal(t, len(v) == 2, err == nil, "registry, %d values: %v", len(v), err)
+		_, err = decodeRefund(v)
+		assert.Equal(t, len(v) == decisionLen, err == nil, "refund, %d values: %v", len(v), err)
+		for n := range 3 {
+			_, ds, err := decodeMulti(v, n)
+			assert.Equal(t, len(v) == 1+decisionLen*n, err == nil, "multi of %d, %d values: %v", n, len(v), err)
+			assert.Len(t, ds, map[bool]int{true: n}[err == nil])
+		}
+		if d, err := decodePacked(string(b)); err == nil {
+			assert.Len(t, b, 8*decisionLen, "a packed decision accepted from %d bytes", len(b))
+			assert.Equal(t, d, decisionOf(func() []int64 { u, _ := unpack(string(b)); return u[:] }()))
+		}
+	})
+}
