@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -107,7 +108,7 @@ type ruleState struct {
 	redis atomic.Pointer[syncer.Rule]
 	// Hybrid mode.
 	lease atomic.Pointer[syncer.LeaseRule]
-	store *local.Store[syncer.Lease]
+	store *keyed.Store[syncer.Lease]
 	// FailLocal: each node's part of the limit while Redis is down.
 	fallback *local.Limiter
 

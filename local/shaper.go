@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 )
 
 // Reservation is a request scheduled by Reserve: instead of being rejected
@@ -27,7 +29,7 @@ type Reservation struct {
 	TimeToAct time.Time
 
 	l         *Limiter
-	e         *Entry[keyState]
+	e         *keyed.Entry[keyState]
 	lim       *Limit
 	n         int64
 	at        int64 // TimeToAct in µs
@@ -56,7 +58,7 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 		return Reservation{Reason: ReasonInvalidCost}, nil
 	}
 	for {
-		e := l.store.Get(key, now)
+		e := l.store.Lock(key, now)
 		if e == nil {
 			switch l.overflow {
 			case OverflowAllow:
@@ -66,17 +68,13 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 				return Reservation{OK: true, Reason: ReasonOverflow, TimeToAct: time.UnixMicro(now)}, nil
 			case OverflowShared:
 				e = &l.shared
+				e.Lock()
 			default:
 				return Reservation{Reason: ReasonOverflow}, nil
 			}
 		}
-		e.mu.Lock()
-		if e.Evicted() { // evicted since we got it
-			e.mu.Unlock()
-			continue
-		}
 		r, ok, err := l.reserveLocked(e, key, now, n, maxDelay)
-		e.mu.Unlock()
+		e.Unlock()
 		if !ok { // replaced under a new limit
 			continue
 		}
@@ -90,7 +88,7 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 // reserveLocked reserves under e's lock. It reports false when e was
 // replaced by an entry under the limit in force (settle), to be looked up
 // again.
-func (l *Limiter) reserveLocked(e *Entry[keyState], key string, now, n int64, maxDelay time.Duration) (Reservation, bool, error) {
+func (l *Limiter) reserveLocked(e *keyed.Entry[keyState], key string, now, n int64, maxDelay time.Duration) (Reservation, bool, error) {
 	lim := l.limit.Load()
 	if !lim.p.Algorithm.bucket() {
 		return Reservation{}, true, ErrNotShaper
@@ -152,8 +150,8 @@ func (r *Reservation) CancelAt(now time.Time) {
 	}
 	r.e = nil
 	us := now.UnixMicro()
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.Lock()
+	defer e.Unlock()
 	if e.Evicted() || e.Value.lim.Load() != r.lim || us >= r.at {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -35,7 +36,7 @@ func TestFirstLeaseRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := local.NewStore(local.StoreConfig{}, func(*syncer.Lease, int64) bool { return false })
+	store, err := keyed.New(keyed.Config{}, func(*syncer.Lease, int64) bool { return false }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

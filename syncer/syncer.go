@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -143,7 +144,7 @@ type Syncer struct {
 	wakeFirst chan struct{}
 
 	mu         sync.Mutex // one round at a time; guards active and registered
-	active     map[*local.Entry[Lease]]*LeaseRule
+	active     map[*keyed.Entry[Lease]]*LeaseRule
 	registered int64 // node time of the last registration, 0 before any
 
 	counted atomic.Int64 // live nodes as the registry last counted them
@@ -168,7 +169,7 @@ type queue struct {
 
 type queued struct {
 	rule  *LeaseRule
-	entry *local.Entry[Lease]
+	entry *keyed.Entry[Lease]
 }
 
 // NewSyncer returns a Syncer for cfg, not yet running. It copies cfg and
@@ -251,7 +252,7 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 		cfg: cfg, ks: cfg.Keyspace, node: cfg.NodeID,
 		wake:      make(chan struct{}, 1),
 		wakeFirst: make(chan struct{}, 1),
-		active:    map[*local.Entry[Lease]]*LeaseRule{},
+		active:    map[*keyed.Entry[Lease]]*LeaseRule{},
 	}
 	s.ks.Secret = append([]byte(nil), s.ks.Secret...)
 	if s.cfg.Clock == nil {
@@ -300,7 +301,7 @@ func (s *Syncer) register(now int64, leave bool) (call, bool) {
 // running low, ask for the next first-lease round instead. The caller holds
 // the entry's lock. Notify does not block and, for a key already handed
 // over, costs a check.
-func (s *Syncer) Notify(r *LeaseRule, e *local.Entry[Lease]) {
+func (s *Syncer) Notify(r *LeaseRule, e *keyed.Entry[Lease]) {
 	k := &e.Value
 	if k.flags&(flagQueued|flagActive) == 0 {
 		k.flags |= flagQueued
@@ -318,7 +319,7 @@ func (s *Syncer) Notify(r *LeaseRule, e *local.Entry[Lease]) {
 	}
 }
 
-func (q *queue) push(r *LeaseRule, e *local.Entry[Lease]) {
+func (q *queue) push(r *LeaseRule, e *keyed.Entry[Lease]) {
 	q.mu.Lock()
 	q.items = append(q.items, queued{r, e})
 	q.mu.Unlock()
@@ -510,7 +511,7 @@ func (s *Syncer) SyncAt(ctx context.Context, now int64) (RoundStats, error) {
 
 // pending is a request out for one key.
 type pending struct {
-	entry   *local.Entry[Lease]
+	entry   *keyed.Entry[Lease]
 	rule    *LeaseRule
 	sentAt  int64
 	wid     int64 // windows: the window the current report is for
@@ -555,7 +556,7 @@ func (b *batch) add(c call, p pending) {
 
 // send adds e's exchange at node time now to b and marks it in flight. The
 // caller holds e's lock.
-func (s *Syncer) send(b *batch, e *local.Entry[Lease], r *LeaseRule, now int64, final bool) {
+func (s *Syncer) send(b *batch, e *keyed.Entry[Lease], r *LeaseRule, now int64, final bool) {
 	c, p := s.request(&e.Value, r, now, final)
 	p.entry, p.rule = e, r
 	e.Value.flags |= flagInFlight
