@@ -336,9 +336,8 @@ func (l *Limiter) AllowNAt(now time.Time, key string, n int64) Decision {
 // allow is the hot path: it decides at t or, when clock is set, at the
 // Limiter's clock's time. It takes the time as the exported methods have it
 // so that they are small enough to inline, and so cost no call of their
-// own: among a million keys, each call on the path measured about 25 ns
-// (docs/performance.md). It returns the Decision itself, four words that
-// stay in registers.
+// own: among many keys, every call on the path delays the next cache miss.
+// It returns the Decision itself, four words that stay in registers.
 //
 // The usual case, a packed key already held, settled, and an admission, is
 // decided here on the key's word (packed.go), retried here when another
@@ -378,14 +377,11 @@ func (l *Limiter) allow(t time.Time, clock bool, key string, n int64) Decision {
 			// A compare-and-swap fails when another decision on the
 			// key got in first: decide again here on the word it left,
 			// until one succeeds or the word's decision is not an
-			// admission. Leaving the retry to allowSlow's general path
-			// (unpack, decide, pack) held the key's cache line longer
-			// while another core waited for it: here, one hot key on
-			// two goroutines is decided 5 to 12% faster (stop 21 in
-			// docs/performance.md). The parts of a decision that
-			// depend on now alone (fixedAt's and counterNow's
-			// divisions) are not hoisted out of the loop: they run
-			// while the word is fetched again.
+			// admission. Retrying here, not in allowSlow's general path
+			// (unpack, decide, pack), holds the key's cache line for
+			// less time while other cores wait for it. The parts that
+			// depend on now alone stay in the loop: they run while the
+			// word is fetched again.
 			for {
 				w := v.word.Load()
 				var vd verdict

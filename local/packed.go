@@ -105,20 +105,18 @@ func (l *Limit) windowIndex(start int64, idx uint64) uint64 {
 // report false for anything else (a rejection, time run back), and then
 // slowWord decides. A key among many is a cache miss away, and the fewer
 // instructions a decision takes, the more of the next decisions' misses
-// the processor overlaps with it: among a million keys, each call on the
-// path cost about 25 ns. So the three are small enough to inline into
-// allow. The windows decide an admission in the word's window and one in a
-// later window with the same instructions, without a branch: which of the
-// two it is depends on the word, and is as good as random among many keys
-// (two requests in three roll their window in the benchmark's 1m-at), and
-// the branch-free counter took that case from 519 to 450 ns.
+// the processor overlaps with it, so the three are small enough to inline
+// into allow (TestHotPathInlined holds them to it). The windows decide an
+// admission in the word's window and one in a later window with the same
+// instructions, without a branch: which of the two it is depends on the
+// word, and is as good as random among many keys, so a branch there would
+// often be mispredicted.
 // FuzzDecideWord holds allow's words and verdicts to the general path.
 
 // rejectWord decides on w a rejection of n at now, without unpacking it,
 // or reports false. Rejections are what a flooded key sees, and allow
-// leaves them to allowSlow: a bucket's took 16.6 ns on a hot key at 100
-// times its limit, against 19.5 through slowWord (bench/micro
-// hot-at-flood, docs/performance.md). Like fixedAt, counterAt and
+// leaves them to allowSlow, where this is cheaper than slowWord's unpack,
+// decide and pack. Like fixedAt, counterAt and
 // bucketWord, whose first lines it repeats (they must stay within the
 // inliner's budget), it takes the word's window or a later one, and a
 // bucket whose TAT is at most τ ahead of now; the rest (time run back, a
