@@ -68,15 +68,15 @@ func (l *Limit) setPacking() {
 func (l *Limit) unpack(w uint64) state {
 	switch l.p.Algorithm {
 	case FixedWindow:
-		return state{a: int64(w>>l.cb) * l.w, b: int64(w & (1<<l.cb - 1))}
+		return state{at: int64(w>>l.cb) * l.w, count: int64(w & (1<<l.cb - 1))}
 	case SlidingWindowCounter:
 		m := uint64(1)<<l.cb - 1
-		return state{a: int64(w>>(2*l.cb)) * l.w, b: int64(w >> l.cb & m), c: int64(w & m)}
+		return state{at: int64(w>>(2*l.cb)) * l.w, count: int64(w >> l.cb & m), prev: int64(w & m)}
 	}
 	if l.rl == 1 {
-		return state{a: int64(w)}
+		return state{at: int64(w)}
 	}
-	return state{a: int64(w / uint64(l.rl)), b: int64(w % uint64(l.rl))}
+	return state{at: int64(w / uint64(l.rl)), count: int64(w % uint64(l.rl))}
 }
 
 // pack returns the word of s. from is a word s may have been unpacked
@@ -85,11 +85,11 @@ func (l *Limit) unpack(w uint64) state {
 func (l *Limit) pack(s *state, from uint64) uint64 {
 	switch l.p.Algorithm {
 	case FixedWindow:
-		return l.windowIndex(s.a, from>>l.cb)<<l.cb | uint64(s.b)
+		return l.windowIndex(s.at, from>>l.cb)<<l.cb | uint64(s.count)
 	case SlidingWindowCounter:
-		return l.windowIndex(s.a, from>>(2*l.cb))<<(2*l.cb) | uint64(s.b)<<l.cb | uint64(s.c)
+		return l.windowIndex(s.at, from>>(2*l.cb))<<(2*l.cb) | uint64(s.count)<<l.cb | uint64(s.prev)
 	}
-	return uint64(s.a)*uint64(l.rl) + uint64(s.b)
+	return uint64(s.at)*uint64(l.rl) + uint64(s.count)
 }
 
 // windowIndex returns start / l.w, which is idx when idx is start's index.

@@ -108,7 +108,7 @@ func (l *Limiter) reserveLocked(e *keyed.Entry[keyState], key string, now, n int
 	if packedIn(e, lim) {
 		limitDelay = min(limitDelay, lim.maxTAT-now-ceilDiv(lim.tau, lim.rl)-1)
 	}
-	tat, frac := v.a, v.b
+	tat, frac := v.at, v.count
 	if tat < now {
 		tat, frac = now, 0
 	} else if early := tat - ceilDiv(lim.tau, lim.rl) - limitDelay; now < early {
@@ -120,13 +120,13 @@ func (l *Limiter) reserveLocked(e *keyed.Entry[keyState], key string, now, n int
 		delay = ceilDiv(excess, lim.rl)
 	}
 	if delay > limitDelay {
-		return Reservation{Reason: ReasonLimited, Delay: micros(delay)}, true, nil
+		return Reservation{Reason: ReasonLimited, Delay: usDuration(delay)}, true, nil
 	}
 	f := frac + n*lim.el
-	v.a, v.b = tat+f/lim.rl, f%lim.rl
+	v.at, v.count = tat+f/lim.rl, f%lim.rl
 	return Reservation{
-		OK: true, Delay: micros(delay), TimeToAct: time.UnixMicro(now + delay),
-		l: l, e: e, lim: lim, n: n, at: now + delay, tat: v.a, frac: v.b,
+		OK: true, Delay: usDuration(delay), TimeToAct: time.UnixMicro(now + delay),
+		l: l, e: e, lim: lim, n: n, at: now + delay, tat: v.at, frac: v.count,
 	}, true, nil
 }
 
@@ -158,15 +158,15 @@ func (r *Reservation) CancelAt(now time.Time) {
 	var tmp state
 	v, w := hold(e, r.lim, &tmp)
 	defer release(e, r.lim, v, w)
-	if v.a != r.tat || v.b != r.frac {
+	if v.at != r.tat || v.count != r.frac {
 		return
 	}
-	f, a := v.b-r.n*r.lim.el, v.a
+	f, a := v.count-r.n*r.lim.el, v.at
 	if f < 0 {
 		k := ceilDiv(-f, r.lim.rl)
 		a, f = a-k, f+k*r.lim.rl
 	}
-	v.a, v.b = a, f
+	v.at, v.count = a, f
 }
 
 // Wait blocks until a request of cost n for key may act, and returns nil; or
