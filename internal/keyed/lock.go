@@ -71,9 +71,9 @@ func (l Locked[V]) Unlock() {
 // First is where the groups begin: Group(l.First()) is the first.
 func (l Locked[V]) First() int { return l.first }
 
-// Group returns the requests on the k-th entry in address order, as
-// indexes into ents, that entry, and where the next group begins (len of
-// the requests with an entry once past the last). Iterate with
+// Group returns the group of requests beginning at k: their entry, their
+// indexes into ents, and where the next group begins (Len once past the
+// last). Iterate with
 //
 //	for k := l.First(); k < l.Len(); {
 //		e, group, next := l.Group(k)
