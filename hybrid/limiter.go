@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -59,8 +60,12 @@ type Config struct {
 	// and Clock are this Config's; its Observer, if set, receives every
 	// round after the Limiter.
 	Sync syncer.SyncConfig
-	// Store sizes each rule's table of keys. Default: local's defaults.
-	Store local.StoreConfig
+	// Shards is the number of partitions of each rule's table of keys, a
+	// power of two from 1 to 65,536. Default local.DefaultShards (64).
+	Shards int
+	// MaxKeys caps the keys each rule's table holds, enforced per shard at
+	// ⌈MaxKeys/Shards⌉. Default local.DefaultMaxKeys (1,048,576).
+	MaxKeys int
 	// Timeout bounds each central decision: its deadline is its context's
 	// or Timeout from its start, whichever comes first. Default
 	// syncer.DefaultTimeout.
@@ -113,6 +118,11 @@ type Limiter struct {
 	shutdownErr error
 }
 
+// storeConfig sizes the rules' tables of keys.
+func (c *Config) storeConfig() keyed.Config {
+	return keyed.Config{Shards: c.Shards, MaxKeys: c.MaxKeys}
+}
+
 // New returns a Limiter for cfg. It copies cfg, reports a bad field with an
 // error wrapping ErrInvalidConfig, and starts the syncer (unless
 // ManualSync) and the sweeper of idle keys.
@@ -141,8 +151,8 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, cfg.Timeout)
 	}
-	if _, err := local.NewStore(cfg.Store, func(*lease.Lease, int64) bool { return false }); err != nil {
-		return nil, fmt.Errorf("%w: Store: %w", ErrInvalidConfig, err)
+	if _, err := keyed.New(cfg.storeConfig(), func(*lease.Lease, int64) bool { return false }, nil); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	l := &Limiter{cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, rules: map[string]*ruleState{}}
 	if l.clock == nil {
@@ -257,22 +267,22 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 			l.logger.Info("hybridlimit: rule runs central: it cannot be split into leases", "rule", r.Name, "limit", r.Limit.String())
 		} else {
 			rs.lease.Store(lr)
-			rs.store, err = local.NewStore(l.cfg.Store, rs.idle)
+			rs.store, err = keyed.New(l.cfg.storeConfig(), rs.idle, nil)
 			if err != nil {
-				return nil, fmt.Errorf("%w: Store: %w", ErrInvalidConfig, err)
+				return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 			}
 		}
 		rs.mode = mode
 	}
 	if mode == Local {
-		ll, err := local.New(r.Limit, local.Config{Shards: l.cfg.Store.Shards, MaxKeys: l.cfg.Store.MaxKeys, Clock: l.clock, NoBackgroundSweep: true})
+		ll, err := local.New(r.Limit, local.Config{Shards: l.cfg.Shards, MaxKeys: l.cfg.MaxKeys, Clock: l.clock, NoBackgroundSweep: true})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		rs.local = ll
 	}
 	if policy == FailLocal && mode != Local {
-		fl, err := local.New(r.Limit, local.Config{Shards: l.cfg.Store.Shards, MaxKeys: l.cfg.Store.MaxKeys, Clock: l.clock, NoBackgroundSweep: true})
+		fl, err := local.New(r.Limit, local.Config{Shards: l.cfg.Shards, MaxKeys: l.cfg.MaxKeys, Clock: l.clock, NoBackgroundSweep: true})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
@@ -360,21 +370,7 @@ func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (loc
 	now := l.nowMicro()
 	switch rs.mode {
 	case Hybrid:
-		v, limit := rs.allowHybrid(now, key, n)
-		if v.Reason == local.ReasonNoLease && l.unavailable.Load() != 0 {
-			if rs.policy == FailLocal {
-				if d, ok := rs.fallbackLease(now, key, n); ok {
-					return d, errUnavailable
-				}
-			}
-			d, err := rs.failed(ctx, now, key, n, errUnavailable)
-			if d.Allowed() {
-				rs.chargeLease(now, key, n)
-			}
-			return d, err
-		}
-		rs.counts.count(v.Reason)
-		return dress(v, limit), nil
+		return rs.allowHybrid(ctx, now, key, n)
 	case Central:
 		var d local.Decision
 		if l.cfg.VirtualTime {
@@ -406,44 +402,71 @@ func micros(v int64) time.Duration { return time.Duration(v) * time.Microsecond 
 
 func (l *Limiter) nowMicro() int64 { return l.clock.Now().UnixMicro() }
 
-// allowHybrid is the hybrid hot path: the key's entry, its lease, and a hand
-// to the syncer when the lease asks for it.
-func (rs *ruleState) allowHybrid(now int64, key string, n int64) (lease.Verdict, int64) {
+// allowHybrid is the hybrid hot path: the key's entry, locked once for the
+// whole decision, its lease, and a hand to the syncer when the lease asks
+// for it. A key without a lease while Redis is out of reach is decided by
+// the failure policy (degraded), under the same lock.
+func (rs *ruleState) allowHybrid(ctx context.Context, now int64, key string, n int64) (local.Decision, error) {
 	lr := rs.lease.Load()
-	max := lr.MaxCost()
-	switch {
-	case n < 0:
-		return lease.Verdict{Reason: local.ReasonInvalidCost}, max
-	case n > max:
-		return lease.Verdict{Reason: local.ReasonCostTooHigh}, max
+	if v, bad := badCost(lr, n); bad {
+		rs.counts.count(v.Reason)
+		return dress(v, lr.MaxCost()), nil
 	}
 	e := rs.lockedEntry(key, now)
 	if e == nil {
-		return lease.Verdict{Reason: local.ReasonOverflow}, max
+		rs.counts.count(local.ReasonOverflow)
+		return dress(lease.Verdict{Reason: local.ReasonOverflow}, lr.MaxCost()), nil
 	}
 	v, signal := e.Value.Decide(lr, now, n)
 	if signal {
 		lr.Notify(e)
 	}
+	if v.Reason == local.ReasonNoLease && rs.l.unavailable.Load() != 0 {
+		d, err := rs.degraded(ctx, e, lr, now, key, n)
+		e.Unlock()
+		return d, err
+	}
 	e.Unlock()
-	return v, max
+	rs.counts.count(v.Reason)
+	return dress(v, lr.MaxCost()), nil
+}
+
+// badCost refuses, charging nothing, a cost no lease of lr can admit.
+func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
+	switch {
+	case n < 0:
+		return lease.Verdict{Reason: local.ReasonInvalidCost}, true
+	case n > lr.MaxCost():
+		return lease.Verdict{Reason: local.ReasonCostTooHigh}, true
+	}
+	return lease.Verdict{}, false
+}
+
+// degraded decides for a key without a lease while Redis is out of reach:
+// by FailLocal on a window rule's lease, else by the rule's failure policy,
+// recording in the lease what the policy admitted. e is key's entry, which
+// the caller holds locked.
+func (rs *ruleState) degraded(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) (local.Decision, error) {
+	if rs.policy == FailLocal {
+		if d, ok := rs.fallbackLease(e, lr, now, n); ok {
+			return d, errUnavailable
+		}
+	}
+	d, err := rs.failed(ctx, now, key, n, errUnavailable)
+	if d.Allowed() {
+		rs.chargeLease(e, lr, now, n)
+	}
+	return d, err
 }
 
 // lockedEntry returns key's entry, locked and with its digest set; nil when
 // the table has no room for the key.
-func (rs *ruleState) lockedEntry(key string, now int64) *local.Entry[lease.Lease] {
-	for {
-		e := rs.store.Get(key, now)
-		if e == nil {
-			return nil
-		}
-		e.Lock()
-		if !e.Evicted() {
-			rs.l.setDigest(&e.Value, key)
-			return e
-		}
-		e.Unlock() // evicted since Get: look it up again
+func (rs *ruleState) lockedEntry(key string, now int64) *keyed.Entry[lease.Lease] {
+	e := rs.store.Lock(key, now)
+	if e != nil {
+		rs.l.setDigest(&e.Value, key)
 	}
+	return e
 }
 
 // setDigest names a new key's lease in Redis: the digest is computed once,
@@ -454,38 +477,27 @@ func (l *Limiter) setDigest(k *lease.Lease, key string) {
 	}
 }
 
-// chargeLease records in a hybrid key's lease what a failure policy
-// admitted for it while Redis was out of reach: the next exchange reports it,
-// and Redis counts it once it answers again.
-func (rs *ruleState) chargeLease(now int64, key string, n int64) {
-	lr := rs.lease.Load()
-	e := rs.lockedEntry(key, now)
-	if e == nil {
-		return // the table is full: nothing to record it in
-	}
+// chargeLease records in a hybrid key's lease, in e, which the caller holds
+// locked, what a failure policy admitted for it while Redis was out of
+// reach: the next exchange reports it, and Redis counts it once it answers
+// again.
+func (rs *ruleState) chargeLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, n int64) {
 	if e.Value.Charge(lr, now, n) {
 		lr.Notify(e)
 	}
-	e.Unlock()
 }
 
-// fallbackLease decides by FailLocal on a window rule's lease (see
-// lease.Lease.Fallback); ok is false for bucket rules, and for a key the
-// table has no room for.
-func (rs *ruleState) fallbackLease(now int64, key string, n int64) (d local.Decision, ok bool) {
-	lr := rs.lease.Load()
+// fallbackLease decides by FailLocal on a window rule's lease, in e, which
+// the caller holds locked (see lease.Lease.Fallback); ok is false for
+// bucket rules.
+func (rs *ruleState) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, n int64) (d local.Decision, ok bool) {
 	part := max(rs.limit.Load().Params().Limit/max(lr.Nodes(), 1), 1)
-	e := rs.lockedEntry(key, now)
-	if e == nil {
-		return local.Decision{}, false
-	}
 	v, ok := e.Value.Fallback(lr, now, n, part)
-	if ok && v.Reason == local.ReasonOK {
-		lr.Notify(e)
-	}
-	e.Unlock()
 	if !ok {
 		return local.Decision{}, false
+	}
+	if v.Reason == local.ReasonOK {
+		lr.Notify(e)
 	}
 	rs.counts.fallback.Add(1)
 	rs.counts.count(v.Reason)

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -157,8 +158,8 @@ func resultOf(r local.Reason) string {
 	return r.String()
 }
 
-func (rs *ruleState) stats() local.StoreStats {
-	var st local.StoreStats
+func (rs *ruleState) stats() keyed.Stats {
+	var st keyed.Stats
 	if rs.store != nil {
 		st = rs.store.Stats()
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -108,7 +109,7 @@ type ruleState struct {
 	redis atomic.Pointer[syncer.Rule]
 	// Hybrid mode.
 	lease atomic.Pointer[lease.Rule]
-	store *local.Store[lease.Lease]
+	store *keyed.Store[lease.Lease]
 	// FailLocal: each node's part of the limit while Redis is down.
 	fallback *local.Limiter
 
