@@ -12,7 +12,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestConfigWithDefaults: the zero fields take the documented defaults, the
@@ -50,9 +49,9 @@ func TestNewValidatesWithoutRedis(t *testing.T) {
 		field string
 	}{
 		{"negative Timeout", hybrid.Config{Timeout: -time.Second}, "Timeout"},
-		{"negative Store.MaxKeys", hybrid.Config{Store: local.StoreConfig{MaxKeys: -1}}, "Store.MaxKeys"},
-		{"Store.Shards above 65536", hybrid.Config{Store: local.StoreConfig{Shards: 1 << 17}}, "Store.Shards"},
-		{"negative Store.Shards", hybrid.Config{Store: local.StoreConfig{Shards: -4}}, "Store.Shards"},
+		{"negative MaxKeys", hybrid.Config{MaxKeys: -1}, "MaxKeys"},
+		{"Shards above 65536", hybrid.Config{Shards: 1 << 17}, "Shards"},
+		{"negative Shards", hybrid.Config{Shards: -4}, "Shards"},
 		{"Sync.Epsilon above 1", hybrid.Config{Sync: hybrid.SyncConfig{Epsilon: 2}}, "Epsilon"},
 		{"bad Sync.NodeID", hybrid.Config{Sync: hybrid.SyncConfig{NodeID: "a b"}}, "NodeID"},
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -78,9 +79,12 @@ type Config struct {
 	// Client, Keyspace and Clock are this Config's; its Observer, if set,
 	// receives every round after the Limiter.
 	Sync SyncConfig
-	// Store sizes each rule's table of keys. Default: local.DefaultShards
-	// shards, local.DefaultMaxKeys keys.
-	Store local.StoreConfig
+	// Shards is the number of partitions of each rule's table of keys, a
+	// power of two from 1 to 65,536. Default local.DefaultShards (64).
+	Shards int
+	// MaxKeys caps the keys each rule's table holds, enforced per shard at
+	// ⌈MaxKeys/Shards⌉. Default local.DefaultMaxKeys (1,048,576).
+	MaxKeys int
 	// Timeout bounds each central decision: its deadline is its context's
 	// or Timeout from its start, whichever comes first. Default
 	// DefaultTimeout (250ms).
@@ -105,7 +109,7 @@ type Config struct {
 
 // WithDefaults returns c with each zero field that has a default set to
 // it, as New sees it, Sync's included (SyncConfig.WithDefaults). Clock
-// stays nil (New starts its own), and Store keeps its zero fields (each
+// stays nil (New starts its own), and Shards and MaxKeys stay zero (each
 // rule's table fills them).
 func (c Config) WithDefaults() Config {
 	if c.Mode == ModeDefault {
@@ -144,10 +148,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Policy %d: unknown", ErrInvalidConfig, c.Policy)
 	case c.Timeout < 0:
 		return fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, c.Timeout)
-	case c.Store.Shards < 0 || c.Store.Shards > 1<<16 || c.Store.Shards&(c.Store.Shards-1) != 0:
-		return fmt.Errorf("%w: Store.Shards %d: must be a power of two from 1 to 65536", ErrInvalidConfig, c.Store.Shards)
-	case c.Store.MaxKeys < 0:
-		return fmt.Errorf("%w: Store.MaxKeys %d: must be positive", ErrInvalidConfig, c.Store.MaxKeys)
+	case c.Shards < 0 || c.Shards > 1<<16 || c.Shards&(c.Shards-1) != 0:
+		return fmt.Errorf("%w: Shards %d: must be a power of two from 1 to 65536", ErrInvalidConfig, c.Shards)
+	case c.MaxKeys < 0:
+		return fmt.Errorf("%w: MaxKeys %d: must be positive", ErrInvalidConfig, c.MaxKeys)
 	}
 	// Checked with or without Redis: without it the syncer does not run,
 	// but a bad field is still a bad field.
@@ -330,7 +334,12 @@ func (l *Limiter) newMode(rs *ruleState, mode Mode, lim local.Limit) (modeRule, 
 // localConfig configures the local limiters of Local rules and of the
 // FailLocal policy: the Limiter's clock and table size; the Limiter sweeps.
 func (l *Limiter) localConfig() local.Config {
-	return local.Config{Shards: l.cfg.Store.Shards, MaxKeys: l.cfg.Store.MaxKeys, Clock: l.clock, NoBackgroundSweep: true}
+	return local.Config{Shards: l.cfg.Shards, MaxKeys: l.cfg.MaxKeys, Clock: l.clock, NoBackgroundSweep: true}
+}
+
+// storeConfig sizes the hybrid rules' tables of keys.
+func (l *Limiter) storeConfig() keyed.Config {
+	return keyed.Config{Shards: l.cfg.Shards, MaxKeys: l.cfg.MaxKeys}
 }
 
 // expectedNodes is the number of nodes the Config expects (Sync.Nodes, at

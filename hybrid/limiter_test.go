@@ -64,9 +64,12 @@ func TestNewInvalidConfig(t *testing.T) {
 		{"client without ContextTimeoutEnabled", true, func(redis.UniversalClient) hybrid.Config {
 			return hybrid.Config{Redis: noDeadlines}
 		}, "ContextTimeoutEnabled"},
-		{"Store.Shards not a power of two", false, func(redis.UniversalClient) hybrid.Config {
-			return hybrid.Config{Store: local.StoreConfig{Shards: 3}}
+		{"Shards not a power of two", false, func(redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{Shards: 3}
 		}, "Shards"},
+		{"MaxKeys negative", false, func(redis.UniversalClient) hybrid.Config {
+			return hybrid.Config{MaxKeys: -1}
+		}, "MaxKeys"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -19,7 +20,7 @@ type hybridRule struct {
 	l      *Limiter  // rs.l
 	counts *counters // rs.counts
 	lease  atomic.Pointer[lease.Rule]
-	store  *local.Store[lease.Lease]
+	store  *keyed.Store[lease.Lease]
 	fail   failover
 }
 
@@ -36,8 +37,8 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 	}
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
 	m.lease.Store(lr)
-	if m.store, err = local.NewStore(l.cfg.Store, m.idle); err != nil {
-		return nil, fmt.Errorf("%w: Store: %w", ErrInvalidConfig, err)
+	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if m.fail, err = newFailover(rs, lim); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -47,109 +48,92 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 
 func (m *hybridRule) kind() Mode { return Hybrid }
 
-// allow is the hybrid hot path: the key's entry, its lease, and a hand to
-// the syncer when the lease asks for it. A key without a lease while Redis
-// is down goes to the failure policy.
+// allow is the hybrid hot path: the key's entry, locked once for the whole
+// decision, its lease, and a hand to the syncer when the lease asks for it.
+// A key without a lease while Redis is out of reach is decided by the
+// failure policy (degraded), under the same lock.
 func (m *hybridRule) allow(_ context.Context, now int64, key string, n int64) (local.Decision, error) {
 	lr := m.lease.Load()
-	limit := lr.MaxCost()
-	var v lease.Verdict
-	switch {
-	case n < 0:
-		v.Reason = local.ReasonInvalidCost
-	case n > limit:
-		v.Reason = local.ReasonCostTooHigh
-	default:
-		e := m.lockedEntry(key, now)
-		if e == nil {
-			v.Reason = local.ReasonOverflow
-			break
-		}
-		var signal bool
-		v, signal = e.Value.Decide(lr, now, n)
-		if signal {
-			lr.Notify(e)
-		}
-		e.Unlock()
-		if v.Reason == local.ReasonNoLease && m.l.unavailable.Load() != 0 {
-			return m.failed(now, key, n)
-		}
+	if v, bad := badCost(lr, n); bad {
+		m.counts.count(v.Reason)
+		return dress(v, lr.MaxCost()), nil
 	}
+	e := m.lockedEntry(key, now)
+	if e == nil {
+		m.counts.count(local.ReasonOverflow)
+		return dress(lease.Verdict{Reason: local.ReasonOverflow}, lr.MaxCost()), nil
+	}
+	v, signal := e.Value.Decide(lr, now, n)
+	if signal {
+		lr.Notify(e)
+	}
+	if v.Reason == local.ReasonNoLease && m.l.unavailable.Load() != 0 {
+		d, err := m.degraded(e, lr, now, key, n)
+		e.Unlock()
+		return d, err
+	}
+	e.Unlock()
 	m.counts.count(v.Reason)
-	return dress(v, limit), nil
+	return dress(v, lr.MaxCost()), nil
 }
 
-// failed decides a request for a key without a lease while Redis is out of
-// reach: FailLocal on the key's lease for a window rule, the policy
-// otherwise; what the policy admits is charged to the lease.
-func (m *hybridRule) failed(now int64, key string, n int64) (local.Decision, error) {
+// badCost refuses, charging nothing, a cost no lease of lr can admit.
+func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
+	switch {
+	case n < 0:
+		return lease.Verdict{Reason: local.ReasonInvalidCost}, true
+	case n > lr.MaxCost():
+		return lease.Verdict{Reason: local.ReasonCostTooHigh}, true
+	}
+	return lease.Verdict{}, false
+}
+
+// degraded decides for a key without a lease while Redis is out of reach:
+// by FailLocal on a window rule's lease, else by the rule's failure policy,
+// recording in the lease what the policy admitted. e is key's entry, which
+// the caller holds locked.
+func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) (local.Decision, error) {
 	if m.fail.policy == FailLocal {
-		if d, ok := m.fallbackLease(now, key, n); ok {
+		if d, ok := m.fallbackLease(e, lr, now, n); ok {
 			return d, errUnavailable
 		}
 	}
 	// The nodes: as the last lease exchange counted them, or as the Config
 	// says until one did.
 	nodes := m.l.expectedNodes()
-	if c := m.lease.Load().Nodes(); c > 0 {
+	if c := lr.Nodes(); c > 0 {
 		nodes = c
 	}
 	d, err := m.fail.decide(nodes, now, key, n, errUnavailable)
-	if d.Allowed() {
-		m.chargeLease(now, key, n)
+	if d.Allowed() && e.Value.Charge(lr, now, n) {
+		// Recorded in the lease: the next exchange reports it, and Redis
+		// counts it once it answers again.
+		lr.Notify(e)
 	}
 	return d, err
 }
 
 // lockedEntry returns key's entry, locked and with its digest set; nil when
 // the table has no room for the key.
-func (m *hybridRule) lockedEntry(key string, now int64) *local.Entry[lease.Lease] {
-	for {
-		e := m.store.Get(key, now)
-		if e == nil {
-			return nil
-		}
-		e.Lock()
-		if !e.Evicted() {
-			m.l.setDigest(&e.Value, key)
-			return e
-		}
-		e.Unlock() // evicted since Get: look it up again
+func (m *hybridRule) lockedEntry(key string, now int64) *keyed.Entry[lease.Lease] {
+	e := m.store.Lock(key, now)
+	if e != nil {
+		m.l.setDigest(&e.Value, key)
 	}
+	return e
 }
 
-// chargeLease records in a key's lease what a failure policy admitted for
-// it while Redis was out of reach: the next exchange reports it, and Redis
-// counts it once it answers again.
-func (m *hybridRule) chargeLease(now int64, key string, n int64) {
-	lr := m.lease.Load()
-	e := m.lockedEntry(key, now)
-	if e == nil {
-		return // the table is full: nothing to record it in
-	}
-	if e.Value.Charge(lr, now, n) {
-		lr.Notify(e)
-	}
-	e.Unlock()
-}
-
-// fallbackLease decides by FailLocal on a window rule's lease (see
-// lease.Lease.Fallback); ok is false for bucket rules, and for a key the
-// table has no room for.
-func (m *hybridRule) fallbackLease(now int64, key string, n int64) (d local.Decision, ok bool) {
-	lr := m.lease.Load()
+// fallbackLease decides by FailLocal on a window rule's lease, in e, which
+// the caller holds locked (see lease.Lease.Fallback); ok is false for
+// bucket rules.
+func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, n int64) (d local.Decision, ok bool) {
 	part := max(m.rs.limit.Load().Params().Limit/max(lr.Nodes(), 1), 1)
-	e := m.lockedEntry(key, now)
-	if e == nil {
-		return local.Decision{}, false
-	}
 	v, ok := e.Value.Fallback(lr, now, n, part)
-	if ok && v.Reason == local.ReasonOK {
-		lr.Notify(e)
-	}
-	e.Unlock()
 	if !ok {
 		return local.Decision{}, false
+	}
+	if v.Reason == local.ReasonOK {
+		lr.Notify(e)
 	}
 	m.counts.fallback.Add(1)
 	m.counts.count(v.Reason)
@@ -163,7 +147,11 @@ func (m *hybridRule) idle(v *lease.Lease, now int64) bool {
 }
 
 func (m *hybridRule) join(b *multiBatch, i int, _ Request) {
-	b.hybrid = append(b.hybrid, hybridRequest{m: m, i: i})
+	if b.hybrid == nil {
+		b.hybrid = make([]*hybridRule, b.n)
+	}
+	b.hybrid[i] = m
+	b.nHybrid++
 }
 
 func (m *hybridRule) setLimit(lim local.Limit) error {

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unsafe"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -45,7 +45,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 	if len(reqs) == 0 {
 		return true, nil
 	}
-	var b multiBatch
+	b := multiBatch{n: len(reqs)}
 	for i, q := range reqs {
 		rs, err := l.state(q.Rule)
 		if err != nil {
@@ -59,7 +59,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 		return local.AllowMultiAt(time.UnixMicro(now), b.local, out), nil
 	case len(b.local) > 0:
 		return false, ErrMixedModes
-	case len(b.hybrid) == len(reqs):
+	case b.nHybrid == len(reqs):
 		ok := l.hybridMulti(now, reqs, b.hybrid, out, true)
 		if !ok {
 			for i := range reqs {
@@ -69,7 +69,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 		return ok, nil
 	}
 	// Central rules, alone or with hybrid ones.
-	cr, ci, nHybrid := b.central, b.centralAt, len(b.hybrid)
+	cr, ci, nHybrid := b.central, b.centralAt, b.nHybrid
 	cout := make([]local.Decision, len(cr))
 	if nHybrid > 0 && !l.hybridMulti(now, reqs, b.hybrid, out, false) {
 		// The hybrid rules refuse: report the central ones as they stand.
@@ -129,16 +129,15 @@ type multiBatch struct {
 	local     []local.Request
 	central   []syncer.Request
 	centralAt []centralRequest // central[j]'s rule and index in the requests
-	hybrid    []hybridRequest
+	// hybrid[i] is request i's rule when it is a hybrid one: hybridMulti
+	// takes the requests by index. nil without hybrid requests.
+	hybrid  []*hybridRule
+	nHybrid int
+	n       int // the requests
 }
 
 type centralRequest struct {
 	m *centralRule
-	i int
-}
-
-type hybridRequest struct {
-	m *hybridRule
 	i int
 }
 
@@ -163,102 +162,86 @@ func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Reque
 // It locks the keys' entries in address order, so concurrent calls cannot
 // deadlock, and decides requests on one entry together, with the sum of
 // their costs.
-func (l *Limiter) hybridMulti(now int64, reqs []Request, hr []hybridRequest, out []local.Decision, commit bool) bool {
-	type item struct {
-		e *local.Entry[lease.Lease]
-		m *hybridRule
-		i int
+func (l *Limiter) hybridMulti(now int64, reqs []Request, hrs []*hybridRule, out []local.Decision, commit bool) bool {
+	var ebuf [8]*keyed.Entry[lease.Lease]
+	var obuf [8]int
+	ents, order := ebuf[:], obuf[:]
+	if len(reqs) > len(ebuf) {
+		ents, order = make([]*keyed.Entry[lease.Lease], len(reqs)), make([]int, len(reqs))
 	}
-	var buf [8]item
-	items := buf[:0]
-retry:
-	items = items[:0]
-	ok := true
-	for _, h := range hr {
-		m, i, q := h.m, h.i, reqs[h.i]
-		lr := m.lease.Load()
-		if q.N < 0 || q.N > lr.MaxCost() {
-			v := lease.Verdict{Reason: local.ReasonCostTooHigh}
-			if q.N < 0 {
-				v.Reason = local.ReasonInvalidCost
+	ents, order = ents[:len(reqs)], order[:len(reqs)]
+	for {
+		ok := l.lookupMulti(now, reqs, hrs, out, ents)
+		lk, locked := keyed.LockAll(ents, order)
+		if !locked {
+			continue // an entry was evicted since its lookup
+		}
+		// Check each entry once, for the sum of its requests' costs.
+		for k := lk.First(); k < lk.Len(); {
+			e, group, next := lk.Group(k)
+			lr, total := hrs[group[0]].lease.Load(), sumCost(reqs, group)
+			l.setDigest(&e.Value, reqs[group[0]].Key)
+			v := e.Value.Check(lr, now, min(total, lr.MaxCost()+1))
+			if total > lr.MaxCost() {
+				v = lease.Verdict{Reason: local.ReasonCostTooHigh}
 			}
+			for _, i := range group {
+				out[i] = dress(v, lr.MaxCost())
+			}
+			ok = ok && v.Reason == local.ReasonOK
+			k = next
+		}
+		if ok && commit {
+			for k := lk.First(); k < lk.Len(); {
+				e, group, next := lk.Group(k)
+				lr := hrs[group[0]].lease.Load()
+				v, signal := e.Value.Decide(lr, now, sumCost(reqs, group))
+				if signal {
+					lr.Notify(e)
+				}
+				for _, i := range group {
+					out[i] = dress(v, lr.MaxCost())
+					hrs[i].counts.count(v.Reason)
+				}
+				k = next
+			}
+		}
+		lk.Unlock()
+		return ok
+	}
+}
+
+// lookupMulti puts in ents the entry of each hybrid request among reqs
+// (hrs[i] not nil), nil for the others. A hybrid request refused without its entry (a bad cost, a
+// key the table has no room for) gets its Decision in out, and makes
+// lookupMulti report false.
+func (l *Limiter) lookupMulti(now int64, reqs []Request, hrs []*hybridRule, out []local.Decision, ents []*keyed.Entry[lease.Lease]) bool {
+	ok := true
+	for i, q := range reqs {
+		ents[i] = nil
+		m := hrs[i]
+		if m == nil {
+			continue
+		}
+		lr := m.lease.Load()
+		if v, bad := badCost(lr, q.N); bad {
 			out[i] = dress(v, lr.MaxCost())
 			ok = false
 			continue
 		}
-		e := m.store.Get(q.Key, now)
-		if e == nil {
+		if ents[i] = m.store.Get(q.Key, now); ents[i] == nil {
 			out[i] = local.Outcome{Reason: local.ReasonOverflow, Limit: lr.MaxCost()}.Decision()
 			ok = false
-			continue
-		}
-		items = append(items, item{e, m, i})
-	}
-	// Lock order: entry address. Insertion sort: the lists are short.
-	for a := 1; a < len(items); a++ {
-		for b := a; b > 0 && addr(items[b].e) < addr(items[b-1].e); b-- {
-			items[b], items[b-1] = items[b-1], items[b]
 		}
 	}
-	for a, it := range items {
-		if a == 0 || it.e != items[a-1].e {
-			it.e.Lock()
-		}
-	}
-	unlock := func() {
-		for a, it := range items {
-			if a == 0 || it.e != items[a-1].e {
-				it.e.Unlock()
-			}
-		}
-	}
-	for _, it := range items {
-		if it.e.Evicted() {
-			unlock()
-			goto retry
-		}
-	}
-	// group returns the end of the run of items on items[a]'s entry, and
-	// the sum of their costs: requests on one entry are decided together.
-	group := func(a int) (b int, total int64) {
-		for b = a; b < len(items) && items[b].e == items[a].e; b++ {
-			total += reqs[items[b].i].N
-		}
-		return b, total
-	}
-	// Check each entry once, for the sum of its requests' costs.
-	for a := 0; a < len(items); {
-		b, total := group(a)
-		k, lr := &items[a].e.Value, items[a].m.lease.Load()
-		l.setDigest(k, reqs[items[a].i].Key)
-		v := k.Check(lr, now, min(total, lr.MaxCost()+1))
-		if total > lr.MaxCost() {
-			v = lease.Verdict{Reason: local.ReasonCostTooHigh}
-		}
-		for _, it := range items[a:b] {
-			out[it.i] = dress(v, lr.MaxCost())
-		}
-		ok = ok && v.Reason == local.ReasonOK
-		a = b
-	}
-	if ok && commit {
-		for a := 0; a < len(items); {
-			b, total := group(a)
-			lr := items[a].m.lease.Load()
-			v, signal := items[a].e.Value.Decide(lr, now, total)
-			if signal {
-				lr.Notify(items[a].e)
-			}
-			for _, it := range items[a:b] {
-				out[it.i] = dress(v, lr.MaxCost())
-				it.m.counts.count(v.Reason)
-			}
-			a = b
-		}
-	}
-	unlock()
 	return ok
 }
 
-// addr orders entries for locking; Go's heap objects do not move.
-func addr(e *local.Entry[lease.Lease]) uintptr { return uintptr(unsafe.Pointer(e)) }
+// sumCost is the sum of the costs of the requests in group.
+func sumCost(reqs []Request, group []int) int64 {
+	var n int64
+	for _, i := range group {
+		n += reqs[i].N
+	}
+	return n
+}

@@ -6,19 +6,20 @@ import (
 )
 
 // state is one key's algorithm state, all integers, time in microseconds
-// since the Unix epoch. Its fields mean, per algorithm:
-//
-//	fixed window:            a = window start, b = count
-//	sliding window log:      a = newest stored time, log = admitted requests
-//	sliding window counter:  a = current window start, b = its count,
-//	                         c = the previous window's count
-//	token/leaky bucket, GCRA: a = TAT (whole µs), b = TAT's fraction in
-//	                         units of 1/rl µs (0 ≤ b < rl)
-//
-// The zero state is every algorithm's initial state.
+// since the Unix epoch. The zero state is every algorithm's initial state.
 type state struct {
-	a, b, c int64
-	log     *ring
+	// at is the state's time: the window's start (fixed window, sliding
+	// window counter), the newest time stored (sliding window log), or the
+	// TAT in whole µs (the buckets and GCRA).
+	at int64
+	// count is what the window at holds (fixed window, sliding window
+	// counter), or the TAT's fraction in units of 1/rl µs, 0 ≤ count < rl
+	// (the buckets and GCRA).
+	count int64
+	// prev is the previous window's count (sliding window counter).
+	prev int64
+	// log holds the admitted requests (sliding window log).
+	log *ring
 }
 
 // verdict is a decision as the algorithms produce it, times in µs. It is
@@ -38,7 +39,7 @@ const reasonAdmittedOverflow Reason = 255
 // decision dresses v as the Decision the API returns. limit is the limit's
 // MaxCost.
 func (v verdict) decision(limit int64) Decision {
-	return makeDecision(v.allowed(), v.public(), limit, v.remaining, micros(v.reset), micros(v.retry))
+	return makeDecision(v.allowed(), v.public(), limit, v.remaining, usDuration(v.reset), usDuration(v.retry))
 }
 
 // overflowed marks v as decided for a key that did not fit in the table,
@@ -86,17 +87,18 @@ func (l *Limit) decide(s *state, now, n int64, commit bool) verdict {
 func (l *Limit) initial(s *state, now int64) bool {
 	switch l.p.Algorithm {
 	case FixedWindow:
-		return s.b == 0 || now >= s.a+l.w
+		return s.count == 0 || now >= s.at+l.w
 	case SlidingWindowLog:
-		return s.log == nil || s.log.n == 0 || now >= s.a+l.w
+		return s.log == nil || s.log.n == 0 || now >= s.at+l.w
 	case SlidingWindowCounter:
-		return (s.b == 0 && s.c == 0) || now >= s.a+2*l.w || (s.b == 0 && now >= s.a+l.w)
+		return (s.count == 0 && s.prev == 0) || now >= s.at+2*l.w || (s.count == 0 && now >= s.at+l.w)
 	default:
-		return s.a < now || (s.a == now && s.b == 0)
+		return s.at < now || (s.at == now && s.count == 0)
 	}
 }
 
-func micros(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+// usDuration returns v µs as a Duration.
+func usDuration(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 
 // ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0. A bucket's rl is 1 for most rates (a
 // whole number of µs per token), and a division is the slowest instruction
@@ -109,7 +111,7 @@ func ceilDiv(a, b int64) int64 {
 }
 
 func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
-	start, count := s.a, s.b
+	start, count := s.at, s.count
 	if now >= start+l.w {
 		start, count = now-now%l.w, 0
 	} else if now < start {
@@ -120,7 +122,7 @@ func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
 	}
 	count += n
 	if commit && n > 0 {
-		s.a, s.b = start, count
+		s.at, s.count = start, count
 	}
 	v := verdict{remaining: l.p.Limit - count}
 	if count > 0 {
@@ -136,7 +138,7 @@ func (l *Limit) fixedLimited(count, reset int64) verdict {
 }
 
 func (l *Limit) counter(s *state, now, n int64, commit bool) verdict {
-	start, cur, prev := s.a, s.b, s.c
+	start, cur, prev := s.at, s.count, s.prev
 	if now >= start+l.w {
 		next := now - now%l.w
 		if next == start+l.w {
@@ -154,7 +156,7 @@ func (l *Limit) counter(s *state, now, n int64, commit bool) verdict {
 	if cur+n <= lim && prev*left <= (lim-cur-n)*ws {
 		cur += n
 		if commit && n > 0 {
-			s.a, s.b, s.c = start, cur, prev
+			s.at, s.count, s.prev = start, cur, prev
 		}
 		return verdict{remaining: (lim*ws - prev*left - cur*ws) / ws, reset: counterReset(start, cur, prev, now, l.w)}
 	}
@@ -193,8 +195,8 @@ func counterReset(start, cur, prev, now, w int64) int64 {
 }
 
 func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
-	if now < s.a {
-		now = s.a
+	if now < s.at {
+		now = s.at
 	}
 	lim := l.p.Limit
 	r := s.log
@@ -212,7 +214,7 @@ func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
 	if n > 0 { // the newest request is this one
 		v.reset = l.w
 		if commit {
-			s.a = now
+			s.at = now
 			if r == nil {
 				r = newRing(lim)
 				s.log = r
@@ -220,7 +222,7 @@ func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
 			r.admit(expired, expiredSum, now, n)
 		}
 	} else if count > 0 {
-		v.reset = s.a + l.w - now
+		v.reset = s.at + l.w - now
 	}
 	return v
 }
@@ -231,7 +233,7 @@ func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
 func (l *Limit) logLimited(s *state, r *ring, expired int, count, now, n int64) verdict {
 	return verdict{
 		reason: ReasonLimited, remaining: max(l.p.Limit-count, 0),
-		reset: s.a + l.w - now, retry: r.freedAt(expired, count+n-l.p.Limit) + l.w - now,
+		reset: s.at + l.w - now, retry: r.freedAt(expired, count+n-l.p.Limit) + l.w - now,
 	}
 }
 
@@ -241,13 +243,11 @@ func (l *Limit) logLimited(s *state, r *ring, expired int, count, now, n int64) 
 // false, having changed nothing, otherwise. It is slidingLog and ring.admit
 // without the cases they handle that allow never has (a cost of 0, no
 // commit) or rarely (time run back, two requests in one microsecond, a
-// ring that grows or shrinks), in one call: among a million keys a log
-// decision took 427 ns this way against 590 through slidingLog and
-// ring.admit, and 25.7 ns against 27.9 on a hot key (bench/micro, five
-// alternating rounds, medians; docs/performance.md, stop 22).
+// ring that grows or shrinks), in one call: fewer branches and calls on
+// the path every log decision takes.
 func (l *Limit) logAt(s *state, now, n int64) (verdict, bool) {
 	r := s.log
-	if now <= s.a || r == nil {
+	if now <= s.at || r == nil {
 		return verdict{}, false
 	}
 	expired, gone := r.expired(now - l.w)
@@ -258,12 +258,12 @@ func (l *Limit) logAt(s *state, now, n int64) (verdict, bool) {
 	if !r.push(expired, count+n, now, n) {
 		return verdict{}, false
 	}
-	s.a = now
+	s.at = now
 	return verdict{remaining: l.p.Limit - count - n, reset: l.w}, true
 }
 
 func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
-	tat, frac := s.a, s.b
+	tat, frac := s.at, s.count
 	if tat < now {
 		tat, frac = now, 0
 	} else if early := tat - ceilDiv(l.tau, l.rl); now < early {
@@ -285,7 +285,7 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 	dl += need
 	if commit && n > 0 {
 		f := frac + need
-		s.a, s.b = tat+f/l.rl, f%l.rl
+		s.at, s.count = tat+f/l.rl, f%l.rl
 	}
 	return verdict{remaining: (l.tau - dl) / l.el, reset: ceilDiv(dl, l.rl)}
 }
@@ -329,24 +329,24 @@ func (to *Limit) convert(s *state, from *Limit, now int64) {
 	}
 	switch to.p.Algorithm {
 	case FixedWindow:
-		now = max(now, s.a) // time ran back: the window stored is the current one
-		if now >= s.a+from.w {
-			s.b = 0
+		now = max(now, s.at) // time ran back: the window stored is the current one
+		if now >= s.at+from.w {
+			s.count = 0
 		}
-		s.a = now - now%to.w
-		s.b = min(s.b, to.p.Limit)
+		s.at = now - now%to.w
+		s.count = min(s.count, to.p.Limit)
 	case SlidingWindowCounter:
 		if to.w != from.w {
 			// Windows of another length: keep what the current window
 			// counted, as the current window of the new length.
-			now = max(now, s.a)
-			cur := s.b
-			if now >= s.a+from.w {
+			now = max(now, s.at)
+			cur := s.count
+			if now >= s.at+from.w {
 				cur = 0
 			}
-			s.a, s.b, s.c = now-now%to.w, cur, 0
+			s.at, s.count, s.prev = now-now%to.w, cur, 0
 		}
-		s.b, s.c = min(s.b, to.p.Limit), min(s.c, to.p.Limit)
+		s.count, s.prev = min(s.count, to.p.Limit), min(s.prev, to.p.Limit)
 	case SlidingWindowLog:
 		// The log holds timestamps; it reads the same under any limit.
 	default:
@@ -368,14 +368,14 @@ func (to *Limit) convertBucket(s *state, from *Limit, now int64) {
 	q := from.queue()
 	used := from.p.Burst // time ran back before any time the state could have been stored at: no tokens
 	var last int64       // how long until the last request queued past from's burst acts, in µs
-	if ahead := s.a - now; ahead <= ceilDiv(from.tau, from.rl)+q {
+	if ahead := s.at - now; ahead <= ceilDiv(from.tau, from.rl)+q {
 		if q > 0 {
-			last = queueDelay(ahead, s.b, 0, from)
+			last = queueDelay(ahead, s.count, 0, from)
 		}
 		// Without a queue past the burst (last == 0), a TAT past the burst
 		// is time run back (by less than τ), with no tokens, as the Redis
 		// twin converts it.
-		used = min(ceilDiv(ahead*from.rl+s.b, from.el), from.p.Burst)
+		used = min(ceilDiv(ahead*from.rl+s.count, from.el), from.p.Burst)
 	}
 	// (TAT − now)·rl under to. A queue past what the shaper could queue
 	// under to (a quarter of the int64 range, or past a packed word's
@@ -387,8 +387,8 @@ func (to *Limit) convertBucket(s *state, from *Limit, now int64) {
 	if to.packed {
 		f = min(f, (to.maxTAT-now)*to.rl)
 	}
-	s.a, s.b = now+f/to.rl, f%to.rl
+	s.at, s.count = now+f/to.rl, f%to.rl
 	if f > to.tau {
-		to.noteQueue(max(s.a-now-ceilDiv(to.tau, to.rl), 1))
+		to.noteQueue(max(s.at-now-ceilDiv(to.tau, to.rl), 1))
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 )
 
 // Overflow is what a Limiter does with a request for a new key when its key
@@ -41,8 +43,8 @@ func (o Overflow) String() string {
 
 // Defaults for Config.
 const (
-	DefaultShards        = 64
-	DefaultMaxKeys       = 1 << 20
+	DefaultShards        = keyed.DefaultShards
+	DefaultMaxKeys       = keyed.DefaultMaxKeys
 	DefaultSweepInterval = time.Minute
 )
 
@@ -96,14 +98,14 @@ type Config struct {
 // time.Now.
 type Limiter struct {
 	limit atomic.Pointer[Limit]
-	store *Store[keyState]
+	store *keyed.Store[keyState]
 
 	clock    Clock
 	coarse   *CoarseClock // clock, when it is one: read without an interface call
 	ownClock bool
 
 	overflow Overflow
-	shared   Entry[keyState] // the state all overflowing keys share under OverflowShared
+	shared   keyed.Entry[keyState] // the state all overflowing keys share under OverflowShared
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -130,21 +132,19 @@ type keyState struct {
 	spare *logState
 }
 
-// sharedID is the id1 of a Limiter's overflow entry, which no key's entry
-// has (keyer.place). The overflow entry is only ever decided under its
-// lock, so its state stays in st whatever the limit, and it is carried over
-// to a new limit in place.
-const sharedID = 1
-
 // packedIn reports whether e's state under lim, the limit it is expressed
-// in, is in its word.
-func packedIn(e *Entry[keyState], lim *Limit) bool { return lim.packed && e.id1 != sharedID }
+// in, is in its word. The overflow entry (standalone) is only ever decided
+// under its lock, so its state stays in st whatever the limit, and it is
+// carried over to a new limit in place.
+func packedIn(e *keyed.Entry[keyState], lim *Limit) bool {
+	return lim.packed && !e.Standalone()
+}
 
 // hold returns e's state under lim, the limit it is expressed in, to read
 // and write, for a caller that holds e's lock and found it not evicted. A
 // packed state is locked against the lock-free path and unpacked into
 // *tmp. Pass what hold returns to release.
-func hold(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
+func hold(e *keyed.Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
 	s, w := holdInto(e, lim, tmp)
 	if s == nil {
 		s = tmp
@@ -155,7 +155,7 @@ func hold(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
 // holdInto is hold returning nil for a state it unpacked into *tmp: its
 // result never points into tmp, so a caller may store it next to tmp
 // without moving both to the heap.
-func holdInto(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
+func holdInto(e *keyed.Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
 	v := &e.Value
 	if !packedIn(e, lim) {
 		if v.st == nil {
@@ -174,7 +174,7 @@ func holdInto(e *Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
 }
 
 // release ends a hold of s: a packed state is packed back, unlocked.
-func release(e *Entry[keyState], lim *Limit, s *state, w uint64) {
+func release(e *keyed.Entry[keyState], lim *Limit, s *state, w uint64) {
 	if packedIn(e, lim) {
 		e.Value.word.Store(lim.pack(s, w))
 	}
@@ -219,15 +219,15 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	if cfg.SweepInterval < 0 {
 		return nil, fmt.Errorf("%w: SweepInterval %v: must be positive", ErrInvalidConfig, cfg.SweepInterval)
 	}
-	store, err := NewStore(StoreConfig{Shards: cfg.Shards, MaxKeys: cfg.MaxKeys}, idleKey)
+	l := &Limiter{clock: cfg.Clock, overflow: cfg.Overflow}
+	var err error
+	l.store, err = keyed.New(keyed.Config{Shards: cfg.Shards, MaxKeys: cfg.MaxKeys}, idleKey, l.newEntry)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	l := &Limiter{store: store, clock: cfg.Clock, overflow: cfg.Overflow}
-	store.newEntry = l.newEntry
 	p := own(lim)
 	l.limit.Store(p)
-	l.shared.id1 = sharedID // never in the store, never evicted
+	l.shared.MakeStandalone() // never in the store, never evicted
 	l.shared.Value.lim.Store(p)
 	if l.clock == nil {
 		l.clock = NewCoarseClock(DefaultResolution)
@@ -243,9 +243,9 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 
 // newEntry allocates the store's entries: a key's entry has room for a
 // sliding window log while the limit is one (logBlock).
-func (l *Limiter) newEntry() *Entry[keyState] {
+func (l *Limiter) newEntry() *keyed.Entry[keyState] {
 	if l.limit.Load().p.Algorithm != SlidingWindowLog {
-		return new(Entry[keyState])
+		return new(keyed.Entry[keyState])
 	}
 	b := new(logBlock)
 	b.e.Value.spare = &b.l
@@ -357,9 +357,8 @@ func (l *Limiter) AllowNAt(now time.Time, key string, n int64) Decision {
 // allow is the hot path: it decides at t or, when clock is set, at the
 // Limiter's clock's time. It takes the time as the exported methods have it
 // so that they are small enough to inline, and so cost no call of their
-// own: among a million keys, each call on the path measured about 25 ns
-// (docs/performance.md). It returns the Decision itself, four words that
-// stay in registers.
+// own: among many keys, every call on the path delays the next cache miss.
+// It returns the Decision itself, four words that stay in registers.
 //
 // The usual case, a packed key already held, settled, and an admission, is
 // decided here on the key's word (packed.go), retried here when another
@@ -379,33 +378,31 @@ func (l *Limiter) allow(t time.Time, clock bool, key string, n int64) Decision {
 		lim, v := l.limit.Load(), &e.Value
 		if v.lim.Load() == lim && n <= lim.max { // settled: the usual case
 			if !lim.packed {
-				e.mu.Lock()
-				if !e.evicted && v.st != nil {
-					var vd verdict
-					ok := false
-					if lim.p.Algorithm == SlidingWindowLog {
-						vd, ok = lim.logAt(v.st, now, n)
+				if e.LockLive() {
+					if v.st != nil {
+						var vd verdict
+						ok := false
+						if lim.p.Algorithm == SlidingWindowLog {
+							vd, ok = lim.logAt(v.st, now, n)
+						}
+						if !ok {
+							vd = lim.decide(v.st, now, n, true)
+						}
+						e.Unlock()
+						return vd.decision(lim.max)
 					}
-					if !ok {
-						vd = lim.decide(v.st, now, n, true)
-					}
-					e.mu.Unlock()
-					return vd.decision(lim.max)
+					e.Unlock()
 				}
-				e.mu.Unlock()
 				return l.allowSlow(e, now, key, n)
 			}
 			// A compare-and-swap fails when another decision on the
 			// key got in first: decide again here on the word it left,
 			// until one succeeds or the word's decision is not an
-			// admission. Leaving the retry to allowSlow's general path
-			// (unpack, decide, pack) held the key's cache line longer
-			// while another core waited for it: here, one hot key on
-			// two goroutines is decided 5 to 12% faster (stop 21 in
-			// docs/performance.md). The parts of a decision that
-			// depend on now alone (fixedAt's and counterNow's
-			// divisions) are not hoisted out of the loop: they run
-			// while the word is fetched again.
+			// admission. Retrying here, not in allowSlow's general path
+			// (unpack, decide, pack), holds the key's cache line for
+			// less time while other cores wait for it. The parts that
+			// depend on now alone stay in the loop: they run while the
+			// word is fetched again.
 			for {
 				w := v.word.Load()
 				var vd verdict
@@ -434,7 +431,7 @@ func (l *Limiter) allow(t time.Time, clock bool, key string, n int64) Decision {
 
 // allowSlow decides what allow leaves to it: e is key's entry as allow got
 // it, or nil if the table was full.
-func (l *Limiter) allowSlow(e *Entry[keyState], now int64, key string, n int64) Decision {
+func (l *Limiter) allowSlow(e *keyed.Entry[keyState], now int64, key string, n int64) Decision {
 	if n < 0 {
 		return verdict{reason: ReasonInvalidCost}.decision(l.limit.Load().max)
 	}
@@ -471,12 +468,12 @@ func (l *Limiter) allowSlow(e *Entry[keyState], now int64, key string, n int64) 
 // decisions that allow did not take (a cost of 0, an entry evicted under
 // it). It reports false when the key must be looked up again (e was
 // evicted or replaced).
-func (l *Limiter) allowLocked(e *Entry[keyState], lim *Limit, key string, now, n int64) (verdict, int64, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	switch {
-	case e.Evicted():
+func (l *Limiter) allowLocked(e *keyed.Entry[keyState], lim *Limit, key string, now, n int64) (verdict, int64, bool) {
+	if !e.LockLive() {
 		return verdict{}, 0, false
+	}
+	defer e.Unlock()
+	switch {
 	case n > lim.max:
 		return verdict{reason: ReasonCostTooHigh}, lim.max, true
 	case !l.settle(e, lim, key, now):
@@ -497,7 +494,7 @@ func (l *Limiter) allowLocked(e *Entry[keyState], lim *Limit, key string, now, n
 // key up again. Callers refuse a cost above lim's MaxCost before they
 // settle: such a request changes nothing, not even the limit a state is
 // expressed in, as the Redis twin refuses it without a script.
-func (l *Limiter) settle(e *Entry[keyState], lim *Limit, key string, now int64) bool {
+func (l *Limiter) settle(e *keyed.Entry[keyState], lim *Limit, key string, now int64) bool {
 	v := &e.Value
 	from := v.lim.Load()
 	switch {
@@ -506,7 +503,7 @@ func (l *Limiter) settle(e *Entry[keyState], lim *Limit, key string, now int64) 
 	case from == nil:
 		v.lim.Store(lim)
 		return true
-	case e.id1 == sharedID: // never read lock-free: carried over in place
+	case e.Standalone(): // never read lock-free: carried over in place
 		if v.st != nil {
 			lim.convert(v.st, from, now)
 		}
@@ -520,7 +517,7 @@ func (l *Limiter) settle(e *Entry[keyState], lim *Limit, key string, now int64) 
 	if packedIn(e, from) {
 		v.word.Store(wordDead)
 	}
-	l.store.replace(key, e, func(nv *keyState) {
+	l.store.Replace(key, e, func(nv *keyState) {
 		nv.lim.Store(lim)
 		if lim.packed {
 			nv.word.Store(lim.pack(&st, 0))
@@ -555,12 +552,12 @@ func (l *Limiter) overflowed(now, n int64) (verdict, int64) {
 		if n > lim.max {
 			return verdict{reason: ReasonCostTooHigh}, lim.max
 		}
-		e.mu.Lock()
+		e.Lock()
 		l.settle(e, lim, "", now)
 		var tmp state
 		s, _ := hold(e, lim, &tmp)
 		v, limit := decideHeld(s, lim, now, n, true)
-		e.mu.Unlock()
+		e.Unlock()
 		return v.overflowed(), limit
 	default:
 		return verdict{reason: ReasonOverflow}, l.limit.Load().max

@@ -2,7 +2,8 @@ package local
 
 import (
 	"time"
-	"unsafe"
+
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 )
 
 // Request is one rule of a multi-rule decision: a cost N for Key under
@@ -46,145 +47,160 @@ func allowMulti(now int64, reqs []Request, out []Decision) bool {
 	if len(out) < len(reqs) {
 		panic("local: AllowMulti: out is shorter than reqs")
 	}
-	now = clampTime(now)
-	var ebuf [multiInline]*Entry[keyState]
+	var ebuf [multiInline]*keyed.Entry[keyState]
 	var obuf [multiInline]int
 	var hbuf [multiInline]held
-	ents, order, hs := ebuf[:0], obuf[:0], hbuf[:0]
+	m := multi{now: clampTime(now), reqs: reqs, out: out[:len(reqs)], ents: ebuf[:], order: obuf[:], hs: hbuf[:]}
 	if len(reqs) > multiInline {
-		ents, order = make([]*Entry[keyState], 0, len(reqs)), make([]int, 0, len(reqs))
-		hs = make([]held, 0, len(reqs))
+		m.ents, m.order, m.hs = make([]*keyed.Entry[keyState], len(reqs)), make([]int, len(reqs)), make([]held, len(reqs))
 	}
-	ents, order, hs = ents[:len(reqs)], order[:len(reqs)], hs[:len(reqs)]
-retry:
+	m.ents, m.order, m.hs = m.ents[:len(reqs)], m.order[:len(reqs)], m.hs[:len(reqs)]
+	for {
+		ok := m.lookup()
+		lk, locked := keyed.LockAll(m.ents, m.order)
+		if !locked {
+			continue // an entry was evicted since its lookup
+		}
+		if !m.settle(lk) {
+			lk.Unlock()
+			continue // an entry was replaced under a new limit
+		}
+		m.hold(lk)
+		ok = m.check(lk) && ok
+		m.finish(lk, ok)
+		lk.Unlock()
+		if !ok {
+			for i := range m.out {
+				m.out[i] = m.out[i].Refused()
+			}
+		}
+		return ok
+	}
+}
+
+// multi is a multi-rule decision in progress: the requests, their
+// Decisions, and per request its entry (nil for one decided without) and
+// its state held (at the index of the first request on the entry).
+type multi struct {
+	now   int64
+	reqs  []Request
+	out   []Decision
+	ents  []*keyed.Entry[keyState]
+	order []int
+	hs    []held
+}
+
+// lookup finds each request's entry: the key's, or the Limiter's overflow
+// entry for a key that does not fit under OverflowShared. A request decided
+// without an entry (a negative cost, a key that does not fit under the
+// other policies) gets its Decision now and no entry; lookup reports false
+// if one of those refuses.
+func (m *multi) lookup() bool {
 	ok := true
-	for i, r := range reqs {
-		out[i] = Decision{}
-		ents[i] = nil
-		order[i] = i
+	for i, r := range m.reqs {
+		m.out[i], m.ents[i] = Decision{}, nil
 		if r.N < 0 {
-			out[i] = verdict{reason: ReasonInvalidCost}.decision(r.Limiter.limit.Load().max)
+			m.out[i] = verdict{reason: ReasonInvalidCost}.decision(r.Limiter.limit.Load().max)
 			ok = false
 			continue
 		}
-		e := r.Limiter.store.Get(r.Key, now)
-		if e == nil {
-			switch r.Limiter.overflow {
-			case OverflowShared:
-				e = &r.Limiter.shared
-			case OverflowAllow:
-				out[i] = decisionOf(r.Limiter.overflowed(now, r.N))
-				ok = ok && out[i].Allowed()
-				continue
-			default:
-				out[i] = decisionOf(r.Limiter.overflowed(now, r.N))
-				ok = false
-				continue
-			}
-		}
-		ents[i] = e
-	}
-	// Lock order: entry address. Insertion sort: the lists are short.
-	for i := 1; i < len(order); i++ {
-		for j := i; j > 0 && addr(ents[order[j]]) < addr(ents[order[j-1]]); j-- {
-			order[j], order[j-1] = order[j-1], order[j]
+		e := r.Limiter.store.Get(r.Key, m.now)
+		switch {
+		case e != nil:
+			m.ents[i] = e
+		case r.Limiter.overflow == OverflowShared:
+			m.ents[i] = &r.Limiter.shared
+		default:
+			m.out[i] = decisionOf(r.Limiter.overflowed(m.now, r.N))
+			ok = ok && m.out[i].Allowed()
 		}
 	}
-	for k, i := range order {
-		if e := ents[i]; e != nil && (k == 0 || e != ents[order[k-1]]) {
-			e.mu.Lock()
-		}
+	return ok
+}
+
+// total is the sum of the costs of the requests in group.
+func (m *multi) total(group []int) int64 {
+	var n int64
+	for _, i := range group {
+		n += m.reqs[i].N
 	}
-	unlock := func() {
-		for k, i := range order {
-			if e := ents[i]; e != nil && (k == 0 || e != ents[order[k-1]]) {
-				e.mu.Unlock()
-			}
+	return n
+}
+
+// settle carries each entry over to its Limiter's limit in force, which
+// the check and the commit then use, so that a SetLimit in between does
+// not change what was checked. It reports false when an entry was replaced
+// by the carrying over: the caller looks the keys up again. A cost above
+// the limit's MaxCost is refused without touching the state.
+func (m *multi) settle(lk keyed.Locked[keyState]) bool {
+	for k := lk.First(); k < lk.Len(); {
+		e, group, next := lk.Group(k)
+		r := &m.reqs[group[0]]
+		h := &m.hs[group[0]]
+		*h = held{lim: r.Limiter.limit.Load()}
+		if m.total(group) <= h.lim.max && !r.Limiter.settle(e, h.lim, r.Key, m.now) {
+			return false
 		}
+		k = next
 	}
-	for _, e := range ents {
-		if e != nil && e.Evicted() { // evicted between lookup and lock
-			unlock()
-			goto retry
-		}
-	}
-	// groups calls f once per distinct entry, with the requests on it (order
-	// puts equal entries next to each other) and the sum of their costs.
-	groups := func(f func(e *Entry[keyState], lim *Limiter, group []int, total int64)) {
-		for k := 0; k < len(order); {
-			e := ents[order[k]]
-			end := k + 1
-			for end < len(order) && ents[order[end]] == e {
-				end++
-			}
-			if e != nil {
-				var total int64
-				for _, i := range order[k:end] {
-					total += reqs[i].N
-				}
-				f(e, reqs[order[k]].Limiter, order[k:end], total)
-			}
-			k = end
-		}
-	}
-	// Carry each entry over to its limiter's limit in force, and hold its
-	// state; the check and the commit below use that limit, so a SetLimit in
-	// between does not change what was checked. An entry replaced by the
-	// carrying over sends the call back to the lookups. A cost above the
-	// limit's MaxCost is refused without touching the state.
-	replaced := false
-	groups(func(e *Entry[keyState], l *Limiter, group []int, total int64) {
-		h := &hs[group[0]]
-		*h = held{lim: l.limit.Load()}
-		if total <= h.lim.max && !replaced && !l.settle(e, h.lim, reqs[group[0]].Key, now) {
-			replaced = true
-		}
-	})
-	if replaced {
-		unlock()
-		goto retry
-	}
-	groups(func(e *Entry[keyState], _ *Limiter, group []int, total int64) {
-		if h := &hs[group[0]]; total <= h.lim.max {
+	return true
+}
+
+// hold holds each entry's state, but for a cost above the limit's MaxCost.
+func (m *multi) hold(lk keyed.Locked[keyState]) {
+	for k := lk.First(); k < lk.Len(); {
+		e, group, next := lk.Group(k)
+		if h := &m.hs[group[0]]; m.total(group) <= h.lim.max {
 			h.st, h.w = holdInto(e, h.lim, &h.tmp)
 			h.held = true
 		}
-	})
-	// Check every rule, charging nothing.
-	groups(func(e *Entry[keyState], l *Limiter, group []int, total int64) {
-		v, limit := decideHeld(hs[group[0]].state(), hs[group[0]].lim, now, total, false)
-		if e == &l.shared {
+		k = next
+	}
+}
+
+// check decides every entry for the sum of its requests' costs, charging
+// nothing, and reports whether all admit.
+func (m *multi) check(lk keyed.Locked[keyState]) bool {
+	ok := true
+	for k := lk.First(); k < lk.Len(); {
+		e, group, next := lk.Group(k)
+		h := &m.hs[group[0]]
+		v, limit := decideHeld(h.state(), h.lim, m.now, m.total(group), false)
+		if e.Standalone() { // the overflow entry
 			v = v.overflowed()
 		}
-		d := v.decision(limit)
-		for _, i := range group {
-			out[i] = d
-		}
-		ok = ok && d.Allowed()
-	})
-	groups(func(e *Entry[keyState], _ *Limiter, group []int, total int64) {
-		h := &hs[group[0]]
+		m.setGroup(group, v.decision(limit))
+		ok = ok && m.out[group[0]].Allowed()
+		k = next
+	}
+	return ok
+}
+
+// finish charges every entry if all admitted (ok), or reports those that
+// had room uncharged, and releases the states held.
+func (m *multi) finish(lk keyed.Locked[keyState], ok bool) {
+	for k := lk.First(); k < lk.Len(); {
+		e, group, next := lk.Group(k)
+		h := &m.hs[group[0]]
 		switch {
 		case ok:
-			decideHeld(h.state(), h.lim, now, total, true)
-		case out[group[0]].Allowed():
+			decideHeld(h.state(), h.lim, m.now, m.total(group), true)
+		case m.out[group[0]].Allowed():
 			// It had room but another rule refused: report it uncharged.
-			d := decisionOf(decideHeld(h.state(), h.lim, now, 0, false)).Refused()
-			for _, i := range group {
-				out[i] = d
-			}
+			m.setGroup(group, decisionOf(decideHeld(h.state(), h.lim, m.now, 0, false)).Refused())
 		}
 		if h.held {
 			release(e, h.lim, h.state(), h.w)
 		}
-	})
-	unlock()
-	if !ok {
-		for i := range reqs {
-			out[i] = out[i].Refused()
-		}
+		k = next
 	}
-	return ok
+}
+
+// setGroup gives the requests in group the Decision d.
+func (m *multi) setGroup(group []int, d Decision) {
+	for _, i := range group {
+		m.out[i] = d
+	}
 }
 
 // held is an entry's state held for a multi-rule decision: the limit it is
@@ -211,9 +227,5 @@ func (h *held) state() *state {
 	}
 	return &h.tmp
 }
-
-// addr orders entries for locking. Go's heap objects do not move, so an
-// entry's address is a stable, total order; nil sorts first.
-func addr(e *Entry[keyState]) uintptr { return uintptr(unsafe.Pointer(e)) }
 
 func decisionOf(v verdict, limit int64) Decision { return v.decision(limit) }

@@ -68,15 +68,15 @@ func (l *Limit) setPacking() {
 func (l *Limit) unpack(w uint64) state {
 	switch l.p.Algorithm {
 	case FixedWindow:
-		return state{a: int64(w>>l.cb) * l.w, b: int64(w & (1<<l.cb - 1))}
+		return state{at: int64(w>>l.cb) * l.w, count: int64(w & (1<<l.cb - 1))}
 	case SlidingWindowCounter:
 		m := uint64(1)<<l.cb - 1
-		return state{a: int64(w>>(2*l.cb)) * l.w, b: int64(w >> l.cb & m), c: int64(w & m)}
+		return state{at: int64(w>>(2*l.cb)) * l.w, count: int64(w >> l.cb & m), prev: int64(w & m)}
 	}
 	if l.rl == 1 {
-		return state{a: int64(w)}
+		return state{at: int64(w)}
 	}
-	return state{a: int64(w / uint64(l.rl)), b: int64(w % uint64(l.rl))}
+	return state{at: int64(w / uint64(l.rl)), count: int64(w % uint64(l.rl))}
 }
 
 // pack returns the word of s. from is a word s may have been unpacked
@@ -85,11 +85,11 @@ func (l *Limit) unpack(w uint64) state {
 func (l *Limit) pack(s *state, from uint64) uint64 {
 	switch l.p.Algorithm {
 	case FixedWindow:
-		return l.windowIndex(s.a, from>>l.cb)<<l.cb | uint64(s.b)
+		return l.windowIndex(s.at, from>>l.cb)<<l.cb | uint64(s.count)
 	case SlidingWindowCounter:
-		return l.windowIndex(s.a, from>>(2*l.cb))<<(2*l.cb) | uint64(s.b)<<l.cb | uint64(s.c)
+		return l.windowIndex(s.at, from>>(2*l.cb))<<(2*l.cb) | uint64(s.count)<<l.cb | uint64(s.prev)
 	}
-	return uint64(s.a)*uint64(l.rl) + uint64(s.b)
+	return uint64(s.at)*uint64(l.rl) + uint64(s.count)
 }
 
 // windowIndex returns start / l.w, which is idx when idx is start's index.
@@ -105,20 +105,18 @@ func (l *Limit) windowIndex(start int64, idx uint64) uint64 {
 // report false for anything else (a rejection, time run back), and then
 // slowWord decides. A key among many is a cache miss away, and the fewer
 // instructions a decision takes, the more of the next decisions' misses
-// the processor overlaps with it: among a million keys, each call on the
-// path cost about 25 ns. So the three are small enough to inline into
-// allow. The windows decide an admission in the word's window and one in a
-// later window with the same instructions, without a branch: which of the
-// two it is depends on the word, and is as good as random among many keys
-// (two requests in three roll their window in the benchmark's 1m-at), and
-// the branch-free counter took that case from 519 to 450 ns.
+// the processor overlaps with it, so the three are small enough to inline
+// into allow (TestHotPathInlined holds them to it). The windows decide an
+// admission in the word's window and one in a later window with the same
+// instructions, without a branch: which of the two it is depends on the
+// word, and is as good as random among many keys, so a branch there would
+// often be mispredicted.
 // FuzzDecideWord holds allow's words and verdicts to the general path.
 
 // rejectWord decides on w a rejection of n at now, without unpacking it,
 // or reports false. Rejections are what a flooded key sees, and allow
-// leaves them to allowSlow: a bucket's took 16.6 ns on a hot key at 100
-// times its limit, against 19.5 through slowWord (bench/micro
-// hot-at-flood, docs/performance.md). Like fixedAt, counterAt and
+// leaves them to allowSlow, where this is cheaper than slowWord's unpack,
+// decide and pack. Like fixedAt, counterAt and
 // bucketWord, whose first lines it repeats (they must stay within the
 // inliner's budget), it takes the word's window or a later one, and a
 // bucket whose TAT is at most τ ahead of now; the rest (time run back, a

@@ -1,5 +1,7 @@
 package local
 
+import "github.com/hybridlimit/hybridlimit/internal/keyed"
+
 // ring is the sliding window log of one key: the admitted requests, oldest
 // first, as (time, cost) pairs. Requests admitted in the same microsecond
 // share a pair, so a key holds at most Limit pairs. Its first pairs are in
@@ -59,12 +61,9 @@ type logState struct {
 // logBlock is the entry of a key first seen under a sliding window log,
 // allocated with room for its log: 208 bytes, one size class. The Limiter
 // allocates its entries as logBlocks while its limit is a log
-// (Limiter.newEntry). Among a million keys a log decision (AllowAt) took
-// 443 ns in a logBlock with four pairs of room, against 528 with its state
-// in an object of its own with two, and 422 once allow called slidingLog
-// without decide's switch (A/Bs, docs/performance.md, stop 18).
+// (Limiter.newEntry), so that its log is next to its entry (logState).
 type logBlock struct {
-	e Entry[keyState]
+	e keyed.Entry[keyState]
 	l logState
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 )
 
 // Reservation is a request scheduled by Reserve: instead of being rejected
@@ -30,7 +32,7 @@ type Reservation struct {
 	TimeToAct time.Time
 
 	l         *Limiter
-	e         *Entry[keyState]
+	e         *keyed.Entry[keyState]
 	lim       *Limit
 	n         int64
 	at        int64 // TimeToAct in µs
@@ -59,7 +61,7 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 		return Reservation{Reason: ReasonInvalidCost}, nil
 	}
 	for {
-		e := l.store.Get(key, now)
+		e := l.store.Lock(key, now)
 		if e == nil {
 			switch l.overflow {
 			case OverflowAllow:
@@ -69,17 +71,13 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 				return Reservation{OK: true, Reason: ReasonOverflow, TimeToAct: time.UnixMicro(now)}, nil
 			case OverflowShared:
 				e = &l.shared
+				e.Lock()
 			default:
 				return Reservation{Reason: ReasonOverflow}, nil
 			}
 		}
-		e.mu.Lock()
-		if e.Evicted() { // evicted since we got it
-			e.mu.Unlock()
-			continue
-		}
 		r, ok, err := l.reserveLocked(e, key, now, n, maxDelay)
-		e.mu.Unlock()
+		e.Unlock()
 		if !ok { // replaced under a new limit
 			continue
 		}
@@ -93,7 +91,7 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 // reserveLocked reserves under e's lock. It reports false when e was
 // replaced by an entry under the limit in force (settle), to be looked up
 // again.
-func (l *Limiter) reserveLocked(e *Entry[keyState], key string, now, n int64, maxDelay time.Duration) (Reservation, bool, error) {
+func (l *Limiter) reserveLocked(e *keyed.Entry[keyState], key string, now, n int64, maxDelay time.Duration) (Reservation, bool, error) {
 	lim := l.limit.Load()
 	if !lim.p.Algorithm.bucket() {
 		return Reservation{}, true, ErrNotShaper
@@ -113,23 +111,23 @@ func (l *Limiter) reserveLocked(e *Entry[keyState], key string, now, n int64, ma
 	if packedIn(e, lim) {
 		limitDelay = min(limitDelay, lim.maxTAT-now-ceilDiv(lim.tau, lim.rl)-1)
 	}
-	tat, frac := v.a, v.b
+	tat, frac := v.at, v.count
 	if tat < now {
 		tat, frac = now, 0
 	}
 	need := n * lim.el
 	delay := queueDelay(tat-now, frac, need, lim)
 	if delay > limitDelay {
-		return Reservation{Reason: ReasonLimited, Delay: micros(min(delay, math.MaxInt64/int64(time.Microsecond)))}, true, nil
+		return Reservation{Reason: ReasonLimited, Delay: usDuration(min(delay, math.MaxInt64/int64(time.Microsecond)))}, true, nil
 	}
 	f := frac + need
-	v.a, v.b = tat+f/lim.rl, f%lim.rl
+	v.at, v.count = tat+f/lim.rl, f%lim.rl
 	if delay > 0 {
 		lim.noteQueue(delay)
 	}
 	return Reservation{
-		OK: true, Delay: micros(delay), TimeToAct: time.UnixMicro(now + delay),
-		l: l, e: e, lim: lim, n: n, at: now + delay, tat: v.a, frac: v.b,
+		OK: true, Delay: usDuration(delay), TimeToAct: time.UnixMicro(now + delay),
+		l: l, e: e, lim: lim, n: n, at: now + delay, tat: v.at, frac: v.count,
 	}, true, nil
 }
 
@@ -194,23 +192,23 @@ func (r *Reservation) CancelAt(now time.Time) {
 	}
 	r.e = nil
 	us := now.UnixMicro()
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.Lock()
+	defer e.Unlock()
 	if e.Evicted() || e.Value.lim.Load() != r.lim || us >= r.at {
 		return
 	}
 	var tmp state
 	v, w := hold(e, r.lim, &tmp)
 	defer release(e, r.lim, v, w)
-	if v.a != r.tat || v.b != r.frac {
+	if v.at != r.tat || v.count != r.frac {
 		return
 	}
-	f, a := v.b-r.n*r.lim.el, v.a
+	f, a := v.count-r.n*r.lim.el, v.at
 	if f < 0 {
 		k := ceilDiv(-f, r.lim.rl)
 		a, f = a-k, f+k*r.lim.rl
 	}
-	v.a, v.b = a, f
+	v.at, v.count = a, f
 }
 
 // Wait blocks until a request of cost n for key may act, and returns nil; or

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -84,7 +85,7 @@ func TestEncodeLease(t *testing.T) {
 func TestApplyMalformedReply(t *testing.T) {
 	cl := lease.NewCluster(1)
 	p := lease.Params{Interval: 100 * time.Millisecond, Horizon: 200 * time.Millisecond, MinGap: 10 * time.Millisecond, IdleRelease: 300 * time.Millisecond}
-	store, err := local.NewStore(local.StoreConfig{}, func(*lease.Lease, int64) bool { return false })
+	store, err := keyed.New(keyed.Config{}, func(*lease.Lease, int64) bool { return false }, nil)
 	require.NoError(t, err)
 	for _, alg := range []local.Algorithm{local.FixedWindow, local.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {

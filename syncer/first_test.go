@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -36,7 +37,7 @@ func TestFirstLeaseRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := local.NewStore(local.StoreConfig{}, func(*lease.Lease, int64) bool { return false })
+	store, err := keyed.New(keyed.Config{}, func(*lease.Lease, int64) bool { return false }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

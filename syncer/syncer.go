@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -213,7 +214,7 @@ type Syncer struct {
 	rules   sync.Map // *lease.Rule → *Rule: the Redis form of each rule leased
 
 	mu         sync.Mutex // one round at a time; guards active and registered
-	active     map[*local.Entry[lease.Lease]]*lease.Rule
+	active     map[*keyed.Entry[lease.Lease]]*lease.Rule
 	registered int64 // node time of the last registration, 0 before any
 
 	life            sync.Mutex // guards the fields below
@@ -240,7 +241,7 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	s := &Syncer{
 		cfg: cfg, ks: cfg.Keyspace, node: cfg.NodeID,
 		cluster: lease.NewCluster(cfg.Nodes),
-		active:  map[*local.Entry[lease.Lease]]*lease.Rule{},
+		active:  map[*keyed.Entry[lease.Lease]]*lease.Rule{},
 	}
 	s.params = lease.Params{
 		Interval: cfg.Interval, Horizon: cfg.Horizon, MinGap: cfg.MinGap, PaceGap: cfg.PaceGap,
@@ -475,7 +476,7 @@ func (s *Syncer) SyncAt(ctx context.Context, now int64) (RoundStats, error) {
 
 // pending is a request out for one key, or the registration (entry nil).
 type pending struct {
-	entry *local.Entry[lease.Lease]
+	entry *keyed.Entry[lease.Lease]
 	rule  *lease.Rule
 	req   lease.Request
 }
@@ -515,7 +516,7 @@ func (b *batch) add(c call, p pending) {
 
 // send adds e's exchange at node time now to b; the lease marks itself in
 // flight. The caller holds e's lock.
-func (s *Syncer) send(b *batch, e *local.Entry[lease.Lease], r *lease.Rule, now int64, final bool) {
+func (s *Syncer) send(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now int64, final bool) {
 	q := e.Value.Request(r, now, final)
 	b.add(s.leaseCall(r, e.Value.Digest, &q), pending{entry: e, rule: r, req: q})
 }

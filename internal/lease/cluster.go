@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 )
 
 // Cluster is what the sync rounds learn of the cluster and the leases read:
@@ -62,7 +62,7 @@ const queueShards = 16
 // Handed is a key handed to the syncer, with the rule it was decided under.
 type Handed struct {
 	Rule  *Rule
-	Entry *local.Entry[Lease]
+	Entry *keyed.Entry[Lease]
 }
 
 type queue struct {
@@ -71,7 +71,7 @@ type queue struct {
 	_     [64 - 8 - 24]byte // a cache line each: shards are pushed to from every core
 }
 
-func (q *queue) push(r *Rule, e *local.Entry[Lease]) {
+func (q *queue) push(r *Rule, e *keyed.Entry[Lease]) {
 	q.mu.Lock()
 	q.items = append(q.items, Handed{r, e})
 	q.mu.Unlock()
@@ -113,7 +113,7 @@ func (c *Cluster) FirstPending() int {
 // running low, ask for the next first-lease round instead. The caller holds
 // the entry's lock. Notify does not block and, for a key already handed
 // over, costs a check.
-func (r *Rule) Notify(e *local.Entry[Lease]) {
+func (r *Rule) Notify(e *keyed.Entry[Lease]) {
 	c, k := r.cluster, &e.Value
 	if k.flags&(flagQueued|flagActive) == 0 {
 		k.flags |= flagQueued

@@ -10,7 +10,7 @@ const DigestSize = 16
 
 // Lease is one key's state on a node in hybrid mode: the lease Redis granted
 // it and what the node admitted against it. A hybrid limiter keeps one per
-// (rule, key) in a local.Store, and holds the entry's lock around every
+// (rule, key) in a keyed.Store, and holds the entry's lock around every
 // method. The zero Lease is a key the node has never seen.
 //
 // Times are µs since the epoch. The node's own clock says now; the lease

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -46,7 +47,7 @@ func TestDueMinGapClockLag(t *testing.T) {
 func TestNotifyFirst(t *testing.T) {
 	lr := windowRule(local.FixedWindow)
 	c := lr.cluster
-	store, err := local.NewStore(local.StoreConfig{}, func(*Lease, int64) bool { return false })
+	store, err := keyed.New(keyed.Config{}, func(*Lease, int64) bool { return false }, nil)
 	require.NoError(t, err)
 	decide := func(key string) {
 		e := store.Get(key, t0)

@@ -1,7 +1,8 @@
-package local
+package keyed
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
@@ -11,21 +12,22 @@ import (
 	"unsafe"
 )
 
-// Store is a sharded table of per-key values: the key table of a Limiter,
-// and of the hybrid limiter's leases. It is built for hot paths:
+// Store is a sharded table of per-key values: the key table of a
+// local.Limiter, and of the hybrid limiter's leases. It is built for hot
+// paths:
 //
 //   - Looking up a key already held takes no lock and allocates nothing: the
 //     shards are power-of-two open-addressing tables whose slots readers
 //     load atomically. Inserts, evictions and resizes take the shard's
 //     mutex.
 //   - Each entry has a mutex of its own, which guards its Value (a value may
-//     also guard parts of itself with atomics, as the Limiter's does). A
-//     caller locks the entry it got, checks it was not evicted in between
-//     (Evicted), and gets it again if it was.
-//   - Keys are evicted only when the idle function given to NewStore says
-//     their value is back to its initial state. The store holds at most
-//     MaxKeys; beyond that Get returns nil and the caller applies its
-//     overflow policy.
+//     also guard parts of itself with atomics, as the local Limiter's does).
+//     A caller locks the entry it got, checks it was not evicted in between
+//     (Evicted), and gets it again if it was: Lock and LockAll do this.
+//   - Keys are evicted only when the idle function given to New says their
+//     value is back to its initial state. The store holds at most MaxKeys;
+//     beyond that Get returns nil and the caller applies its overflow
+//     policy.
 //
 // The key bytes are not kept: comparing them would cost a dependent cache
 // miss per lookup among many keys, and a copy of every key. A key is
@@ -33,12 +35,12 @@ import (
 // IDs, IPv4 addresses) by its bytes and its length, exactly; a longer one by
 // a 64-bit hash of its bytes under a random seed and a mark. It is found by
 // a 64-bit hash under secret random keys: of those 128 bits for a short key
-// (two rounds of a 64×64→128-bit multiply folded, wyhash's mix, which costs
-// about 2 ns less than hashing the bytes again), and of its bytes under a
-// second, independent seed for a long one. Two distinct long keys are taken
-// for one with probability about 2^-127 per pair (10^-26 for a million keys
-// held), far below hardware error rates; the seeds are secret, so a client
-// cannot aim for a collision, nor for one probe chain.
+// (two rounds of a 64×64→128-bit multiply folded, wyhash's mix, cheaper
+// than hashing the bytes again), and of its bytes under a second,
+// independent seed for a long one. Two distinct long keys are taken for one
+// with probability about 2^-127 per pair (10^-26 for a million keys held),
+// far below hardware error rates; the seeds are secret, so a client cannot
+// aim for a collision, nor for one probe chain.
 //
 // A Store is safe for concurrent use.
 type Store[V any] struct {
@@ -48,12 +50,6 @@ type Store[V any] struct {
 	perShard int
 	idle     func(v *V, now int64) bool
 	tomb     *Entry[V] // marks the slot of an evicted entry
-
-	// newEntry, when set, allocates the entries of new keys and of
-	// replacements, zero but for what the owner of the store puts in their
-	// Value (the Limiter's sliding logs: their state in the same object,
-	// logBlock). It may be called under a shard's lock, and must not
-	// call back into the store.
 	newEntry func() *Entry[V]
 }
 
@@ -82,8 +78,41 @@ func (e *Entry[V]) Unlock() { e.mu.Unlock() }
 // must be looked up again.
 func (e *Entry[V]) Evicted() bool { return e.evicted }
 
-// StoreConfig sizes a Store.
-type StoreConfig struct {
+// LockLive locks e and reports true, unless e was evicted since the caller
+// got it: then it leaves e unlocked and reports false, and the caller looks
+// the key up again.
+func (e *Entry[V]) LockLive() bool {
+	e.mu.Lock()
+	if e.evicted {
+		e.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// standaloneID is the id1 of an entry that is no key's: no key's identity
+// has it (keyer.place).
+const standaloneID = 1
+
+// MakeStandalone marks e, an entry its owner holds outside any store (such
+// as a limiter's one entry shared by the keys that do not fit), as no key's.
+// Call it before e is used.
+func (e *Entry[V]) MakeStandalone() { e.id1 = standaloneID }
+
+// Standalone reports whether e was marked by MakeStandalone.
+func (e *Entry[V]) Standalone() bool { return e.id1 == standaloneID }
+
+// Defaults for Config.
+const (
+	DefaultShards  = 64
+	DefaultMaxKeys = 1 << 20
+)
+
+// ErrInvalidConfig reports a bad Config; New wraps it with the field's name.
+var ErrInvalidConfig = errors.New("keyed: invalid config")
+
+// Config sizes a Store.
+type Config struct {
 	// Shards is the number of partitions, a power of two from 1 to 65,536.
 	// Default DefaultShards (64).
 	Shards int
@@ -92,16 +121,21 @@ type StoreConfig struct {
 	MaxKeys int
 }
 
-// NewStore returns a Store sized by cfg. idle reports whether a value is
-// back to its initial state at now, so that its key may be forgotten: it is
-// called with the entry locked, on the slow paths only (sweeps, and inserts
-// that need room), and when it returns true the entry is evicted. An entry
-// whose lock is held when a sweep reaches it is busy, so not idle: the sweep
+// New returns a Store sized by cfg. idle reports whether a value is back to
+// its initial state at now, so that its key may be forgotten: it is called
+// with the entry locked, on the slow paths only (sweeps, and inserts that
+// need room), and when it returns true the entry is evicted. An entry whose
+// lock is held when a sweep reaches it is busy, so not idle: the sweep
 // passes it by (a sweep never waits for an entry's lock while holding its
-// shard's, so a caller holding an entry may call into the Store). New does
-// not modify cfg; a bad field is reported with an error wrapping
-// ErrInvalidConfig.
-func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V], error) {
+// shard's, so a caller holding an entry may call into the Store).
+//
+// newEntry, when not nil, allocates the entries of new keys and of
+// replacements, zero but for what the owner puts in their Value (the local
+// Limiter's sliding logs: their state in the same object). It may be
+// called under a shard's lock, and must not call back into the store.
+//
+// A bad field is reported with an error wrapping ErrInvalidConfig.
+func New[V any](cfg Config, idle func(v *V, now int64) bool, newEntry func() *Entry[V]) (*Store[V], error) {
 	if cfg.Shards == 0 {
 		cfg.Shards = DefaultShards
 	}
@@ -124,6 +158,7 @@ func NewStore[V any](cfg StoreConfig, idle func(v *V, now int64) bool) (*Store[V
 		perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
 		idle:     idle,
 		tomb:     new(Entry[V]),
+		newEntry: newEntry,
 	}
 	for i := range s.shards {
 		s.shards[i].tab.Store(newTable[V](minTableSize))
@@ -176,7 +211,7 @@ func newKeyer() keyer {
 // places it: one call per lookup.
 //
 // The identity: id1 is at least 1<<56 (a smaller one marks an entry that is
-// not a key's; see sharedID). A key of up to 15 bytes is its bytes and its
+// not a key's; see standaloneID). A key of up to 15 bytes is its bytes and its
 // length, packed without loss (the bytes are read as words, overlapping
 // where the length is not a multiple of one; with the length, that
 // determines them), and its hash is a keyed mix of that identity. A longer
@@ -265,17 +300,17 @@ func (s *Store[V]) Range(f func(e *Entry[V]) bool) {
 	}
 }
 
-// StoreStats are a Store's counters.
-type StoreStats struct {
+// Stats are a Store's counters.
+type Stats struct {
 	Keys      int    // keys held now
-	Evictions uint64 // keys evicted since NewStore, idle
+	Evictions uint64 // keys evicted since New, idle
 	Overflows uint64 // new keys refused because the store was full
 }
 
 // Stats returns the counters. It locks each shard in turn: for monitoring,
 // not per request.
-func (s *Store[V]) Stats() StoreStats {
-	var st StoreStats
+func (s *Store[V]) Stats() Stats {
+	var st Stats
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -367,7 +402,7 @@ const minTableSize = 8
 
 // evictIfIdle evicts the entry in sl if its value is idle at now. An entry
 // whose lock is held is in use, and passed by: waiting for it here, holding
-// sh.mu, could deadlock with a holder of the entry calling replace. The
+// sh.mu, could deadlock with a holder of the entry calling Replace. The
 // caller holds sh.mu.
 func (s *Store[V]) evictIfIdle(sh *shard[V], sl *slot[V], now int64) bool {
 	e := sl.ent.Load()
@@ -475,13 +510,13 @@ func (s *Store[V]) alloc(id0, id1 uint64) *Entry[V] {
 	return e
 }
 
-// replace puts a new entry for key in the place of old, its value set by
+// Replace puts a new entry for key in the place of old, its value set by
 // init before anyone can see it, and marks old evicted: a holder of old
 // finds that it was evicted and looks key up again, to find the new entry.
-// It is how a value that lock-free readers hold (the Limiter's packed
+// It is how a value that lock-free readers hold (the local Limiter's packed
 // states) changes its meaning: in a new entry, never in place. The caller
 // holds old's lock, and old is key's entry.
-func (s *Store[V]) replace(key string, old *Entry[V], init func(v *V)) {
+func (s *Store[V]) Replace(key string, old *Entry[V], init func(v *V)) {
 	ne := s.alloc(old.id0, old.id1)
 	init(&ne.Value)
 	_, _, h1 := s.keys.place(key) // old holds key's identity

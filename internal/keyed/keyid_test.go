@@ -1,4 +1,4 @@
-package local
+package keyed
 
 import (
 	"strings"
@@ -6,7 +6,7 @@ import (
 )
 
 func newIDStore(t testing.TB) *Store[int] {
-	s, err := NewStore[int](StoreConfig{}, func(*int, int64) bool { return true })
+	s, err := New[int](Config{}, func(*int, int64) bool { return true }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestKeyIDShortKeysExact(t *testing.T) {
 	seen := map[[2]uint64]string{}
 	add := func(k string) {
 		id0, id1, _ := s.keys.place(k)
-		mark := uint64(len(k) + 1) // the length, or the long-key mark; never below 1, the overflow entry's
+		mark := uint64(len(k) + 1) // the length, or the long-key mark; never below 1, a standalone entry's
 		if len(k) > 15 {
 			mark = 0xff
 		}
