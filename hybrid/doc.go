@@ -3,6 +3,13 @@
 // nanoseconds against leases of the global budget that a background syncer
 // exchanges with Redis.
 //
+// The common case needs this package alone (and go-redis): it names the
+// limits (Limit, Params, NewLimit and the algorithms), the decisions
+// (Decision, Reason), the Redis keyspace and the sync settings (Keyspace,
+// SyncConfig) of packages local and syncer, which stay available for a
+// limiter without Redis (local.Limiter) or central decisions alone
+// (syncer.Central).
+//
 // # Modes
 //
 // Each registered Rule runs in one Mode:
@@ -19,15 +26,26 @@
 //     A rule whose limit is too small to split among the nodes, and the
 //     sliding window log, run Central (Limiter.Mode tells which).
 //
+// # Structure
+//
+// Register builds one value per rule for the mode it runs in (localRule,
+// centralRule, hybridRule), holding that mode's state and, for the
+// distributed modes, its failure policy; the Limiter's methods (AllowN,
+// SetLimit, SweepAt, Shutdown, the metrics) call it without asking which
+// mode it is. AllowMulti groups its requests by mode, since each mode
+// combines rules its own way (ordered entry locks, one script, or reserve
+// then commit). Config.WithDefaults holds every default of a Config.
+//
 // # Decisions
 //
-// Allow, AllowN and AllowMulti return a local.Decision by value. In hybrid
-// mode Limit is the rule's, Remaining the node's estimate of what the whole
+// Allow, AllowN and AllowMulti return a Decision by value. Its Limit is the
+// most a single request may cost under the rule (the rule's, never a
+// lease's): Params.Limit for the window algorithms, the burst for the
+// buckets. In hybrid mode Remaining is the node's estimate of what the whole
 // cluster may still admit (its lease, plus what the others held unused at
-// the last sync), and a rejection with Reason local.ReasonNoLease means the
-// node holds no lease for the key yet: RetryAfter is then short (the next
-// sync), unlike local.ReasonLimited, whose RetryAfter is when the limit
-// admits again.
+// the last sync), and a rejection with ReasonNoLease means the node holds
+// no lease for the key yet: RetryAfter is then short (the next sync), unlike
+// ReasonLimited, whose RetryAfter is when the limit admits again.
 //
 // # When Redis fails
 //

@@ -10,8 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
 // stoppedClock always tells the same time, so the examples' output is
@@ -34,7 +32,7 @@ func ExampleNew() {
 
 	api, err := l.Register(hybrid.Rule{
 		Name:  "api",
-		Limit: local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute}),
+		Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 3, Window: time.Minute}),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -61,6 +59,27 @@ func ExampleNew() {
 	// user-7 allowed: true
 }
 
+// WithDefaults shows the defaults New fills in: Local rules without Redis,
+// the FailLocal policy, a 250ms bound on central decisions.
+func ExampleConfig_WithDefaults() {
+	cfg := hybrid.Config{}.WithDefaults()
+	fmt.Println(cfg.Mode, cfg.Policy, cfg.Timeout)
+	// Output:
+	// local fail_local 250ms
+}
+
+// A limit's algorithm and parameters are checked once, when it is built:
+// NewLimit names the bad field.
+func ExampleNewLimit() {
+	_, err := hybrid.NewLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 0, Window: time.Minute})
+	fmt.Println(err)
+	lim, err := hybrid.NewLimit(hybrid.Params{Algorithm: hybrid.TokenBucket, Limit: 10, Window: time.Second, Burst: 20})
+	fmt.Println(lim, err)
+	// Output:
+	// local: invalid limit: Limit 0: must be at least 1
+	// token_bucket 10/1s burst 20 <nil>
+}
+
 // Register validates a rule and reports what is wrong with errors callers
 // can match.
 func ExampleLimiter_Register() {
@@ -70,7 +89,7 @@ func ExampleLimiter_Register() {
 	}
 	defer l.Close()
 
-	perSecond := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 10, Window: time.Second})
+	perSecond := hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.GCRA, Limit: 10, Window: time.Second})
 	_, err = l.Register(hybrid.Rule{Name: "login{attempts}", Limit: perSecond})
 	fmt.Println(errors.Is(err, hybrid.ErrInvalidRule))
 
@@ -94,12 +113,12 @@ func ExampleLimiter_AllowMulti() {
 	}
 	defer l.Close()
 
-	burst, _ := l.Register(hybrid.Rule{Name: "burst", Limit: local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Second, Burst: 5})})
-	daily, _ := l.Register(hybrid.Rule{Name: "daily", Limit: local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 2, Window: 24 * time.Hour})})
+	burst, _ := l.Register(hybrid.Rule{Name: "burst", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.TokenBucket, Limit: 1, Window: time.Second, Burst: 5})})
+	daily, _ := l.Register(hybrid.Rule{Name: "daily", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 2, Window: 24 * time.Hour})})
 
 	ctx := context.Background()
 	reqs := []hybrid.Request{{Rule: burst, Key: "user-42", N: 1}, {Rule: daily, Key: "user-42", N: 1}}
-	out := make([]local.Decision, len(reqs))
+	out := make([]hybrid.Decision, len(reqs))
 	for range 3 {
 		ok, err := l.AllowMulti(ctx, reqs, out)
 		if err != nil {
@@ -127,9 +146,9 @@ func Example_hybrid() {
 
 	l, err := hybrid.New(hybrid.Config{
 		Redis:    client,
-		Keyspace: syncer.Keyspace{Prefix: "myapp"}, // the same on every node
+		Keyspace: hybrid.Keyspace{Prefix: "myapp"}, // the same on every node
 		Policy:   hybrid.FailLocal,                 // while Redis is down: the limit ÷ nodes, per node
-		Sync:     syncer.SyncConfig{Nodes: 4},      // expected cluster size, until Redis has counted
+		Sync:     hybrid.SyncConfig{Nodes: 4},      // expected cluster size, until Redis has counted
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -139,14 +158,14 @@ func Example_hybrid() {
 
 	api, err := l.Register(hybrid.Rule{
 		Name:  "api",
-		Limit: local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 100_000, Window: time.Minute}),
+		Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 100_000, Window: time.Minute}),
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	login, err := l.Register(hybrid.Rule{
 		Name:   "login",
-		Limit:  local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 5, Window: time.Minute}),
+		Limit:  hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.SlidingWindowLog, Limit: 5, Window: time.Minute}),
 		Policy: hybrid.FailClosed, // security first: refuse while Redis is down
 	})
 	if err != nil {

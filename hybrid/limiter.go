@@ -1,6 +1,7 @@
 package hybrid
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,10 +11,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
-	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -34,10 +35,26 @@ var (
 	ErrUnavailable = syncer.ErrUnavailable
 )
 
-// DefaultShutdownTimeout is how long Close gives Shutdown.
-const DefaultShutdownTimeout = 2 * time.Second
+// The defaults of a Config, in one place: New gives each zero field its
+// default (Config.WithDefaults); Sync's are syncer's (syncer.DefaultInterval,
+// DefaultEpsilon, DefaultBatch, and durations derived from the interval).
+const (
+	// DefaultPolicy is the rules' failure policy when neither the Rule nor
+	// the Config names one.
+	DefaultPolicy = FailLocal
+	// DefaultTimeout bounds each central decision.
+	DefaultTimeout = syncer.DefaultTimeout
+	// DefaultClockResolution is the resolution of the clock a Limiter starts
+	// when Config.Clock is nil.
+	DefaultClockResolution = local.DefaultResolution
+	// DefaultSweepInterval is how often a Limiter forgets idle keys.
+	DefaultSweepInterval = local.DefaultSweepInterval
+	// DefaultShutdownTimeout is how long Close gives Shutdown.
+	DefaultShutdownTimeout = 2 * time.Second
+)
 
-// Config configures a Limiter. Every field documents its default.
+// Config configures a Limiter. Every field documents its default; the
+// zero Config is a Limiter of Local rules.
 type Config struct {
 	// Redis reaches Redis: a *redis.Client (one server, or Sentinel through
 	// redis.NewFailoverClient), a *redis.ClusterClient, or another
@@ -45,21 +62,23 @@ type Config struct {
 	// Redis; only Local rules can be registered.
 	Redis redis.UniversalClient
 	// Keyspace names the Redis keys; every node must use the same one.
-	Keyspace syncer.Keyspace
+	// Default: prefix "hl" (syncer.DefaultPrefix), no secret.
+	Keyspace Keyspace
 	// Mode is the rules' default mode. Default: Hybrid with Redis, Local
 	// without.
 	Mode Mode
-	// Policy is the rules' default failure policy. Default FailLocal.
+	// Policy is the rules' default failure policy. Default DefaultPolicy
+	// (FailLocal).
 	Policy Policy
-	// Clock tells the time. Default: a CoarseClock (1ms) the Limiter owns.
-	// Hybrid and local decisions read it; Redis scripts read Redis's clock,
-	// which the syncer relates to this one.
-	Clock local.Clock
+	// Clock tells the time. Default: a CoarseClock (DefaultClockResolution)
+	// the Limiter owns. Hybrid and local decisions read it; Redis scripts
+	// read Redis's clock, which the syncer relates to this one.
+	Clock Clock
 	// Sync configures the syncer of hybrid rules (interval, lease sizing,
-	// cold-start allowance, …); see syncer.SyncConfig. Its Client, Keyspace
-	// and Clock are this Config's; its Observer, if set, receives every
-	// round after the Limiter.
-	Sync syncer.SyncConfig
+	// cold-start allowance, …); each field documents its default. Its
+	// Client, Keyspace and Clock are this Config's; its Observer, if set,
+	// receives every round after the Limiter.
+	Sync SyncConfig
 	// Shards is the number of partitions of each rule's table of keys, a
 	// power of two from 1 to 65,536. Default local.DefaultShards (64).
 	Shards int
@@ -68,7 +87,7 @@ type Config struct {
 	MaxKeys int
 	// Timeout bounds each central decision: its deadline is its context's
 	// or Timeout from its start, whichever comes first. Default
-	// syncer.DefaultTimeout.
+	// DefaultTimeout (250ms).
 	Timeout time.Duration
 	// ManualSync leaves the syncer's rounds to the caller (SyncAt when
 	// SyncWanted, SyncFirstAt when SyncFirstWanted, and SyncAt every
@@ -86,6 +105,60 @@ type Config struct {
 	// Logger receives changes of availability and mode. Default:
 	// slog.Default().
 	Logger *slog.Logger
+}
+
+// WithDefaults returns c with each zero field that has a default set to
+// it, as New sees it, Sync's included (SyncConfig.WithDefaults). Clock
+// stays nil (New starts its own), and Shards and MaxKeys stay zero (each
+// rule's table fills them).
+func (c Config) WithDefaults() Config {
+	if c.Mode == ModeDefault {
+		c.Mode = Local
+		if c.Redis != nil {
+			c.Mode = Hybrid
+		}
+	}
+	if c.Policy == PolicyDefault {
+		c.Policy = DefaultPolicy
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Sync = c.Sync.WithDefaults()
+	return c
+}
+
+// validate reports c's first bad field, with its defaults filled in, in an
+// error wrapping ErrInvalidConfig that names it. It builds nothing: what
+// only Redis can check (the client, the Keyspace) New checks as it builds
+// the Limiter.
+func (c *Config) validate() error {
+	switch {
+	case c.Mode > Hybrid:
+		return fmt.Errorf("%w: Mode %d: unknown", ErrInvalidConfig, c.Mode)
+	case c.Mode != Local && c.Redis == nil:
+		return fmt.Errorf("%w: Mode %s: needs Redis", ErrInvalidConfig, c.Mode)
+	case c.Policy > FailLocal:
+		return fmt.Errorf("%w: Policy %d: unknown", ErrInvalidConfig, c.Policy)
+	case c.Timeout < 0:
+		return fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, c.Timeout)
+	case c.Shards < 0 || c.Shards > 1<<16 || c.Shards&(c.Shards-1) != 0:
+		return fmt.Errorf("%w: Shards %d: must be a power of two from 1 to 65536", ErrInvalidConfig, c.Shards)
+	case c.MaxKeys < 0:
+		return fmt.Errorf("%w: MaxKeys %d: must be positive", ErrInvalidConfig, c.MaxKeys)
+	}
+	// Checked with or without Redis: without it the syncer does not run,
+	// but a bad field is still a bad field.
+	if err := c.Sync.Validate(); err != nil {
+		return fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err)
+	}
+	return nil
 }
 
 // Limiter limits requests per rule and key, in each rule's mode: local,
@@ -118,48 +191,25 @@ type Limiter struct {
 	shutdownErr error
 }
 
-// storeConfig sizes the rules' tables of keys.
-func (c *Config) storeConfig() keyed.Config {
-	return keyed.Config{Shards: c.Shards, MaxKeys: c.MaxKeys}
-}
-
-// New returns a Limiter for cfg. It copies cfg, reports a bad field with an
+// New returns a Limiter for cfg. It copies cfg (never changing the
+// caller's), fills its defaults (WithDefaults), reports a bad field with an
 // error wrapping ErrInvalidConfig, and starts the syncer (unless
 // ManualSync) and the sweeper of idle keys.
 func New(cfg Config) (*Limiter, error) {
-	if cfg.Mode == ModeDefault {
-		cfg.Mode = Local
-		if cfg.Redis != nil {
-			cfg.Mode = Hybrid
-		}
-	}
-	if cfg.Mode > Hybrid {
-		return nil, fmt.Errorf("%w: Mode %d: unknown", ErrInvalidConfig, cfg.Mode)
-	}
-	if cfg.Mode != Local && cfg.Redis == nil {
-		return nil, fmt.Errorf("%w: Mode %s: needs Redis", ErrInvalidConfig, cfg.Mode)
-	}
-	if cfg.Policy == PolicyDefault {
-		cfg.Policy = FailLocal
-	}
-	if cfg.Policy > FailLocal {
-		return nil, fmt.Errorf("%w: Policy %d: unknown", ErrInvalidConfig, cfg.Policy)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, cfg.Timeout)
-	}
-	if _, err := keyed.New(cfg.storeConfig(), func(*lease.Lease, int64) bool { return false }, nil); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	cfg = cfg.WithDefaults()
+	cfg.Keyspace.Secret = bytes.Clone(cfg.Keyspace.Secret)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	l := &Limiter{cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, rules: map[string]*ruleState{}}
 	if l.clock == nil {
-		l.ownClock = local.NewCoarseClock(local.DefaultResolution)
+		l.ownClock = local.NewCoarseClock(DefaultClockResolution)
 		l.clock = l.ownClock
 	}
 	fail := func(err error) (*Limiter, error) {
+		if l.metrics != nil {
+			l.metrics.close()
+		}
 		if l.ownClock != nil {
 			l.ownClock.Close()
 		}
@@ -183,10 +233,6 @@ func New(cfg Config) (*Limiter, error) {
 		if !cfg.ManualSync {
 			l.sync.Start()
 		}
-	} else if err := cfg.Sync.Validate(); err != nil {
-		// Without Redis the syncer does not run, but a bad field is still
-		// a bad field.
-		return fail(fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err))
 	}
 	l.sweepStop, l.sweepDone = make(chan struct{}), make(chan struct{})
 	go l.sweepLoop()
@@ -204,8 +250,8 @@ func (l *Limiter) NodeID() string {
 // Register validates r and returns the *Rule that decisions take. It
 // decides the mode the rule runs in: its own, or the Limiter's default; a
 // rule that cannot be split into leases runs Central rather than Hybrid
-// (the sliding window log; limits too small to split among the nodes, see
-// lease.Split). Registering a name again returns the existing rule if the
+// (the sliding window log; limits too small to split among the nodes, as
+// docs/accuracy.md derives). Registering a name again returns the existing rule if the
 // limit is the same, and an error otherwise (use SetLimit).
 func (l *Limiter) Register(r Rule) (*Rule, error) {
 	r.state = nil
@@ -250,56 +296,63 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		out.state = rs
 		return &out, nil
 	}
-	rs := &ruleState{l: l, name: r.Name, mode: mode, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), counts: new(counters)}
+	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), counts: new(counters)}
 	lim := r.Limit
 	rs.limit.Store(&lim)
-	if mode != Local {
-		sr, err := syncer.NewRule(r.Name, r.Limit)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidRule, err)
-		}
-		rs.redis.Store(sr)
+	m, err := l.newMode(rs, mode, r.Limit)
+	if err != nil {
+		return nil, err
 	}
-	if mode == Hybrid {
-		lr, err := l.sync.LeaseRule(rs.redis.Load())
-		if err != nil || !lease.Split(r.Limit, l.sync.Interval(), max(l.cfg.Sync.Nodes, 1)) {
-			mode = Central // the log, or a limit too small to split: exact in Redis
-			l.logger.Info("hybridlimit: rule runs central: it cannot be split into leases", "rule", r.Name, "limit", r.Limit.String())
-		} else {
-			rs.lease.Store(lr)
-			rs.store, err = keyed.New(l.cfg.storeConfig(), rs.idle, nil)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-			}
-		}
-		rs.mode = mode
-	}
-	if mode == Local {
-		ll, err := local.New(r.Limit, local.Config{Shards: l.cfg.Shards, MaxKeys: l.cfg.MaxKeys, Clock: l.clock, NoBackgroundSweep: true})
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-		rs.local = ll
-	}
-	if policy == FailLocal && mode != Local {
-		fl, err := local.New(r.Limit, local.Config{Shards: l.cfg.Shards, MaxKeys: l.cfg.MaxKeys, Clock: l.clock, NoBackgroundSweep: true})
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-		rs.fallback = fl
-	}
+	rs.mode = m
 	l.rules[r.Name] = rs
 	out := r
 	out.state = rs
 	return &out, nil
 }
 
-// SetLimit changes a registered rule's limit at runtime, on this node.
+// newMode builds the mode rs runs in: mode, or Central for a hybrid rule
+// whose limit cannot be split into leases.
+func (l *Limiter) newMode(rs *ruleState, mode Mode, lim local.Limit) (modeRule, error) {
+	if mode == Local {
+		return newLocalRule(rs, lim)
+	}
+	sr, err := syncer.NewRule(rs.name, lim)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRule, err)
+	}
+	if mode == Hybrid {
+		m, err := newHybridRule(rs, sr, lim)
+		if m != nil || err != nil {
+			return m, err
+		}
+		// The log, or a limit too small to split: exact in Redis.
+		l.logger.Info("hybridlimit: rule runs central: it cannot be split into leases", "rule", rs.name, "limit", lim.String())
+	}
+	return newCentralRule(rs, sr, lim)
+}
+
+// localConfig configures the local limiters of Local rules and of the
+// FailLocal policy: the Limiter's clock and table size; the Limiter sweeps.
+func (l *Limiter) localConfig() local.Config {
+	return local.Config{Shards: l.cfg.Shards, MaxKeys: l.cfg.MaxKeys, Clock: l.clock, NoBackgroundSweep: true}
+}
+
+// storeConfig sizes the hybrid rules' tables of keys.
+func (l *Limiter) storeConfig() keyed.Config {
+	return keyed.Config{Shards: l.cfg.Shards, MaxKeys: l.cfg.MaxKeys}
+}
+
+// expectedNodes is the number of nodes the Config expects (Sync.Nodes, at
+// least 1), for rules with no lease exchange to count them.
+func (l *Limiter) expectedNodes() int64 { return int64(max(l.cfg.Sync.Nodes, 1)) }
+
+// SetLimit replaces a registered rule's Limit (its algorithm and
+// parameters) at runtime, on this node.
 // Consumption is kept: in local mode as local.Limiter.SetLimit says; in
 // central and hybrid modes Redis carries the state over at its next script,
 // and every lease of the rule is revoked and granted again under the new
 // limit. Every node must make the same change.
-func (l *Limiter) SetLimit(r *Rule, lim local.Limit) error {
+func (l *Limiter) SetLimit(r *Rule, lim Limit) error {
 	rs, err := l.state(r)
 	if err != nil {
 		return err
@@ -307,24 +360,8 @@ func (l *Limiter) SetLimit(r *Rule, lim local.Limit) error {
 	if !lim.Valid() {
 		return fmt.Errorf("%w: rule %q: Limit: zero", ErrInvalidRule, rs.name)
 	}
-	if rs.local != nil {
-		if err := rs.local.SetLimit(lim); err != nil {
-			return err
-		}
-	}
-	if rs.mode != Local {
-		sr, err := syncer.NewRule(rs.name, lim)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidRule, err)
-		}
-		if rs.mode == Hybrid {
-			lr, err := l.sync.LeaseRule(sr)
-			if err != nil {
-				return fmt.Errorf("%w: rule %q: the new limit cannot be leased; register a central rule instead: %w", ErrInvalidRule, rs.name, err)
-			}
-			rs.lease.Swap(lr).Replace(lr)
-		}
-		rs.redis.Store(sr)
+	if err := rs.mode.setLimit(lim); err != nil {
+		return err
 	}
 	rs.limit.Store(&lim)
 	return nil
@@ -344,13 +381,13 @@ func (l *Limiter) state(r *Rule) (*ruleState, error) {
 // Mode returns the mode r runs in: Local, Central or Hybrid.
 func (l *Limiter) Mode(r *Rule) Mode {
 	if rs, err := l.state(r); err == nil {
-		return rs.mode
+		return rs.mode.kind()
 	}
 	return ModeDefault
 }
 
 // Allow is AllowN(ctx, r, key, 1).
-func (l *Limiter) Allow(ctx context.Context, r *Rule, key string) (local.Decision, error) {
+func (l *Limiter) Allow(ctx context.Context, r *Rule, key string) (Decision, error) {
 	return l.AllowN(ctx, r, key, 1)
 }
 
@@ -362,38 +399,12 @@ func (l *Limiter) Allow(ctx context.Context, r *Rule, key string) (local.Decisio
 //
 // In hybrid mode ctx is not used: the decision never waits on Redis. In
 // central mode it bounds the round trip.
-func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (local.Decision, error) {
+func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (Decision, error) {
 	rs, err := l.state(r)
 	if err != nil {
 		return local.Outcome{Reason: local.ReasonInvalidCost}.Decision(), err
 	}
-	now := l.nowMicro()
-	switch rs.mode {
-	case Hybrid:
-		return rs.allowHybrid(ctx, now, key, n)
-	case Central:
-		var d local.Decision
-		if l.cfg.VirtualTime {
-			d, err = l.central.AllowNAt(ctx, time.UnixMicro(now), rs.redis.Load(), key, n)
-		} else {
-			d, err = l.central.AllowN(ctx, rs.redis.Load(), key, n)
-		}
-		if err != nil {
-			if errors.Is(err, syncer.ErrUnavailable) {
-				l.markUnavailable(now, err)
-			}
-			return rs.failed(ctx, now, key, n, err)
-		}
-		if l.unavailable.Load() != 0 {
-			l.markAvailable()
-		}
-		rs.counts.count(d.Reason())
-		return d, nil
-	default:
-		d := rs.local.AllowNAt(time.UnixMicro(now), key, n)
-		rs.counts.count(d.Reason())
-		return d, nil
-	}
+	return rs.mode.allow(ctx, l.nowMicro(), key, n)
 }
 
 var errUnavailable = fmt.Errorf("hybrid: no lease and redis unreachable: %w", syncer.ErrUnavailable)
@@ -401,157 +412,6 @@ var errUnavailable = fmt.Errorf("hybrid: no lease and redis unreachable: %w", sy
 func micros(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 
 func (l *Limiter) nowMicro() int64 { return l.clock.Now().UnixMicro() }
-
-// allowHybrid is the hybrid hot path: the key's entry, locked once for the
-// whole decision, its lease, and a hand to the syncer when the lease asks
-// for it. A key without a lease while Redis is out of reach is decided by
-// the failure policy (degraded), under the same lock.
-func (rs *ruleState) allowHybrid(ctx context.Context, now int64, key string, n int64) (local.Decision, error) {
-	lr := rs.lease.Load()
-	if v, bad := badCost(lr, n); bad {
-		rs.counts.count(v.Reason)
-		return dress(v, lr.MaxCost()), nil
-	}
-	e := rs.lockedEntry(key, now)
-	if e == nil {
-		rs.counts.count(local.ReasonOverflow)
-		return dress(lease.Verdict{Reason: local.ReasonOverflow}, lr.MaxCost()), nil
-	}
-	v, signal := e.Value.Decide(lr, now, n)
-	if signal {
-		lr.Notify(e)
-	}
-	if v.Reason == local.ReasonNoLease && rs.l.unavailable.Load() != 0 {
-		d, err := rs.degraded(ctx, e, lr, now, key, n)
-		e.Unlock()
-		return d, err
-	}
-	e.Unlock()
-	rs.counts.count(v.Reason)
-	return dress(v, lr.MaxCost()), nil
-}
-
-// badCost refuses, charging nothing, a cost no lease of lr can admit.
-func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
-	switch {
-	case n < 0:
-		return lease.Verdict{Reason: local.ReasonInvalidCost}, true
-	case n > lr.MaxCost():
-		return lease.Verdict{Reason: local.ReasonCostTooHigh}, true
-	}
-	return lease.Verdict{}, false
-}
-
-// degraded decides for a key without a lease while Redis is out of reach:
-// by FailLocal on a window rule's lease, else by the rule's failure policy,
-// recording in the lease what the policy admitted. e is key's entry, which
-// the caller holds locked.
-func (rs *ruleState) degraded(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) (local.Decision, error) {
-	if rs.policy == FailLocal {
-		if d, ok := rs.fallbackLease(e, lr, now, n); ok {
-			return d, errUnavailable
-		}
-	}
-	d, err := rs.failed(ctx, now, key, n, errUnavailable)
-	if d.Allowed() {
-		rs.chargeLease(e, lr, now, n)
-	}
-	return d, err
-}
-
-// lockedEntry returns key's entry, locked and with its digest set; nil when
-// the table has no room for the key.
-func (rs *ruleState) lockedEntry(key string, now int64) *keyed.Entry[lease.Lease] {
-	e := rs.store.Lock(key, now)
-	if e != nil {
-		rs.l.setDigest(&e.Value, key)
-	}
-	return e
-}
-
-// setDigest names a new key's lease in Redis: the digest is computed once,
-// on the key's first decision.
-func (l *Limiter) setDigest(k *lease.Lease, key string) {
-	if k.Digest == ([16]byte{}) {
-		k.Digest = l.sync.Keyspace().DigestBytes(key)
-	}
-}
-
-// chargeLease records in a hybrid key's lease, in e, which the caller holds
-// locked, what a failure policy admitted for it while Redis was out of
-// reach: the next exchange reports it, and Redis counts it once it answers
-// again.
-func (rs *ruleState) chargeLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, n int64) {
-	if e.Value.Charge(lr, now, n) {
-		lr.Notify(e)
-	}
-}
-
-// fallbackLease decides by FailLocal on a window rule's lease, in e, which
-// the caller holds locked (see lease.Lease.Fallback); ok is false for
-// bucket rules.
-func (rs *ruleState) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, n int64) (d local.Decision, ok bool) {
-	part := max(rs.limit.Load().Params().Limit/max(lr.Nodes(), 1), 1)
-	v, ok := e.Value.Fallback(lr, now, n, part)
-	if !ok {
-		return local.Decision{}, false
-	}
-	if v.Reason == local.ReasonOK {
-		lr.Notify(e)
-	}
-	rs.counts.fallback.Add(1)
-	rs.counts.count(v.Reason)
-	return dress(v, lr.MaxCost()), true
-}
-
-// failed decides by the rule's failure policy; err says why Redis could
-// not.
-func (rs *ruleState) failed(_ context.Context, now int64, key string, n int64, err error) (local.Decision, error) {
-	lim := rs.limit.Load()
-	rs.counts.fallback.Add(1)
-	switch rs.policy {
-	case FailOpen:
-		rs.counts.count(local.ReasonOK)
-		return local.Outcome{Allowed: true, Reason: local.ReasonUnavailable, Limit: lim.MaxCost(), Remaining: lim.MaxCost()}.Decision(), err
-	case FailClosed:
-		rs.counts.count(local.ReasonUnavailable)
-		return local.Outcome{Reason: local.ReasonUnavailable, Limit: lim.MaxCost(), RetryAfter: time.Second}.Decision(), err
-	default: // FailLocal: this node's part of the limit
-		// The nodes: as the last lease exchange counted them, or, for a
-		// central rule (no lease), as the Config says (Sync.Nodes).
-		nodes := int64(max(rs.l.cfg.Sync.Nodes, 1))
-		if lr := rs.lease.Load(); lr != nil && lr.Nodes() > 0 {
-			nodes = lr.Nodes()
-		}
-		part := *lim
-		if nodes > 1 {
-			p := lim.Params()
-			p.Limit = max(p.Limit/nodes, 1)
-			if p.Burst > 0 {
-				p.Burst = max(p.Burst/nodes, 1)
-			}
-			if nl, perr := local.NewLimit(p); perr == nil {
-				part = nl
-			}
-		}
-		if rs.fallback.Limit() != part {
-			rs.fallback.SetLimit(part)
-		}
-		d := rs.fallback.AllowNAt(time.UnixMicro(now), key, n)
-		if !d.Allowed() && d.Reason() == local.ReasonLimited {
-			o := d.Outcome()
-			o.Reason = local.ReasonUnavailable
-			d = o.Decision()
-		}
-		rs.counts.count(d.Reason())
-		return d, err
-	}
-}
-
-// idle is the store's eviction test for a hybrid key.
-func (rs *ruleState) idle(v *lease.Lease, now int64) bool {
-	return v.Idle(now) && now-v.LastUse() >= rs.keyTTL
-}
 
 func (l *Limiter) markUnavailable(now int64, err error) {
 	if l.unavailable.Swap(max(now, 1)) == 0 {
@@ -567,7 +427,6 @@ func (l *Limiter) markAvailable() {
 	}
 }
 
-// observer turns the syncer's rounds into availability and metrics.
 // observer takes the syncer's rounds into the Limiter (availability,
 // metrics), then hands them to the caller's Sync.Observer, if any.
 type observer struct {
@@ -590,9 +449,9 @@ func (o observer) Round(st syncer.RoundStats) {
 
 // SyncAt runs one round of the syncer at the Limiter's clock time, for
 // Config.ManualSync. It returns the round's figures.
-func (l *Limiter) SyncAt(ctx context.Context, now time.Time) (syncer.RoundStats, error) {
+func (l *Limiter) SyncAt(ctx context.Context, now time.Time) (RoundStats, error) {
 	if l.sync == nil {
-		return syncer.RoundStats{}, nil
+		return RoundStats{}, nil
 	}
 	return l.sync.SyncAt(ctx, now.UnixMicro())
 }
@@ -606,9 +465,9 @@ func (l *Limiter) SyncWanted() bool { return l.sync != nil && l.sync.Wanted() }
 // time, for Config.ManualSync: it exchanges only the keys that asked for
 // their first lease, or for the correction of a lease granted on a guess
 // (syncer.Syncer.SyncFirstAt). It returns the round's figures.
-func (l *Limiter) SyncFirstAt(ctx context.Context, now time.Time) (syncer.RoundStats, error) {
+func (l *Limiter) SyncFirstAt(ctx context.Context, now time.Time) (RoundStats, error) {
 	if l.sync == nil {
-		return syncer.RoundStats{}, nil
+		return RoundStats{}, nil
 	}
 	return l.sync.SyncFirstAt(ctx, now.UnixMicro())
 }
@@ -622,7 +481,7 @@ func (l *Limiter) SyncFirstWanted() bool { return l.sync != nil && l.sync.Wanted
 // sweepLoop evicts idle keys of every rule every minute.
 func (l *Limiter) sweepLoop() {
 	defer close(l.sweepDone)
-	t := time.NewTicker(local.DefaultSweepInterval)
+	t := time.NewTicker(DefaultSweepInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -643,17 +502,9 @@ func (l *Limiter) SweepAt(now time.Time) int {
 		rules = append(rules, rs)
 	}
 	l.mu.Unlock()
-	us, n := now.UnixMicro(), 0
+	n := 0
 	for _, rs := range rules {
-		if rs.store != nil {
-			n += rs.store.Sweep(us)
-		}
-		if rs.local != nil {
-			n += rs.local.SweepAt(now)
-		}
-		if rs.fallback != nil {
-			n += rs.fallback.SweepAt(now)
-		}
+		n += rs.mode.sweep(now)
 	}
 	return n
 }
@@ -673,12 +524,7 @@ func (l *Limiter) Shutdown(ctx context.Context) error {
 		}
 		l.metrics.close()
 		for _, rs := range l.rules {
-			if rs.local != nil {
-				rs.local.Close()
-			}
-			if rs.fallback != nil {
-				rs.fallback.Close()
-			}
+			rs.mode.close()
 		}
 		if l.ownClock != nil {
 			l.ownClock.Close()

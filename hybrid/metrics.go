@@ -5,11 +5,9 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -63,9 +61,6 @@ type metrics struct {
 }
 
 func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
 	meter := mp.Meter(meterName)
 	m := &metrics{}
 	var err error
@@ -129,14 +124,14 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 		l.mu.Unlock()
 		for _, rs := range rules {
 			ra := attribute.String("rule", rs.name)
-			ma := attribute.String("mode", rs.mode.String())
+			ma := attribute.String("mode", rs.mode.kind().String())
 			for r := local.Reason(0); int(r) < numReasons; r++ {
 				if v := rs.counts.sum(r); v > 0 {
 					o.ObserveInt64(decisions, v, metric.WithAttributes(ra, ma, attribute.String("result", resultOf(r))))
 				}
 			}
 			o.ObserveInt64(fallbacks, rs.counts.fallback.Load(), metric.WithAttributes(ra))
-			st := rs.stats()
+			st := rs.mode.stats()
 			o.ObserveInt64(keys, int64(st.Keys), metric.WithAttributes(ra, ma))
 			o.ObserveInt64(evictions, int64(st.Evictions), metric.WithAttributes(ra, ma))
 			o.ObserveInt64(overflows, int64(st.Overflows), metric.WithAttributes(ra, ma))
@@ -156,20 +151,6 @@ func resultOf(r local.Reason) string {
 		return "admitted"
 	}
 	return r.String()
-}
-
-func (rs *ruleState) stats() keyed.Stats {
-	var st keyed.Stats
-	if rs.store != nil {
-		st = rs.store.Stats()
-	}
-	if rs.local != nil {
-		ls := rs.local.Stats()
-		st.Keys += ls.Keys
-		st.Evictions += ls.Evictions
-		st.Overflows += ls.Overflows
-	}
-	return st
 }
 
 func (m *metrics) round(st syncer.RoundStats) {

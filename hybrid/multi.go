@@ -19,9 +19,9 @@ var ErrMixedModes = errors.New("hybrid: AllowMulti: local rules cannot be combin
 
 // Request is one rule of a multi-rule decision.
 type Request struct {
-	Rule *Rule
-	Key  string
-	N    int64
+	Rule *Rule  // a rule registered with the Limiter
+	Key  string // the key it limits
+	N    int64  // the request's cost
 }
 
 // AllowMulti decides several requests as one: all are admitted and charged,
@@ -38,42 +38,29 @@ type Request struct {
 // the central charge is refunded. A concurrent request may be refused on
 // account of a charge about to be refunded; none is admitted past a limit.
 // Local rules combine only with local rules (ErrMixedModes).
-func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.Decision) (bool, error) {
+func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision) (bool, error) {
 	if len(out) < len(reqs) {
 		panic("hybrid: AllowMulti: out is shorter than reqs")
 	}
 	if len(reqs) == 0 {
 		return true, nil
 	}
-	var nLocal, nCentral, nHybrid int
-	states := make([]*ruleState, len(reqs))
+	b := multiBatch{n: len(reqs)}
 	for i, q := range reqs {
 		rs, err := l.state(q.Rule)
 		if err != nil {
 			return false, err
 		}
-		states[i] = rs
-		switch rs.mode {
-		case Local:
-			nLocal++
-		case Central:
-			nCentral++
-		default:
-			nHybrid++
-		}
+		rs.mode.join(&b, i, q)
 	}
 	now := l.nowMicro()
 	switch {
-	case nLocal == len(reqs):
-		lr := make([]local.Request, len(reqs))
-		for i, q := range reqs {
-			lr[i] = local.Request{Limiter: states[i].local, Key: q.Key, N: q.N}
-		}
-		return local.AllowMultiAt(time.UnixMicro(now), lr, out), nil
-	case nLocal > 0:
+	case len(b.local) == len(reqs):
+		return local.AllowMultiAt(time.UnixMicro(now), b.local, out), nil
+	case len(b.local) > 0:
 		return false, ErrMixedModes
-	case nHybrid == len(reqs):
-		ok := l.hybridMulti(now, reqs, states, out, true)
+	case b.nHybrid == len(reqs):
+		ok := l.hybridMulti(now, reqs, b.hybrid, out, true)
 		if !ok {
 			for i := range reqs {
 				out[i] = out[i].Refused()
@@ -82,30 +69,23 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		return ok, nil
 	}
 	// Central rules, alone or with hybrid ones.
-	var cr []syncer.Request
-	var ci []int // their indexes in reqs
-	for i, q := range reqs {
-		if states[i].mode == Central {
-			cr = append(cr, syncer.Request{Rule: states[i].redis.Load(), Key: q.Key, N: q.N})
-			ci = append(ci, i)
-		}
-	}
+	cr, ci, nHybrid := b.central, b.centralAt, b.nHybrid
 	cout := make([]local.Decision, len(cr))
-	if nHybrid > 0 && !l.hybridMulti(now, reqs, states, out, false) {
+	if nHybrid > 0 && !l.hybridMulti(now, reqs, b.hybrid, out, false) {
 		// The hybrid rules refuse: report the central ones as they stand.
 		for j := range cr {
 			cr[j].N = 0
 		}
 		l.centralMulti(ctx, now, cr, cout, false)
-		for j, i := range ci {
-			out[i] = cout[j]
-			out[i] = out[i].Refused()
+		for j, c := range ci {
+			out[c.i] = cout[j]
+			out[c.i] = out[c.i].Refused()
 		}
 		return false, nil
 	}
 	charge, ok, err := l.centralMulti(ctx, now, cr, cout, nHybrid > 0)
-	for j, i := range ci {
-		out[i] = cout[j]
+	for j, c := range ci {
+		out[c.i] = cout[j]
 	}
 	switch {
 	case err != nil && errors.Is(err, syncer.ErrUnavailable):
@@ -117,13 +97,13 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		// Redis could not decide: each central rule's failure policy
 		// decides it, and the whole is admitted only if they all admit.
 		ok = true
-		for _, i := range ci {
-			d, _ := states[i].failed(ctx, now, reqs[i].Key, reqs[i].N, err)
-			out[i] = d
+		for _, c := range ci {
+			d, _ := c.m.failed(now, reqs[c.i].Key, reqs[c.i].N, err)
+			out[c.i] = d
 			ok = ok && d.Allowed()
 		}
 	}
-	if ok && nHybrid > 0 && !l.hybridMulti(now, reqs, states, out, true) {
+	if ok && nHybrid > 0 && !l.hybridMulti(now, reqs, b.hybrid, out, true) {
 		// Taken in between: give the central charge back.
 		if charge != nil {
 			if rerr := charge.Refund(ctx); rerr != nil && err == nil {
@@ -141,6 +121,24 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []local.De
 		return ok, fmt.Errorf("hybrid: AllowMulti: %w", err)
 	}
 	return ok, nil
+}
+
+// multiBatch is a multi-rule decision's requests grouped by mode; each
+// mode's join adds its rules' requests to its group.
+type multiBatch struct {
+	local     []local.Request
+	central   []syncer.Request
+	centralAt []centralRequest // central[j]'s rule and index in the requests
+	// hybrid[i] is request i's rule when it is a hybrid one: hybridMulti
+	// takes the requests by index. nil without hybrid requests.
+	hybrid  []*hybridRule
+	nHybrid int
+	n       int // the requests
+}
+
+type centralRequest struct {
+	m *centralRule
+	i int
 }
 
 func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Request, out []local.Decision, refundable bool) (*syncer.Charge, bool, error) {
@@ -164,7 +162,7 @@ func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Reque
 // It locks the keys' entries in address order, so concurrent calls cannot
 // deadlock, and decides requests on one entry together, with the sum of
 // their costs.
-func (l *Limiter) hybridMulti(now int64, reqs []Request, states []*ruleState, out []local.Decision, commit bool) bool {
+func (l *Limiter) hybridMulti(now int64, reqs []Request, hrs []*hybridRule, out []local.Decision, commit bool) bool {
 	var ebuf [8]*keyed.Entry[lease.Lease]
 	var obuf [8]int
 	ents, order := ebuf[:], obuf[:]
@@ -173,7 +171,7 @@ func (l *Limiter) hybridMulti(now int64, reqs []Request, states []*ruleState, ou
 	}
 	ents, order = ents[:len(reqs)], order[:len(reqs)]
 	for {
-		ok := l.lookupMulti(now, reqs, states, out, ents)
+		ok := l.lookupMulti(now, reqs, hrs, out, ents)
 		lk, locked := keyed.LockAll(ents, order)
 		if !locked {
 			continue // an entry was evicted since its lookup
@@ -181,7 +179,7 @@ func (l *Limiter) hybridMulti(now int64, reqs []Request, states []*ruleState, ou
 		// Check each entry once, for the sum of its requests' costs.
 		for k := lk.First(); k < lk.Len(); {
 			e, group, next := lk.Group(k)
-			lr, total := states[group[0]].lease.Load(), sumCost(reqs, group)
+			lr, total := hrs[group[0]].lease.Load(), sumCost(reqs, group)
 			l.setDigest(&e.Value, reqs[group[0]].Key)
 			v := e.Value.Check(lr, now, min(total, lr.MaxCost()+1))
 			if total > lr.MaxCost() {
@@ -196,14 +194,14 @@ func (l *Limiter) hybridMulti(now int64, reqs []Request, states []*ruleState, ou
 		if ok && commit {
 			for k := lk.First(); k < lk.Len(); {
 				e, group, next := lk.Group(k)
-				lr := states[group[0]].lease.Load()
+				lr := hrs[group[0]].lease.Load()
 				v, signal := e.Value.Decide(lr, now, sumCost(reqs, group))
 				if signal {
 					lr.Notify(e)
 				}
 				for _, i := range group {
 					out[i] = dress(v, lr.MaxCost())
-					states[i].counts.count(v.Reason)
+					hrs[i].counts.count(v.Reason)
 				}
 				k = next
 			}
@@ -213,25 +211,25 @@ func (l *Limiter) hybridMulti(now int64, reqs []Request, states []*ruleState, ou
 	}
 }
 
-// lookupMulti puts in ents the entry of each hybrid request among reqs, nil
-// for the others. A hybrid request refused without its entry (a bad cost, a
+// lookupMulti puts in ents the entry of each hybrid request among reqs
+// (hrs[i] not nil), nil for the others. A hybrid request refused without its entry (a bad cost, a
 // key the table has no room for) gets its Decision in out, and makes
 // lookupMulti report false.
-func (l *Limiter) lookupMulti(now int64, reqs []Request, states []*ruleState, out []local.Decision, ents []*keyed.Entry[lease.Lease]) bool {
+func (l *Limiter) lookupMulti(now int64, reqs []Request, hrs []*hybridRule, out []local.Decision, ents []*keyed.Entry[lease.Lease]) bool {
 	ok := true
 	for i, q := range reqs {
 		ents[i] = nil
-		rs := states[i]
-		if rs.mode != Hybrid {
+		m := hrs[i]
+		if m == nil {
 			continue
 		}
-		lr := rs.lease.Load()
+		lr := m.lease.Load()
 		if v, bad := badCost(lr, q.N); bad {
 			out[i] = dress(v, lr.MaxCost())
 			ok = false
 			continue
 		}
-		if ents[i] = rs.store.Get(q.Key, now); ents[i] == nil {
+		if ents[i] = m.store.Get(q.Key, now); ents[i] == nil {
 			out[i] = local.Outcome{Reason: local.ReasonOverflow, Limit: lr.MaxCost()}.Decision()
 			ok = false
 		}
@@ -246,8 +244,4 @@ func sumCost(reqs []Request, group []int) int64 {
 		n += reqs[i].N
 	}
 	return n
-}
-
-func dress(v lease.Verdict, limit int64) local.Decision {
-	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, micros(v.Reset), micros(v.Retry))
 }

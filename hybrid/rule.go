@@ -1,14 +1,12 @@
 package hybrid
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/internal/keyed"
-	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
 // Mode is where a rule's decisions are made.
@@ -74,12 +72,16 @@ func (p Policy) String() string {
 // Limiter.Register, which validates it and returns the *Rule that
 // decisions take; the fields of a registered Rule must not change (use
 // Limiter.SetLimit).
+//
+// Rule is the only rule type a Limiter's user handles: Register builds from
+// it what its mode runs on (syncer's central and lease rules among them).
 type Rule struct {
 	// Name identifies the rule: in Redis key names, metrics and logs. 1 to
 	// 128 bytes of letters, digits and -_.:/. Required.
 	Name string
-	// Limit is the algorithm and its parameters. Required.
-	Limit local.Limit
+	// Limit is the rule's limit: its algorithm and parameters (requests per
+	// window, burst), built with NewLimit or MustLimit. Required.
+	Limit Limit
 	// Mode is where decisions are made. Default: the Limiter's.
 	Mode Mode
 	// Policy is what happens when Redis cannot decide. Default: the
@@ -93,25 +95,38 @@ type Rule struct {
 	state *ruleState // set by Register on the Rule it returns, before returning it
 }
 
-// ruleState is a registered rule's runtime: what it runs with, by mode.
+// ruleState is a registered rule: what every mode shares, and the mode
+// that decides its requests.
 type ruleState struct {
 	l         *Limiter
 	name      string
-	mode      Mode // as run: Local, Central or Hybrid
 	requested Mode // as registered (Hybrid may run Central)
 	policy    Policy
 	keyTTL    int64 // µs
 
-	limit atomic.Pointer[local.Limit]
-	// Local mode.
-	local *local.Limiter
-	// Central mode, and fallbacks.
-	redis atomic.Pointer[syncer.Rule]
-	// Hybrid mode.
-	lease atomic.Pointer[lease.Rule]
-	store *keyed.Store[lease.Lease]
-	// FailLocal: each node's part of the limit while Redis is down.
-	fallback *local.Limiter
-
+	limit  atomic.Pointer[local.Limit]
 	counts *counters
+	mode   modeRule
+}
+
+// modeRule is a rule's mode: localRule, centralRule or hybridRule, each
+// with its own state and, for the distributed ones, its failure policy.
+// Register builds one per rule; the Limiter reaches the modes only through
+// it.
+type modeRule interface {
+	// kind is the mode the rule runs in.
+	kind() Mode
+	// allow decides a request of cost n for key at now (µs) and charges it
+	// if admitted.
+	allow(ctx context.Context, now int64, key string, n int64) (local.Decision, error)
+	// join adds request i of a multi-rule decision to its mode's group.
+	join(b *multiBatch, i int, q Request)
+	// setLimit moves the mode's state to a new limit.
+	setLimit(lim local.Limit) error
+	// sweep forgets the keys back in their initial state at now.
+	sweep(now time.Time) int
+	// stats counts the keys the mode holds.
+	stats() local.Stats
+	// close stops what the mode runs.
+	close()
 }

@@ -1,0 +1,83 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// centralRule runs a rule in Central mode: one script in Redis per
+// decision, and the rule's failure policy when Redis cannot decide.
+type centralRule struct {
+	rs    *ruleState
+	redis atomic.Pointer[syncer.Rule]
+	fail  failover
+}
+
+var _ modeRule = (*centralRule)(nil)
+
+func newCentralRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*centralRule, error) {
+	m := &centralRule{rs: rs}
+	m.redis.Store(sr)
+	var err error
+	if m.fail, err = newFailover(rs, lim); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return m, nil
+}
+
+func (m *centralRule) kind() Mode { return Central }
+
+func (m *centralRule) allow(ctx context.Context, now int64, key string, n int64) (local.Decision, error) {
+	l := m.rs.l
+	var d local.Decision
+	var err error
+	if l.cfg.VirtualTime {
+		d, err = l.central.AllowNAt(ctx, time.UnixMicro(now), m.redis.Load(), key, n)
+	} else {
+		d, err = l.central.AllowN(ctx, m.redis.Load(), key, n)
+	}
+	if err != nil {
+		if errors.Is(err, syncer.ErrUnavailable) {
+			l.markUnavailable(now, err)
+		}
+		return m.failed(now, key, n, err)
+	}
+	if l.unavailable.Load() != 0 {
+		l.markAvailable()
+	}
+	m.rs.counts.count(d.Reason())
+	return d, nil
+}
+
+// failed decides by the failure policy, FailLocal splitting the limit
+// among the nodes the Config expects (Sync.Nodes): a central rule holds no
+// lease that counts them.
+func (m *centralRule) failed(now int64, key string, n int64, err error) (local.Decision, error) {
+	return m.fail.decide(m.rs.l.expectedNodes(), now, key, n, err)
+}
+
+func (m *centralRule) join(b *multiBatch, i int, q Request) {
+	b.central = append(b.central, syncer.Request{Rule: m.redis.Load(), Key: q.Key, N: q.N})
+	b.centralAt = append(b.centralAt, centralRequest{m: m, i: i})
+}
+
+func (m *centralRule) setLimit(lim local.Limit) error {
+	sr, err := syncer.NewRule(m.rs.name, lim)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
+	}
+	m.redis.Store(sr)
+	return nil
+}
+
+func (m *centralRule) sweep(now time.Time) int { return m.fail.sweep(now) }
+
+func (m *centralRule) stats() local.Stats { return local.Stats{} }
+
+func (m *centralRule) close() { m.fail.close() }

@@ -1,0 +1,190 @@
+package hybrid
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// hybridRule runs a rule in Hybrid mode: each key's lease in a store of
+// this node's, decided locally and exchanged with Redis by the syncer, and
+// the rule's failure policy for keys without a lease while Redis is down.
+type hybridRule struct {
+	rs     *ruleState
+	l      *Limiter  // rs.l
+	counts *counters // rs.counts
+	lease  atomic.Pointer[lease.Rule]
+	store  *keyed.Store[lease.Lease]
+	fail   failover
+}
+
+var _ modeRule = (*hybridRule)(nil)
+
+// newHybridRule returns the hybrid form of sr, or nil when its limit cannot
+// be split into leases (the sliding window log, or a limit too small to
+// split among the nodes): such a rule runs Central.
+func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule, error) {
+	l := rs.l
+	lr, err := l.sync.LeaseRule(sr)
+	if err != nil || !lease.Split(lim, l.sync.Interval(), int(l.expectedNodes())) {
+		return nil, nil
+	}
+	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
+	m.lease.Store(lr)
+	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if m.fail, err = newFailover(rs, lim); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return m, nil
+}
+
+func (m *hybridRule) kind() Mode { return Hybrid }
+
+// allow is the hybrid hot path: the key's entry, locked once for the whole
+// decision, its lease, and a hand to the syncer when the lease asks for it.
+// A key without a lease while Redis is out of reach is decided by the
+// failure policy (degraded), under the same lock.
+func (m *hybridRule) allow(_ context.Context, now int64, key string, n int64) (local.Decision, error) {
+	lr := m.lease.Load()
+	if v, bad := badCost(lr, n); bad {
+		m.counts.count(v.Reason)
+		return dress(v, lr.MaxCost()), nil
+	}
+	e := m.lockedEntry(key, now)
+	if e == nil {
+		m.counts.count(local.ReasonOverflow)
+		return dress(lease.Verdict{Reason: local.ReasonOverflow}, lr.MaxCost()), nil
+	}
+	v, signal := e.Value.Decide(lr, now, n)
+	if signal {
+		lr.Notify(e)
+	}
+	if v.Reason == local.ReasonNoLease && m.l.unavailable.Load() != 0 {
+		d, err := m.degraded(e, lr, now, key, n)
+		e.Unlock()
+		return d, err
+	}
+	e.Unlock()
+	m.counts.count(v.Reason)
+	return dress(v, lr.MaxCost()), nil
+}
+
+// badCost refuses, charging nothing, a cost no lease of lr can admit.
+func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
+	switch {
+	case n < 0:
+		return lease.Verdict{Reason: local.ReasonInvalidCost}, true
+	case n > lr.MaxCost():
+		return lease.Verdict{Reason: local.ReasonCostTooHigh}, true
+	}
+	return lease.Verdict{}, false
+}
+
+// degraded decides for a key without a lease while Redis is out of reach:
+// by FailLocal on a window rule's lease, else by the rule's failure policy,
+// recording in the lease what the policy admitted. e is key's entry, which
+// the caller holds locked.
+func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) (local.Decision, error) {
+	if m.fail.policy == FailLocal {
+		if d, ok := m.fallbackLease(e, lr, now, n); ok {
+			return d, errUnavailable
+		}
+	}
+	// The nodes: as the last lease exchange counted them, or as the Config
+	// says until one did.
+	nodes := m.l.expectedNodes()
+	if c := lr.Nodes(); c > 0 {
+		nodes = c
+	}
+	d, err := m.fail.decide(nodes, now, key, n, errUnavailable)
+	if d.Allowed() && e.Value.Charge(lr, now, n) {
+		// Recorded in the lease: the next exchange reports it, and Redis
+		// counts it once it answers again.
+		lr.Notify(e)
+	}
+	return d, err
+}
+
+// lockedEntry returns key's entry, locked and with its digest set; nil when
+// the table has no room for the key.
+func (m *hybridRule) lockedEntry(key string, now int64) *keyed.Entry[lease.Lease] {
+	e := m.store.Lock(key, now)
+	if e != nil {
+		m.l.setDigest(&e.Value, key)
+	}
+	return e
+}
+
+// fallbackLease decides by FailLocal on a window rule's lease, in e, which
+// the caller holds locked (see lease.Lease.Fallback); ok is false for
+// bucket rules.
+func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, n int64) (d local.Decision, ok bool) {
+	part := max(m.rs.limit.Load().Params().Limit/max(lr.Nodes(), 1), 1)
+	v, ok := e.Value.Fallback(lr, now, n, part)
+	if !ok {
+		return local.Decision{}, false
+	}
+	if v.Reason == local.ReasonOK {
+		lr.Notify(e)
+	}
+	m.counts.fallback.Add(1)
+	m.counts.count(v.Reason)
+	return dress(v, lr.MaxCost()), true
+}
+
+// idle is the store's eviction test: a key is forgotten once its lease is
+// idle and its KeyTTL has passed.
+func (m *hybridRule) idle(v *lease.Lease, now int64) bool {
+	return v.Idle(now) && now-v.LastUse() >= m.rs.keyTTL
+}
+
+func (m *hybridRule) join(b *multiBatch, i int, _ Request) {
+	if b.hybrid == nil {
+		b.hybrid = make([]*hybridRule, b.n)
+	}
+	b.hybrid[i] = m
+	b.nHybrid++
+}
+
+func (m *hybridRule) setLimit(lim local.Limit) error {
+	sr, err := syncer.NewRule(m.rs.name, lim)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
+	}
+	lr, err := m.l.sync.LeaseRule(sr)
+	if err != nil {
+		return fmt.Errorf("%w: rule %q: the new limit cannot be leased; register a central rule instead: %w", ErrInvalidRule, m.rs.name, err)
+	}
+	m.lease.Swap(lr).Replace(lr)
+	return nil
+}
+
+func (m *hybridRule) sweep(now time.Time) int {
+	return m.store.Sweep(now.UnixMicro()) + m.fail.sweep(now)
+}
+
+func (m *hybridRule) stats() local.Stats { return local.Stats(m.store.Stats()) }
+
+func (m *hybridRule) close() { m.fail.close() }
+
+// setDigest names a new key's lease in Redis: the digest is computed once,
+// on the key's first decision.
+func (l *Limiter) setDigest(k *lease.Lease, key string) {
+	if k.Digest == ([16]byte{}) {
+		k.Digest = l.sync.Keyspace().DigestBytes(key)
+	}
+}
+
+// dress turns a lease's verdict into a Decision; limit is the most one
+// request may cost.
+func dress(v lease.Verdict, limit int64) local.Decision {
+	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, micros(v.Reset), micros(v.Retry))
+}

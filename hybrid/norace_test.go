@@ -1,0 +1,5 @@
+//go:build !race
+
+package hybrid_test
+
+const raceEnabled = false

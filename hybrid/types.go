@@ -1,0 +1,68 @@
+package hybrid
+
+import (
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// The names a user of the Limiter needs, so that the common case imports
+// hybrid alone. Package local (the algorithms, a Limiter without Redis) and
+// package syncer (central decisions, the syncer) stay usable directly.
+type (
+	// Limit is a rule's limit: an algorithm and its parameters, validated
+	// (local.Limit). Build one with NewLimit or MustLimit.
+	Limit = local.Limit
+	// Params describe a Limit (local.Params): Params.Limit requests per
+	// Params.Window, and for the bucket algorithms a Burst.
+	Params = local.Params
+	// Algorithm is a Limit's algorithm (local.Algorithm).
+	Algorithm = local.Algorithm
+	// Decision is the outcome of one request, returned by value
+	// (local.Decision). Its Limit method is the most a single request may
+	// cost under the rule: Params.Limit for the window algorithms, the
+	// burst for the buckets; in hybrid mode always the rule's, never a
+	// lease's.
+	Decision = local.Decision
+	// Reason tells why a request was decided as it was (local.Reason).
+	Reason = local.Reason
+	// Clock tells the time (local.Clock), for Config.Clock.
+	Clock = local.Clock
+	// Keyspace names the Redis keys (syncer.Keyspace), for Config.Keyspace.
+	Keyspace = syncer.Keyspace
+	// SyncConfig configures the hybrid mode's syncer (syncer.SyncConfig),
+	// for Config.Sync.
+	SyncConfig = syncer.SyncConfig
+	// Observer receives the syncer's rounds (syncer.Observer), for
+	// SyncConfig.Observer.
+	Observer = syncer.Observer
+	// RoundStats are one sync round's figures (syncer.RoundStats).
+	RoundStats = syncer.RoundStats
+)
+
+// The algorithms; see local.Algorithm for each one's semantics.
+const (
+	FixedWindow          = local.FixedWindow          // counts per window aligned to the clock
+	SlidingWindowLog     = local.SlidingWindowLog     // exact, a log of requests; a Hybrid rule of it runs Central
+	SlidingWindowCounter = local.SlidingWindowCounter // weights the previous window's count
+	TokenBucket          = local.TokenBucket          // refills Limit per Window up to Burst
+	LeakyBucket          = local.LeakyBucket          // drains Limit per Window from a bucket of Burst
+	GCRA                 = local.GCRA                 // a theoretical arrival time, within Burst intervals
+)
+
+// The reasons of a Decision; see local.Reason for each one.
+const (
+	ReasonOK          = local.ReasonOK          // admitted
+	ReasonLimited     = local.ReasonLimited     // the limit is reached; retry after RetryAfter
+	ReasonCostTooHigh = local.ReasonCostTooHigh // the cost is above what the rule can ever admit
+	ReasonInvalidCost = local.ReasonInvalidCost // the cost is negative
+	ReasonOverflow    = local.ReasonOverflow    // a new key, and the key table is full
+	ReasonNoLease     = local.ReasonNoLease     // hybrid: no lease for the key yet; retry soon
+	ReasonUnavailable = local.ReasonUnavailable // Redis could not decide; the failure policy did
+)
+
+// NewLimit validates p and returns the Limit it describes; the error is a
+// *local.LimitError naming the first bad field.
+func NewLimit(p Params) (Limit, error) { return local.NewLimit(p) }
+
+// MustLimit is NewLimit for constant parameters: it panics on invalid ones.
+func MustLimit(p Params) Limit { return local.MustLimit(p) }
