@@ -18,7 +18,7 @@ var historyWord = regexp.MustCompile(`\bstops? [0-9]+\b|\bissue #?[0-9]+\b|share
 
 // historyRoots are the paths, relative to the repository's root, whose files
 // must not carry history words.
-var historyRoots = []string{"README.md", "Makefile", "docs", "bench", "scripts", "examples", "internal/doccheck"}
+var historyRoots = []string{"README.md", "Makefile", ".ci", "docs", "bench", "scripts", "examples", "local", "syncer", "fallback", "hybrid", "internal"}
 
 // history returns the lines of the files under root's historyRoots (images
 // and .git left out) that match historyWord, as "path:line: text".
