@@ -160,9 +160,9 @@ func (c SyncConfig) Validate() error {
 	case c.LeaseTTL <= 2*c.Interval:
 		return fmt.Errorf("%w: LeaseTTL %v: must be more than twice Interval, or shares expire between renewals", ErrInvalidConfig, c.LeaseTTL)
 	case c.Epsilon < 0 || c.Epsilon > 1:
-		return fmt.Errorf("%w: Epsilon %v: must be in (0, 1]", ErrInvalidConfig, c.Epsilon)
+		return fmt.Errorf("%w: Epsilon %v: must be in [0, 1] (0 takes the default)", ErrInvalidConfig, c.Epsilon)
 	case c.Batch < 1:
-		return fmt.Errorf("%w: Batch %d: must not be negative", ErrInvalidConfig, c.Batch)
+		return fmt.Errorf("%w: Batch %d: must be at least 1", ErrInvalidConfig, c.Batch)
 	case c.Nodes < 0:
 		return fmt.Errorf("%w: Nodes %d: must not be negative", ErrInvalidConfig, c.Nodes)
 	}
