@@ -89,7 +89,8 @@ func TestApplyMalformedReply(t *testing.T) {
 	require.NoError(t, err)
 	for _, alg := range []local.Algorithm{local.FixedWindow, local.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
-			lr := lease.NewRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}), p, cl)
+			lr, err := lease.NewRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}), p, cl, nil)
+			require.NoError(t, err)
 			const now = int64(1_900_000_000_000_000)
 			e := store.Get(alg.String(), now)
 			e.Lock()
