@@ -183,19 +183,7 @@ func (c *Central) decide(ctx context.Context, now string, r *Rule, key string, n
 
 // singleCall is the keys and arguments of r's single-rule script.
 func singleCall(ks *Keyspace, now string, r *Rule, key string, n int64) ([]string, []any) {
-	keys := ks.scriptKeys(r, key)
-	if r.bucket {
-		args := make([]any, 0, 2+len(r.bargs))
-		args = append(args, now, n)
-		return keys, append(args, r.bargs...)
-	}
-	return keys, ruleArgs(now, n, r)
-}
-
-func ruleArgs(now string, n int64, r *Rule) []any {
-	args := make([]any, 0, 2+len(r.args))
-	args = append(args, now, n)
-	return append(args, r.args...)
+	return ks.scriptKeys(r, key), encodeSingle(now, n, r)
 }
 
 // decisionLen is the length of a script's answer: {reason, remaining,
@@ -299,8 +287,7 @@ func (ch *Charge) Refund(ctx context.Context) error {
 	refunds := make([]call, 0, len(ch.groups))
 	for _, g := range ch.groups {
 		if g.n > 0 {
-			args := []any{g.at, g.n, g.z}
-			refunds = append(refunds, call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)})
+			refunds = append(refunds, refundCall(g))
 		}
 	}
 	err := run(ctx, func(ctx context.Context) error {
@@ -416,14 +403,7 @@ func (g *group) fill(d local.Decision, out []local.Decision) {
 // share a script. With ok false (a cost was refused before asking), the
 // groups' costs are 0 and it only reads their state.
 func (c *Central) multiScript(ctx context.Context, now string, groups []*group, ok bool, out []local.Decision) (bool, error) {
-	keys := make([]string, 0, 2*len(groups))
-	args := make([]any, 0, 1+len(groups)*(2+len(groups[0].rule.args)))
-	args = append(args, now)
-	for _, g := range groups {
-		keys = append(keys, g.state, g.log)
-		args = append(args, g.n)
-		args = append(args, g.rule.args...)
-	}
+	keys, args := encodeMulti(now, groups)
 	var res []int64
 	err := run(ctx, func(ctx context.Context) (err error) {
 		res, err = scriptMulti.Run(ctx, c.client, keys, args...).Int64Slice()
@@ -514,8 +494,7 @@ func (c *Central) reserveAll(ctx context.Context, now string, groups []*group, o
 	}
 	refunds := make([]call, len(charged))
 	for i, g := range charged {
-		args := []any{g.at, g.n, g.z}
-		refunds[i] = call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)}
+		refunds[i] = refundCall(g)
 	}
 	after := make([]*decisionReply, len(charged))
 	rerr := run(ctx, func(ctx context.Context) error {

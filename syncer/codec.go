@@ -72,6 +72,43 @@ func decodeLeaseBucket(v []int64) (lease.BucketReply, error) {
 	}, nil
 }
 
+// encodeSingle is the ARGV of r's single-rule script (scripts.go: single,
+// and scriptBucket) for a request of cost n at now: now, the cost, then the
+// rule's parameters (a bucket's fingerprint and packed numbers).
+func encodeSingle(now string, n int64, r *Rule) []any {
+	rule := r.args
+	if r.bucket {
+		rule = r.bargs
+	}
+	args := make([]any, 0, 2+len(rule))
+	args = append(args, now, n)
+	return append(args, rule...)
+}
+
+// encodeMulti is the KEYS and ARGV of lua/multi.lua deciding groups at now:
+// each group's state and log; now, then each group's cost and its rule's
+// parameters.
+func encodeMulti(now string, groups []*group) ([]string, []any) {
+	keys := make([]string, 0, 2*len(groups))
+	args := make([]any, 0, 1+len(groups)*(1+len(groups[0].rule.args)))
+	args = append(args, now)
+	for _, g := range groups {
+		keys = append(keys, g.state, g.log)
+		args = append(args, g.n)
+		args = append(args, g.rule.args...)
+	}
+	return keys, args
+}
+
+// refundCall is the call of lua/refund.lua giving back g's reservation:
+// KEYS its state and log; ARGV the time it was decided at, its cost, the
+// bucket's reset count it returned, then the rule's parameters.
+func refundCall(g *group) call {
+	args := make([]any, 0, 3+len(g.rule.args))
+	args = append(args, g.at, g.n, g.z)
+	return call{scriptRefund, []string{g.state, g.log}, append(args, g.rule.args...)}
+}
+
 // registryRequest is a round's registration of the node (lua/registry.lua).
 type registryRequest struct {
 	Now   string // the script's time: "" for Redis's clock

@@ -89,7 +89,8 @@ func TestApplyMalformedReply(t *testing.T) {
 	require.NoError(t, err)
 	for _, alg := range []local.Algorithm{local.FixedWindow, local.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
-			lr := lease.NewRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}), p, cl)
+			lr, err := lease.NewRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}), p, cl, nil)
+			require.NoError(t, err)
 			const now = int64(1_900_000_000_000_000)
 			e := store.Get(alg.String(), now)
 			e.Lock()
@@ -150,4 +151,35 @@ func FuzzReplyDecoders(f *testing.F) {
 			assert.Equal(t, d, decisionOf(func() []int64 { u, _ := unpack(string(b)); return u[:] }()))
 		}
 	})
+}
+
+// TestEncodeSingle: a single-rule script takes now, the cost, then the
+// rule's parameters: a bucket's own fingerprint and packed numbers, the
+// full list for the others.
+func TestEncodeSingle(t *testing.T) {
+	r := &Rule{args: []any{"fp", "1"}, bargs: []any{"bfp", "packed"}}
+	assert.Equal(t, []any{"99", int64(5), "fp", "1"}, encodeSingle("99", 5, r))
+	r.bucket = true
+	assert.Equal(t, []any{"", int64(5), "bfp", "packed"}, encodeSingle("", 5, r))
+}
+
+// TestEncodeMulti: lua/multi.lua takes two keys per rule (state, log), and
+// now, then each rule's cost and parameters.
+func TestEncodeMulti(t *testing.T) {
+	a := &group{rule: &Rule{args: []any{"fa", "1"}}, state: "sa", log: "la", n: 2}
+	b := &group{rule: &Rule{args: []any{"fb", "4"}, bargs: []any{"bucket's"}, bucket: true}, state: "sb", log: "lb", n: 3}
+	keys, args := encodeMulti("99", []*group{a, b})
+	assert.Equal(t, []string{"sa", "la", "sb", "lb"}, keys)
+	assert.Equal(t, []any{"99", int64(2), "fa", "1", int64(3), "fb", "4"}, args)
+}
+
+// TestRefundCall: lua/refund.lua takes the state and log, and the time the
+// reservation was decided at, its cost, the bucket's reset count, then the
+// rule's parameters.
+func TestRefundCall(t *testing.T) {
+	g := &group{rule: &Rule{args: []any{"fp", "4"}}, state: "s", log: "l", n: 3, at: 1000, z: 2}
+	c := refundCall(g)
+	assert.Same(t, scriptRefund, c.script)
+	assert.Equal(t, []string{"s", "l"}, c.keys)
+	assert.Equal(t, []any{int64(1000), int64(3), int64(2), "fp", "4"}, c.args)
 }

@@ -34,4 +34,15 @@ func Slot(key string) int { return slot(key) }
 func (c *Central) Timeout() time.Duration { return c.timeout }
 
 // FirstPending returns how many keys wait for s's next first-lease round.
-func FirstPending(s *Syncer) int { return s.cluster.FirstPending() }
+// It takes the list and hands each key back as its next request would, so
+// that the list is as it was (its order aside).
+func FirstPending(s *Syncer) int {
+	items := s.cluster.TakeFirst()
+	for _, it := range items {
+		it.Entry.Lock()
+		it.Entry.Value.TakeFirst()
+		it.Rule.Notify(it.Entry)
+		it.Entry.Unlock()
+	}
+	return len(items)
+}

@@ -160,9 +160,9 @@ func (c SyncConfig) Validate() error {
 	case c.LeaseTTL <= 2*c.Interval:
 		return fmt.Errorf("%w: LeaseTTL %v: must be more than twice Interval, or shares expire between renewals", ErrInvalidConfig, c.LeaseTTL)
 	case c.Epsilon < 0 || c.Epsilon > 1:
-		return fmt.Errorf("%w: Epsilon %v: must be in (0, 1]", ErrInvalidConfig, c.Epsilon)
+		return fmt.Errorf("%w: Epsilon %v: must be in [0, 1] (0 takes the default)", ErrInvalidConfig, c.Epsilon)
 	case c.Batch < 1:
-		return fmt.Errorf("%w: Batch %d: must not be negative", ErrInvalidConfig, c.Batch)
+		return fmt.Errorf("%w: Batch %d: must be at least 1", ErrInvalidConfig, c.Batch)
 	case c.Nodes < 0:
 		return fmt.Errorf("%w: Nodes %d: must not be negative", ErrInvalidConfig, c.Nodes)
 	}
@@ -201,6 +201,9 @@ type RoundStats struct {
 // reports what each node admitted and brings back new leases, driven by
 // need. It runs in its own goroutine (Start), or round by round (SyncAt) for
 // tests and simulations. Close stops it. A Syncer is safe for concurrent use.
+//
+// It serves package hybrid, whose Limiter decides from the leases: LeaseRule
+// returns a type of this module's internal packages, for that use only.
 type Syncer struct {
 	cfg      SyncConfig
 	ks       Keyspace
@@ -211,7 +214,6 @@ type Syncer struct {
 	// cluster is what the rounds learn and the leases read (live nodes,
 	// Redis's clock), and the keys the hot path hands over.
 	cluster *lease.Cluster
-	rules   sync.Map // *lease.Rule → *Rule: the Redis form of each rule leased
 
 	mu         sync.Mutex // one round at a time; guards active and registered
 	active     map[*keyed.Entry[lease.Lease]]*lease.Rule
@@ -269,20 +271,21 @@ func (s *Syncer) Interval() time.Duration { return s.cfg.Interval }
 
 // LeaseRule returns the hybrid form of r, whose leases this Syncer
 // exchanges, or an error wrapping ErrNotLeasable when its limit cannot be
-// split into leases.
+// split into leases. It is for package hybrid. The lease rule holds r (its
+// Ref), so the Syncer keeps no record of the rules it returned.
 func (s *Syncer) LeaseRule(r *Rule) (*lease.Rule, error) {
 	p := r.limit.Params()
 	switch r.limit.Algorithm() {
-	case local.SlidingWindowLog:
-		return nil, fmt.Errorf("%w: rule %q: the sliding window log has no exact lease; use central mode", ErrNotLeasable, r.name)
-	case local.FixedWindow, local.SlidingWindowCounter:
+	case local.FixedWindow, local.SlidingWindowCounter, local.SlidingWindowLog:
 	default:
 		if p.Window.Microseconds() > local.MaxProduct/(p.Burst+p.Limit) {
 			return nil, fmt.Errorf("%w: rule %q: window × (burst + limit) passes 2^51; use central mode", ErrNotLeasable, r.name)
 		}
 	}
-	lr := lease.NewRule(r.limit, s.params, s.cluster)
-	s.rules.Store(lr, r)
+	lr, err := lease.NewRule(r.limit, s.params, s.cluster, r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rule %q: %w; use central mode", ErrNotLeasable, r.name, err)
+	}
 	return lr, nil
 }
 
@@ -293,10 +296,7 @@ func (s *Syncer) LeaseRule(r *Rule) (*lease.Rule, error) {
 var ErrNotLeasable = fmt.Errorf("%w: the limit cannot be split into leases", ErrInvalidRule)
 
 // redisRule returns the Redis form of a rule LeaseRule returned.
-func (s *Syncer) redisRule(lr *lease.Rule) *Rule {
-	r, _ := s.rules.Load(lr)
-	return r.(*Rule)
-}
+func redisRule(lr *lease.Rule) *Rule { return lr.Ref().(*Rule) }
 
 // Nodes returns the number of live nodes: those whose last round Redis saw
 // within DemandTTL (a node registers every DemandTTL ÷ 2), and at least
@@ -682,7 +682,7 @@ func (s *Syncer) scriptNow(rnow int64) string {
 // leaseCall is the lease script call of request q for the key of digest d
 // under lr.
 func (s *Syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Request) call {
-	r, digest := s.redisRule(lr), encodeDigest(d)
+	r, digest := redisRule(lr), encodeDigest(d)
 	c := leaseConsts{now: s.scriptNow(q.Now), node: s.node, leaseTTL: s.cfg.LeaseTTL.Microseconds(), demandTTL: s.cfg.DemandTTL.Microseconds()}
 	if q.Bucket {
 		return call{scriptLeaseBucket, []string{s.ks.name(r.name, digest, "s")}, encodeLeaseBucket(q, c, r.args)}

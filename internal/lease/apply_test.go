@@ -20,7 +20,17 @@ var testParams = Params{
 // windowRule is the lease rule of alg at 1,000 per second, on a cluster of
 // one node.
 func windowRule(alg local.Algorithm) *Rule {
-	return NewRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}), testParams, NewCluster(1))
+	return testRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}))
+}
+
+// testRule is the lease rule of lim under testParams, on a cluster of one
+// node.
+func testRule(lim local.Limit) *Rule {
+	r, err := NewRule(lim, testParams, NewCluster(1), nil)
+	if err != nil {
+		panic(err)
+	}
+	return r
 }
 
 // TestApplyClockAhead: a node whose estimate of Redis's clock runs a little
@@ -92,7 +102,7 @@ func TestDecideOffsetBack(t *testing.T) {
 // share shrank (Redis keeps the old one committed until told), and drops
 // the tokens held when Redis's state was lost (a new epoch) or revoked.
 func TestApplyBucket(t *testing.T) {
-	lr := NewRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}), testParams, NewCluster(1))
+	lr := testRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}))
 	const now = int64(1_900_000_000_000_000)
 	held := func() Lease {
 		return Lease{flags: flagSynced, epoch: 1, rate: 500, burst: 50, expiry: now + 1e6, tokens: 20, last: now, debt: 3}

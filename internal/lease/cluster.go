@@ -100,13 +100,6 @@ func (c *Cluster) TakeHanded(f func(Handed)) {
 // returns it.
 func (c *Cluster) TakeFirst() []Handed { return c.first.take() }
 
-// FirstPending returns how many keys wait for the next first-lease round.
-func (c *Cluster) FirstPending() int {
-	c.first.mu.Lock()
-	defer c.first.mu.Unlock()
-	return len(c.first.items)
-}
-
 // Notify hands a key to the syncer after Decide or Charge signalled: the
 // key joins the next round, which an urgent key (its lease running low)
 // brings forward. A key's first request, and a lease granted on a guess

@@ -114,10 +114,10 @@ func (k *Lease) unreported() bool {
 func (k *Lease) Due(r *Rule, now int64) bool {
 	gap := now - k.lastSync
 	if k.flags&flagSynced == 0 { // a new key: fetch its first lease at once
-		return gap >= r.gap || k.flags&flagSent == 0
+		return gap >= r.minGap || k.flags&flagSent == 0
 	}
 	idle := now-k.lastUse > r.idleRelease
-	urgent := k.flags&flagUrgent != 0 && elapsed(gap, r.gap)
+	urgent := k.flags&flagUrgent != 0 && elapsed(gap, r.minGap)
 	regular := elapsed(gap, r.interval)
 	if r.buckets {
 		rnow := now + k.offset

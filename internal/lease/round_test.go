@@ -75,7 +75,7 @@ func TestNotifyFirst(t *testing.T) {
 // is unknown, and its lease is a guess; a bucket key seen once is taken as
 // quiet. One sent MinGap or more later measures it.
 func TestRequestFirstDemand(t *testing.T) {
-	bucket := NewRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}), testParams, NewCluster(1))
+	bucket := testRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}))
 	minGap := testParams.MinGap.Microseconds()
 	for _, tc := range []struct {
 		name   string

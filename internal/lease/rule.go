@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"math"
 	"sync/atomic"
 	"time"
@@ -34,38 +35,50 @@ type Rule struct {
 	interval    int64 // the syncer's interval (µs)
 	horizon     int64 // how long a lease should last (µs)
 	safety      int64 // a share is dropped this long before its expiry (µs)
-	minGap      int64 // MinGap (µs, at least 1), also the retry-after of a rejection for want of a lease
+	minGap      int64 // MinGap (µs, at least 1): spaces a key's early syncs; the retry-after of a rejection for want of a lease
 	paceGap     int64 // PaceGap (µs, at least 1)
 	idleRelease int64 // IdleRelease (µs)
-	gap         int64 // MinGap (µs) as the rounds space a key's early syncs
 	epsilon     float64
 
 	cluster *Cluster // counts the live nodes
+	ref     any      // the caller's (the syncer's Redis form of the rule); opaque here
 
 	next atomic.Pointer[Rule] // the rule that replaced this one (a limit changed)
 }
 
+// ErrNotLeasable is returned by NewRule for a sliding window log: it keeps
+// every request, and no exact lease of it exists.
+var ErrNotLeasable = errors.New("the sliding window log has no exact lease")
+
 // NewRule returns lim as leased under p, with the live nodes and Redis's
-// clock as c learns them. lim must be leasable: not a sliding window log.
-func NewRule(lim local.Limit, p Params, c *Cluster) *Rule {
+// clock as c learns them, and ref, which Ref returns and the package does
+// not look at. A sliding window log cannot be leased: its error wraps
+// ErrNotLeasable.
+func NewRule(lim local.Limit, p Params, c *Cluster, ref any) (*Rule, error) {
+	if lim.Algorithm() == local.SlidingWindowLog {
+		return nil, ErrNotLeasable
+	}
 	lp := lim.Params()
 	r := &Rule{
 		lim: lim, w: lp.Window.Microseconds(), limit: lp.Limit, burst: lp.Burst,
 		interval: p.Interval.Microseconds(), horizon: p.Horizon.Microseconds(),
 		safety: p.Safety.Microseconds(), minGap: max(p.MinGap.Microseconds(), 1),
-		paceGap: max(p.PaceGap.Microseconds(), 1), idleRelease: p.IdleRelease.Microseconds(), gap: p.MinGap.Microseconds(),
-		epsilon: p.Epsilon, cluster: c,
+		paceGap: max(p.PaceGap.Microseconds(), 1), idleRelease: p.IdleRelease.Microseconds(),
+		epsilon: p.Epsilon, cluster: c, ref: ref,
 	}
 	switch lim.Algorithm() {
-	case local.FixedWindow, local.SlidingWindowLog:
+	case local.FixedWindow:
 	case local.SlidingWindowCounter:
 		r.counter = true
 		r.step, r.ws = lim.Counter()
 	default:
 		r.buckets = true
 	}
-	return r
+	return r, nil
 }
+
+// Ref returns the value NewRule was given for it.
+func (r *Rule) Ref() any { return r.ref }
 
 // Replace records that next replaces r (the limit changed at runtime): keys
 // the syncer looks after under r are exchanged under next from then on.
