@@ -8,6 +8,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -186,5 +187,5 @@ func (l *Limiter) setDigest(k *lease.Lease, key string) {
 // dress turns a lease's verdict into a Decision; limit is the most one
 // request may cost.
 func dress(v lease.Verdict, limit int64) local.Decision {
-	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, micros(v.Reset), micros(v.Retry))
+	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, usec.Duration(v.Reset), usec.Duration(v.Retry))
 }
