@@ -39,7 +39,7 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
 	m.lease.Store(lr)
 	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if m.fail, err = newFailover(rs, lim); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -223,7 +223,7 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	var err error
 	l.store, err = keyed.New(keyed.Config{Shards: cfg.Shards, MaxKeys: cfg.MaxKeys}, idleKey, l.newEntry)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	p := own(lim)
 	l.limit.Store(p)
