@@ -476,7 +476,7 @@ func (l *Limiter) SyncFirstAt(ctx context.Context, now time.Time) (RoundStats, e
 // after the last one.
 func (l *Limiter) SyncFirstWanted() bool { return l.sync != nil && l.sync.WantedFirst() }
 
-// sweepLoop evicts idle keys of every rule every minute.
+// sweepLoop evicts idle keys of every rule every DefaultSweepInterval.
 func (l *Limiter) sweepLoop() {
 	defer close(l.sweepDone)
 	t := time.NewTicker(DefaultSweepInterval)

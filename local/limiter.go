@@ -241,8 +241,8 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// newEntry allocates the store's entries: a key's entry has room for a
-// sliding window log while the limit is one (logBlock).
+// newEntry allocates the store's entries. While the limit is a sliding window
+// log, a key's entry has room for the log in the same object (logBlock).
 func (l *Limiter) newEntry() *keyed.Entry[keyState] {
 	if l.limit.Load().p.Algorithm != SlidingWindowLog {
 		return new(keyed.Entry[keyState])
