@@ -409,8 +409,6 @@ func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (Dec
 
 var errUnavailable = fmt.Errorf("hybrid: no lease and redis unreachable: %w", syncer.ErrUnavailable)
 
-func micros(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
-
 func (l *Limiter) nowMicro() int64 { return l.clock.Now().UnixMicro() }
 
 func (l *Limiter) markUnavailable(now int64, err error) {
@@ -478,7 +476,7 @@ func (l *Limiter) SyncFirstAt(ctx context.Context, now time.Time) (RoundStats, e
 // after the last one.
 func (l *Limiter) SyncFirstWanted() bool { return l.sync != nil && l.sync.WantedFirst() }
 
-// sweepLoop evicts idle keys of every rule every minute.
+// sweepLoop evicts idle keys of every rule every DefaultSweepInterval.
 func (l *Limiter) sweepLoop() {
 	defer close(l.sweepDone)
 	t := time.NewTicker(DefaultSweepInterval)

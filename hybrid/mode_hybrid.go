@@ -8,6 +8,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -38,7 +39,7 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
 	m.lease.Store(lr)
 	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if m.fail, err = newFailover(rs, lim); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -186,5 +187,5 @@ func (l *Limiter) setDigest(k *lease.Lease, key string) {
 // dress turns a lease's verdict into a Decision; limit is the most one
 // request may cost.
 func dress(v lease.Verdict, limit int64) local.Decision {
-	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, micros(v.Reset), micros(v.Retry))
+	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, usec.Duration(v.Reset), usec.Duration(v.Retry))
 }

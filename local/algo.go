@@ -2,7 +2,8 @@ package local
 
 import (
 	"math"
-	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/usec"
 )
 
 // state is one key's algorithm state, all integers, time in microseconds
@@ -39,7 +40,7 @@ const reasonAdmittedOverflow Reason = 255
 // decision dresses v as the Decision the API returns. limit is the limit's
 // MaxCost.
 func (v verdict) decision(limit int64) Decision {
-	return makeDecision(v.allowed(), v.public(), limit, v.remaining, usDuration(v.reset), usDuration(v.retry))
+	return makeDecision(v.allowed(), v.public(), limit, v.remaining, usec.Duration(v.reset), usec.Duration(v.retry))
 }
 
 // overflowed marks v as decided for a key that did not fit in the table,
@@ -95,19 +96,6 @@ func (l *Limit) initial(s *state, now int64) bool {
 	default:
 		return s.at < now || (s.at == now && s.count == 0)
 	}
-}
-
-// usDuration returns v µs as a Duration.
-func usDuration(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
-
-// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0. A bucket's rl is 1 for most rates (a
-// whole number of µs per token), and a division is the slowest instruction
-// on a decision's path: skip it.
-func ceilDiv(a, b int64) int64 {
-	if b == 1 {
-		return a
-	}
-	return (a + b - 1) / b
 }
 
 func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
@@ -266,7 +254,7 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 	tat, frac := s.at, s.count
 	if tat < now {
 		tat, frac = now, 0
-	} else if early := tat - ceilDiv(l.tau, l.rl); now < early {
+	} else if early := tat - usec.CeilDiv(l.tau, l.rl); now < early {
 		// The TAT is more than τ ahead: reservations queue past the burst,
 		// or time ran back. A time before any the state could have been
 		// stored at (TAT − τ, less the longest delay the shaper gave)
@@ -287,7 +275,7 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 		f := frac + need
 		s.at, s.count = tat+f/l.rl, f%l.rl
 	}
-	return verdict{remaining: (l.tau - dl) / l.el, reset: ceilDiv(dl, l.rl)}
+	return verdict{remaining: (l.tau - dl) / l.el, reset: usec.CeilDiv(dl, l.rl)}
 }
 
 // bucketLimited is a bucket's rejection of a request that needs need, with
@@ -295,7 +283,7 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 func (l *Limit) bucketLimited(dl, need int64) verdict {
 	return verdict{
 		reason: ReasonLimited, remaining: max(l.tau-dl, 0) / l.el,
-		reset: ceilDiv(dl, l.rl), retry: ceilDiv(dl+need-l.tau, l.rl),
+		reset: usec.CeilDiv(dl, l.rl), retry: usec.CeilDiv(dl+need-l.tau, l.rl),
 	}
 }
 
@@ -368,14 +356,14 @@ func (to *Limit) convertBucket(s *state, from *Limit, now int64) {
 	q := from.queue()
 	used := from.p.Burst // time ran back before any time the state could have been stored at: no tokens
 	var last int64       // how long until the last request queued past from's burst acts, in µs
-	if ahead := s.at - now; ahead <= ceilDiv(from.tau, from.rl)+q {
+	if ahead := s.at - now; ahead <= usec.CeilDiv(from.tau, from.rl)+q {
 		if q > 0 {
 			last = queueDelay(ahead, s.count, 0, from)
 		}
 		// Without a queue past the burst (last == 0), a TAT past the burst
 		// is time run back (by less than τ), with no tokens, as the Redis
 		// twin converts it.
-		used = min(ceilDiv(ahead*from.rl+s.count, from.el), from.p.Burst)
+		used = min(usec.CeilDiv(ahead*from.rl+s.count, from.el), from.p.Burst)
 	}
 	// (TAT − now)·rl under to. A queue past what the shaper could queue
 	// under to (a quarter of the int64 range, or past a packed word's
@@ -389,6 +377,6 @@ func (to *Limit) convertBucket(s *state, from *Limit, now int64) {
 	}
 	s.at, s.count = now+f/to.rl, f%to.rl
 	if f > to.tau {
-		to.noteQueue(max(s.at-now-ceilDiv(to.tau, to.rl), 1))
+		to.noteQueue(max(s.at-now-usec.CeilDiv(to.tau, to.rl), 1))
 	}
 }

@@ -13,7 +13,8 @@ import (
 
 // hotInlined are the functions a decision on a key already held relies on
 // being inlined: the exported entry points (so that they cost no call of
-// their own), the word's decisions, and the store's lookup and locking.
+// their own), the word's decisions, the store's lookup and locking, and the
+// µs helpers.
 // Names are as the compiler reports them, without package qualifiers and
 // type arguments.
 var hotInlined = []string{
@@ -42,9 +43,11 @@ var hotInlined = []string{
 	"(*Entry).Unlock",
 	"(*Entry).Evicted",
 	"(*Entry).Standalone",
+	"CeilDiv",
+	"Duration",
 }
 
-// TestHotPathInlined builds local and internal/keyed with the compiler's
+// TestHotPathInlined builds local, internal/keyed and internal/usec with the compiler's
 // inlining report and fails when a function of hotInlined is no longer
 // inlinable.
 func TestHotPathInlined(t *testing.T) {
@@ -54,7 +57,8 @@ func TestHotPathInlined(t *testing.T) {
 	}
 	cmd := exec.Command(goBin, "build", "-gcflags=-m",
 		"github.com/hybridlimit/hybridlimit/local",
-		"github.com/hybridlimit/hybridlimit/internal/keyed")
+		"github.com/hybridlimit/hybridlimit/internal/keyed",
+		"github.com/hybridlimit/hybridlimit/internal/usec")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build -gcflags=-m: %s", out)
 	got := inlinable(out)

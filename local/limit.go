@@ -190,6 +190,7 @@ type LimitError struct {
 	Reason string // what is wrong with it
 }
 
+// Error names the field, its value and what is wrong with it.
 func (e *LimitError) Error() string {
 	return fmt.Sprintf("local: invalid limit: %s %v: %s", e.Field, e.Value, e.Reason)
 }

@@ -223,7 +223,7 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	var err error
 	l.store, err = keyed.New(keyed.Config{Shards: cfg.Shards, MaxKeys: cfg.MaxKeys}, idleKey, l.newEntry)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	p := own(lim)
 	l.limit.Store(p)
@@ -241,8 +241,8 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// newEntry allocates the store's entries: a key's entry has room for a
-// sliding window log while the limit is one (logBlock).
+// newEntry allocates the store's entries. While the limit is a sliding window
+// log, a key's entry has room for the log in the same object (logBlock).
 func (l *Limiter) newEntry() *keyed.Entry[keyState] {
 	if l.limit.Load().p.Algorithm != SlidingWindowLog {
 		return new(keyed.Entry[keyState])
@@ -391,7 +391,11 @@ func (l *Limiter) allow(t time.Time, clock bool, key string, n int64) Decision {
 						e.Unlock()
 						return vd.decision(lim.max)
 					}
+					// The key's first decision: its state is made
+					// under the lock already held.
+					vd := decideSettled(e, lim, now, n)
 					e.Unlock()
+					return vd.decision(lim.max)
 				}
 				return l.allowSlow(e, now, key, n)
 			}
@@ -479,11 +483,17 @@ func (l *Limiter) allowLocked(e *keyed.Entry[keyState], lim *Limit, key string, 
 	case !l.settle(e, lim, key, now):
 		return verdict{}, 0, false
 	}
+	return decideSettled(e, lim, now, n), lim.max, true
+}
+
+// decideSettled decides a cost of n under lim on e's state, for a caller
+// holding e's lock that found e not evicted and its value settled to lim.
+func decideSettled(e *keyed.Entry[keyState], lim *Limit, now, n int64) verdict {
 	var tmp state
 	s, w := hold(e, lim, &tmp)
 	vd := lim.decide(s, now, n, true)
 	release(e, lim, s, w)
-	return vd, lim.max, true
+	return vd
 }
 
 // settle brings e's value to lim, the limit in force, for a caller holding

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/vectors"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -43,6 +44,9 @@ func TestConfigRejects(t *testing.T) {
 		_, err := local.New(lim, c.cfg)
 		if !errors.Is(err, local.ErrInvalidConfig) || !contains(err.Error(), c.field) {
 			t.Errorf("%+v: err = %v, want ErrInvalidConfig naming %s", c.cfg, err, c.field)
+		}
+		if errors.Is(err, keyed.ErrInvalidConfig) || contains(err.Error(), "keyed") {
+			t.Errorf("%+v: err = %v, carries the store's own error", c.cfg, err)
 		}
 	}
 	if _, err := local.New(local.Limit{}, local.Config{}); !errors.Is(err, local.ErrInvalidLimit) {

@@ -1,6 +1,10 @@
 package local
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/hybridlimit/hybridlimit/internal/usec"
+)
 
 // Packed states.
 //
@@ -58,7 +62,7 @@ func (l *Limit) setPacking() {
 	case TokenBucket, LeakyBucket, GCRA:
 		// A TAT is at most ⌈τ/rl⌉ past the time of the decision that stored
 		// it; the shaper, which queues past that, caps its delays at maxTAT.
-		hi, lo := bits.Mul64(uint64(maxMicros+ceilDiv(l.tau, l.rl)+1), uint64(l.rl))
+		hi, lo := bits.Mul64(uint64(maxMicros+usec.CeilDiv(l.tau, l.rl)+1), uint64(l.rl))
 		l.packed = hi == 0 && lo <= wordMax
 		l.maxTAT = wordMax/l.rl - 1
 	}
@@ -217,5 +221,5 @@ func (l *Limit) bucketWord(w uint64, now, n int64) (v verdict, nw uint64, ok boo
 	if dl > l.tau {
 		return
 	}
-	return verdict{remaining: (l.tau - dl) / l.el, reset: ceilDiv(dl, l.rl)}, tat + uint64(n*l.el), true
+	return verdict{remaining: (l.tau - dl) / l.el, reset: usec.CeilDiv(dl, l.rl)}, tat + uint64(n*l.el), true
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/usec"
 )
 
 // Reservation is a request scheduled by Reserve: instead of being rejected
@@ -109,7 +110,7 @@ func (l *Limiter) reserveLocked(e *keyed.Entry[keyState], key string, now, n int
 	// a packed TAT within its word.
 	limitDelay := min(max(maxDelay.Microseconds(), 0), (math.MaxInt64/4)/lim.rl)
 	if packedIn(e, lim) {
-		limitDelay = min(limitDelay, lim.maxTAT-now-ceilDiv(lim.tau, lim.rl)-1)
+		limitDelay = min(limitDelay, lim.maxTAT-now-usec.CeilDiv(lim.tau, lim.rl)-1)
 	}
 	tat, frac := v.at, v.count
 	if tat < now {
@@ -118,7 +119,7 @@ func (l *Limiter) reserveLocked(e *keyed.Entry[keyState], key string, now, n int
 	need := n * lim.el
 	delay := queueDelay(tat-now, frac, need, lim)
 	if delay > limitDelay {
-		return Reservation{Reason: ReasonLimited, Delay: usDuration(min(delay, math.MaxInt64/int64(time.Microsecond)))}, true, nil
+		return Reservation{Reason: ReasonLimited, Delay: usec.Duration(min(delay, math.MaxInt64/int64(time.Microsecond)))}, true, nil
 	}
 	f := frac + need
 	v.at, v.count = tat+f/lim.rl, f%lim.rl
@@ -126,7 +127,7 @@ func (l *Limiter) reserveLocked(e *keyed.Entry[keyState], key string, now, n int
 		lim.noteQueue(delay)
 	}
 	return Reservation{
-		OK: true, Delay: usDuration(delay), TimeToAct: time.UnixMicro(now + delay),
+		OK: true, Delay: usec.Duration(delay), TimeToAct: time.UnixMicro(now + delay),
 		l: l, e: e, lim: lim, n: n, at: now + delay, tat: v.at, frac: v.count,
 	}, true, nil
 }
@@ -205,7 +206,7 @@ func (r *Reservation) CancelAt(now time.Time) {
 	}
 	f, a := v.count-r.n*r.lim.el, v.at
 	if f < 0 {
-		k := ceilDiv(-f, r.lim.rl)
+		k := usec.CeilDiv(-f, r.lim.rl)
 		a, f = a-k, f+k*r.lim.rl
 	}
 	v.at, v.count = a, f

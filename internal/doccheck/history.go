@@ -10,10 +10,9 @@ import (
 	"strings"
 )
 
-// historyWord matches words that tell how the repository was developed
-// rather than what it is: numbered stops and issues, and the design file
-// kept outside the repository. (The character class keeps this file from
-// matching itself.)
+// historyWord matches words that tell how the code was developed rather
+// than what it is (numbered stops and issues), and links to files outside
+// the repository. (The character class keeps this file from matching itself.)
 var historyWord = regexp.MustCompile(`\bstops? [0-9]+\b|\bissue #?[0-9]+\b|shared/DESIG[N]`)
 
 // historyRoots are the paths, relative to the repository's root, whose files

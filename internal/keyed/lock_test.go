@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
@@ -140,4 +141,27 @@ func TestStandalone(t *testing.T) {
 	assert.True(t, shared.Standalone())
 	assert.False(t, s.Get("", 0).Standalone(), "the empty key's entry")
 	assert.False(t, s.Get("k", 0).Standalone())
+}
+
+// TestNewRejects: New names the bad field, matches ErrInvalidConfig, and
+// leaves its own prefix out of the message for callers that add theirs.
+func TestNewRejects(t *testing.T) {
+	idle := func(v *int, _ int64) bool { return *v == 0 }
+	for _, c := range []struct {
+		name  string
+		cfg   Config
+		idle  func(*int, int64) bool
+		field string
+	}{
+		{"Shards", Config{Shards: 3}, idle, "Shards 3"},
+		{"MaxKeys", Config{MaxKeys: -1}, idle, "MaxKeys -1"},
+		{"idle", Config{}, nil, "idle function"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New[int](c.cfg, c.idle, nil)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrInvalidConfig)
+			assert.True(t, strings.HasPrefix(err.Error(), c.field), "err = %q, want it to start with %q", err, c.field)
+		})
+	}
 }

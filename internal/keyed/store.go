@@ -108,8 +108,18 @@ const (
 	DefaultMaxKeys = 1 << 20
 )
 
-// ErrInvalidConfig reports a bad Config; New wraps it with the field's name.
+// ErrInvalidConfig reports a bad Config. New's errors match it (errors.Is)
+// but print only the field and what is wrong with it, so that a caller
+// wrapping its own sentinel names the field once.
 var ErrInvalidConfig = errors.New("keyed: invalid config")
+
+// configError is New's error for a bad field.
+type configError string
+
+func (e configError) Error() string { return string(e) }
+
+// Is makes a configError match ErrInvalidConfig.
+func (e configError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // Config sizes a Store.
 type Config struct {
@@ -134,22 +144,22 @@ type Config struct {
 // Limiter's sliding logs: their state in the same object). It may be
 // called under a shard's lock, and must not call back into the store.
 //
-// A bad field is reported with an error wrapping ErrInvalidConfig.
+// A bad field is reported with an error matching ErrInvalidConfig.
 func New[V any](cfg Config, idle func(v *V, now int64) bool, newEntry func() *Entry[V]) (*Store[V], error) {
 	if cfg.Shards == 0 {
 		cfg.Shards = DefaultShards
 	}
 	if cfg.Shards < 1 || cfg.Shards > 1<<16 || cfg.Shards&(cfg.Shards-1) != 0 {
-		return nil, fmt.Errorf("%w: Shards %d: must be a power of two from 1 to 65536", ErrInvalidConfig, cfg.Shards)
+		return nil, configError(fmt.Sprintf("Shards %d: must be a power of two from 1 to 65536", cfg.Shards))
 	}
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = DefaultMaxKeys
 	}
 	if cfg.MaxKeys < 1 {
-		return nil, fmt.Errorf("%w: MaxKeys %d: must be positive", ErrInvalidConfig, cfg.MaxKeys)
+		return nil, configError(fmt.Sprintf("MaxKeys %d: must be positive", cfg.MaxKeys))
 	}
 	if idle == nil {
-		return nil, fmt.Errorf("%w: idle function: required", ErrInvalidConfig)
+		return nil, configError("idle function: required")
 	}
 	s := &Store[V]{
 		shards:   make([]shard[V], cfg.Shards),

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -352,7 +353,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 		k.flags |= flagUrgent
 		retry := r.minGap
 		if k.rate > 0 {
-			retry = max(ceilDiv((n-k.tokens)*r.w-k.rem, k.rate), 1)
+			retry = max(usec.CeilDiv((n-k.tokens)*r.w-k.rem, k.rate), 1)
 		}
 		return Verdict{Reason: local.ReasonLimited, Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r), Retry: retry}, true
 	}
@@ -388,7 +389,7 @@ func (k *Lease) refill(r *Rule, rnow int64) {
 		return
 	}
 	if k.rate > 0 && k.tokens < k.burst {
-		elapsed := min(rnow-k.last, ceilDiv((k.burst-k.tokens)*r.w-k.rem, k.rate))
+		elapsed := min(rnow-k.last, usec.CeilDiv((k.burst-k.tokens)*r.w-k.rem, k.rate))
 		num := k.rem + elapsed*k.rate
 		k.tokens += num / r.w
 		k.rem = num % r.w
@@ -405,8 +406,5 @@ func (k *Lease) fullIn(r *Rule) int64 {
 	if k.rate == 0 || k.tokens >= k.burst {
 		return 0
 	}
-	return ceilDiv((k.burst-k.tokens)*r.w-k.rem, k.rate)
+	return usec.CeilDiv((k.burst-k.tokens)*r.w-k.rem, k.rate)
 }
-
-// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

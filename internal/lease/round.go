@@ -1,5 +1,7 @@
 package lease
 
+import "github.com/hybridlimit/hybridlimit/internal/usec"
+
 // The part of a sync round that is about one key: whether it is due, what
 // it asks Redis for, and what it makes of the reply. The syncer holds the
 // entry's lock around each call.
@@ -138,7 +140,7 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 	// window's grant when the key is busy enough to want one; a key that
 	// is exhausted waits for the next window.
 	debt := k.used > k.granted && k.used > k.acked || k.pused > k.packed
-	busy := !idle && ceilDiv(k.demand*r.horizon, r.w) >= 2
+	busy := !idle && usec.CeilDiv(k.demand*r.horizon, r.w) >= 2
 	preGrant := busy && k.next == 0 && rnow >= k.wid+r.w-r.horizon
 	// An idle key gives back a grant worth giving back: in a window longer
 	// than a claim's span (5 horizons: shorter windows end soon enough), a
@@ -233,7 +235,7 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		return q
 	}
 	k.roll(r, rnow-rnow%r.w)
-	need := max(ceilDiv(max(demand, 0)*r.horizon, r.w), 1)
+	need := max(usec.CeilDiv(max(demand, 0)*r.horizon, r.w), 1)
 	q.WantCur = k.used + need
 	if release {
 		q.WantCur = 0

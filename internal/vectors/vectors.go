@@ -11,6 +11,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -38,8 +39,6 @@ type Step struct {
 func S(sec float64) int64 { return int64(math.Round(sec * 1e6)) }
 
 func d(sec float64) time.Duration { return time.Duration(math.Round(sec * 1e9)) }
-
-func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 
 // ok is an admission.
 func ok(limit, remaining int64, reset time.Duration) local.Decision {
@@ -74,9 +73,9 @@ var Cases = []Case{
 			{S(96), 1, ok(3, 0, d(24))},
 			{S(96), 0, ok(3, 0, d(24))}, // cost 0 asks without consuming
 			{S(100), 4, tooHigh(3)},
-			{S(120) - 1, 1, no(3, 0, us(1), us(1))}, // 1µs before the edge
-			{S(120), 1, ok(3, 2, d(60))},            // exactly at the edge
-			{S(100), 1, ok(3, 1, d(60))},            // time backwards: clamped to the window start
+			{S(120) - 1, 1, no(3, 0, usec.Duration(1), usec.Duration(1))}, // 1µs before the edge
+			{S(120), 1, ok(3, 2, d(60))},                                  // exactly at the edge
+			{S(100), 1, ok(3, 1, d(60))},                                  // time backwards: clamped to the window start
 			{S(120), 3, no(3, 1, d(60), d(60))},
 			{S(120), 1, ok(3, 0, d(60))}, // cost equal to the remaining
 		},
@@ -189,7 +188,7 @@ var Cases = []Case{
 			{0, 1, ok(1, 0, d(1))},
 			{S(0.5), 1, no(1, 0, d(0.5), d(0.5))},
 			{S(1), 1, ok(1, 0, d(1))},
-			{S(2) - 1, 1, no(1, 0, us(1), us(1))},
+			{S(2) - 1, 1, no(1, 0, usec.Duration(1), usec.Duration(1))},
 			{S(2), 1, ok(1, 0, d(1))},
 		},
 	},
@@ -211,11 +210,11 @@ var Cases = []Case{
 		Name:   "GCRA: 3 per second, interval 333333⅓ µs",
 		Params: local.Params{Algorithm: local.GCRA, Limit: 3, Window: time.Second},
 		Steps: []Step{
-			{0, 1, ok(3, 2, us(333334))},
-			{0, 1, ok(3, 1, us(666667))},
+			{0, 1, ok(3, 2, usec.Duration(333334))},
+			{0, 1, ok(3, 1, usec.Duration(666667))},
 			{0, 1, ok(3, 0, d(1))},
-			{0, 1, no(3, 0, d(1), us(333334))},
-			{333333, 1, no(3, 0, us(666667), us(1))},
+			{0, 1, no(3, 0, d(1), usec.Duration(333334))},
+			{333333, 1, no(3, 0, usec.Duration(666667), usec.Duration(1))},
 			{333334, 1, ok(3, 0, d(1))},
 		},
 	},
