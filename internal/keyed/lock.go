@@ -11,8 +11,8 @@ func (s *Store[V]) Lock(key string, now int64) *Entry[V] {
 		if e == nil {
 			return nil
 		}
-		// LockLive's body, written out: Lock then inlines Get and the
-		// mutex's fast path, one call in all on the hybrid hot path.
+		// LockLive's body, written out: the mutex's fast path inlines
+		// here, where a call to LockLive would not.
 		e.mu.Lock()
 		if !e.evicted {
 			return e
