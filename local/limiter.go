@@ -378,7 +378,10 @@ func (l *Limiter) allow(t time.Time, clock bool, key string, n int64) Decision {
 		lim, v := l.limit.Load(), &e.Value
 		if v.lim.Load() == lim && n <= lim.max { // settled: the usual case
 			if !lim.packed {
-				if e.LockLive() {
+				// Lock and Evicted rather than LockLive: they inline
+				// here, LockLive's generic body does not.
+				e.Lock()
+				if !e.Evicted() {
 					if v.st != nil {
 						var vd verdict
 						ok := false
@@ -397,6 +400,7 @@ func (l *Limiter) allow(t time.Time, clock bool, key string, n int64) Decision {
 					e.Unlock()
 					return vd.decision(lim.max)
 				}
+				e.Unlock()
 				return l.allowSlow(e, now, key, n)
 			}
 			// A compare-and-swap fails when another decision on the
