@@ -85,20 +85,25 @@ func (c *clientIP) resolve(r *http.Request) (netip.Addr, string) {
 
 // parseHost parses an address, with or without a port ("1.2.3.4",
 // "1.2.3.4:80", "[::1]:80", "::1"), IPv4-mapped addresses unmapped. It
-// returns the address and the text of the address alone.
+// returns the address and the text of the address alone. The port is cut
+// off before parsing: a failed parse allocates its error.
 func parseHost(s string) (netip.Addr, string, bool) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), s, true
+	t := s
+	switch i := strings.LastIndexByte(s, ':'); {
+	case len(s) > 0 && s[0] == '[':
+		j := strings.IndexByte(s, ']')
+		if j < 0 || j+1 < len(s) && (s[j+1] != ':' || j+1 != i) {
+			return netip.Addr{}, "", false
+		}
+		t = s[1:j]
+	case i >= 0 && strings.IndexByte(s[:i], ':') < 0:
+		t = s[:i] // IPv4 and a port
 	}
-	ap, err := netip.ParseAddrPort(s)
+	a, err := netip.ParseAddr(t)
 	if err != nil {
 		return netip.Addr{}, "", false
 	}
-	t := s[:strings.LastIndexByte(s, ':')]
-	if len(t) > 1 && t[0] == '[' {
-		t = t[1 : len(t)-1]
-	}
-	return ap.Addr().Unmap(), t, true
+	return a.Unmap(), t, true
 }
 
 // key returns the key of client address a, read from text: the canonical

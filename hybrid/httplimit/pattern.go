@@ -122,5 +122,5 @@ func stripPort(host string) string {
 	if host[0] == '[' {
 		return host[1 : i-1]
 	}
-	return host
+	return host[:i]
 }
