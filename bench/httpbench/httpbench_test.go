@@ -7,8 +7,10 @@
 //
 //	Middleware/<mw>/<clients>/<serial|parallel>
 //
-// clients is 1 (one hot key) or 1000 (client IPs in turn). docs/http.md
-// has the table.
+// clients is 1 (one hot key) or 1000 (client IPs in turn). The row
+// "decision" is the Limiter's AllowN alone, with httplimit's rule and the
+// same keys, without HTTP: what of httplimit's overhead is the decision.
+// docs/http.md has the table.
 package httpbench
 
 import (
@@ -65,11 +67,22 @@ func middlewares(b *testing.B) []struct {
 		return host, nil
 	})
 	tb := tollbooth.NewLimiter(1e9, nil).SetIPLookups([]string{"RemoteAddr"})
+	hrule, err := l.Register(hybrid.Rule{Name: "decision", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: huge, Window: time.Hour})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	decision := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := strings.Cut(r.RemoteAddr, ":")
+		if d, _ := l.AllowN(r.Context(), hrule, host, 1); d.Allowed() {
+			w.WriteHeader(http.StatusOK)
+		}
+	})
 	return []struct {
 		name string
 		h    http.Handler
 	}{
 		{"bare", bare},
+		{"decision", decision},
 		{"httplimit", hl.Handler(bare)},
 		{"httprate", hr(bare)},
 		{"tollbooth", tollbooth.LimitHandler(tb, bare)},

@@ -405,3 +405,27 @@ func TestConfigErrors(t *testing.T) {
 	_, err := httplimit.New(nil, httplimit.Config{})
 	assert.True(t, errors.Is(err, httplimit.ErrInvalidConfig))
 }
+
+// TestLongHeaders: header values longer than the middleware's block are
+// sent whole.
+func TestLongHeaders(t *testing.T) {
+	var rules []httplimit.Rule
+	var want []sfItem
+	for i := range 4 {
+		id := "a-rather-long-rule-identifier-for-policy-" + strconv.Itoa(i)
+		rules = append(rules, perIP(id, "/", int64(100+i), time.Minute))
+		want = append(want, sfItem{id, map[string]int64{"q": int64(100 + i), "w": 60}})
+	}
+	m, err := httplimit.New(newLimiter(t, newClock()), httplimit.Config{Rules: rules, RateLimitHeaders: true})
+	require.NoError(t, err)
+	resp, _ := get(t, serve(t, m, okHandler), "/")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Greater(t, len(resp.Header.Get("RateLimit-Policy")), 112)
+	pol, err := parseSFList(resp.Header.Get("RateLimit-Policy"))
+	require.NoError(t, err)
+	assert.Equal(t, want, pol)
+	rl, err := parseSFList(resp.Header.Get("RateLimit"))
+	require.NoError(t, err)
+	assert.Equal(t, []sfItem{{want[0].Name, map[string]int64{"r": 99, "t": 60}}}, rl)
+	assert.Equal(t, int64(99), intHeader(t, resp, "X-RateLimit-Remaining"))
+}

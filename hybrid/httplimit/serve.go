@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 )
@@ -280,8 +281,9 @@ func headline(sc *scratch, admitted bool) *item {
 }
 
 // writeHeaders sets the rate-limit headers of the decided items, and
-// Retry-After on a refusal. All values are built in one buffer and made
-// one string, and share one backing array: two allocations.
+// Retry-After on a refusal. All values are built in one buffer, then
+// copied into a headerBlock: one allocation (two when they are too long
+// for one).
 func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted bool) {
 	h := headline(sc, admitted)
 	b := sc.buf[:0]
@@ -336,15 +338,31 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 	if n == 0 {
 		return
 	}
-	s := string(b)
-	vals := make([]string, n)
+	var vals []string
+	var str string
+	if len(b) <= len(headerBlock{}.buf) {
+		// One allocation: the values' bytes and their backing array.
+		blk := new(headerBlock)
+		copy(blk.buf[:], b)
+		str = unsafe.String(&blk.buf[0], len(b)) // blk.buf is never written again
+		vals = blk.vals[:n]
+	} else {
+		str, vals = string(b), make([]string, n)
+	}
 	hdr := w.Header()
 	start := 0
 	for i := range n {
-		vals[i] = s[start:sc.vals[i]]
+		vals[i] = str[start:sc.vals[i]]
 		start = sc.vals[i]
 		hdr[names[i]] = vals[i : i+1 : i+1]
 	}
+}
+
+// headerBlock holds a response's rate-limit header values: their bytes, and
+// the backing array of their one-element slices, in one allocation.
+type headerBlock struct {
+	vals [6]string
+	buf  [112]byte
 }
 
 // appendName appends a rule ID as a Structured Field string; IDs are rule
