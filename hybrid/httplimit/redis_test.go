@@ -67,3 +67,42 @@ func TestRedisKilled(t *testing.T) {
 	assert.Equal(t, int64(15), read(t, "hybridlimit.http.degraded"))
 	assert.Equal(t, int64(0), read(t, "hybridlimit.http.errors"))
 }
+
+// TestRedisKilledHybrid: a Hybrid rule keeps deciding on this node through
+// a Redis kill, and no request is answered 500.
+func TestRedisKilledHybrid(t *testing.T) {
+	srv := redistest.Start(t)
+	l, err := hybrid.New(hybrid.Config{
+		Redis:    redistest.Client(t, srv.Addr),
+		Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)},
+		Mode:     hybrid.Hybrid,
+		Timeout:  300 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{perIP("hyb", "/", 1_000_000, time.Minute)}})
+	require.NoError(t, err)
+	hr, err := l.Register(hybrid.Rule{Name: "hyb", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 1_000_000, Window: time.Minute})})
+	require.NoError(t, err)
+	require.Equal(t, hybrid.Hybrid, l.Mode(hr))
+	ts := serve(t, m, okHandler)
+	count := func() map[int]int {
+		codes := map[int]int{}
+		for range 20 {
+			resp, _ := get(t, ts, "/")
+			codes[resp.StatusCode]++
+		}
+		return codes
+	}
+	// A new key is refused (no lease yet, Retry-After 1) until its first
+	// lease arrives, one sync round later.
+	require.Eventually(t, func() bool {
+		resp, _ := get(t, ts, "/")
+		return resp.StatusCode == http.StatusOK
+	}, 5*time.Second, 10*time.Millisecond)
+	before := count()
+	srv.Kill()
+	after := count()
+	assert.Equal(t, map[int]int{http.StatusOK: 20}, before)
+	assert.Equal(t, map[int]int{http.StatusOK: 20}, after, "the lease held, then the node's share (FailLocal)")
+}
