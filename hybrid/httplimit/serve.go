@@ -67,7 +67,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	sc := m.pool.Get().(*scratch)
-	defer m.pool.Put(sc)
+	pass := m.limit(w, r, set, sc)
+	m.pool.Put(sc)
+	if pass {
+		next.ServeHTTP(w, r)
+	}
+}
+
+// limit decides r, sets the response's rate-limit headers, and answers a
+// refusal itself. It reports whether the request passes to the next
+// handler. sc is not used after it returns.
+func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet, sc *scratch) bool {
 	sc.items = sc.items[:0]
 	var cost int64
 	if m.cfg.Cost != nil {
@@ -101,26 +111,24 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		sc.items = append(sc.items, item{c: c, req: hybrid.Request{Rule: hr, Key: key, N: n}, shadow: c.shadow || m.cfg.Shadow})
 	}
 	if len(sc.items) == 0 {
-		next.ServeHTTP(w, r)
-		return
+		return true
 	}
+	defer func() { clear(sc.items); clear(sc.reqs) }() // keep no request's keys in the pool
 	admitted, decided := m.decide(r, sc, false)
-	if admitted && decided {
+	if !decided {
+		return true // the Limiter was misused (logged): the request passes
+	}
+	if admitted {
 		if ok, _ := m.decide(r, sc, true); !ok {
 			m.met.shadowRefused.Add(r.Context(), 1)
 		}
-	} else if !decided {
-		// The Limiter was misused; it is logged: the request passes.
-		next.ServeHTTP(w, r)
-		return
 	}
 	m.writeHeaders(w, sc, admitted)
 	if !admitted {
 		m.met.refused.Add(r.Context(), 1)
 		m.refuse(w, sc)
-		return
 	}
-	next.ServeHTTP(w, r)
+	return admitted
 }
 
 // key returns the key of a rule of type t, and false when the request has
