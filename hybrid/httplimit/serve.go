@@ -290,7 +290,7 @@ func headline(sc *scratch, admitted bool) *item {
 
 // writeHeaders sets the rate-limit headers of the decided items, and
 // Retry-After on a refusal. All values are built in one buffer, then
-// copied into a headerBlock: one allocation (two when they are too long
+// copied into a header block: one allocation (two when they are too long
 // for one).
 func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted bool) {
 	h := headline(sc, admitted)
@@ -348,13 +348,19 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 	}
 	var vals []string
 	var str string
-	if len(b) <= len(headerBlock{}.buf) {
-		// One allocation: the values' bytes and their backing array.
-		blk := new(headerBlock)
+	// One allocation: the values' bytes and the backing array of their
+	// slices together, in the smaller block they fit; the bytes are never
+	// written again, so the strings may point into them.
+	switch {
+	case n <= 3 && len(b) <= len(headerBlock3{}.buf):
+		blk := new(headerBlock3)
 		copy(blk.buf[:], b)
-		str = unsafe.String(&blk.buf[0], len(b)) // blk.buf is never written again
-		vals = blk.vals[:n]
-	} else {
+		str, vals = unsafe.String(&blk.buf[0], len(b)), blk.vals[:n]
+	case len(b) <= len(headerBlock6{}.buf):
+		blk := new(headerBlock6)
+		copy(blk.buf[:], b)
+		str, vals = unsafe.String(&blk.buf[0], len(b)), blk.vals[:n]
+	default:
 		str, vals = string(b), make([]string, n)
 	}
 	hdr := w.Header()
@@ -366,9 +372,15 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 	}
 }
 
-// headerBlock holds a response's rate-limit header values: their bytes, and
-// the backing array of their one-element slices, in one allocation.
-type headerBlock struct {
+// headerBlock3 and headerBlock6 hold a response's rate-limit header values:
+// their bytes, and the backing array of their one-element slices, in one
+// allocation. headerBlock3 (80 bytes) fits the X-RateLimit-* fields.
+type headerBlock3 struct {
+	vals [3]string
+	buf  [32]byte
+}
+
+type headerBlock6 struct {
 	vals [6]string
 	buf  [112]byte
 }
