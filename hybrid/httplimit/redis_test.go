@@ -13,19 +13,27 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
+// redisLimiter returns a Limiter of srv whose rules run in mode, closed
+// when t ends.
+func redisLimiter(t *testing.T, srv *redistest.Server, mode hybrid.Mode) *hybrid.Limiter {
+	t.Helper()
+	l, err := hybrid.New(hybrid.Config{
+		Redis:    redistest.Client(t, srv.Addr),
+		Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)},
+		Mode:     mode,
+		Timeout:  300 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
 // TestRedisKilled: with Redis killed under the middleware, each rule's
 // failure policy decides, and no request is answered 500.
 func TestRedisKilled(t *testing.T) {
 	srv := redistest.Start(t)
 	mp, read := meterReader()
-	l, err := hybrid.New(hybrid.Config{
-		Redis:    redistest.Client(t, srv.Addr),
-		Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)},
-		Mode:     hybrid.Central,
-		Timeout:  300 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
+	l := redisLimiter(t, srv, hybrid.Central)
 	rule := func(id, endpoint string, p hybrid.Policy) httplimit.Rule {
 		r := perIP(id, endpoint, 3, time.Minute)
 		r.Policy = p
@@ -72,14 +80,7 @@ func TestRedisKilled(t *testing.T) {
 // a Redis kill, and no request is answered 500.
 func TestRedisKilledHybrid(t *testing.T) {
 	srv := redistest.Start(t)
-	l, err := hybrid.New(hybrid.Config{
-		Redis:    redistest.Client(t, srv.Addr),
-		Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)},
-		Mode:     hybrid.Hybrid,
-		Timeout:  300 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
+	l := redisLimiter(t, srv, hybrid.Hybrid)
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{perIP("hyb", "/", 1_000_000, time.Minute)}})
 	require.NoError(t, err)
 	hr, err := l.Register(hybrid.Rule{Name: "hyb", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 1_000_000, Window: time.Minute})})
