@@ -17,6 +17,9 @@ const (
 )
 
 // Rule is one limit of the middleware, in the design articles' data model.
+// Algorithm takes the names local.ParseAlgorithm accepts ("fixed_window",
+// "sliding_window_log", "sliding_window_counter", "token_bucket",
+// "leaky_bucket", "gcra").
 type Rule struct {
 	ID        string           `json:"id" yaml:"id"`               // unique; names the hybrid rule
 	Key       KeyType          `json:"key" yaml:"key"`             // ip, user or api_key
