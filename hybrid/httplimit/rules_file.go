@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,6 +43,7 @@ type RulesError struct {
 	ID     string // the rule's id, when it has one
 	Field  string // the field, as the document spells it ("window"); "" for the whole rule
 	Reason string // what is wrong
+	Err    error  // the cause: a *RuleError when the rule is one SetRules would refuse; or nil
 }
 
 // Error names the rule (id, or index), the field and what is wrong.
@@ -65,8 +65,13 @@ func (e *RulesError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns ErrInvalidRules.
-func (e *RulesError) Unwrap() error { return ErrInvalidRules }
+// Unwrap returns ErrInvalidRules and the cause, if any.
+func (e *RulesError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalidRules, e.Err}
+	}
+	return []error{ErrInvalidRules}
+}
 
 // fileRule is a rule as the document spells it: Window, Mode and Policy as
 // strings, which Rule holds in their Go types.
@@ -411,41 +416,28 @@ func decodeYAMLRule(i int, n *yaml.Node, r *fileRule) error {
 	return nil
 }
 
-// rule validates r, the i-th rule, and returns it as a Rule.
+// rule validates r, the i-th rule, and returns it as a Rule. The checks
+// are SetRules's (compile), so a document that parses is one SetRules
+// takes, short of conflicts with the rules already in force.
 func (r *fileRule) rule(i int) (Rule, error) {
 	fail := func(field, reason string) (Rule, error) { return Rule{}, ruleError(i, r.ID, field, reason) }
+	out := Rule{
+		ID: r.ID, Key: KeyType(r.Key), Endpoint: r.Endpoint, Algorithm: r.Algorithm, Limit: r.MaxRequests,
+		Burst: r.Burst, Tier: r.Tier, Cost: r.Cost, Shadow: r.Shadow, Overrides: r.Overrides,
+	}
+	if len(out.Overrides) == 0 {
+		out.Overrides = nil // "overrides: {}" is no overrides, as MarshalRules writes it
+	}
+	if algo, err := local.ParseAlgorithm(r.Algorithm); err == nil {
+		out.Algorithm = algo.String() // one spelling, so an unchanged rule compares equal
+	}
+	// The id first: every later error names the rule by it.
 	if err := syncer.ValidRuleName(r.ID); err != nil {
 		return fail("id", fmt.Sprintf("%q: 1 to %d bytes of letters, digits and -_.:/", r.ID, syncer.MaxRuleName))
 	}
-	out := Rule{
-		ID: r.ID, Key: KeyType(r.Key), Endpoint: r.Endpoint, Limit: r.MaxRequests, Burst: r.Burst,
-		Tier: r.Tier, Cost: r.Cost, Shadow: r.Shadow, Overrides: r.Overrides,
-	}
-	switch out.Key {
-	case KeyIP, KeyUser, KeyAPIKey:
-	default:
-		return fail("key", fmt.Sprintf("%q: must be ip, user or api_key", r.Key))
-	}
-	if reason := checkPattern(r.Endpoint); reason != "" {
-		return fail("endpoint", fmt.Sprintf("%q: %s", r.Endpoint, reason))
-	}
-	algo, err := local.ParseAlgorithm(r.Algorithm)
-	if err != nil {
-		return fail("algorithm", fmt.Sprintf("%q: must be one of %s", r.Algorithm, algorithmList()))
-	}
-	out.Algorithm = algo.String()
+	var err error
 	if out.Window, err = parseWindow(r.Window); err != nil {
 		return fail("window", fmt.Sprintf("%q: %v", r.Window, err))
-	}
-	lim, err := hybrid.NewLimit(hybrid.Params{Algorithm: algo, Limit: r.MaxRequests, Window: out.Window, Burst: r.Burst})
-	if err != nil {
-		return fail(limitField(err), limitReason(err))
-	}
-	if r.Cost < 0 {
-		return fail("cost", fmt.Sprintf("%d: must be at least 1 (or absent, for 1)", r.Cost))
-	}
-	if r.Cost > lim.MaxCost() {
-		return fail("cost", fmt.Sprintf("%d: above %d, the most the rule admits at once", r.Cost, lim.MaxCost()))
 	}
 	if out.Mode, err = parseName(r.Mode, hybrid.ModeDefault, hybrid.Hybrid); err != nil {
 		return fail("mode", fmt.Sprintf("%q: must be local, central or hybrid (or absent, for the Limiter's)", r.Mode))
@@ -453,30 +445,22 @@ func (r *fileRule) rule(i int) (Rule, error) {
 	if out.Policy, err = parseName(r.Policy, hybrid.PolicyDefault, hybrid.FailLocal); err != nil {
 		return fail("policy", fmt.Sprintf("%q: must be fail_open, fail_closed or fail_local (or absent, for the Limiter's)", r.Policy))
 	}
-	for name, n := range r.Overrides {
-		if name == "" {
-			return fail("overrides", "a tier name or key must not be empty")
+	_, lim, _, err := compile(i, &out)
+	var re *RuleError
+	if errors.As(err, &re) {
+		reason := re.Reason
+		if re.Err != nil {
+			reason += ": " + re.Err.Error()
 		}
-		if _, err := hybrid.NewLimit(hybrid.Params{Algorithm: algo, Limit: n, Window: out.Window, Burst: r.Burst}); err != nil {
-			return fail("overrides", fmt.Sprintf("%q: %s", name, limitReason(err)))
-		}
+		return Rule{}, &RulesError{Index: i, ID: r.ID, Field: re.Field, Reason: reason, Err: re}
+	}
+	if err != nil {
+		return fail("", err.Error())
+	}
+	if r.Cost > lim.MaxCost() {
+		return fail("cost", fmt.Sprintf("%d: above %d, the most the rule admits at once", r.Cost, lim.MaxCost()))
 	}
 	return out, nil
-}
-
-// checkPattern returns why p is not a ServeMux pattern, or "". ServeMux
-// panics on a bad pattern; a private mux catches that here, at load time.
-func checkPattern(p string) (reason string) {
-	if p == "" {
-		return "required"
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			reason = fmt.Sprint(v)
-		}
-	}()
-	http.NewServeMux().Handle(p, http.NotFoundHandler())
-	return ""
 }
 
 // parseWindow parses a Go duration ("1m30s"), or a whole number of days
@@ -494,38 +478,6 @@ func parseWindow(s string) (time.Duration, error) {
 		return 0, errors.New(`not a duration, such as "10s", "1m" or "1d"`)
 	}
 	return d, nil
-}
-
-// limitField maps a *local.LimitError's field to the document's name.
-func limitField(err error) string {
-	var le *local.LimitError
-	if errors.As(err, &le) {
-		switch le.Field {
-		case "Limit":
-			return "max_requests"
-		case "Window":
-			return "window"
-		case "Burst":
-			return "burst"
-		}
-	}
-	return "algorithm"
-}
-
-func limitReason(err error) string {
-	var le *local.LimitError
-	if errors.As(err, &le) {
-		return fmt.Sprintf("%v: %s", le.Value, le.Reason)
-	}
-	return err.Error()
-}
-
-func algorithmList() string {
-	names := make([]string, 0, 6)
-	for _, a := range local.Algorithms() {
-		names = append(names, a.String())
-	}
-	return strings.Join(names, ", ")
 }
 
 // parseName returns the value from first to last whose String is s; ""
@@ -599,10 +551,6 @@ type WatchConfig struct {
 	// (hybridlimit.http.rules.reloads). Default otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
-
-// meterName follows the OpenTelemetry convention: the instrumented
-// package's import path.
-const meterName = "github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 
 // watcher is what both sources share: the config with defaults, and the
 // reload counter.

@@ -75,6 +75,20 @@ func TestParseRules(t *testing.T) {
 			assert.Equal(t, fullRules, rules)
 		})
 	}
+	t.Run("no endpoint", func(t *testing.T) {
+		rules, err := ParseRules([]byte(strings.Replace("version: 1\nrules:\n"+rule1, "endpoint: GET /x", "tier: a", 1)))
+		require.NoError(t, err)
+		assert.Empty(t, rules[0].Endpoint, "every path, as SetRules reads it")
+	})
+	t.Run("the middleware's checks", func(t *testing.T) {
+		// A rule SetRules would refuse is refused here, with its *RuleError.
+		_, err := ParseRules([]byte(strings.Replace("version: 1\nrules:\n"+rule1, "key: ip", "key: cookie", 1)))
+		assert.ErrorIs(t, err, ErrInvalidRules)
+		assert.ErrorIs(t, err, ErrInvalidRule)
+		var re *RuleError
+		require.ErrorAs(t, err, &re)
+		assert.Equal(t, "key", re.Field)
+	})
 	t.Run("empty list", func(t *testing.T) {
 		for _, doc := range []string{"version: 1\nrules: []\n", "version: 1\nrules:\n", "version: 1\n", `{"version":1,"rules":[]}`} {
 			rules, err := ParseRules([]byte(doc))
@@ -136,10 +150,9 @@ func TestParseRulesErrors(t *testing.T) {
 		{"duplicate id", yamlDoc(strings.Replace(rule1, "GET /x", "GET /y", 1)), 1, "r1", "id", "rule 0 has it too"},
 		{"no key", strings.Replace(yamlDoc(""), "key: ip", "tier: a", 1), 0, "r1", "key", "ip, user or api_key"},
 		{"bad key", strings.Replace(yamlDoc(""), "key: ip", "key: cookie", 1), 0, "r1", "key", `"cookie"`},
-		{"no endpoint", strings.Replace(yamlDoc(""), "endpoint: GET /x", "tier: a", 1), 0, "r1", "endpoint", "required"},
 		{"bad endpoint", strings.Replace(yamlDoc(""), "GET /x", "GET x", 1), 0, "r1", "endpoint", `"GET x"`},
 		{"bad wildcard", strings.Replace(yamlDoc(""), "GET /x", "/{a", 1), 0, "r1", "endpoint", "/{a"},
-		{"no algorithm", strings.Replace(yamlDoc(""), "algorithm: fixed_window", "tier: a", 1), 0, "r1", "algorithm", "gcra"},
+		{"no algorithm", strings.Replace(yamlDoc(""), "algorithm: fixed_window", "tier: a", 1), 0, "r1", "algorithm", "unknown algorithm"},
 		{"bad algorithm", strings.Replace(yamlDoc(""), "fixed_window", "fixed", 1), 0, "r1", "algorithm", `"fixed"`},
 		{"no max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", "tier: a", 1), 0, "r1", "max_requests", "at least 1"},
 		{"negative max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: -1", 1), 0, "r1", "max_requests", "at least 1"},
@@ -152,14 +165,14 @@ func TestParseRulesErrors(t *testing.T) {
 		{"too many days", strings.Replace(yamlDoc(""), "window: 10s", "window: 367d", 1), 0, "r1", "window", "1 to 366"},
 		{"fractional days", strings.Replace(yamlDoc(""), "window: 10s", "window: 1.5d", 1), 0, "r1", "window", "whole number"},
 		{"burst on a window", yamlDoc("    burst: 5\n"), 0, "r1", "burst", "bucket"},
-		{"negative burst", strings.Replace(yamlDoc("    burst: -1\n"), "fixed_window", "gcra", 1), 0, "r1", "burst", "at least 1"},
-		{"negative cost", yamlDoc("    cost: -1\n"), 0, "r1", "cost", "at least 1"},
+		{"negative burst", strings.Replace(yamlDoc("    burst: -1\n"), "fixed_window", "gcra", 1), 0, "r1", "burst", "must not be negative"},
+		{"negative cost", yamlDoc("    cost: -1\n"), 0, "r1", "cost", "must not be negative"},
 		{"cost above the limit", yamlDoc("    cost: 11\n"), 0, "r1", "cost", "above 10"},
 		{"bad mode", yamlDoc("    mode: global\n"), 0, "r1", "mode", "local, central or hybrid"},
 		{"default mode spelled", yamlDoc("    mode: default\n"), 0, "r1", "mode", "local, central or hybrid"},
 		{"bad policy", yamlDoc("    policy: open\n"), 0, "r1", "policy", "fail_open"},
-		{"empty override name", yamlDoc("    overrides: {\"\": 5}\n"), 0, "r1", "overrides", "empty"},
-		{"zero override", yamlDoc("    overrides: {pro: 0}\n"), 0, "r1", "overrides", `"pro": 0: must be at least 1`},
+		{"empty override name", yamlDoc("    overrides: {\"\": 5}\n"), 0, "r1", `overrides[""]`, "needs a tier or key"},
+		{"zero override", yamlDoc("    overrides: {pro: 0}\n"), 0, "r1", `overrides["pro"]`, "0: needs a tier or key and a limit of at least 1"},
 		{"second rule by index", "version: 1\nrules:\n" + rule1 + "  - key: ip\n    id: ''\n", 1, "", "id", "1 to 128"},
 
 		{"json malformed", `{"version": 1,`, -1, "", "", "malformed JSON"},
@@ -280,9 +293,9 @@ func writeRename(t *testing.T, path string, data []byte) {
 	require.NoError(t, os.Rename(tmp, path))
 }
 
-// metrics returns a MeterProvider and a function reading its reload
+// reloadMetrics returns a MeterProvider and a function reading its reload
 // counter for source and result.
-func metrics(t *testing.T) (*sdkmetric.MeterProvider, func(source, result string) int64) {
+func reloadMetrics(t *testing.T) (*sdkmetric.MeterProvider, func(source, result string) int64) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
@@ -360,7 +373,7 @@ func TestWatchFileSymlinkSwap(t *testing.T) {
 
 func TestWatchFileBadVersion(t *testing.T) {
 	leakcheck.Check(t)
-	mp, reloads := metrics(t)
+	mp, reloads := reloadMetrics(t)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(path, rulesWithLimit(1), 0o644))
 	var a applied

@@ -122,7 +122,7 @@ func TestRedisRulesAfterDisconnect(t *testing.T) {
 
 func TestRedisRulesBadVersion(t *testing.T) {
 	leakcheck.Check(t)
-	mp, reloads := metrics(t)
+	mp, reloads := reloadMetrics(t)
 	c := nodes(t, false, 1)[0]
 	ks := hybrid.Keyspace{Prefix: redistest.Prefix(t)}
 	ctx := t.Context()
