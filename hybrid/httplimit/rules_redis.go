@@ -2,6 +2,8 @@ package httplimit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -36,10 +38,13 @@ func keysOf(ks hybrid.Keyspace) (rulesKeys, error) {
 }
 
 // publishScript stores a new version and announces it in one step, so a
-// watcher that hears the message finds the rules it announces. The hash
-// has no TTL: it is configuration, kept until replaced.
+// watcher that hears the message finds the rules it announces. The epoch,
+// set when the hash is created, tells a version 1 published after Redis
+// lost the hash from the version 1 before. The hash has no TTL: it is
+// configuration, kept until replaced.
 var publishScript = redis.NewScript(`
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('HSETNX', KEYS[1], 'epoch', ARGV[3])
 redis.call('HSET', KEYS[1], 'rules', ARGV[1])
 redis.call('PUBLISH', ARGV[2], v)
 return v
@@ -62,7 +67,9 @@ func PublishRules(ctx context.Context, c redis.Scripter, ks hybrid.Keyspace, rul
 	if err != nil {
 		return 0, err
 	}
-	return publishScript.Run(ctx, c, []string{keys.hash}, data, keys.channel).Int64()
+	epoch := make([]byte, 8)
+	rand.Read(epoch)
+	return publishScript.Run(ctx, c, []string{keys.hash}, data, keys.channel, hex.EncodeToString(epoch)).Int64()
 }
 
 // RedisSource follows the rules published in Redis and applies each new
@@ -74,7 +81,7 @@ type RedisSource struct {
 	apply func([]Rule) error
 	ps    *redis.PubSub
 
-	version string       // the version last read, applied or rejected; "" for none
+	version string       // the epoch and version last read, applied or rejected; "" for none
 	seen    atomic.Int64 // version, for Version
 }
 
@@ -146,7 +153,7 @@ func (s *RedisSource) receive(ctx context.Context, kick chan<- struct{}) {
 				return
 			case <-t.C:
 			}
-			backoff = min(2*backoff, s.w.cfg.PollInterval)
+			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		backoff = 10 * time.Millisecond
@@ -178,31 +185,44 @@ func (s *RedisSource) run(ctx context.Context, kick <-chan struct{}) {
 
 // check reads the version and, when it changed, the rules, and loads them.
 func (s *RedisSource) check(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.w.cfg.PollInterval)
+	ctx, cancel := context.WithTimeout(ctx, min(s.w.cfg.PollInterval, 5*time.Second))
 	defer cancel()
-	v, err := s.c.HGet(ctx, s.keys.hash, "version").Result()
-	if errors.Is(err, redis.Nil) || err == nil && v == s.version {
-		return nil // nothing published, or nothing new
+	vals, err := s.c.HMGet(ctx, s.keys.hash, "version", "epoch").Result()
+	if err == nil {
+		if vals[0] == nil {
+			// Nothing published, or Redis lost it (flushed, restarted
+			// empty): the rules in force stay.
+			return nil
+		}
+		if s.tag(vals) == s.version {
+			return nil
+		}
+		// All three in one read: the rules are those of the version.
+		vals, err = s.c.HMGet(ctx, s.keys.hash, "version", "epoch", "rules").Result()
 	}
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return nil // closing
 		}
-		s.w.log.Warn("httplimit: cannot read the rules version from Redis", "error", err)
-		return fmt.Errorf("%w: %w", errUnreachable, err)
-	}
-	// Both fields in one read: the rules are those of the version.
-	vals, err := s.c.HMGet(ctx, s.keys.hash, "version", "rules").Result()
-	if err != nil {
 		s.w.log.Warn("httplimit: cannot read the rules from Redis", "error", err)
 		return fmt.Errorf("%w: %w", errUnreachable, err)
 	}
-	v, _ = vals[0].(string)
-	doc, _ := vals[1].(string)
-	s.version = v
+	if vals[0] == nil {
+		return nil // deleted between the two reads
+	}
+	v, _ := vals[0].(string)
+	doc, _ := vals[2].(string)
+	s.version = s.tag(vals)
 	n, _ := strconv.ParseInt(v, 10, 64)
 	s.seen.Store(n)
 	return s.w.load(ctx, []byte(doc), v, s.apply)
+}
+
+// tag is a version's identity: its epoch and its number.
+func (s *RedisSource) tag(vals []any) string {
+	v, _ := vals[0].(string)
+	e, _ := vals[1].(string)
+	return e + "/" + v
 }
 
 // Version returns the version number last read from Redis, applied or

@@ -118,6 +118,34 @@ func TestRedisRulesAfterDisconnect(t *testing.T) {
 	require.Eventually(t, func() bool { return a.limit() == 4 }, waitFor, tick)
 	assert.EqualValues(t, 4, src.Version())
 	assert.Equal(t, 4, a.count())
+
+}
+
+// TestRedisRulesLost checks what happens when Redis loses the rules (a
+// flush, a restart without persistence): the rules in force stay, and the
+// next version is applied though its number, 1, was seen before.
+func TestRedisRulesLost(t *testing.T) {
+	leakcheck.Check(t)
+	c := nodes(t, false, 1)[0]
+	ks := hybrid.Keyspace{Prefix: redistest.Prefix(t)}
+	ctx := t.Context()
+	_, err := PublishRules(ctx, c, ks, parsed(t, 1))
+	require.NoError(t, err)
+	var a applied
+	src, err := WatchRedis(ctx, c, ks, a.apply, WatchConfig{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer src.Close()
+	require.EqualValues(t, 1, a.limit())
+
+	require.NoError(t, c.Del(ctx, ks.Prefix+":{rules}:doc").Err())
+	require.Never(t, func() bool { return a.count() > 1 }, 100*time.Millisecond, tick)
+	assert.EqualValues(t, 1, src.Version())
+
+	v, err := PublishRules(ctx, c, ks, parsed(t, 2))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, v)
+	require.Eventually(t, func() bool { return a.limit() == 2 }, waitFor, tick)
+	assert.Equal(t, 2, a.count())
 }
 
 func TestRedisRulesBadVersion(t *testing.T) {
