@@ -415,7 +415,7 @@ func TestWatchFileDebounce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(path, rulesWithLimit(1), 0o644))
 	var a applied
-	src, err := WatchFile(t.Context(), path, a.apply, WatchConfig{PollInterval: time.Hour, Debounce: 500 * time.Millisecond})
+	src, err := WatchFile(t.Context(), path, a.apply, WatchConfig{PollInterval: time.Hour, Debounce: time.Second})
 	require.NoError(t, err)
 	defer src.Close()
 

@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -114,4 +115,31 @@ func TestRulesRedisMiddlewares(t *testing.T) {
 		// Local mode: each node its own limit of 2.
 		assert.Equal(t, []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests}, statuses(t, 3, n.code))
 	}
+}
+
+func ExampleParseRules() {
+	rules, err := httplimit.ParseRules([]byte(`
+version: 1
+rules:
+  - id: api-user
+    key: user
+    endpoint: GET /api/
+    algorithm: sliding_window_counter
+    max_requests: 100
+    window: 1m
+`))
+	fmt.Println(rules[0].ID, rules[0].Limit, rules[0].Window, err)
+
+	_, err = httplimit.ParseRules([]byte(`
+version: 1
+rules:
+  - id: api-user
+    key: user
+    max_requests: 100
+    windw: 1m
+`))
+	fmt.Println(err)
+	// Output:
+	// api-user 100 1m0s <nil>
+	// httplimit: invalid rules: rule "api-user": windw: line 7: unknown field
 }
