@@ -118,6 +118,11 @@ func (c *clientIP) key(a netip.Addr, text string) string {
 		p, _ := a.Prefix(c.v6bits)
 		return p.String()
 	}
+	if a.Is4() && strings.IndexByte(text, ':') < 0 {
+		// ParseAddr takes IPv4 only in its canonical dotted form (no
+		// leading zeros); a mapped IPv6 form has colons.
+		return text
+	}
 	var buf [64]byte
 	b := a.AppendTo(buf[:0])
 	if string(b) == text {

@@ -139,3 +139,19 @@ func TestIPv6Prefix(t *testing.T) {
 	}
 	assert.Equal(t, []int{200, 200, 429, 200, 200, 200, 200}, codes)
 }
+
+// TestCanonicalKeys: one client written several ways is one key.
+func TestCanonicalKeys(t *testing.T) {
+	m, err := httplimit.New(newLimiter(t, newClock()), httplimit.Config{Rules: []httplimit.Rule{perIP("ip", "/", 2, time.Minute)}})
+	require.NoError(t, err)
+	h := m.Handler(okHandler)
+	codes := []int{}
+	for _, peer := range []string{"192.0.2.3:1", "[::ffff:192.0.2.3]:2", "[::ffff:c000:203]:3", "[2001:db8::1]:1", "[2001:DB8:0::1]:2", "[2001:db8:0:0::1]:3"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peer
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		codes = append(codes, w.Code)
+	}
+	assert.Equal(t, []int{200, 200, 429, 200, 200, 429}, codes)
+}

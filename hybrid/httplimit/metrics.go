@@ -18,22 +18,19 @@ type metrics struct {
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	mt := mp.Meter(meterName)
 	var m metrics
-	var err error
-	if m.refused, err = mt.Int64Counter("hybridlimit.http.refused", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests refused with 429 by enforced rules.")); err != nil {
-		return nil, err
-	}
-	if m.shadowRefused, err = mt.Int64Counter("hybridlimit.http.shadow.refused", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests that shadow rules would have refused; they were served.")); err != nil {
-		return nil, err
-	}
-	if m.degraded, err = mt.Int64Counter("hybridlimit.http.degraded", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests decided by a rule's failure policy: Redis could not decide.")); err != nil {
-		return nil, err
-	}
-	if m.errors, err = mt.Int64Counter("hybridlimit.http.errors", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests served undecided: the limiter reported misuse (logged).")); err != nil {
-		return nil, err
+	for _, c := range []struct {
+		to         *metric.Int64Counter
+		name, desc string
+	}{
+		{&m.refused, "hybridlimit.http.refused", "Requests refused with 429 by enforced rules."},
+		{&m.shadowRefused, "hybridlimit.http.shadow.refused", "Requests that shadow rules would have refused; they were served."},
+		{&m.degraded, "hybridlimit.http.degraded", "Requests decided by a rule's failure policy: Redis could not decide."},
+		{&m.errors, "hybridlimit.http.errors", "Requests served undecided: the limiter reported misuse (logged)."},
+	} {
+		var err error
+		if *c.to, err = mt.Int64Counter(c.name, metric.WithUnit("{request}"), metric.WithDescription(c.desc)); err != nil {
+			return nil, err
+		}
 	}
 	return &m, nil
 }

@@ -208,6 +208,9 @@ func (m *Middleware) SetRules(rules []Rule) error {
 		m.reg[w.name] = reg
 	}
 	m.cfg.Rules = slices.Clone(rules)
+	for i := range m.cfg.Rules {
+		m.cfg.Rules[i].Overrides = maps.Clone(m.cfg.Rules[i].Overrides)
+	}
 	m.set.Store(set)
 	return nil
 }
