@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -210,7 +211,7 @@ func TestParseRulesErrors(t *testing.T) {
 			case tc.id != "":
 				assert.Contains(t, msg, `rule "`+tc.id+`"`, "the message names the rule")
 			case tc.index >= 0:
-				assert.Contains(t, msg, "rule "+string(rune('0'+tc.index))+":", "the message names the rule")
+				assert.Contains(t, msg, "rule "+strconv.Itoa(tc.index)+":", "the message names the rule")
 			}
 		})
 	}
@@ -274,14 +275,7 @@ func (a *applied) limit() int64 {
 
 // rulesWithLimit is a valid rules file whose one rule has limit n.
 func rulesWithLimit(n int) []byte {
-	return []byte(strings.Replace("version: 1\nrules:\n"+rule1, "max_requests: 10", "max_requests: "+itoa(n), 1))
-}
-
-func itoa(n int) string {
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + string(rune('0'+n%10))
+	return []byte(strings.Replace("version: 1\nrules:\n"+rule1, "max_requests: 10", "max_requests: "+strconv.Itoa(n), 1))
 }
 
 // writeRename replaces path's content the way editors save: a new file
