@@ -538,7 +538,7 @@ func formatWindow(d time.Duration) string {
 type WatchConfig struct {
 	// PollInterval is how often the source is read whatever the
 	// notifications say: the backstop for a lost file event or Redis
-	// message. Default 2s for a file, 1s for Redis (one HGET per node).
+	// message. Default 2s for a file, 1s for Redis (one HMGET per node).
 	PollInterval time.Duration
 	// Debounce is how long a file must stay quiet after an event before it
 	// is read, so an editor's several writes make one reload. Default

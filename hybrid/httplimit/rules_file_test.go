@@ -319,14 +319,22 @@ const (
 	tick    = 5 * time.Millisecond
 )
 
-func TestWatchFileRename(t *testing.T) {
-	leakcheck.Check(t)
+// watchNew writes a rules file of limit 1 and watches it with cfg, until t
+// ends.
+func watchNew(t *testing.T, cfg WatchConfig) (string, *applied) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(path, rulesWithLimit(1), 0o644))
-	var a applied
-	src, err := WatchFile(t.Context(), path, a.apply, WatchConfig{PollInterval: time.Hour, Debounce: time.Millisecond})
+	a := new(applied)
+	src, err := WatchFile(t.Context(), path, a.apply, cfg)
 	require.NoError(t, err)
-	defer src.Close()
+	t.Cleanup(func() { src.Close() })
+	return path, a
+}
+
+func TestWatchFileRename(t *testing.T) {
+	leakcheck.Check(t)
+	path, a := watchNew(t, WatchConfig{PollInterval: time.Hour, Debounce: time.Millisecond})
 	require.Equal(t, 1, a.count(), "the first version is applied before WatchFile returns")
 	require.EqualValues(t, 1, a.limit())
 
@@ -368,12 +376,7 @@ func TestWatchFileSymlinkSwap(t *testing.T) {
 func TestWatchFileBadVersion(t *testing.T) {
 	leakcheck.Check(t)
 	mp, reloads := reloadMetrics(t)
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	require.NoError(t, os.WriteFile(path, rulesWithLimit(1), 0o644))
-	var a applied
-	src, err := WatchFile(t.Context(), path, a.apply, WatchConfig{PollInterval: time.Hour, Debounce: time.Millisecond, MeterProvider: mp})
-	require.NoError(t, err)
-	defer src.Close()
+	path, a := watchNew(t, WatchConfig{PollInterval: time.Hour, Debounce: time.Millisecond, MeterProvider: mp})
 	assert.EqualValues(t, 1, reloads("file", "applied"))
 
 	writeRename(t, path, []byte("version: 1\nrules:\n"+rule1+"    limt: 5\n"))
@@ -406,12 +409,7 @@ func TestWatchFileBadVersion(t *testing.T) {
 
 func TestWatchFileDebounce(t *testing.T) {
 	leakcheck.Check(t)
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	require.NoError(t, os.WriteFile(path, rulesWithLimit(1), 0o644))
-	var a applied
-	src, err := WatchFile(t.Context(), path, a.apply, WatchConfig{PollInterval: time.Hour, Debounce: time.Second})
-	require.NoError(t, err)
-	defer src.Close()
+	path, a := watchNew(t, WatchConfig{PollInterval: time.Hour, Debounce: time.Second})
 
 	// A burst of saves, some written in place (truncate, then write: a
 	// reader between the two sees an empty file): one reload, of the last.
@@ -428,13 +426,8 @@ func TestWatchFileDebounce(t *testing.T) {
 
 func TestWatchFilePoll(t *testing.T) {
 	leakcheck.Check(t)
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	require.NoError(t, os.WriteFile(path, rulesWithLimit(1), 0o644))
-	var a applied
 	// Events would wait an hour: only the poll can see the change.
-	src, err := WatchFile(t.Context(), path, a.apply, WatchConfig{PollInterval: 20 * time.Millisecond, Debounce: time.Hour})
-	require.NoError(t, err)
-	defer src.Close()
+	path, a := watchNew(t, WatchConfig{PollInterval: 20 * time.Millisecond, Debounce: time.Hour})
 	writeRename(t, path, rulesWithLimit(2))
 	require.Eventually(t, func() bool { return a.limit() == 2 }, waitFor, tick)
 	// The same content polled again is not applied again.
