@@ -71,7 +71,7 @@ local function set(k, g, u, oldg, oldu, R)
 end
 
 local meta = redis.call('HMGET', m, 'fp', 'ep')
-if meta[1] and tonumber(string.match(meta[1], '^(%d+)')) >= 4 then
+if meta[1] and bucket_alg(tonumber(string.match(meta[1], '^(%d+)'))) then
   -- another family's state (a bucket's) under this name: start afresh
   redis.call('DEL', m)
   meta = {false, false}
