@@ -253,7 +253,7 @@ var about = map[local.Algorithm]string{
 // aboutAnchored says the same of the anchored variants.
 var aboutAnchored = map[local.Algorithm]string{
 	local.FixedWindow:      "counts per second from the first request after the last second ended",
-	local.SubWindowCounter: "the same, on tenths counted from the first request into an empty window",
+	local.SubWindowCounter: "a count per tenth of a second, on a grid that starts at the first request into an empty window",
 }
 
 func report(w io.Writer, lim local.Limit, tr traffic, res result) {
