@@ -108,11 +108,7 @@ func run(w io.Writer, opt options) error {
 	var reference []bool // the token bucket's decisions, to compare the other buckets with
 	for _, p := range params {
 		a := p.Algorithm
-		lim, err := local.NewLimit(p)
-		if err != nil {
-			return err
-		}
-		res, err := simulate(lim, tr)
+		lim, res, err := simulateParams(p, tr)
 		if err != nil {
 			return err
 		}
@@ -215,6 +211,16 @@ type result struct {
 	accepted []int           // per second
 }
 
+// simulateParams builds p's Limit and simulates tr under it.
+func simulateParams(p local.Params, tr traffic) (local.Limit, result, error) {
+	lim, err := local.NewLimit(p)
+	if err != nil {
+		return local.Limit{}, result{}, err
+	}
+	res, err := simulate(lim, tr)
+	return lim, res, err
+}
+
 // simulate offers tr to a fresh Limiter for lim, one key, in virtual time.
 func simulate(lim local.Limit, tr traffic) (result, error) {
 	l, err := local.New(lim, limiterConfig)
@@ -288,11 +294,7 @@ func subWindows(w io.Writer, tr traffic, rate int64) error {
 		{Algorithm: local.SlidingWindowLog},
 	} {
 		p.Limit, p.Window = limit, win
-		lim, err := local.NewLimit(p)
-		if err != nil {
-			return err
-		}
-		res, err := simulate(lim, tr)
+		lim, res, err := simulateParams(p, tr)
 		if err != nil {
 			return err
 		}
