@@ -47,6 +47,7 @@ const (
 	TokenBucket          = local.TokenBucket          // refills Limit per Window up to Burst
 	LeakyBucket          = local.LeakyBucket          // drains Limit per Window from a bucket of Burst
 	GCRA                 = local.GCRA                 // a theoretical arrival time, within Burst intervals
+	SubWindowCounter     = local.SubWindowCounter     // a count per sub-window, the last SubWindows within Limit
 )
 
 // The reasons of a Decision; see local.Reason for each one.

@@ -10,8 +10,9 @@ import (
 // since the Unix epoch. The zero state is every algorithm's initial state.
 type state struct {
 	// at is the state's time: the window's start (fixed window, sliding
-	// window counter), the newest time stored (sliding window log), or the
-	// TAT in whole µs (the buckets and GCRA).
+	// window counter), the newest time stored (sliding window log), the
+	// newest sub-window's start (sub-window counter), or the TAT in whole µs
+	// (the buckets and GCRA).
 	at int64
 	// count is what the window at holds (fixed window, sliding window
 	// counter), or the TAT's fraction in units of 1/rl µs, 0 ≤ count < rl
@@ -19,7 +20,8 @@ type state struct {
 	count int64
 	// prev is the previous window's count (sliding window counter).
 	prev int64
-	// log holds the admitted requests (sliding window log).
+	// log holds the admitted requests (sliding window log), or the counts
+	// of the sub-windows, each as a pair at its start (sub-window counter).
 	log *ring
 }
 
@@ -78,6 +80,8 @@ func (l *Limit) decide(s *state, now, n int64, commit bool) verdict {
 		return l.slidingLog(s, now, n, commit)
 	case SlidingWindowCounter:
 		return l.counter(s, now, n, commit)
+	case SubWindowCounter:
+		return l.subWindows(s, now, n, commit)
 	default:
 		return l.bucket(s, now, n, commit)
 	}
@@ -89,7 +93,7 @@ func (l *Limit) initial(s *state, now int64) bool {
 	switch l.p.Algorithm {
 	case FixedWindow:
 		return s.count == 0 || now >= s.at+l.w
-	case SlidingWindowLog:
+	case SlidingWindowLog, SubWindowCounter:
 		return s.log == nil || s.log.n == 0 || now >= s.at+l.w
 	case SlidingWindowCounter:
 		return (s.count == 0 && s.prev == 0) || now >= s.at+2*l.w || (s.count == 0 && now >= s.at+l.w)
@@ -100,8 +104,11 @@ func (l *Limit) initial(s *state, now int64) bool {
 
 func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
 	start, count := s.at, s.count
-	if now >= start+l.w {
+	if now >= start+l.w || (l.p.Anchored && count == 0) {
 		start, count = now-now%l.w, 0
+		if l.p.Anchored { // a window starts at its first request
+			start = now
+		}
 	} else if now < start {
 		now = start
 	}
@@ -183,15 +190,38 @@ func counterReset(start, cur, prev, now, w int64) int64 {
 }
 
 func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
-	if now < s.at {
-		now = s.at
+	now = max(now, s.at)
+	return l.ringDecide(s, now, now, n, commit)
+}
+
+// subWindows is the sub-window counter: a log whose requests are counted
+// at the start of their sub-window, so that it holds one pair per
+// sub-window with requests, at most SubWindows (l.ws), and whose window is
+// the last SubWindows sub-windows.
+func (l *Limit) subWindows(s *state, now, n int64, commit bool) verdict {
+	now = max(now, s.at)
+	var start int64
+	switch {
+	case !l.p.Anchored:
+		start = now - now%l.step
+	case s.log == nil || s.log.n == 0 || now >= s.at+l.w:
+		start = now // nothing in the window: a new one starts here
+	default: // on the grid of the newest sub-window held
+		start = now - (now-s.at)%l.step
 	}
+	return l.ringDecide(s, start, now, n, commit)
+}
+
+// ringDecide decides n at now for a log's state: the request is recorded
+// at t ≤ now, at or after every time held, and the window is (t − w, t].
+// A pair at time u leaves the window at u + w.
+func (l *Limit) ringDecide(s *state, t, now, n int64, commit bool) verdict {
 	lim := l.p.Limit
 	r := s.log
 	var expired int
 	var count, expiredSum int64
 	if r != nil {
-		expired, expiredSum = r.expired(now - l.w) // the window is (now − w, now]
+		expired, expiredSum = r.expired(t - l.w)
 		count = r.sum - expiredSum
 	}
 	if count+n > lim {
@@ -200,14 +230,14 @@ func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
 	count += n
 	v := verdict{remaining: lim - count}
 	if n > 0 { // the newest request is this one
-		v.reset = l.w
+		v.reset = t + l.w - now
 		if commit {
-			s.at = now
+			s.at = t
 			if r == nil {
-				r = newRing(lim)
+				r = newRing(l.pairs())
 				s.log = r
 			}
-			r.admit(expired, expiredSum, now, n)
+			r.admit(expired, expiredSum, t, n)
 		}
 	} else if count > 0 {
 		v.reset = s.at + l.w - now
@@ -321,8 +351,16 @@ func (to *Limit) convert(s *state, from *Limit, now int64) {
 		if now >= s.at+from.w {
 			s.count = 0
 		}
-		s.at = now - now%to.w
+		if !to.p.Anchored { // an anchored window keeps its start
+			s.at = now - now%to.w
+		}
 		s.count = min(s.count, to.p.Limit)
+	case SubWindowCounter:
+		// The ring reads the same under another limit on the same
+		// sub-windows; other sub-windows start afresh.
+		if to.w != from.w || to.step != from.step || to.p.Anchored != from.p.Anchored {
+			*s = state{}
+		}
 	case SlidingWindowCounter:
 		if to.w != from.w {
 			// Windows of another length: keep what the current window

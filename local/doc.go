@@ -12,6 +12,10 @@
 //	TokenBucket           Limit per Window refill, Burst capacity
 //	LeakyBucket           the same as a meter; Reserve and Wait shape with it
 //	GCRA                  theoretical arrival time, Burst tolerance
+//	SubWindowCounter      a count per sub-window, the last SubWindows within Limit
+//
+// Params.Anchored starts a fixed window's or a sub-window counter's windows
+// at each key's first request rather than on the clock.
 //
 // Every algorithm is a pure transition (state, now, cost) → (state',
 // decision) over integers, time in microseconds, with comparisons

@@ -36,7 +36,9 @@ func decodeFuzz(data []byte) (Limit, []fuzzReq, bool) {
 	if len(data) < 4 {
 		return Limit{}, nil, false
 	}
-	algo := Algorithm(data[0]%uint8(numAlgorithms) + 1)
+	// The first six algorithms only, as the corpus was written for them;
+	// FuzzWindowVariants takes the sub-window counter and anchored windows.
+	algo := Algorithm(data[0]%uint8(GCRA) + 1)
 	p := Params{
 		Algorithm: algo,
 		Limit:     1 + int64(data[1]%20),
@@ -45,14 +47,48 @@ func decodeFuzz(data []byte) (Limit, []fuzzReq, bool) {
 	if algo.bucket() {
 		p.Burst = int64(data[3] % 25)
 	}
+	return decodeRequests(p, data[4:])
+}
+
+// decodeVariant turns bytes into a sub-window counter, aligned or
+// anchored, or an anchored fixed window, and requests, as decodeFuzz does.
+// The fourth byte picks the number of sub-windows among those that divide
+// the window.
+func decodeVariant(data []byte) (Limit, []fuzzReq, bool) {
+	if len(data) < 4 {
+		return Limit{}, nil, false
+	}
+	p := Params{
+		Algorithm: SubWindowCounter,
+		Limit:     1 + int64(data[1]%20),
+		Window:    fuzzWindows[int(data[2])%len(fuzzWindows)],
+		Anchored:  data[0]%3 != 0,
+	}
+	if data[0]%3 == 2 {
+		p.Algorithm = FixedWindow
+	} else {
+		var ks []int64
+		for k := int64(1); k <= MaxSubWindows; k++ {
+			if p.Window.Microseconds()%k == 0 {
+				ks = append(ks, k)
+			}
+		}
+		p.SubWindows = ks[int(data[3])%len(ks)]
+	}
+	return decodeRequests(p, data[4:])
+}
+
+// decodeRequests returns p's Limit and the requests b encodes.
+func decodeRequests(p Params, b []byte) (Limit, []fuzzReq, bool) {
 	lim, err := NewLimit(p)
 	if err != nil {
 		return Limit{}, nil, false
 	}
+	data := b
 	const base = 1_700_006_400_000_000
 	now := int64(base)
 	var reqs []fuzzReq
-	for b := data[4:]; len(b) >= 3 && len(reqs) < 300; b = b[3:] {
+	for b := data; len(b) >= 3 && len(reqs) < 300; b = b[3:] {
 		dt := int64(b[0]) | int64(b[1])<<8
 		// Mostly short steps, so limits are reached; now and then long ones.
 		step := lim.w * int64(dt&0x3fff) / 4096
@@ -82,6 +118,12 @@ type reference interface {
 }
 
 func newReference(l *Limit) reference {
+	switch {
+	case l.p.Anchored && l.p.Algorithm == FixedWindow:
+		return &refAnchored{l: l}
+	case l.p.Algorithm == SubWindowCounter:
+		return &refSub{l: l, counts: map[int64]int64{}}
+	}
 	switch l.p.Algorithm {
 	case FixedWindow:
 		return &refFixed{l: l, counts: map[int64]int64{}}
@@ -106,6 +148,68 @@ func (r *refFixed) decide(now, n int64) (bool, int64) {
 	}
 	r.counts[w] += n
 	return true, r.l.p.Limit - r.counts[w]
+}
+
+// refAnchored is the counter with a timestamp: a window starts at the
+// first admission after the last one ended.
+type refAnchored struct {
+	l            *Limit
+	start, count int64
+}
+
+func (r *refAnchored) decide(now, n int64) (bool, int64) {
+	start, count := r.start, r.count
+	if count == 0 || now >= start+r.l.w {
+		start, count = now, 0
+	}
+	if count+n > r.l.p.Limit {
+		return false, r.l.p.Limit - count
+	}
+	if n > 0 {
+		r.start, r.count = start, count+n
+	}
+	return true, r.l.p.Limit - count - n
+}
+
+// refSub keeps a count per sub-window start; a sub-window's requests count
+// while its start is in (t − W, t], t the start of now's sub-window, on
+// the grid of multiples of the sub-window or, anchored, of the newest
+// sub-window counted, or at now when the window counts nothing.
+type refSub struct {
+	l      *Limit
+	counts map[int64]int64
+	newest int64
+	starts []int64 // the sub-window of each admission, in order
+}
+
+func (r *refSub) start(now int64) int64 {
+	step := r.l.step
+	switch {
+	case !r.l.p.Anchored:
+		return now - now%step
+	case len(r.counts) == 0 || now >= r.newest+r.l.w:
+		return now
+	}
+	return now - (now-r.newest)%step
+}
+
+func (r *refSub) decide(now, n int64) (bool, int64) {
+	t := r.start(now)
+	var count int64
+	for at, c := range r.counts {
+		if at > t-r.l.w {
+			count += c
+		}
+	}
+	if count+n > r.l.p.Limit {
+		return false, r.l.p.Limit - count
+	}
+	if n > 0 {
+		r.counts[t] += n
+		r.newest = t
+		r.starts = append(r.starts, t)
+	}
+	return true, r.l.p.Limit - count - n
 }
 
 type refLog struct {
@@ -230,7 +334,36 @@ func checkSequence(t *testing.T, lim Limit, reqs []fuzzReq) {
 			t.Fatalf("%v step %d: reset-after 0 with remaining %d", lim, i, d.Remaining())
 		}
 	}
+	if r, ok := ref.(*refSub); ok {
+		checkSubBound(t, lim, admitted, r.starts)
+		return
+	}
 	checkWindowBound(t, lim, admitted)
+}
+
+// checkSubBound checks the sub-window counter's guarantee on the admitted
+// trace, with the start of each admission's sub-window: at most Limit in any
+// SubWindows consecutive sub-windows; and so at most Limit plus one
+// sub-window's admissions in any (t − Window, t].
+func checkSubBound(t *testing.T, lim Limit, adm []fuzzReq, starts []int64) {
+	t.Helper()
+	for i, a := range adm {
+		var inSubs, inWindow, oldest int64
+		for j, b := range adm[:i+1] {
+			if starts[j] > starts[i]-lim.w {
+				inSubs += b.n
+			}
+			if b.at > a.at-lim.w {
+				inWindow += b.n
+				if starts[j] <= starts[i]-lim.w {
+					oldest += b.n // in the sub-window the window's start cuts
+				}
+			}
+		}
+		if inSubs > lim.p.Limit || inWindow-oldest > lim.p.Limit {
+			t.Fatalf("%v: %d in the sub-windows up to %d, %d in (%d, %d]", lim, inSubs, starts[i], inWindow, a.at-lim.w, a.at)
+		}
+	}
 }
 
 // checkWindowBound checks the exact algorithms' own guarantee on the
@@ -239,6 +372,9 @@ func checkWindowBound(t *testing.T, lim Limit, adm []fuzzReq) {
 	t.Helper()
 	switch lim.p.Algorithm {
 	case FixedWindow:
+		if lim.p.Anchored {
+			return // its windows are refAnchored's, which the decisions matched
+		}
 		per := map[int64]int64{}
 		for _, a := range adm {
 			per[a.at/lim.w] += a.n
@@ -279,6 +415,23 @@ func FuzzAlgorithms(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		lim, reqs, ok := decodeFuzz(data)
+		if !ok {
+			return
+		}
+		checkSequence(t, lim, reqs)
+	})
+}
+
+// FuzzWindowVariants is FuzzAlgorithms for the sub-window counter, aligned
+// and anchored, and the anchored fixed window.
+func FuzzWindowVariants(f *testing.F) {
+	for v := range byte(3) {
+		f.Add([]byte{v, 4, 0, 6, 1, 0, 1, 1, 0, 1, 0, 0xc0, 2, 0, 8, 1, 0xff, 0x0f, 3, 0, 0xc0, 1})
+		f.Add([]byte{v, 19, 1, 0, 0, 1, 5, 0, 1, 5, 0, 1, 9, 0x40, 0, 1, 0, 0xc0, 20})
+		f.Add([]byte{v, 9, 5, 3, 0x20, 0, 3, 0x20, 0, 4, 0x00, 0x02, 2, 0x00, 0x10, 5, 0xff, 0x3f, 1, 0x01, 0, 9})
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lim, reqs, ok := decodeVariant(data)
 		if !ok {
 			return
 		}

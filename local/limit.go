@@ -39,8 +39,14 @@ const (
 	// advanced by Window/Limit per request, admitting while it stays within
 	// Burst emission intervals of now.
 	GCRA
+	// SubWindowCounter cuts the window into SubWindows equal sub-windows,
+	// each with its own count, and admits while the counts of the last
+	// SubWindows sub-windows plus n stay within Limit. It errs by at most
+	// one sub-window's admissions at the trailing edge: one sub-window is
+	// the fixed window, more cost memory and buy accuracy.
+	SubWindowCounter
 
-	numAlgorithms = int(GCRA)
+	numAlgorithms = int(SubWindowCounter)
 )
 
 var algorithmNames = [...]string{
@@ -50,11 +56,12 @@ var algorithmNames = [...]string{
 	TokenBucket:          "token_bucket",
 	LeakyBucket:          "leaky_bucket",
 	GCRA:                 "gcra",
+	SubWindowCounter:     "sub_window_counter",
 }
 
 // Algorithms lists every algorithm, in the order of their constants.
 func Algorithms() []Algorithm {
-	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, GCRA}
+	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, GCRA, SubWindowCounter}
 }
 
 // String returns the algorithm's name in snake case, as ParseAlgorithm
@@ -120,6 +127,11 @@ const (
 	// up to Limit timestamps per key (16 bytes each); larger limits belong to
 	// the sliding window counter.
 	MaxLogLimit = 1 << 16
+	// MaxSubWindows is the most sub-windows a SubWindowCounter takes. A key
+	// holds a count for each sub-window of its window that saw requests.
+	MaxSubWindows = 64
+	// DefaultSubWindows is the SubWindowCounter's SubWindows when zero.
+	DefaultSubWindows = 10
 )
 
 // Params are the parameters of a Limit. Build a Limit from them with
@@ -138,6 +150,19 @@ type Params struct {
 	// admitted at once. Zero means Limit. The window algorithms take no burst
 	// and reject a non-zero one.
 	Burst int64
+	// SubWindows is how many equal sub-windows a SubWindowCounter cuts the
+	// window into, from 1 to MaxSubWindows; each must be a whole number of
+	// microseconds. Zero means DefaultSubWindows. The other algorithms take
+	// none and reject a non-zero one.
+	SubWindows int64
+	// Anchored starts a key's window at its first request, and the next one
+	// at its first request after that window ends, rather than at multiples
+	// of Window since the epoch: clients waiting for a reset then come back
+	// spread out, not all at the top of the hour. FixedWindow and
+	// SubWindowCounter take it; the default, false, aligns windows to the
+	// clock. An anchored Limit's state does not fit in one word: a Limiter
+	// decides it under the key's lock.
+	Anchored bool
 }
 
 // Limit is a validated algorithm and its parameters, with the integer
@@ -149,8 +174,8 @@ type Limit struct {
 
 	w    int64 // window in µs
 	max  int64 // most a single request may cost: Limit, or Burst for buckets
-	step int64 // sliding window counter: length of one weighting step in µs
-	ws   int64 // sliding window counter: steps per window (w / step)
+	step int64 // sliding window counter: length of one weighting step in µs; sub-window counter: of a sub-window
+	ws   int64 // sliding window counter: steps per window (w / step); sub-window counter: SubWindows
 
 	// Bucket algorithms: the rate Limit/w reduced by gcd, so the emission
 	// interval is el/rl µs exactly, and the tolerance is burst·el in the same
@@ -221,6 +246,12 @@ func NewLimit(p Params) (Limit, error) {
 		return Limit{}, invalid("Window", p.Window, "must be at most 366 days")
 	}
 	l := Limit{p: p, w: p.Window.Microseconds()}
+	if p.SubWindows != 0 && p.Algorithm != SubWindowCounter {
+		return Limit{}, invalid("SubWindows", p.SubWindows, "only the sub-window counter takes sub-windows")
+	}
+	if p.Anchored && p.Algorithm != FixedWindow && p.Algorithm != SubWindowCounter {
+		return Limit{}, invalid("Anchored", p.Anchored, "only the fixed window and the sub-window counter can be anchored")
+	}
 	switch p.Algorithm {
 	case FixedWindow:
 		if p.Burst != 0 {
@@ -247,6 +278,26 @@ func NewLimit(p Params) (Limit, error) {
 		if p.Limit > MaxProduct/l.ws {
 			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("Limit × %d window steps would pass 2^51; lower the limit or use a rounder window", l.ws))
 		}
+		l.max = p.Limit
+	case SubWindowCounter:
+		if p.Burst != 0 {
+			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
+		}
+		if p.Limit > MaxProduct {
+			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^51")
+		}
+		k := p.SubWindows
+		if k == 0 {
+			k = DefaultSubWindows
+		}
+		if k < 1 || k > MaxSubWindows {
+			return Limit{}, invalid("SubWindows", p.SubWindows, fmt.Sprintf("must be from 1 to %d", MaxSubWindows))
+		}
+		if l.w%k != 0 {
+			return Limit{}, invalid("SubWindows", k, fmt.Sprintf("must divide Window (%dµs) into whole microseconds", l.w))
+		}
+		l.p.SubWindows = k
+		l.step, l.ws = l.w/k, k
 		l.max = p.Limit
 	default: // bucket algorithms
 		if p.Limit > MaxProduct {
@@ -383,12 +434,28 @@ func (l Limit) Burst() int64 { return l.p.Burst }
 // Decision.Limit reports this figure.
 func (l Limit) MaxCost() int64 { return l.max }
 
+// SubWindows returns the sub-window counter's number of sub-windows, and 0
+// for the other algorithms.
+func (l Limit) SubWindows() int64 { return l.p.SubWindows }
+
+// Anchored reports whether l's windows start at each key's first request.
+func (l Limit) Anchored() bool { return l.p.Anchored }
+
+// logged reports whether l's state is a ring of (time, cost) pairs: the
+// sliding window log's requests, or the sub-window counter's counts, each
+// at its sub-window's start.
+func (l *Limit) logged() bool {
+	return l.p.Algorithm == SlidingWindowLog || l.p.Algorithm == SubWindowCounter
+}
+
 // Valid reports whether l was built by NewLimit (the zero Limit is not valid).
 func (l Limit) Valid() bool { return l.p.Algorithm.valid() }
 
 // Counter returns the step of the sliding window counter: the length of one
-// step in microseconds and the number of steps per window. Both are zero for
-// the other algorithms. The Redis implementation takes them as arguments.
+// step in microseconds and the number of steps per window; for the
+// sub-window counter, the length of a sub-window and SubWindows. Both are
+// zero for the other algorithms. The Redis implementation takes them as
+// arguments.
 func (l Limit) Counter() (stepMicros, steps int64) { return l.step, l.ws }
 
 // Emission returns the bucket algorithms' rate reduced to lowest terms: one
@@ -406,6 +473,12 @@ func (l Limit) String() string {
 	s := fmt.Sprintf("%s %d/%s", l.p.Algorithm, l.p.Limit, shortDuration(l.p.Window))
 	if l.p.Algorithm.bucket() {
 		s += fmt.Sprintf(" burst %d", l.p.Burst)
+	}
+	if l.p.Algorithm == SubWindowCounter {
+		s += fmt.Sprintf(" in %d", l.p.SubWindows)
+	}
+	if l.p.Anchored {
+		s += " anchored"
 	}
 	return s
 }

@@ -241,10 +241,11 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// newEntry allocates the store's entries. While the limit is a sliding window
-// log, a key's entry has room for the log in the same object (logBlock).
+// newEntry allocates the store's entries. While the limit keeps a log (the
+// sliding window log, the sub-window counter), a key's entry has room for
+// the log in the same object (logBlock).
 func (l *Limiter) newEntry() *keyed.Entry[keyState] {
-	if l.limit.Load().p.Algorithm != SlidingWindowLog {
+	if !l.limit.Load().logged() {
 		return new(keyed.Entry[keyState])
 	}
 	b := new(logBlock)

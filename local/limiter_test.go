@@ -25,6 +25,9 @@ func eachAlgorithm() []local.Limit {
 		local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 5, Window: time.Minute}),
 		local.MustLimit(local.Params{Algorithm: local.LeakyBucket, Limit: 5, Window: time.Minute}),
 		local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 5, Window: time.Minute}),
+		local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: time.Minute, SubWindows: 60}),
+		local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: time.Minute, SubWindows: 6, Anchored: true}),
+		local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Minute, Anchored: true}),
 	}
 }
 

@@ -145,7 +145,7 @@ func TestMemoryPerKey(t *testing.T) {
 	}
 
 	for _, a := range local.Algorithms() {
-		if a == local.SlidingWindowLog {
+		if a == local.SlidingWindowLog || a == local.SubWindowCounter {
 			continue
 		}
 		rows = append(rows, measure(local.Params{Algorithm: a, Limit: 100, Window: time.Minute}, keys, 1, false))
@@ -168,6 +168,19 @@ func TestMemoryPerKey(t *testing.T) {
 	r.name += ", a window later"
 	r.budget = memBudgetPerKey + logRingHeader + ringBytes(logMinShrunk)
 	rows = append(rows, r)
+
+	// The sub-window counter keeps the log's ring, one pair per sub-window
+	// with requests: one, and all 60 (sub-windows of 1µs).
+	for _, c := range []struct {
+		window time.Duration
+		calls  int64
+		keys   int
+	}{{time.Minute, 1, n}, {60 * time.Microsecond, 60, n / 10}} {
+		r := measure(local.Params{Algorithm: local.SubWindowCounter, Limit: 100, Window: c.window, SubWindows: 60}, keys[:c.keys], c.calls, false)
+		r.name += fmt.Sprintf(", %d of 60 sub-windows", c.calls)
+		r.budget = memBudgetPerKey + logRingHeader + ringBytes(c.calls)
+		rows = append(rows, r)
+	}
 
 	t.Logf("heap bytes per key held; key %q is %d bytes, a clone of it measured %.1f", keys[0], len(keys[0]), keyBytes)
 	t.Logf("%-40s %6s %8s %11s %16s %8s", "algorithm", "limit", "keys", "total B/key", "minus key clone", "budget")

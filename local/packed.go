@@ -54,7 +54,8 @@ func (l *Limit) setPacking() {
 	cb := bits.Len64(uint64(l.p.Limit))
 	switch l.p.Algorithm {
 	case FixedWindow:
-		l.packed = windows+cb <= 62
+		// An anchored window's start is any µs, which a word has no room for.
+		l.packed = windows+cb <= 62 && !l.p.Anchored
 		l.cb, l.cmask = uint8(cb), 1<<cb-1
 	case SlidingWindowCounter:
 		l.packed = windows+2*cb <= 62

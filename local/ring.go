@@ -29,6 +29,16 @@ const firstPairs = 4
 // (a buffer of 8 pairs costs 128 bytes, and at most that, per key).
 const minShrunk = 2 * firstPairs
 
+// pairs is the most pairs a log's ring holds: one per request admitted at
+// a distinct time in the window, at most Limit, and for the sub-window
+// counter one per sub-window.
+func (l *Limit) pairs() int64 {
+	if l.p.Algorithm == SubWindowCounter {
+		return min(l.p.Limit, l.ws)
+	}
+	return l.p.Limit
+}
+
 func newRing(limit int64) *ring {
 	r := new(ring)
 	r.init(limit)
@@ -67,18 +77,18 @@ type logBlock struct {
 	l logState
 }
 
-// newState returns a zero state for a key decided under lim, a sliding
-// window log's with its ring in place: in spare, a logBlock's room, when
-// there is one.
+// newState returns a zero state for a key decided under lim, a log's (the
+// sliding window log, the sub-window counter) with its ring in place: in
+// spare, a logBlock's room, when there is one.
 func newState(lim *Limit, spare *logState) *state {
-	if lim.p.Algorithm != SlidingWindowLog {
+	if !lim.logged() {
 		return new(state)
 	}
 	b := spare
 	if b == nil {
 		b = new(logState)
 	}
-	b.r.init(lim.p.Limit)
+	b.r.init(lim.pairs())
 	b.s.log = &b.r
 	return &b.s
 }

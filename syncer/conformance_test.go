@@ -76,7 +76,6 @@ func TestVectors(t *testing.T) {
 func TestDifferential(t *testing.T) {
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
 		cen := newCentral(t, c, syncer.Keyspace{})
-		ctx := context.Background()
 		seed := uint64(2026)
 		if v := os.Getenv("HYBRIDLIMIT_DIFF_SEED"); v != "" { // for long hunts: go test -run Differential with many seeds
 			seed, _ = strconv.ParseUint(v, 10, 64)
@@ -97,45 +96,108 @@ func TestDifferential(t *testing.T) {
 		for seq := range sequences {
 			algo := local.Algorithms()[seq%6]
 			p := randomParams(algo)
-			name := fmt.Sprintf("d%d", seq)
-			rule := mustRule(t, name, p)
-			lim, err := local.New(rule.Limit(), local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
-			if err != nil {
+			differential(t, cen, rng, fmt.Sprintf("seed %d sequence %d", seed, seq), fmt.Sprintf("d%d", seq), p, steps, func() local.Params {
+				// The limit changes at runtime, mostly within the algorithm.
+				np := randomParams(algo)
+				if rng.IntN(4) == 0 {
+					np = randomParams(local.Algorithms()[rng.IntN(6)])
+				}
+				return np
+			})
+		}
+	})
+}
+
+// differential drives one random sequence of steps on one key through
+// package local and through Redis, starting under p: at each step the
+// limit may change to what change returns, time may run back by up to p's
+// window or move forward, and a random cost is decided by both, which
+// must agree field by field. label names the sequence in a failure.
+func differential(t *testing.T, cen *syncer.Central, rng *rand.Rand, label, name string, p local.Params, steps int, change func() local.Params) {
+	t.Helper()
+	ctx := context.Background()
+	rule := mustRule(t, name, p)
+	lim, err := local.New(rule.Limit(), local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	now := vectors.Base + rng.Int64N(int64(time.Hour/time.Microsecond))
+	var history []string // the sequence so far, printed on a mismatch
+	for step := range steps {
+		switch r := rng.IntN(20); {
+		case r == 0: // the limit changes at runtime
+			rule = mustRule(t, name, change())
+			if err := lim.SetLimit(rule.Limit()); err != nil {
 				t.Fatal(err)
 			}
-			now := vectors.Base + rng.Int64N(int64(time.Hour/time.Microsecond))
-			var history []string // the sequence so far, printed on a mismatch
-			for step := range steps {
-				switch r := rng.IntN(20); {
-				case r == 0: // the limit changes at runtime, mostly within the algorithm
-					np := randomParams(algo)
-					if rng.IntN(4) == 0 {
-						np = randomParams(local.Algorithms()[rng.IntN(6)])
-					}
-					rule = mustRule(t, name, np)
-					if err := lim.SetLimit(rule.Limit()); err != nil {
-						t.Fatal(err)
-					}
-					history = append(history, fmt.Sprintf("  limit now %v", rule.Limit()))
-				case r == 1: // time runs backwards
-					now -= rng.Int64N(int64(p.Window/time.Microsecond) + 1)
-				case r < 8:
-					now += rng.Int64N(int64(rule.Limit().Window()/time.Microsecond)/4 + 1)
-				}
-				n := rng.Int64N(rule.Limit().MaxCost() + 2)
-				at := time.UnixMicro(now)
-				want := lim.AllowNAt(at, "k", n)
-				got, err := cen.AllowNAt(ctx, at, rule, "k", n)
-				if err != nil {
-					t.Fatal(err)
-				}
-				history = append(history, fmt.Sprintf("  step %d t=%d n=%d: %+v", step, now, n, want))
-				if got != want {
-					t.Fatalf("seed %d sequence %d (%v) step %d (t=%d n=%d):\nredis %+v\nlocal %+v\nhistory:\n%s",
-						seed, seq, rule.Limit(), step, now, n, got, want, strings.Join(history[max(len(history)-12, 0):], "\n"))
+			history = append(history, fmt.Sprintf("  limit now %v", rule.Limit()))
+		case r == 1: // time runs backwards
+			now -= rng.Int64N(int64(p.Window/time.Microsecond) + 1)
+		case r < 8:
+			now += rng.Int64N(int64(rule.Limit().Window()/time.Microsecond)/4 + 1)
+		}
+		n := rng.Int64N(rule.Limit().MaxCost() + 2)
+		at := time.UnixMicro(now)
+		want := lim.AllowNAt(at, "k", n)
+		got, err := cen.AllowNAt(ctx, at, rule, "k", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		history = append(history, fmt.Sprintf("  step %d t=%d n=%d: %+v", step, now, n, want))
+		if got != want {
+			t.Fatalf("%s (%v) step %d (t=%d n=%d):\nredis %+v\nlocal %+v\nhistory:\n%s",
+				label, rule.Limit(), step, now, n, got, want, strings.Join(history[max(len(history)-12, 0):], "\n"))
+		}
+	}
+}
+
+// TestDifferentialWindowVariants is TestDifferential for the sub-window
+// counter, aligned and anchored, and the anchored fixed window; limits
+// change within them and, now and then, to any algorithm.
+func TestDifferentialWindowVariants(t *testing.T) {
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		cen := newCentral(t, c, syncer.Keyspace{})
+		seed := uint64(2027)
+		if v := os.Getenv("HYBRIDLIMIT_DIFF_SEED"); v != "" {
+			seed, _ = strconv.ParseUint(v, 10, 64)
+		}
+		rng := rand.New(rand.NewPCG(seed, 13))
+		windows := []time.Duration{time.Second, time.Minute, 7 * time.Millisecond, 3*time.Second + 18*time.Microsecond, 60 * time.Microsecond}
+		variant := func(v int) local.Params {
+			p := local.Params{Algorithm: local.SubWindowCounter, Limit: 1 + rng.Int64N(30), Window: windows[rng.IntN(len(windows))], Anchored: v != 0}
+			if v == 2 {
+				p.Algorithm = local.FixedWindow
+				return p
+			}
+			var ks []int64
+			for k := int64(1); k <= local.MaxSubWindows; k++ {
+				if p.Window.Microseconds()%k == 0 {
+					ks = append(ks, k)
 				}
 			}
-			lim.Close()
+			p.SubWindows = ks[rng.IntN(len(ks))]
+			return p
+		}
+		sequences, steps := 45, 80
+		if testing.Short() {
+			sequences = 9
+		}
+		for seq := range sequences {
+			v := seq % 3
+			p := variant(v)
+			differential(t, cen, rng, fmt.Sprintf("seed %d sequence %d", seed, seq), fmt.Sprintf("dv%d", seq), p, steps, func() local.Params {
+				// Mostly within the variants, now and then to any algorithm.
+				np := variant(rng.IntN(3))
+				if rng.IntN(2) == 0 {
+					np = variant(v)
+					np.Window, np.SubWindows = p.Window, p.SubWindows // the same sub-windows: counts kept
+				}
+				if rng.IntN(5) == 0 {
+					np = local.Params{Algorithm: local.Algorithms()[rng.IntN(len(local.Algorithms()))], Limit: 1 + rng.Int64N(30), Window: time.Second}
+				}
+				return np
+			})
 		}
 	})
 }

@@ -180,11 +180,20 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 	for i, v := range nums {
 		parts[i] = fmt.Sprint(v)
 	}
+	// An anchored rule's fingerprint says so; the others' stay as they were.
+	anchored := "0"
+	if lim.Anchored() {
+		anchored = "1"
+	}
 	r := &Rule{name: name, limit: lim, fp: strings.Join(parts, ":")}
+	if lim.Anchored() {
+		r.fp += ":1"
+	}
 	r.args = append(r.args, r.fp)
 	for _, s := range parts {
 		r.args = append(r.args, s)
 	}
+	r.args = append(r.args, anchored)
 	if a := lim.Algorithm(); a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 		r.bucket = true
 		// A bucket's state holds a fingerprint of its own, the three numbers

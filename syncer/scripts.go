@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 //go:embed lua/*.lua
@@ -58,6 +60,7 @@ var (
 	scriptFixed   = singleScript("fixed", "decide_fixed")
 	scriptLog     = singleScript("log", "decide_log")
 	scriptCounter = singleScript("counter", "decide_counter")
+	scriptSub     = singleScript("sub", "decide_sub")
 	scriptBucket  = redis.NewScript(`local k, now = KEYS[1], ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
@@ -69,8 +72,8 @@ local n, fp = tonumber(ARGV[2]), ARGV[3]
 local burst, rl, el, tau = struct.unpack('<dddd', ARGV[4])
 local commit, lk = true, nil
 ` + strings.ReplaceAll(bucketBody, "return answer(", "return struct.pack('<dddddd', "))
-	scriptMulti  = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter") + bucketFunc + luaSource("multi"))
-	scriptRefund = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter") + bucketFunc + luaSource("refund"))
+	scriptMulti  = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter", "sub") + bucketFunc + luaSource("multi"))
+	scriptRefund = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter", "sub") + bucketFunc + luaSource("refund"))
 
 	// The hybrid mode's lease exchanges.
 	scriptLeaseWindow = redis.NewScript(luaSource("prelude", "params", "lease_window"))
@@ -79,7 +82,7 @@ local commit, lk = true, nil
 )
 
 // scripts lists every script, for loading them ahead (Preload).
-var scripts = []*redis.Script{scriptFixed, scriptLog, scriptCounter, scriptBucket, scriptMulti, scriptRefund, scriptLeaseWindow, scriptLeaseBucket, scriptRegistry}
+var scripts = []*redis.Script{scriptFixed, scriptLog, scriptCounter, scriptSub, scriptBucket, scriptMulti, scriptRefund, scriptLeaseWindow, scriptLeaseBucket, scriptRegistry}
 
 func scriptFor(r *Rule) *redis.Script {
 	switch a := r.limit.Algorithm(); {
@@ -89,6 +92,8 @@ func scriptFor(r *Rule) *redis.Script {
 		return scriptLog
 	case a == 3:
 		return scriptCounter
+	case a == local.SubWindowCounter:
+		return scriptSub
 	default:
 		return scriptBucket
 	}

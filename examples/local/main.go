@@ -1,8 +1,10 @@
 // Command local is a tour of package local: it drives the same burst of
-// traffic through each of the six rate limiting algorithms and prints, second
-// by second, what each one admitted and rejected. Then it shows the leaky
-// bucket as a shaper (Reserve delays requests instead of rejecting them) and
-// one multi-rule decision (AllowMultiAt).
+// traffic through each of the rate limiting algorithms, and the windows
+// anchored at a key's first request, and prints, second by second, what each
+// one admitted and rejected. It compares sub-window counters of 1, 6 and 60
+// sub-windows on that traffic. Then it shows the leaky bucket as a shaper
+// (Reserve delays requests instead of rejecting them) and one multi-rule
+// decision (AllowMultiAt).
 //
 // Time is virtual: every request carries a timestamp the program computes, and
 // the limiters decide with their At methods (AllowAt, ReserveAt,
@@ -91,17 +93,22 @@ func run(w io.Writer, opt options) error {
 	if opt.algo != 0 {
 		algos = []local.Algorithm{opt.algo}
 	}
-	var reference []bool // the token bucket's decisions, to compare the other buckets with
+	var params []local.Params
 	for _, a := range algos {
 		p := local.Params{Algorithm: a, Limit: opt.rate, Window: time.Second}
 		if a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 			p.Burst = opt.burst
 		}
-		lim, err := local.NewLimit(p)
-		if err != nil {
-			return err
+		params = append(params, p)
+		if a == local.FixedWindow || a == local.SubWindowCounter {
+			p.Anchored = true
+			params = append(params, p)
 		}
-		res, err := simulate(lim, tr)
+	}
+	var reference []bool // the token bucket's decisions, to compare the other buckets with
+	for _, p := range params {
+		a := p.Algorithm
+		lim, res, err := simulateParams(p, tr)
 		if err != nil {
 			return err
 		}
@@ -119,6 +126,13 @@ func run(w io.Writer, opt options) error {
 				}
 			}
 		}
+	}
+	if opt.algo != 0 && opt.algo != local.SubWindowCounter {
+		return nil
+	}
+	fmt.Fprintln(w)
+	if err := subWindows(w, tr, opt.rate); err != nil {
+		return err
 	}
 	if opt.algo != 0 {
 		return nil
@@ -197,6 +211,16 @@ type result struct {
 	accepted []int           // per second
 }
 
+// simulateParams builds p's Limit and simulates tr under it.
+func simulateParams(p local.Params, tr traffic) (local.Limit, result, error) {
+	lim, err := local.NewLimit(p)
+	if err != nil {
+		return local.Limit{}, result{}, err
+	}
+	res, err := simulate(lim, tr)
+	return lim, res, err
+}
+
 // simulate offers tr to a fresh Limiter for lim, one key, in virtual time.
 func simulate(lim local.Limit, tr traffic) (result, error) {
 	l, err := local.New(lim, limiterConfig)
@@ -229,10 +253,21 @@ var about = map[local.Algorithm]string{
 	local.TokenBucket:          "a bucket of tokens refilled at the rate; a request takes one",
 	local.LeakyBucket:          "a bucket drained at the rate; a request pours one in",
 	local.GCRA:                 "a theoretical arrival time, advanced one interval per request",
+	local.SubWindowCounter:     "a count per tenth of a second; the last ten within the limit",
+}
+
+// aboutAnchored says the same of the anchored variants.
+var aboutAnchored = map[local.Algorithm]string{
+	local.FixedWindow:      "counts per second from the first request after the last second ended",
+	local.SubWindowCounter: "a count per tenth of a second, on a grid that starts at the first request into an empty window",
 }
 
 func report(w io.Writer, lim local.Limit, tr traffic, res result) {
-	fmt.Fprintf(w, "%s: %s\n", lim, about[lim.Algorithm()])
+	how := about[lim.Algorithm()]
+	if lim.Anchored() {
+		how = aboutAnchored[lim.Algorithm()]
+	}
+	fmt.Fprintf(w, "%s: %s\n", lim, how)
 	fmt.Fprintln(w, "  second  offered  admitted  rejected  limit")
 	for s := range tr.seconds {
 		fmt.Fprintf(w, "  %6d  %7d  %8d  %8d  %5d\n",
@@ -241,6 +276,32 @@ func report(w io.Writer, lim local.Limit, tr traffic, res result) {
 	n, first, last := maxInWindow(res.admitted, lim.Window())
 	fmt.Fprintf(w, "  max admitted in any %s window: %d (%.1f× the limit), from %.3fs to %.3fs\n",
 		lim.Window(), n, float64(n)/float64(lim.Limit()), first.Seconds(), last.Seconds())
+}
+
+// subWindows offers the traffic to sub-window counters of 1, 6 and 60
+// sub-windows, and to the sliding window log, and prints the most each
+// admitted in any sliding window. A second does not divide into 6 or 60
+// whole microseconds, so the window is 1.2s, at the same rate.
+func subWindows(w io.Writer, tr traffic, rate int64) error {
+	const win = 1200 * time.Millisecond
+	limit := max(rate*6/5, 1)
+	fmt.Fprintf(w, "Sub-window counters on the same traffic, limit %d per %s (the same rate; 1s has no 6 or 60 whole-µs sub-windows):\n", limit, win)
+	fmt.Fprintln(w, "  limit                                  admitted  max in any (t−1.2s, t]")
+	for _, p := range []local.Params{
+		{Algorithm: local.SubWindowCounter, SubWindows: 1},
+		{Algorithm: local.SubWindowCounter, SubWindows: 6},
+		{Algorithm: local.SubWindowCounter, SubWindows: 60},
+		{Algorithm: local.SlidingWindowLog},
+	} {
+		p.Limit, p.Window = limit, win
+		lim, res, err := simulateParams(p, tr)
+		if err != nil {
+			return err
+		}
+		n, _, _ := maxInWindow(res.admitted, win)
+		fmt.Fprintf(w, "  %-38s %8d  %d (%.2f× the limit)\n", lim, len(res.admitted), n, float64(n)/float64(limit))
+	}
+	return nil
 }
 
 // maxInWindow returns the most timestamps of ts (ascending) that fall in one

@@ -19,7 +19,8 @@ const DigestSize = 16
 // key's replies.
 //
 // Window algorithms (fixed window, sliding window counter) hold a count per
-// window: granted, of which used. Bucket algorithms hold a share of the rate
+// window: granted, of which used; the sub-window counter holds one per
+// sub-window, within what the window's earlier sub-windows left. Bucket algorithms hold a share of the rate
 // and of the burst, refilled locally, until an expiry. A node admits only
 // within its lease, and Redis never grants past the limit, so the nodes
 // together never admit past it, save the cold-start allowance (a new key
@@ -39,7 +40,8 @@ type Lease struct {
 
 	// What the last reply said of the others, for the estimate of what
 	// remains: windows: committed by other nodes in the current window,
-	// and committed in the previous one; buckets: the pool's tokens.
+	// and committed in the previous one (the sub-window counter: in the
+	// window's earlier sub-windows); buckets: the pool's tokens.
 	others, prevR int64
 	// room is the current window's budget less what is committed in it,
 	// by the last reply in it; -1 when no reply came in this window yet.
@@ -226,7 +228,11 @@ func (k *Lease) roll(r *Rule, w int64) {
 	case w <= k.wid:
 		return
 	case k.wid != 0 && w == k.wid+r.w:
-		k.prevR = k.others + max(k.used, k.granted)
+		if r.sub { // the sub-windows before this one, the oldest kept: an upper bound until the next reply
+			k.prevR += k.others + max(k.used, k.granted)
+		} else {
+			k.prevR = k.others + max(k.used, k.granted)
+		}
 		k.pused, k.packed = k.used, k.acked
 		k.granted, k.used, k.acked, k.next = k.next, 0, 0, 0
 		k.others, k.room = 0, -1
@@ -244,7 +250,10 @@ func (k *Lease) roll(r *Rule, w int64) {
 			k.pused, k.packed = 0, 0
 			k.granted, k.used, k.acked, k.next = 0, 0, 0, 0
 		}
-		k.others, k.prevR, k.room = 0, 0, -1
+		if !r.sub || w >= k.wid+r.ws*r.w { // the sub-window counter's earlier ones may still count
+			k.prevR = 0
+		}
+		k.others, k.room = 0, -1
 		k.flags &^= flagExhaustedPrev
 	}
 	k.wid = w
@@ -300,7 +309,7 @@ func (k *Lease) roomFor(r *Rule, x int64) bool {
 	switch {
 	case k.room >= 0:
 		return k.room-max(k.used-k.granted, 0) >= x
-	case r.counter:
+	case r.counter || r.sub:
 		return k.prevR+max(k.used, k.granted)+x <= r.limit
 	default:
 		return max(k.used, k.granted)+x <= r.limit && k.prevR+x <= r.limit
@@ -313,6 +322,9 @@ func (k *Lease) roomFor(r *Rule, x int64) bool {
 // weight).
 func (k *Lease) remaining(r *Rule, rnow int64) int64 {
 	budget := r.limit
+	if r.sub { // what the earlier sub-windows of the window left
+		budget = max(r.limit-k.prevR, 0)
+	}
 	if r.counter {
 		left := r.ws - (rnow-k.wid)/r.step
 		budget = max(r.limit*r.ws-k.prevR*left, 0) / r.ws

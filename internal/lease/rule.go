@@ -28,9 +28,10 @@ type Rule struct {
 	lim     local.Limit
 	buckets bool // rate shares (token/leaky bucket, GCRA); windows otherwise
 	counter bool // the sliding window counter
+	sub     bool // the sub-window counter: leased per sub-window (w), ws of them to a window
 
-	w, limit, burst int64 // window (µs), limit per window, burst (buckets)
-	step, ws        int64 // the counter's steps
+	w, limit, burst int64 // window (µs; the sub-window counter's sub-window), limit per window, burst (buckets)
+	step, ws        int64 // the counter's steps; the sub-window counter's sub-window and sub-windows
 
 	interval    int64 // the syncer's interval (µs)
 	horizon     int64 // how long a lease should last (µs)
@@ -50,6 +51,11 @@ type Rule struct {
 // every request, and no exact lease of it exists.
 var ErrNotLeasable = errors.New("the sliding window log has no exact lease")
 
+// ErrAnchored is returned by NewRule for an anchored limit: each key's
+// windows start at its own first request, and leases name windows on the
+// clock.
+var ErrAnchored = errors.New("anchored windows are not leased")
+
 // NewRule returns lim as leased under p, with the live nodes and Redis's
 // clock as c learns them, and ref, which Ref returns and the package does
 // not look at. A sliding window log cannot be leased: its error wraps
@@ -57,6 +63,9 @@ var ErrNotLeasable = errors.New("the sliding window log has no exact lease")
 func NewRule(lim local.Limit, p Params, c *Cluster, ref any) (*Rule, error) {
 	if lim.Algorithm() == local.SlidingWindowLog {
 		return nil, ErrNotLeasable
+	}
+	if lim.Anchored() {
+		return nil, ErrAnchored
 	}
 	lp := lim.Params()
 	r := &Rule{
@@ -71,6 +80,12 @@ func NewRule(lim local.Limit, p Params, c *Cluster, ref any) (*Rule, error) {
 	case local.SlidingWindowCounter:
 		r.counter = true
 		r.step, r.ws = lim.Counter()
+	case local.SubWindowCounter:
+		// A lease names a sub-window: the window machinery runs on
+		// sub-windows, each with the budget the last ws − 1 leave it.
+		r.sub = true
+		r.step, r.ws = lim.Counter()
+		r.w = r.step
 	default:
 		r.buckets = true
 	}

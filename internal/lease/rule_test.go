@@ -24,3 +24,19 @@ func TestNewRule(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotLeasable)
 	assert.Nil(t, r)
 }
+
+// TestNewRuleWindowVariants: the sub-window counter is leased per
+// sub-window; anchored windows are refused with ErrAnchored.
+func TestNewRuleWindowVariants(t *testing.T) {
+	r, err := NewRule(local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: 600, Window: time.Minute, SubWindows: 60}), testParams, NewCluster(1), nil)
+	require.NoError(t, err)
+	assert.True(t, r.sub)
+	assert.False(t, r.buckets || r.counter)
+	assert.Equal(t, int64(1e6), r.w, "a lease's window is a sub-window")
+	assert.Equal(t, int64(60), r.ws)
+	for _, alg := range []local.Algorithm{local.FixedWindow, local.SubWindowCounter} {
+		r, err := NewRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 600, Window: time.Minute, Anchored: true}), testParams, NewCluster(1), nil)
+		assert.ErrorIs(t, err, ErrAnchored, alg)
+		assert.Nil(t, r)
+	}
+}

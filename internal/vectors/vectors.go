@@ -144,6 +144,67 @@ var Cases = []Case{
 		},
 	},
 	{
+		// 003: the window cut into sub-windows, each with its own counter;
+		// admitted while the last six counters plus n stay within the limit.
+		Name:   "sub-window counter: 10 per minute in 6 sub-windows of 10s",
+		Params: local.Params{Algorithm: local.SubWindowCounter, Limit: 10, Window: time.Minute, SubWindows: 6},
+		Steps: []Step{
+			{S(5), 4, ok(10, 6, d(55))},
+			{S(15), 3, ok(10, 3, d(55))},
+			{S(25), 4, no(10, 3, d(45), d(35))}, // [0, 10) counts 4 until 60
+			{S(25), 3, ok(10, 0, d(55))},
+			{S(60) - 1, 1, no(10, 0, d(20)+usec.Duration(1), usec.Duration(1))},
+			{S(60), 1, ok(10, 3, d(60))}, // [0, 10) left at 60: 3 + 3 + 1
+			{S(60), 0, ok(10, 3, d(60))},
+			{S(50), 1, ok(10, 2, d(60))}, // time backwards: clamped to the newest sub-window, 60
+			{S(60), 11, tooHigh(10)},
+			{S(200), 10, ok(10, 0, d(60))},
+		},
+	},
+	{
+		// One sub-window is the fixed window (004 above).
+		Name:   "sub-window counter: one sub-window is the fixed window",
+		Params: local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: time.Minute, SubWindows: 1},
+		Steps: []Step{
+			{S(59), 5, ok(5, 0, d(1))},
+			{S(60), 5, ok(5, 0, d(60))},
+			{S(60.5), 1, no(5, 0, d(59.5), d(59.5))},
+		},
+	},
+	{
+		// 000's counter with a timestamp: a window starts at the first
+		// request after the last one ended.
+		Name:   "fixed window anchored at the first request",
+		Params: local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute, Anchored: true},
+		Steps: []Step{
+			{S(10), 0, ok(3, 3, 0)}, // asking starts no window
+			{S(24), 1, ok(3, 2, d(60))},
+			{S(42), 2, ok(3, 0, d(42))},
+			{S(60), 1, no(3, 0, d(24), d(24))}, // the window is [24, 84)
+			{S(84) - 1, 1, no(3, 0, usec.Duration(1), usec.Duration(1))},
+			{S(84), 1, ok(3, 2, d(60))},
+			{S(100), 0, ok(3, 2, d(44))},
+			{S(80), 1, ok(3, 1, d(60))}, // time backwards: clamped to the window start, 84
+			{S(300), 3, ok(3, 0, d(60))},
+			{S(300), 4, tooHigh(3)},
+		},
+	},
+	{
+		// Sub-windows of 20s on a grid anchored at 7s, then at 130s.
+		Name:   "sub-window counter anchored at the first request",
+		Params: local.Params{Algorithm: local.SubWindowCounter, Limit: 4, Window: time.Minute, SubWindows: 3, Anchored: true},
+		Steps: []Step{
+			{S(7), 2, ok(4, 2, d(60))},
+			{S(30), 1, ok(4, 1, d(57))},       // in [27, 47)
+			{S(66), 2, no(4, 1, d(21), d(1))}, // in [47, 67): [7, 27) counts 2 until 67
+			{S(67), 2, ok(4, 1, d(60))},       // in [67, 87)
+			{S(127), 0, ok(4, 4, 0)},          // the window is empty
+			{S(130), 1, ok(4, 3, d(60))},      // a new grid, from 130
+			{S(150) - 1, 3, ok(4, 0, d(40)+usec.Duration(1))},
+			{S(150), 1, no(4, 0, d(40), d(40))},
+		},
+	},
+	{
 		// 002: "a capacity of 10 and a refill rate of 2/second allows a burst
 		// of 10 requests followed by a sustained rate of 2 requests/second."
 		Name:   "token bucket: capacity 10 refilled at 2 per second (002 article)",

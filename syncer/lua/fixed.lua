@@ -1,4 +1,6 @@
 -- Fixed window. State (hash KEYS[1]): a = window start, b = count, fp.
+-- Anchored (p.anch 1), a window starts at the first request after the
+-- last one ended.
 local function decide_fixed(k, _, p, now, n, commit)
   local st = redis.pcall('HMGET', k, 'a', 'b', 'fp')
   if st.err then
@@ -13,14 +15,16 @@ local function decide_fixed(k, _, p, now, n, commit)
     else
       local t = math.max(now, start) -- time ran back: the window stored is the current one
       if t >= start + o.w then count = 0 end
-      start, count = t - fmod(t, p.w), math.min(count, p.L)
+      if p.anch == 0 then start = t - fmod(t, p.w) end -- an anchored window keeps its start
+      count = math.min(count, p.L)
     end
     redis.call('HSET', k, 'a', fmt(start), 'b', fmt(count), 'fp', p.fp)
     expire(k, start + p.w - now)
   end
   local w, L = p.w, p.L
-  if now >= start + w then
+  if now >= start + w or (p.anch == 1 and count == 0) then
     start, count = now - fmod(now, w), 0
+    if p.anch == 1 then start = now end
   elseif now < start then
     now = start
   end

@@ -51,7 +51,7 @@ for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
 local function num(k) return tonumber(f[k]) or 0 end
 
 local revoked = 0
-if f.fp and f.fp ~= p.fp and tonumber(string.match(f.fp, '^(%d+)')) < 4 then
+if f.fp and f.fp ~= p.fp and not bucket_alg(tonumber(string.match(f.fp, '^(%d+)'))) then
   f = {} -- another family's state under this name: start afresh
   redis.call('DEL', m)
 end

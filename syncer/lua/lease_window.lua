@@ -1,4 +1,5 @@
--- Window leases (fixed window, sliding window counter) for the hybrid mode.
+-- Window leases (fixed window, sliding window counter, sub-window counter)
+-- for the hybrid mode.
 --
 -- A node decides locally against a lease: a count it may admit in one
 -- window. Redis keeps, per window, what each node was granted (g) and what it
@@ -23,6 +24,13 @@
 -- MinGap), [15] how long a paced grant lasts at the node's demand (us; 3 ×
 -- PaceGap), [16..] the rule's parameters.
 --
+-- The sub-window counter is leased per sub-window: W below is a
+-- sub-window, and its budget what the window's K - 1 earlier sub-windows
+-- left (and, while the next one holds grants, what the K - 2 before it,
+-- this one and the next leave), so that any K consecutive sub-windows stay
+-- within the limit. The meta hash keeps R of those earlier sub-windows
+-- (h.<start>), written with each slot's R.
+--
 -- Returns {now, current window, epoch, granted to the node in it (what it
 -- used beyond is debt, not grant), its used there as stored, R there,
 -- granted to the node in the next window, R of the previous window, revoked
@@ -41,6 +49,8 @@ local cluster = tonumber(ARGV[13])
 local guess_ttl, pace_span = tonumber(ARGV[14]), tonumber(ARGV[15])
 local p = params(16)
 local W, L = p.w, p.L
+local sub, K = p.alg == 7, 1
+if sub then W, K = p.step, p.ws end
 demand_ttl = math.max(demand_ttl, 2 * W)
 local counter = p.alg == 3
 local m = KEYS[1]
@@ -49,8 +59,10 @@ local gk, uk = 'g.' .. node, 'u.' .. node
 local wt = now - fmod(now, W)
 
 -- slot returns the key of window x's slot, emptied if it held another window.
+local slot_id = {} -- the window of each slot key
 local function slot(x)
   local k = KEYS[2 + fmod(fdiv(x, W), 3)]
+  slot_id[k] = x
   if tonumber(redis.call('HGET', k, 'id')) ~= x then
     redis.call('DEL', k)
     redis.call('HSET', k, 'id', fmt(x), 'R', '0')
@@ -67,11 +79,12 @@ end
 local function set(k, g, u, oldg, oldu, R)
   local nr = R - math.max(oldg, oldu) + math.max(g, u)
   redis.call('HSET', k, gk, fmt(g), uk, fmt(u), 'R', fmt(nr))
+  if sub then redis.call('HSET', m, 'h.' .. fmt(slot_id[k]), fmt(nr)) end
   return nr
 end
 
 local meta = redis.call('HMGET', m, 'fp', 'ep')
-if meta[1] and tonumber(string.match(meta[1], '^(%d+)')) >= 4 then
+if meta[1] and bucket_alg(tonumber(string.match(meta[1], '^(%d+)'))) then
   -- another family's state (a bucket's) under this name: start afresh
   redis.call('DEL', m)
   meta = {false, false}
@@ -103,6 +116,7 @@ if meta[1] and meta[1] ~= p.fp then
     end
     for _, u in pairs(used) do R = R + u end
     redis.call('HSET', k, 'R', fmt(R))
+    if sub then redis.call('HSET', m, 'h.' .. fmt(slot_id[k]), fmt(R)) end
   end
   redis.call('HSET', m, 'fp', p.fp)
 end
@@ -155,6 +169,25 @@ for i = 1, #all, 2 do
   end
 end
 local total, known, avg = demand_total(demands, 0)
+
+-- The sub-window counter: R of the K - 1 sub-windows before the current one
+-- (hist1), and of the K - 2 before it (hist2); older ones are dropped.
+local hist1, hist2 = 0, 0
+if sub then
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 'h.' then
+      local x = tonumber(string.sub(f, 3))
+      if x < wt - (K - 1) * W then
+        redis.call('HDEL', m, f)
+      elseif x < wt then
+        local v = tonumber(all[i + 1])
+        hist1 = hist1 + v
+        if x >= wt - (K - 2) * W then hist2 = hist2 + v end
+      end
+    end
+  end
+end
 
 -- A new key's burst reaches every node at once, and they ask one after the
 -- other: in the key's first demand TTL, each node of the cluster yet to ask
@@ -321,6 +354,10 @@ if counter then
   -- its previous at full weight: the two together stay within L.
   local left = p.ws - fdiv(now - wt, p.step)
   budget = math.min(fdiv(math.max(L * p.ws - Rprev * left, 0), p.ws), L - Rnext)
+elseif sub then
+  budget = L - hist1
+  if K >= 2 then budget = math.min(budget, L - hist2 - Rnext) end
+  budget = math.max(budget, 0)
 end
 local _, _, Rcur = state(kcur)
 local gcur, exhausted, is_paced
@@ -334,6 +371,7 @@ local gnext = 0
 if want_next > 0 and not counter and now >= wt + W - horizon then
   local nbudget = L
   if counter then nbudget = L - Rcur end
+  if sub and K >= 2 then nbudget = math.max(L - hist2 - Rcur, 0) end
   local paced_next
   gnext, Rnext, _, paced_next = grant(knext, want_next, nbudget - Rnext, nbudget, true, wt + W)
   is_paced = is_paced or paced_next
@@ -346,7 +384,7 @@ end
 expire(kprev, wt + W - now)
 expire(kcur, wt + 2 * W - now)
 expire(knext, wt + 3 * W - now)
-expire(m, math.max(3 * W, demand_ttl))
+expire(m, math.max(3 * W, demand_ttl, K * W))
 
 local _, ucur = state(kcur)
 -- Exhausted means until the window ends: true of the fixed window only. The
@@ -356,4 +394,5 @@ if exhausted and not counter then ex = 1 end
 local room = budget - Rcur
 local pc = 0
 if is_paced then pc = 1 end
+if sub then Rprev = hist1 end
 return {now, wt, ep, gcur, ucur, Rcur, gnext, Rprev, revoked, ex, live, room, pc}

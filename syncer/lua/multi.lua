@@ -8,7 +8,7 @@ local now = clock(ARGV[1])
 local function bucket(k, lk, p, now, n, commit)
   return decide_bucket(k, now, n, bucket_fp(p), p.burst, p.rl, p.el, p.tau, commit, lk)
 end
-local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket}
+local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket, decide_sub}
 local rules = #KEYS / 2
 local costs, ps, out, ok = {}, {}, {}, true
 for i = 1, rules do

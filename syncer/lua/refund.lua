@@ -14,23 +14,35 @@ local k, lk = KEYS[1], KEYS[2]
 local function bucket(k, lk, p, now, n, commit)
   return decide_bucket(k, now, n, bucket_fp(p), p.burst, p.rl, p.el, p.tau, commit, lk)
 end
-local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket}
+local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket, decide_sub}
 
 local function refund()
   if n <= 0 then return end
   -- A key of the other family's type: the rule changed family since, and
   -- there is nothing to refund (the decision below starts it afresh).
-  if redis.call('TYPE', k).ok ~= (p.alg < 4 and 'hash' or 'string') then return end
-  if p.alg < 4 and redis.call('HGET', k, 'fp') ~= p.fp then return end
+  local hash = not bucket_alg(p.alg)
+  if redis.call('TYPE', k).ok ~= (hash and 'hash' or 'string') then return end
+  if hash and redis.call('HGET', k, 'fp') ~= p.fp then return end
   if p.alg == 1 or p.alg == 3 then -- fixed window, counter: the window it counted in
     local st = redis.call('HMGET', k, 'a', 'b', 'c')
     local start, cur, prev = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
     local ws = at - fmod(at, p.w)
+    if p.anch == 1 and start <= at and at < start + p.w then ws = start end
     if start == ws then
       redis.call('HSET', k, 'b', fmt(math.max(cur - n, 0)))
     elseif p.alg == 3 and start == ws + p.w then -- it is the previous window now
       redis.call('HSET', k, 'c', fmt(math.max(prev - n, 0)))
     end
+  elseif p.alg == 7 then -- sub-window counter: take n off at's sub-window
+    local st = redis.call('HMGET', k, 'a')
+    local newest = tonumber(st[1]) or 0
+    local sw = at - fmod(at, p.step)
+    if p.anch == 1 then sw = at - fmod(at - newest, p.step) end
+    local c = tonumber(redis.call('HGET', k, fmt(sw)))
+    if not c then return end
+    local take = math.min(c, n)
+    if take == c then redis.call('HDEL', k, fmt(sw)) else redis.call('HINCRBY', k, fmt(sw), -take) end
+    redis.call('HINCRBY', k, 's', -take)
   elseif p.alg == 2 then -- log: take n off the pair stamped at
     local len = redis.call('LLEN', lk)
     for i = len - 1, 0, -1 do
