@@ -71,6 +71,8 @@ func runDriver(ctx context.Context, o driverOptions, w io.Writer) (*summary, err
 	if err := ensureRedis(o.install); err != nil {
 		return nil, err
 	}
+	// go-redis logs each refused dial: expected while Redis is down.
+	redis.SetLogger(quietLogger{})
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return nil, err
 	}
@@ -182,6 +184,11 @@ func runDriver(ctx context.Context, o driverOptions, w io.Writer) (*summary, err
 	fmt.Fprintf(w, "\nplot: %s\n", svgPath)
 	return sum, nil
 }
+
+// quietLogger drops go-redis's log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // poller reads the nodes' /stats and Redis's command counts, and turns the
 // counters into one second's row.

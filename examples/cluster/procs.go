@@ -114,11 +114,15 @@ func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port)
 // startRedis starts a redis-server on a free loopback port, retrying on
 // another one if the port was taken between the check and the bind.
 func startRedis(ctx context.Context, dir string) (*redisServer, error) {
-	r := &redisServer{dir: dir}
+	// Absolute: redis-server changes to --dir before it opens --logfile.
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var err error
+	r := &redisServer{dir: dir}
 	for range 5 {
 		if r.port, err = freePort(); err != nil {
 			return nil, err
@@ -135,6 +139,8 @@ func (r *redisServer) start(ctx context.Context) error {
 	cmd := exec.Command("redis-server",
 		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--protected-mode", "no",
 		"--save", "", "--appendonly", "no", "--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log"))
+	var stderr strings.Builder // what it says before its log is open
+	cmd.Stderr = &stderr
 	p, err := startProc("redis-server", cmd, nil)
 	if err != nil {
 		return err
@@ -151,7 +157,8 @@ func (r *redisServer) start(ctx context.Context) error {
 		}
 		if p.exited() || time.Now().After(deadline) || ctx.Err() != nil {
 			p.stop(time.Second)
-			return fmt.Errorf("redis-server on %s did not start (see %s): %w", r.addr(), filepath.Join(r.dir, "redis.log"), err)
+			return fmt.Errorf("redis-server on %s did not start (%w): %s (see %s)", r.addr(), err,
+				strings.TrimSpace(stderr.String()), filepath.Join(r.dir, "redis.log"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
