@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -192,13 +193,20 @@ func (r *redisServer) stop() {
 	}
 }
 
+// freePort returns a loopback port free now, below Linux's ephemeral range
+// (32768-60999, as scripts/redis.sh does): Redis restarts on the same port,
+// which an outgoing connection must not take meanwhile.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	var err error
+	for range 100 {
+		p := 10000 + rand.IntN(12000)
+		var l net.Listener
+		if l, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			l.Close()
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port in 10000-22000: %w", err)
 }
 
 // node is a node process and the address it serves on.
