@@ -32,7 +32,7 @@ var phaseNames = [numPhases]string{"before", "outage", "after"}
 type driverOptions struct {
 	nodes    int
 	limit    int64
-	burst    int64
+	algo     string        // the rule's algorithm: a window one, whose budget the gossip splits by demand
 	duration time.Duration // of the load; Redis is killed at a third, restarted at two thirds
 	out      string        // directory for the plot, logs and Redis's files
 	install  bool          // install redis-server when missing
@@ -95,7 +95,7 @@ func runDriver(ctx context.Context, o driverOptions, w io.Writer) (*summary, err
 	}()
 	addrs := make([]string, 0, o.nodes)
 	for i := 1; i <= o.nodes; i++ {
-		n, err := startNode(ctx, nodeOptions{id: i, nodes: o.nodes, redis: rs.addr(), limit: o.limit, burst: o.burst},
+		n, err := startNode(ctx, nodeOptions{id: i, nodes: o.nodes, redis: rs.addr(), limit: o.limit, algo: o.algo},
 			filepath.Join(o.out, fmt.Sprintf("node%d.log", i)))
 		if err != nil {
 			return nil, err
@@ -108,8 +108,8 @@ func runDriver(ctx context.Context, o driverOptions, w io.Writer) (*summary, err
 	killAt := max(int(o.duration/time.Second)/3, 1)
 	restartAt := max(2*int(o.duration/time.Second)/3, killAt+1)
 	seconds := max(int(o.duration/time.Second), restartAt+1)
-	fmt.Fprintf(w, "limit %d requests/s per client (%s, burst %d), hybrid mode, %s when Redis is down\n",
-		o.limit, "token bucket", o.burst, fallbackName)
+	fmt.Fprintf(w, "limit %d requests/s per client (%s), hybrid mode, %s when Redis is down\n",
+		o.limit, o.algo, fallbackName)
 	fmt.Fprintf(w, "clients: 1 abuser at %.0f/s spread evenly; 1 skewed at %.0f/s, %.0f%% on n1; a new one every %v at %.0f/s for %v; %d steady at %.0f/s\n",
 		wl.abuserRate, wl.skewedRate, 100*wl.skewShare, wl.newEvery, wl.newRate, wl.newLife, wl.steadyClients, wl.steadyRate)
 	fmt.Fprintf(w, "Redis is killed at t=%ds and started again at t=%ds; the run ends at t=%ds\n\n", killAt, restartAt, seconds)

@@ -93,7 +93,7 @@ func newLoadGen(w workload, addrs []string, c *counts) *loadGen {
 	tr := &http.Transport{MaxIdleConns: 2 * loadWorkers, MaxIdleConnsPerHost: loadWorkers, IdleConnTimeout: time.Minute}
 	return &loadGen{
 		w: w, addrs: addrs, c: c,
-		http: &http.Client{Transport: tr, Timeout: 2 * time.Second},
+		http: &http.Client{Transport: tr, Timeout: 10 * time.Second}, // long: a request the machine is slow to answer is late, not failed
 		jobs: make(chan job, loadQueue),
 	}
 }

@@ -47,7 +47,7 @@ func main() {
 	flag.StringVar(&no.redis, "redis", "", "node: Redis's `host:port`")
 	flag.IntVar(&do.nodes, "nodes", 4, "how many nodes, 2 to 8")
 	flag.Int64Var(&do.limit, "limit", 400, "the limit per client, requests per second, 10 to 2000")
-	flag.Int64Var(&do.burst, "burst", 40, "the token bucket's burst")
+	flag.StringVar(&do.algo, "algo", "fixed_window", "the rule's algorithm: fixed_window or sliding_window_counter")
 	flag.DurationVar(&do.duration, "duration", 30*time.Second, "how long the load runs, 6s to 60s: Redis is killed at a third and started again at two thirds")
 	flag.StringVar(&do.out, "out", ".run/demo", "`dir`ectory for the plot, the nodes' logs and Redis's files")
 	flag.BoolVar(&do.install, "install", true, "install redis-server with scripts/redis.sh ensure when it is missing")
@@ -55,7 +55,7 @@ func main() {
 	flag.Parse()
 
 	if nodeID != 0 {
-		no.id, no.nodes, no.limit, no.burst = nodeID, do.nodes, do.limit, do.burst
+		no.id, no.nodes, no.limit, no.algo = nodeID, do.nodes, do.limit, do.algo
 		if err := runNode(no); err != nil {
 			fmt.Fprintf(os.Stderr, "node n%d: %v\n", nodeID, err)
 			os.Exit(1)
@@ -67,8 +67,8 @@ func main() {
 		usage(fmt.Sprintf("-nodes %d: must be from 2 to %d", do.nodes, maxNodes))
 	case do.limit < 10 || do.limit > 2000:
 		usage(fmt.Sprintf("-limit %d: must be from 10 to 2000", do.limit))
-	case do.burst < 1 || do.burst > do.limit:
-		usage(fmt.Sprintf("-burst %d: must be from 1 to the limit", do.burst))
+	case do.algo != "fixed_window" && do.algo != "sliding_window_counter":
+		usage(fmt.Sprintf("-algo %q: must be fixed_window or sliding_window_counter", do.algo))
 	case do.duration < 6*time.Second || do.duration > time.Minute:
 		usage(fmt.Sprintf("-duration %v: must be from 6s to 1m", do.duration))
 	}

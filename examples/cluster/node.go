@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // clientHeader carries the client's key: the demo's load generator sets it.
@@ -33,7 +34,7 @@ type nodeOptions struct {
 	nodes int    // how many nodes the cluster has
 	redis string // host:port
 	limit int64  // requests per second per client
-	burst int64
+	algo  string // local.ParseAlgorithm's name of a window algorithm
 }
 
 // fallbackName names, in the table, the mode a node decides in while its
@@ -42,13 +43,16 @@ const fallbackName = "fallback (FailLocal)"
 
 // demoRule is the rule every node registers: one limit per client key, in
 // hybrid mode, each node deciding against its lease of the client's budget.
-func demoRule(limit, burst int64) hybrid.Rule {
-	return hybrid.Rule{
-		Name:   "per-client",
-		Limit:  hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.TokenBucket, Limit: limit, Window: time.Second, Burst: burst}),
-		Mode:   hybrid.Hybrid,
-		Policy: hybrid.FailLocal,
+func demoRule(algo string, limit int64) (hybrid.Rule, error) {
+	a, err := local.ParseAlgorithm(algo)
+	if err != nil {
+		return hybrid.Rule{}, err
 	}
+	lim, err := hybrid.NewLimit(hybrid.Params{Algorithm: a, Limit: limit, Window: time.Second})
+	if err != nil {
+		return hybrid.Rule{}, err
+	}
+	return hybrid.Rule{Name: "per-client", Limit: lim, Mode: hybrid.Hybrid, Policy: hybrid.FailLocal}, nil
 }
 
 // runNode serves HTTP until SIGTERM or SIGINT, or until its standard input
@@ -77,7 +81,11 @@ func runNode(o nodeOptions) error {
 		return err
 	}
 	defer lim.Close()
-	rule, err := lim.Register(demoRule(o.limit, o.burst))
+	dr, err := demoRule(o.algo, o.limit)
+	if err != nil {
+		return err
+	}
+	rule, err := lim.Register(dr)
 	if err != nil {
 		return err
 	}

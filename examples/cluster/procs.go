@@ -229,7 +229,7 @@ func startNode(ctx context.Context, o nodeOptions, logPath string) (*node, error
 	}
 	defer logf.Close() // the child holds its own descriptor
 	cmd := exec.Command(exe, "-node", strconv.Itoa(o.id), "-nodes", strconv.Itoa(o.nodes), "-redis", o.redis,
-		"-limit", strconv.FormatInt(o.limit, 10), "-burst", strconv.FormatInt(o.burst, 10))
+		"-limit", strconv.FormatInt(o.limit, 10), "-algo", o.algo)
 	cmd.Stderr = logf
 	// The node exits when its standard input closes: when the driver is gone,
 	// whatever the way it went. The driver keeps the write end open.
