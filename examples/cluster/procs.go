@@ -237,16 +237,18 @@ func startNode(ctx context.Context, o nodeOptions, logPath string) (*node, error
 	if err != nil {
 		return nil, err
 	}
-	defer stdinR.Close()
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		stdinR.Close()
 		stdinW.Close()
 		return nil, err
 	}
-	defer outW.Close()
 	cmd.Stdin, cmd.Stdout = stdinR, outW
 	name := "node n" + strconv.Itoa(o.id)
 	p, err := startProc(name, cmd, stdinW)
+	// The child has its own copies: with ours closed, its exit is our EOF.
+	stdinR.Close()
+	outW.Close()
 	if err != nil {
 		stdinW.Close()
 		outR.Close()
