@@ -63,10 +63,10 @@ type row struct {
 	clientSeconds       [numClasses]float64 // Σ clients active × seconds
 }
 
-// run is the driver: it starts Redis and the nodes, runs the load, kills and
+// runDriver is the driver: it starts Redis and the nodes, runs the load, kills and
 // restarts Redis, draws the table, and writes the summary and the plot. It
 // stops every process it started before it returns, also when ctx ends
-// (Ctrl-C). The result is the summary's rows.
+// (Ctrl-C). It returns the run's summary.
 func runDriver(ctx context.Context, o driverOptions, w io.Writer) (*summary, error) {
 	if err := ensureRedis(o.install); err != nil {
 		return nil, err
@@ -95,14 +95,14 @@ func runDriver(ctx context.Context, o driverOptions, w io.Writer) (*summary, err
 	}()
 	addrs := make([]string, 0, o.nodes)
 	for i := 1; i <= o.nodes; i++ {
-		n, err := startNode(ctx, nodeOptions{id: i, nodes: o.nodes, redis: rs.addr(), limit: o.limit, algo: o.algo},
-			filepath.Join(o.out, fmt.Sprintf("node%d.log", i)))
+		logPath := filepath.Join(o.out, fmt.Sprintf("node%d.log", i))
+		n, err := startNode(ctx, nodeOptions{id: i, nodes: o.nodes, redis: rs.addr(), limit: o.limit, algo: o.algo}, logPath)
 		if err != nil {
 			return nil, err
 		}
 		nodes = append(nodes, n)
 		addrs = append(addrs, n.addr)
-		fmt.Fprintf(w, "node n%d pid %d on %s (log %s)\n", i, n.p.pid(), n.addr, filepath.Join(o.out, fmt.Sprintf("node%d.log", i)))
+		fmt.Fprintf(w, "node n%d pid %d on %s (log %s)\n", i, n.p.pid(), n.addr, logPath)
 	}
 	wl := defaultWorkload(o.limit)
 	killAt := max(int(o.duration/time.Second)/3, 1)
@@ -171,7 +171,6 @@ func runDriver(ctx context.Context, o driverOptions, w io.Writer) (*summary, err
 	stopLoad()
 	<-loadDone
 	sum.dropped = c.dropped.Load()
-	sum.sent = 0
 	for i := range c.sent {
 		sum.sent += c.sent[i].Load()
 	}
