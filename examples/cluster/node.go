@@ -37,6 +37,9 @@ type nodeOptions struct {
 	algo  string // local.ParseAlgorithm's name of a window algorithm
 }
 
+// latencyName names what the nodes time: Limiter.Allow.
+const latencyName = "decision"
+
 // fallbackName names, in the table, the mode a node decides in while its
 // Limiter cannot reach Redis: the rule's failure policy.
 const fallbackName = "fallback (FailLocal)"

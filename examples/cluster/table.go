@@ -108,7 +108,7 @@ func (t *table) drawLive(r row) {
 	}
 	line("t=%ds of %d   phase: %-6s   Redis: %-4s   scripts/s: %.0f   commands/s: %.0f", r.t, int(t.o.duration/time.Second), phaseNames[r.phase], redisState(r), perSec(r.scripts, r), perSec(r.cmds, r))
 	line("")
-	line("%-5s %11s %10s %13s  %s", "node", "admitted/s", "refused/s", "p99 decision", "mode")
+	line("%-5s %11s %10s %13s  %s", "node", "admitted/s", "refused/s", "p99 "+latencyName, "mode")
 	for i, n := range r.nodes {
 		line("%-5s %11.0f %10.0f %13s  %s", fmt.Sprintf("n%d", i+1), perSec(n.admitted, r), perSec(n.refused, r), fmtDur(n.p99), modeName(n))
 	}
@@ -246,8 +246,8 @@ func (s *summary) write(w io.Writer) {
 		}
 		return fmt.Sprintf("%.3f", float64(p.ok[classSteady])/float64(sent))
 	})
-	row("decision latency p50", func(p *phaseSum) string { return fmtDur(quantile(p.lat, 0.5)) })
-	row("decision latency p99", func(p *phaseSum) string { return fmtDur(quantile(p.lat, 0.99)) })
+	row(latencyName+" latency p50", func(p *phaseSum) string { return fmtDur(quantile(p.lat, 0.5)) })
+	row(latencyName+" latency p99", func(p *phaseSum) string { return fmtDur(quantile(p.lat, 0.99)) })
 	row("decisions", func(p *phaseSum) string { return fmt.Sprint(p.decisions) })
 	row("decisions by the failure policy", func(p *phaseSum) string { return fmt.Sprint(p.degraded) })
 	row("Redis scripts per decision", func(p *phaseSum) string {
