@@ -140,7 +140,8 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // limitByClient limits each request by its client key (the X-Client header):
 // 429 when refused. A decision made by the failure policy while Redis is
 // unavailable is a decision like another, counted as degraded; any other
-// error of the Limiter is a failed request (503).
+// error of the Limiter (misuse) is counted and lets the request through, as
+// package httplimit does.
 func limitByClient(l *hybrid.Limiter, r *hybrid.Rule, st *nodeStats) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -158,7 +159,7 @@ func limitByClient(l *hybrid.Limiter, r *hybrid.Rule, st *nodeStats) func(http.H
 			}
 			if err != nil {
 				st.failed.Add(1)
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				next.ServeHTTP(w, req)
 				return
 			}
 			if !d.Allowed() {
@@ -186,7 +187,7 @@ type nodeStats struct {
 type statsReply struct {
 	Admitted, Refused int64
 	Degraded          int64 // decisions made by the failure policy
-	Failed            int64 // requests the Limiter could not decide
+	Failed            int64 // requests the Limiter could not decide, let through
 	RedisAvailable    bool  // the Limiter's hybridlimit.redis.available gauge
 	Latency           []uint64
 }

@@ -162,6 +162,7 @@ type phaseSum struct {
 	ok, limited, failed [numClasses]int64
 	clientSeconds       [numClasses]float64 // Σ clients active × seconds
 	decisions, degraded int64
+	limiterErrors       int64 // requests the nodes' Limiter could not decide
 	scripts, cmds       int64
 	lat                 []uint64
 }
@@ -190,6 +191,7 @@ func (s *summary) add(r row) {
 	for _, n := range r.nodes {
 		p.decisions += n.admitted + n.refused
 		p.degraded += n.degraded
+		p.limiterErrors += n.failed
 	}
 	p.scripts += r.scripts
 	p.cmds += r.cmds
@@ -201,13 +203,15 @@ func (s *summary) add(r row) {
 	}
 }
 
-// failed returns the requests that failed (5xx or no answer) in the run.
+// failed returns the requests that failed in the run: answered 5xx or not
+// at all, or let through because the Limiter could not decide.
 func (s *summary) failed() int64 {
 	var n int64
 	for _, p := range s.phases {
 		for cl := range numClasses {
 			n += p.failed[cl]
 		}
+		n += p.limiterErrors
 	}
 	return n
 }
@@ -269,6 +273,7 @@ func (s *summary) write(w io.Writer) {
 		}
 		return fmt.Sprint(n)
 	})
+	row("Limiter errors (let through)", func(p *phaseSum) string { return fmt.Sprint(p.limiterErrors) })
 	fmt.Fprintf(w, "\nrequests failed because of Redis: %d (of %d sent", s.failed(), s.sent)
 	if s.dropped > 0 {
 		fmt.Fprintf(w, "; %d arrivals not sent: the load generator fell behind", s.dropped)
