@@ -8,11 +8,11 @@
 // client far over its limit spread over every node, a client whose requests
 // mostly go to one node, new clients arriving, and steady clients under
 // their limit. Every second it prints each node's admitted and refused
-// requests, decision latency p99 and mode, Redis's commands per second, and
-// what the cluster admitted for the watched clients against their limit.
-// A third of the way in Redis is killed (SIGKILL); two thirds in it is
-// started again, empty. At the end it prints a summary per phase and writes
-// the timeline to -out/timeline.svg.
+// requests, decision latency p99 and mode, Redis's scripts and commands per
+// second, and what the cluster admitted for the watched clients against
+// their limit. A third of the way in Redis is killed (SIGKILL); two thirds in
+// it is started again, empty. At the end it prints a summary per phase and
+// writes the timeline to -out/timeline.svg.
 //
 // Every process it starts is stopped by PID when the run ends, fails or is
 // interrupted (Ctrl-C, SIGTERM); on Linux the kernel also kills them if the
