@@ -139,9 +139,9 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // limitByClient limits each request by its client key (the X-Client header):
 // 429 when refused. A decision made by the failure policy while Redis is
-// unavailable is a decision like another, counted as degraded; any other
-// error of the Limiter (misuse) is counted and lets the request through, as
-// package httplimit does.
+// unavailable is a decision like another (the Limiter counts it in
+// hybridlimit.fallback.decisions); any other error of the Limiter (misuse)
+// is counted and lets the request through, as package httplimit does.
 func limitByClient(l *hybrid.Limiter, r *hybrid.Rule, st *nodeStats) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -153,11 +153,7 @@ func limitByClient(l *hybrid.Limiter, r *hybrid.Rule, st *nodeStats) func(http.H
 			start := time.Now()
 			d, err := l.Allow(req.Context(), r, key)
 			st.latency.record(time.Since(start))
-			if errors.Is(err, hybrid.ErrUnavailable) {
-				st.degraded.Add(1)
-				err = nil
-			}
-			if err != nil {
+			if err != nil && !errors.Is(err, hybrid.ErrUnavailable) {
 				st.failed.Add(1)
 				next.ServeHTTP(w, req)
 				return
@@ -178,9 +174,9 @@ func limitByClient(l *hybrid.Limiter, r *hybrid.Rule, st *nodeStats) func(http.H
 // nodeStats are a node's counters since it started, served as JSON on
 // /stats; the driver takes the differences.
 type nodeStats struct {
-	admitted, refused, degraded, failed atomic.Int64
-	latency                             histogram
-	reader                              *sdkmetric.ManualReader
+	admitted, refused, failed atomic.Int64
+	latency                   histogram
+	reader                    *sdkmetric.ManualReader
 }
 
 // statsReply is the JSON of /stats.
@@ -193,32 +189,48 @@ type statsReply struct {
 }
 
 func (s *nodeStats) serve(w http.ResponseWriter, req *http.Request) {
+	m := s.metrics(req.Context())
 	rep := statsReply{
 		Admitted: s.admitted.Load(), Refused: s.refused.Load(),
-		Degraded: s.degraded.Load(), Failed: s.failed.Load(),
-		RedisAvailable: s.redisAvailable(req.Context()),
+		Degraded: m.degraded, Failed: s.failed.Load(),
+		RedisAvailable: m.available,
 		Latency:        s.latency.snapshot(),
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(rep)
 }
 
-// redisAvailable reads the Limiter's gauge hybridlimit.redis.available.
-func (s *nodeStats) redisAvailable(ctx context.Context) bool {
+// metricValues are the figures the node reads from the Limiter's metrics.
+type metricValues struct {
+	available bool  // hybridlimit.redis.available
+	degraded  int64 // hybridlimit.fallback.decisions: made by a failure policy
+}
+
+func (s *nodeStats) metrics(ctx context.Context) metricValues {
+	var v metricValues
 	var rm metricdata.ResourceMetrics
 	if err := s.reader.Collect(ctx, &rm); err != nil {
-		return false
+		return v
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "hybridlimit.redis.available" {
-				for _, p := range g.DataPoints {
-					return p.Value == 1
+			switch d := m.Data.(type) {
+			case metricdata.Gauge[int64]:
+				if m.Name == "hybridlimit.redis.available" {
+					for _, p := range d.DataPoints {
+						v.available = p.Value == 1
+					}
+				}
+			case metricdata.Sum[int64]:
+				if m.Name == "hybridlimit.fallback.decisions" {
+					for _, p := range d.DataPoints {
+						v.degraded += p.Value
+					}
 				}
 			}
 		}
 	}
-	return false
+	return v
 }
 
 // histogram counts durations in log-linear buckets: exact below 16 ns, then
