@@ -37,6 +37,8 @@ test-go:
 	done; \
 	echo "== .: go test -count=1 -run '$(NORACE_TESTS)' ./local (what the race detector's own allocations hide)"; \
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./local || failed+=("go test ./local without -race"); \
+	echo "== .: go test -count=1 -run TestAllocs ./hybrid/httplimit (the middleware's allocations, without -race)"; \
+	$(GO) test -count=1 -run TestAllocs ./hybrid/httplimit || failed+=("go test ./hybrid/httplimit without -race"); \
 	if (( $${#failed[@]} )); then printf 'FAILED: %s\n' "$${failed[@]}"; exit 1; fi
 
 ## bench: run scripts/bench.sh with Redis servers started for it.

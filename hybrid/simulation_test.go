@@ -31,6 +31,9 @@ import (
 // the bounds docs/accuracy.md derives, and false rejections (refused here,
 // admitted by the exact replay) within the budget.
 
+// simTimeout bounds each exchange with Redis in wall-clock time.
+const simTimeout = time.Minute
+
 // vclock is the virtual clock all nodes share.
 type vclock struct{ us atomic.Int64 }
 
@@ -109,7 +112,11 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 		l, err := hybrid.New(hybrid.Config{
 			Redis: client, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clock,
 			ManualSync: true, VirtualTime: true,
-			Sync: syncer.SyncConfig{Interval: interval, NodeID: fmt.Sprintf("n%d", i), Nodes: nodes},
+			// Deadlines are wall-clock: on a loaded machine a round may take
+			// longer than an interval of virtual time, which must not count
+			// as Redis failing.
+			Timeout: simTimeout,
+			Sync:    syncer.SyncConfig{Interval: interval, NodeID: fmt.Sprintf("n%d", i), Nodes: nodes, Timeout: simTimeout},
 		})
 		if err != nil {
 			t.Fatal(err)

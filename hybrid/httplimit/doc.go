@@ -1,0 +1,16 @@
+// Package httplimit is HTTP middleware over a hybrid.Limiter.
+//
+// A Middleware matches each request against its rules (ServeMux patterns:
+// "[METHOD ][HOST]/path"), keys each matched rule by the client IP, an API
+// key header or the application's user, and decides all of them at once
+// with hybrid.Limiter.AllowMulti: a request refused by one rule is charged
+// to none. Responses carry the rate-limit headers (X-RateLimit-* by
+// default; RateLimit-Policy and RateLimit of
+// draft-ietf-httpapi-ratelimit-headers-11 when enabled); a refusal is 429
+// with Retry-After and an application/problem+json body.
+//
+// The client IP has no spoofable default: it is the socket's peer unless
+// Config names trusted proxies or a number of trusted hops. Redis failures
+// follow the rules' failure policies; the middleware never answers 500
+// because Redis is down. See docs/http.md.
+package httplimit

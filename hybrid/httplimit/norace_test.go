@@ -1,0 +1,48 @@
+//go:build !race
+
+package httplimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+)
+
+// TestAllocs holds the admitted path's allocations: one for the header
+// values (their bytes and backing array together), none without headers,
+// two when the values are too long for one block.
+func TestAllocs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  httplimit.Config
+		max  float64
+	}{
+		{"x-ratelimit", httplimit.Config{}, 1},
+		{"both families", httplimit.Config{RateLimitHeaders: true}, 1},
+		{"no headers", httplimit.Config{DisableXRateLimit: true}, 0},
+		{"trusted proxy", httplimit.Config{TrustedProxies: []string{"10.0.0.0/8"}}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Rules = []httplimit.Rule{perIP("ip", "GET /api/", 1<<40, time.Hour)}
+			m, err := httplimit.New(newLimiter(t, newClock()), tc.cfg)
+			require.NoError(t, err)
+			h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+			r := httptest.NewRequest(http.MethodGet, "/api/items", nil)
+			r.RemoteAddr = "10.0.0.1:5000"
+			r.Header.Set("X-Forwarded-For", "198.51.100.7")
+			w := &writer{h: http.Header{}}
+			allocs := testing.AllocsPerRun(1000, func() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			})
+			require.Equal(t, 200, w.code)
+			assert.LessOrEqual(t, allocs, tc.max)
+		})
+	}
+}

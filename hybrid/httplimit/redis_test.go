@@ -1,0 +1,109 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// redisLimiter returns a Limiter of srv whose rules run in mode, closed
+// when t ends.
+func redisLimiter(t *testing.T, srv *redistest.Server, mode hybrid.Mode) *hybrid.Limiter {
+	t.Helper()
+	l, err := hybrid.New(hybrid.Config{
+		Redis:    redistest.Client(t, srv.Addr),
+		Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)},
+		Mode:     mode,
+		Timeout:  300 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestRedisKilled: with Redis killed under the middleware, each rule's
+// failure policy decides, and no request is answered 500.
+func TestRedisKilled(t *testing.T) {
+	srv := redistest.Start(t)
+	mp, read := meterReader()
+	l := redisLimiter(t, srv, hybrid.Central)
+	rule := func(id, endpoint string, p hybrid.Policy) httplimit.Rule {
+		r := perIP(id, endpoint, 3, time.Minute)
+		r.Policy = p
+		return r
+	}
+	m, err := httplimit.New(l, httplimit.Config{MeterProvider: mp, Rules: []httplimit.Rule{
+		rule("open", "/open", hybrid.FailOpen),
+		rule("closed", "/closed", hybrid.FailClosed),
+		rule("local", "/local", hybrid.FailLocal),
+	}})
+	require.NoError(t, err)
+	ts := serve(t, m, okHandler)
+
+	for _, p := range []string{"/open", "/closed", "/local"} {
+		resp, _ := get(t, ts, p)
+		require.Equal(t, http.StatusOK, resp.StatusCode, p)
+		assert.Equal(t, int64(2), intHeader(t, resp, "X-RateLimit-Remaining"), p)
+	}
+	require.Equal(t, int64(0), read(t, "hybridlimit.http.degraded"))
+
+	srv.Kill()
+	codes := map[string][]int{}
+	for range 5 {
+		for _, p := range []string{"/open", "/closed", "/local"} {
+			resp, body := get(t, ts, p)
+			codes[p] = append(codes[p], resp.StatusCode)
+			if resp.StatusCode == http.StatusTooManyRequests {
+				parseProblem(t, resp, body)
+				assert.GreaterOrEqual(t, intHeader(t, resp, "Retry-After"), int64(1))
+			}
+		}
+	}
+	assert.Equal(t, []int{200, 200, 200, 200, 200}, codes["/open"], "fail open")
+	assert.Equal(t, []int{429, 429, 429, 429, 429}, codes["/closed"], "fail closed")
+	for _, c := range codes["/local"] {
+		assert.Contains(t, []int{200, 429}, c, "fail local: this node's share")
+	}
+	assert.Contains(t, codes["/local"], 429, "fail local keeps a limit")
+	assert.Equal(t, int64(15), read(t, "hybridlimit.http.degraded"))
+	assert.Equal(t, int64(0), read(t, "hybridlimit.http.errors"))
+}
+
+// TestRedisKilledHybrid: a Hybrid rule keeps deciding on this node through
+// a Redis kill, and no request is answered 500.
+func TestRedisKilledHybrid(t *testing.T) {
+	srv := redistest.Start(t)
+	l := redisLimiter(t, srv, hybrid.Hybrid)
+	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{perIP("hyb", "/", 1_000_000, time.Minute)}})
+	require.NoError(t, err)
+	hr, err := l.Register(hybrid.Rule{Name: "hyb", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 1_000_000, Window: time.Minute})})
+	require.NoError(t, err)
+	require.Equal(t, hybrid.Hybrid, l.Mode(hr))
+	ts := serve(t, m, okHandler)
+	count := func() map[int]int {
+		codes := map[int]int{}
+		for range 20 {
+			resp, _ := get(t, ts, "/")
+			codes[resp.StatusCode]++
+		}
+		return codes
+	}
+	// A new key is refused (no lease yet, Retry-After 1) until its first
+	// lease arrives, one sync round later.
+	require.Eventually(t, func() bool {
+		resp, _ := get(t, ts, "/")
+		return resp.StatusCode == http.StatusOK
+	}, 5*time.Second, 10*time.Millisecond)
+	before := count()
+	srv.Kill()
+	after := count()
+	assert.Equal(t, map[int]int{http.StatusOK: 20}, before)
+	assert.Equal(t, map[int]int{http.StatusOK: 20}, after, "the lease held, then the node's share (FailLocal)")
+}

@@ -1,0 +1,758 @@
+package httplimit
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// ErrInvalidRules reports a rules document that cannot be used: malformed,
+// an unknown field, a bad value or a duplicate id. The error is a
+// *RulesError naming the rule and the field.
+var ErrInvalidRules = errors.New("httplimit: invalid rules")
+
+// RulesFormat is the rules document's format version, its top-level
+// "version" field. ParseRules accepts this version only.
+const RulesFormat = 1
+
+// RulesError describes what is wrong with a rules document. It wraps
+// ErrInvalidRules.
+type RulesError struct {
+	Index  int    // the rule's position in "rules", from 0; -1 for the document itself
+	ID     string // the rule's id, when it has one
+	Field  string // the field, as the document spells it ("window"); "" for the whole rule
+	Reason string // what is wrong
+	Err    error  // the cause: a *RuleError when the rule is one SetRules would refuse; or nil
+}
+
+// Error names the rule (id, or index), the field and what is wrong.
+func (e *RulesError) Error() string {
+	var b strings.Builder
+	b.WriteString("httplimit: invalid rules: ")
+	switch {
+	case e.Index < 0:
+	case e.ID != "":
+		fmt.Fprintf(&b, "rule %q: ", e.ID)
+	default:
+		fmt.Fprintf(&b, "rule %d: ", e.Index)
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Unwrap returns ErrInvalidRules and the cause, if any.
+func (e *RulesError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalidRules, e.Err}
+	}
+	return []error{ErrInvalidRules}
+}
+
+// fileRule is a rule as the document spells it: Window, Mode and Policy as
+// strings, which Rule holds in their Go types.
+type fileRule struct {
+	ID          string           `json:"id"`
+	Key         string           `json:"key"`
+	Endpoint    string           `json:"endpoint"`
+	Algorithm   string           `json:"algorithm"`
+	MaxRequests int64            `json:"max_requests"`
+	Window      string           `json:"window"`
+	Burst       int64            `json:"burst,omitempty"`
+	Tier        string           `json:"tier,omitempty"`
+	Cost        int64            `json:"cost,omitempty"`
+	Mode        string           `json:"mode,omitempty"`
+	Policy      string           `json:"policy,omitempty"`
+	Shadow      bool             `json:"shadow,omitempty"`
+	Overrides   map[string]int64 `json:"overrides,omitempty"`
+}
+
+// rulesDoc is the whole document.
+type rulesDoc struct {
+	Version int        `json:"version"`
+	Rules   []fileRule `json:"rules"`
+}
+
+// field returns the destination of the rule's field name, nil for an
+// unknown name. Both formats decode field by field through it, so an error
+// names the field.
+func (r *fileRule) field(name string) any {
+	switch name {
+	case "id":
+		return &r.ID
+	case "key":
+		return &r.Key
+	case "endpoint":
+		return &r.Endpoint
+	case "algorithm":
+		return &r.Algorithm
+	case "max_requests":
+		return &r.MaxRequests
+	case "window":
+		return &r.Window
+	case "burst":
+		return &r.Burst
+	case "tier":
+		return &r.Tier
+	case "cost":
+		return &r.Cost
+	case "mode":
+		return &r.Mode
+	case "policy":
+		return &r.Policy
+	case "shadow":
+		return &r.Shadow
+	case "overrides":
+		return &r.Overrides
+	}
+	return nil
+}
+
+// ParseRules parses a rules document, YAML or JSON (a document whose first
+// non-blank byte is '{' is JSON), and validates every rule. The format is
+// described in docs/rules.md:
+//
+//	version: 1
+//	rules:
+//	  - id: api-user
+//	    key: user
+//	    endpoint: GET /api/
+//	    algorithm: sliding_window_counter
+//	    max_requests: 100
+//	    window: 1m
+//
+// Unknown fields, bad values and duplicate ids are rejected with a
+// *RulesError (wrapping ErrInvalidRules) naming the rule and the field. An
+// empty document is rejected (a version is required), so a file caught
+// half-written never removes every limit; "rules: []" does that on purpose.
+func ParseRules(data []byte) ([]Rule, error) {
+	var (
+		doc rulesDoc
+		err error
+	)
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		err = decodeJSON(data, &doc)
+	} else {
+		err = decodeYAML(data, &doc)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if doc.Version != RulesFormat {
+		return nil, docError("version", fmt.Sprintf("%d: must be %d", doc.Version, RulesFormat))
+	}
+	rules := make([]Rule, len(doc.Rules))
+	seen := make(map[string]int, len(doc.Rules))
+	for i := range doc.Rules {
+		if rules[i], err = doc.Rules[i].rule(i); err != nil {
+			return nil, err
+		}
+		if j, dup := seen[rules[i].ID]; dup {
+			return nil, ruleError(i, rules[i].ID, "id", fmt.Sprintf("duplicate: rule %d has it too", j))
+		}
+		seen[rules[i].ID] = i
+	}
+	return rules, nil
+}
+
+func docError(field, reason string) error {
+	return &RulesError{Index: -1, Field: field, Reason: reason}
+}
+
+func ruleError(i int, id, field, reason string) error {
+	return &RulesError{Index: i, ID: id, Field: field, Reason: reason}
+}
+
+// decodeJSON decodes a JSON document field by field.
+func decodeJSON(data []byte, doc *rulesDoc) error {
+	top, err := jsonObject(data)
+	var dup duplicateError
+	if errors.As(err, &dup) {
+		return docError(string(dup), "given twice")
+	}
+	if err != nil {
+		return docError("", "malformed JSON: "+err.Error())
+	}
+	if _, err := jsonObject(data[top.end:]); !errors.Is(err, io.EOF) {
+		return docError("", "malformed JSON: data after the document")
+	}
+	for _, f := range top.fields {
+		switch f.name {
+		case "version":
+			if err := strictJSON(f.value, &doc.Version); err != nil {
+				return docError("version", "must be an integer")
+			}
+		case "rules":
+			var list []json.RawMessage
+			if err := strictJSON(f.value, &list); err != nil {
+				return docError("rules", "must be a list of rules")
+			}
+			doc.Rules = make([]fileRule, len(list))
+			for i, raw := range list {
+				if err := decodeJSONRule(i, raw, &doc.Rules[i]); err != nil {
+					return err
+				}
+			}
+		default:
+			return docError(f.name, "unknown field")
+		}
+	}
+	return nil
+}
+
+func decodeJSONRule(i int, raw json.RawMessage, r *fileRule) error {
+	var named struct{ ID string }
+	json.Unmarshal(raw, &named) // the id, to name the rule in the errors below
+	r.ID = named.ID
+	obj, err := jsonObject(raw)
+	var dup duplicateError
+	if errors.As(err, &dup) {
+		return ruleError(i, r.ID, string(dup), "given twice")
+	}
+	if err != nil {
+		return ruleError(i, r.ID, "", "must be an object")
+	}
+	for _, f := range obj.fields {
+		dst := r.field(f.name)
+		if dst == nil {
+			return ruleError(i, r.ID, f.name, "unknown field")
+		}
+		if err := strictJSON(f.value, dst); err != nil {
+			return ruleError(i, r.ID, f.name, typeReason(f.name))
+		}
+	}
+	return nil
+}
+
+// object is a JSON object's fields in document order, and the offset of
+// the byte after it.
+type object struct {
+	fields []jsonField
+	end    int
+}
+
+// duplicateError names a field an object gives twice.
+type duplicateError string
+
+func (e duplicateError) Error() string { return fmt.Sprintf("field %q given twice", string(e)) }
+
+type jsonField struct {
+	name  string
+	value json.RawMessage
+}
+
+// jsonObject reads the JSON object at the start of data. Unlike
+// unmarshaling into a map, it keeps the fields' order (the first bad one
+// is reported, always the same) and rejects a name given twice. It returns
+// io.EOF when data holds only white space.
+func jsonObject(data []byte) (object, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return object{}, err
+	}
+	if tok != json.Delim('{') {
+		return object{}, errors.New("not an object")
+	}
+	var obj object
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return object{}, err
+		}
+		name := tok.(string) // object keys are strings, or Token fails
+		if seen[name] {
+			return object{}, duplicateError(name)
+		}
+		seen[name] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return object{}, err
+		}
+		obj.fields = append(obj.fields, jsonField{name, v})
+	}
+	if _, err := dec.Token(); err != nil {
+		return object{}, err
+	}
+	obj.end = int(dec.InputOffset())
+	return obj, nil
+}
+
+// strictJSON unmarshals data, rejecting unknown fields and trailing data.
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the document")
+	}
+	return nil
+}
+
+// typeReason says what type a field takes, for a value of the wrong type.
+func typeReason(name string) string {
+	switch name {
+	case "max_requests", "burst", "cost":
+		return "must be an integer"
+	case "shadow":
+		return "must be true or false"
+	case "overrides":
+		return "must map tier names or keys to integer limits"
+	case "window":
+		return `must be a duration string, such as "10s", "1m" or "1d"`
+	}
+	return "must be a string"
+}
+
+// decodeYAML decodes a YAML document field by field.
+func decodeYAML(data []byte, doc *rulesDoc) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var root yaml.Node
+	if err := dec.Decode(&root); err != nil {
+		if err == io.EOF {
+			return docError("version", "missing: the document is empty")
+		}
+		return docError("", "malformed YAML: "+err.Error())
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err != io.EOF {
+		return docError("", "more than one YAML document")
+	}
+	top := &root
+	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
+		top = top.Content[0]
+	}
+	if top.Kind != yaml.MappingNode {
+		return docError("", "must be a mapping of version and rules")
+	}
+	seen := map[string]bool{}
+	for k := 0; k+1 < len(top.Content); k += 2 {
+		name, v := top.Content[k].Value, top.Content[k+1]
+		if seen[name] {
+			return docError(name, fmt.Sprintf("line %d: given twice", top.Content[k].Line))
+		}
+		seen[name] = true
+		switch name {
+		case "version":
+			if err := v.Decode(&doc.Version); err != nil {
+				return docError("version", fmt.Sprintf("line %d: must be an integer", v.Line))
+			}
+		case "rules":
+			if v.Kind != yaml.SequenceNode {
+				if v.Tag == "!!null" {
+					continue // "rules:" with nothing after it: no rules
+				}
+				return docError("rules", fmt.Sprintf("line %d: must be a list of rules", v.Line))
+			}
+			doc.Rules = make([]fileRule, len(v.Content))
+			for i, n := range v.Content {
+				if err := decodeYAMLRule(i, n, &doc.Rules[i]); err != nil {
+					return err
+				}
+			}
+		default:
+			return docError(name, fmt.Sprintf("line %d: unknown field", top.Content[k].Line))
+		}
+	}
+	return nil
+}
+
+func decodeYAMLRule(i int, n *yaml.Node, r *fileRule) error {
+	if n.Kind != yaml.MappingNode {
+		return ruleError(i, "", "", fmt.Sprintf("line %d: must be a mapping", n.Line))
+	}
+	for k := 0; k+1 < len(n.Content); k += 2 {
+		if n.Content[k].Value == "id" {
+			n.Content[k+1].Decode(&r.ID) // named in the errors below; checked with the others
+		}
+	}
+	seen := map[string]bool{}
+	for k := 0; k+1 < len(n.Content); k += 2 {
+		key, v := n.Content[k], n.Content[k+1]
+		dst := r.field(key.Value)
+		if dst == nil {
+			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: unknown field", key.Line))
+		}
+		if seen[key.Value] {
+			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: given twice", key.Line))
+		}
+		seen[key.Value] = true
+		// A string takes any scalar (id: 42 is "42"), never a list or a mapping.
+		if _, str := dst.(*string); str && v.Kind != yaml.ScalarNode {
+			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: %s", v.Line, typeReason(key.Value)))
+		}
+		if err := v.Decode(dst); err != nil {
+			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: %s", v.Line, typeReason(key.Value)))
+		}
+	}
+	return nil
+}
+
+// rule validates r, the i-th rule, and returns it as a Rule. The checks
+// are SetRules's (compile), so a document that parses is one SetRules
+// takes, short of conflicts with the rules already in force.
+func (r *fileRule) rule(i int) (Rule, error) {
+	fail := func(field, reason string) (Rule, error) { return Rule{}, ruleError(i, r.ID, field, reason) }
+	out := Rule{
+		ID: r.ID, Key: KeyType(r.Key), Endpoint: r.Endpoint, Algorithm: r.Algorithm, Limit: r.MaxRequests,
+		Burst: r.Burst, Tier: r.Tier, Cost: r.Cost, Shadow: r.Shadow, Overrides: r.Overrides,
+	}
+	if len(out.Overrides) == 0 {
+		out.Overrides = nil // "overrides: {}" is no overrides, as MarshalRules writes it
+	}
+	if algo, err := local.ParseAlgorithm(r.Algorithm); err == nil {
+		out.Algorithm = algo.String() // one spelling, so an unchanged rule compares equal
+	}
+	// The id first: every later error names the rule by it.
+	if err := syncer.ValidRuleName(r.ID); err != nil {
+		return fail("id", fmt.Sprintf("%q: 1 to %d bytes of letters, digits and -_.:/", r.ID, syncer.MaxRuleName))
+	}
+	var err error
+	if out.Window, err = parseWindow(r.Window); err != nil {
+		return fail("window", fmt.Sprintf("%q: %v", r.Window, err))
+	}
+	if out.Mode, err = parseName(r.Mode, hybrid.ModeDefault, hybrid.Hybrid); err != nil {
+		return fail("mode", fmt.Sprintf("%q: must be local, central or hybrid (or absent, for the Limiter's)", r.Mode))
+	}
+	if out.Policy, err = parseName(r.Policy, hybrid.PolicyDefault, hybrid.FailLocal); err != nil {
+		return fail("policy", fmt.Sprintf("%q: must be fail_open, fail_closed or fail_local (or absent, for the Limiter's)", r.Policy))
+	}
+	_, lim, _, err := compile(i, &out)
+	var re *RuleError
+	if errors.As(err, &re) {
+		reason := re.Reason
+		if re.Err != nil {
+			reason += ": " + re.Err.Error()
+		}
+		return Rule{}, &RulesError{Index: i, ID: r.ID, Field: re.Field, Reason: reason, Err: re}
+	}
+	if err != nil {
+		return fail("", err.Error())
+	}
+	if r.Cost > lim.MaxCost() {
+		return fail("cost", fmt.Sprintf("%d: above %d, the most the rule admits at once", r.Cost, lim.MaxCost()))
+	}
+	return out, nil
+}
+
+// parseWindow parses a Go duration ("1m30s"), or a whole number of days
+// ("1d"), which Go durations lack.
+func parseWindow(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n < 1 || n > int64(local.MaxWindow/(24*time.Hour)) {
+			return 0, errors.New("days must be a whole number from 1 to 366")
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errors.New(`not a duration, such as "10s", "1m" or "1d"`)
+	}
+	return d, nil
+}
+
+// parseName returns the value from first to last whose String is s; ""
+// is first, the default.
+func parseName[T interface {
+	~uint8
+	String() string
+}](s string, first, last T) (T, error) {
+	if s == "" {
+		return first, nil
+	}
+	for v := first + 1; v <= last; v++ {
+		if v.String() == s {
+			return v, nil
+		}
+	}
+	return first, errors.New("unknown")
+}
+
+// MarshalRules returns rules as a JSON rules document, which ParseRules
+// reads back to the same rules. It validates them as ParseRules does.
+func MarshalRules(rules []Rule) ([]byte, error) {
+	doc := rulesDoc{Version: RulesFormat, Rules: make([]fileRule, len(rules))}
+	for i, r := range rules {
+		fr := fileRule{
+			ID: r.ID, Key: string(r.Key), Endpoint: r.Endpoint, Algorithm: r.Algorithm, MaxRequests: r.Limit,
+			Window: formatWindow(r.Window), Burst: r.Burst, Tier: r.Tier, Cost: r.Cost, Shadow: r.Shadow,
+			Overrides: r.Overrides,
+		}
+		if r.Mode != hybrid.ModeDefault {
+			fr.Mode = r.Mode.String()
+		}
+		if r.Policy != hybrid.PolicyDefault {
+			fr.Policy = r.Policy.String()
+		}
+		doc.Rules[i] = fr
+	}
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ParseRules(data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// formatWindow is the inverse of parseWindow.
+func formatWindow(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
+}
+
+// WatchConfig configures WatchFile and WatchRedis. The zero value is ready
+// to use.
+type WatchConfig struct {
+	// PollInterval is how often the source is read whatever the
+	// notifications say: the backstop for a lost file event or Redis
+	// message. Default 2s for a file, 1s for Redis (one HMGET per node).
+	PollInterval time.Duration
+	// Debounce is how long a file must stay quiet after an event before it
+	// is read, so an editor's several writes make one reload. Default
+	// 100ms. WatchRedis ignores it: a published version is whole.
+	Debounce time.Duration
+	// Logger receives a line per reload and per rejected version. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// MeterProvider provides the reload counter
+	// (hybridlimit.http.rules.reloads). Default otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+}
+
+// watcher is what both sources share: the config with defaults, and the
+// reload counter.
+type watcher struct {
+	cfg     WatchConfig
+	log     *slog.Logger
+	reloads metric.Int64Counter
+	source  attribute.KeyValue
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+func newWatcher(cfg WatchConfig, source string, poll time.Duration) (*watcher, error) {
+	if cfg.PollInterval < 0 {
+		return nil, fmt.Errorf("%w: PollInterval %v: must not be negative", ErrInvalidWatch, cfg.PollInterval)
+	}
+	if cfg.Debounce < 0 {
+		return nil, fmt.Errorf("%w: Debounce %v: must not be negative", ErrInvalidWatch, cfg.Debounce)
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = poll
+	}
+	if cfg.Debounce == 0 {
+		cfg.Debounce = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	reloads, err := cfg.MeterProvider.Meter(meterName).Int64Counter("hybridlimit.http.rules.reloads",
+		metric.WithDescription("Rules versions read from a file or Redis, by source and result (applied or rejected)."),
+		metric.WithUnit("{version}"))
+	if err != nil {
+		return nil, err
+	}
+	return &watcher{
+		cfg: cfg, reloads: reloads, source: attribute.String("source", source),
+		log: cfg.Logger.With("source", source),
+	}, nil
+}
+
+// ErrInvalidWatch reports a bad WatchConfig or argument of WatchFile or
+// WatchRedis, naming the field.
+var ErrInvalidWatch = errors.New("httplimit: invalid watch")
+
+var (
+	resultApplied  = attribute.String("result", "applied")
+	resultRejected = attribute.String("result", "rejected")
+)
+
+// load parses data and hands the rules to apply. A bad version is logged
+// and counted, and apply is not called: the previous rules keep serving.
+func (w *watcher) load(ctx context.Context, data []byte, version string, apply func([]Rule) error) error {
+	rules, err := ParseRules(data)
+	if err == nil {
+		err = apply(rules)
+	}
+	if err != nil {
+		w.reloads.Add(ctx, 1, metric.WithAttributes(w.source, resultRejected))
+		w.log.Error("httplimit: rules rejected; the previous rules keep serving", "version", version, "error", err)
+		return err
+	}
+	w.reloads.Add(ctx, 1, metric.WithAttributes(w.source, resultApplied))
+	w.log.Info("httplimit: rules applied", "version", version, "rules", len(rules))
+	return nil
+}
+
+// FileSource watches a rules file and applies each new valid version. Its
+// methods are safe for concurrent use.
+type FileSource struct {
+	w     *watcher
+	path  string
+	apply func([]Rule) error
+
+	last    [sha256.Size]byte // the content last read, applied or rejected
+	lastErr string            // why the file could not be read at the last check
+}
+
+// WatchFile reads the rules file at path, hands its rules to apply, and
+// then applies each new version of the file until ctx ends or Close is
+// called.
+//
+// It watches the file's directory, not the file, so it sees editors that
+// save by renaming a new file over the old one and Kubernetes volumes that
+// swap a "..data" symlink. Events are debounced; the file is also read
+// every PollInterval, in case an event is lost, and it is applied only when
+// its content changed. A version that does not parse, or that apply
+// refuses, is logged and counted (hybridlimit.http.rules.reloads with
+// result=rejected), and the previous rules keep serving.
+//
+// The first version must be valid: WatchFile returns its error, having
+// started nothing. apply is called from one goroutine at a time.
+func WatchFile(ctx context.Context, path string, apply func([]Rule) error, cfg WatchConfig) (*FileSource, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: path: required", ErrInvalidWatch)
+	}
+	if apply == nil {
+		return nil, fmt.Errorf("%w: apply: required", ErrInvalidWatch)
+	}
+	w, err := newWatcher(cfg, "file", 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	s := &FileSource{w: w, path: path, apply: apply}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s.last = sha256.Sum256(data)
+	if err := w.load(ctx, data, hashVersion(s.last), apply); err != nil {
+		return nil, err
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err == nil {
+		if err = fw.Add(filepath.Dir(path)); err != nil {
+			fw.Close()
+		}
+	}
+	if err != nil {
+		// Polling still reloads, only later.
+		w.log.Warn("httplimit: cannot watch the rules file's directory; polling only", "path", path, "error", err)
+		fw = nil
+	}
+	ctx, w.stop = context.WithCancel(ctx)
+	w.wg.Go(func() { s.run(ctx, fw) })
+	return s, nil
+}
+
+func hashVersion(h [sha256.Size]byte) string { return fmt.Sprintf("sha256:%x", h[:8]) }
+
+// run waits for events and ticks until ctx ends.
+func (s *FileSource) run(ctx context.Context, fw *fsnotify.Watcher) {
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if fw != nil {
+		defer fw.Close()
+		events, errs = fw.Events, fw.Errors
+	}
+	poll := time.NewTicker(s.w.cfg.PollInterval)
+	defer poll.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			// Any change in the directory: the file may be reached through
+			// a symlink the event names (..data), not the file itself.
+			debounce.Reset(s.w.cfg.Debounce)
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			s.w.log.Warn("httplimit: watching the rules file", "path", s.path, "error", err)
+		case <-debounce.C:
+			s.check(ctx)
+		case <-poll.C:
+			s.check(ctx)
+		}
+	}
+}
+
+// check reads the file and loads it if its content changed.
+func (s *FileSource) check(ctx context.Context) {
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		// Counted once per failure, not per poll.
+		if err.Error() != s.lastErr {
+			s.lastErr = err.Error()
+			s.w.reloads.Add(ctx, 1, metric.WithAttributes(s.w.source, resultRejected))
+			s.w.log.Error("httplimit: rules file unreadable; the previous rules keep serving", "path", s.path, "error", err)
+		}
+		return
+	}
+	s.lastErr = ""
+	h := sha256.Sum256(data)
+	if h == s.last {
+		return
+	}
+	s.last = h
+	s.w.load(ctx, data, hashVersion(h), s.apply)
+}
+
+// Close stops watching and waits for the watcher's goroutine to end. It is
+// idempotent.
+func (s *FileSource) Close() error {
+	s.w.close()
+	return nil
+}
+
+func (w *watcher) close() {
+	if w.stop != nil {
+		w.stop()
+	}
+	w.wg.Wait()
+}

@@ -1,0 +1,239 @@
+package httplimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// rulesKeys are the Redis names of the published rules: one hash (fields
+// version and rules) and the channel that announces a new version. Both
+// carry the hash tag {rules}, which no limiter key can have (their tags
+// hold a rule name and a digest), so they live in one Cluster slot.
+type rulesKeys struct {
+	hash    string
+	channel string
+}
+
+func keysOf(ks hybrid.Keyspace) (rulesKeys, error) {
+	prefix := ks.Prefix
+	if prefix == "" {
+		prefix = syncer.DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return rulesKeys{}, fmt.Errorf("%w: Keyspace.Prefix %q: must not contain '{' or '}'", ErrInvalidWatch, prefix)
+	}
+	return rulesKeys{hash: prefix + ":{rules}:doc", channel: prefix + ":{rules}:changed"}, nil
+}
+
+// publishScript stores a new version and announces it in one step, so a
+// watcher that hears the message finds the rules it announces. The epoch,
+// set when the hash is created, tells a version 1 published after Redis
+// lost the hash from the version 1 before. The hash has no TTL: it is
+// configuration, kept until replaced.
+var publishScript = redis.NewScript(`
+local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('HSETNX', KEYS[1], 'epoch', ARGV[3])
+redis.call('HSET', KEYS[1], 'rules', ARGV[1])
+redis.call('PUBLISH', ARGV[2], v)
+return v
+`)
+
+// PublishRules validates rules, stores them in Redis under the keyspace
+// as a new version, and announces it to every WatchRedis on the same
+// keyspace. It returns the new version number, which counts up from 1.
+//
+// The rules are stored as the JSON document MarshalRules returns, in the
+// hash <prefix>:{rules}:doc, and announced on the channel
+// <prefix>:{rules}:changed; both share one hash tag, so this works on a
+// Redis Cluster too.
+func PublishRules(ctx context.Context, c redis.Scripter, ks hybrid.Keyspace, rules []Rule) (int64, error) {
+	keys, err := keysOf(ks)
+	if err != nil {
+		return 0, err
+	}
+	data, err := MarshalRules(rules)
+	if err != nil {
+		return 0, err
+	}
+	epoch := make([]byte, 8)
+	rand.Read(epoch)
+	return publishScript.Run(ctx, c, []string{keys.hash}, data, keys.channel, hex.EncodeToString(epoch)).Int64()
+}
+
+// RedisSource follows the rules published in Redis and applies each new
+// version. Its methods are safe for concurrent use.
+type RedisSource struct {
+	w     *watcher
+	c     redis.UniversalClient
+	keys  rulesKeys
+	apply func([]Rule) error
+	ps    *redis.PubSub
+
+	version string       // the epoch and version last read, applied or rejected; "" for none
+	seen    atomic.Int64 // version, for Version
+}
+
+// WatchRedis applies the rules last published under the keyspace (see
+// PublishRules), if any, and then each new version until ctx ends or Close
+// is called.
+//
+// A new version is announced by pub/sub, so every node applies it within
+// a round trip; the version number is also read every PollInterval
+// (default 1s), and whenever the subscription is re-established, so a lost
+// message or a dropped connection delays a version by at most about
+// PollInterval. A version that does not parse, or that apply refuses, is
+// logged and counted (hybridlimit.http.rules.reloads, result=rejected), and
+// the previous rules keep serving.
+//
+// If Redis cannot be read at the start, WatchRedis logs it and keeps
+// trying in the background; the caller's rules, if any, keep serving. A
+// published version that is bad at the start is returned as an error,
+// having started nothing. apply is called from one goroutine at a time.
+func WatchRedis(ctx context.Context, c redis.UniversalClient, ks hybrid.Keyspace, apply func([]Rule) error, cfg WatchConfig) (*RedisSource, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: client: required", ErrInvalidWatch)
+	}
+	if apply == nil {
+		return nil, fmt.Errorf("%w: apply: required", ErrInvalidWatch)
+	}
+	keys, err := keysOf(ks)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWatcher(cfg, "redis", time.Second)
+	if err != nil {
+		return nil, err
+	}
+	s := &RedisSource{w: w, c: c, keys: keys, apply: apply}
+	// Subscribe first: a version published while the first one is read
+	// is then announced to us.
+	s.ps = c.Subscribe(ctx, keys.channel)
+	if err := s.check(ctx); err != nil && !errors.Is(err, errUnreachable) {
+		s.ps.Close()
+		return nil, err
+	}
+	ctx, w.stop = context.WithCancel(ctx)
+	kick := make(chan struct{}, 1)
+	w.wg.Go(func() { s.receive(ctx, kick) })
+	w.wg.Go(func() { s.run(ctx, kick) })
+	return s, nil
+}
+
+// errUnreachable marks a check that could not read Redis.
+var errUnreachable = errors.New("httplimit: rules: Redis unreachable")
+
+// receive turns the subscription's messages, and its confirmations (sent
+// again on every reconnection), into kicks of run.
+func (s *RedisSource) receive(ctx context.Context, kick chan<- struct{}) {
+	backoff := 10 * time.Millisecond
+	for {
+		msg, err := s.ps.Receive(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// The next Receive reconnects; wait a little so a Redis that is
+			// down is not dialled in a loop.
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch msg.(type) {
+		case *redis.Message, *redis.Subscription:
+			select {
+			case kick <- struct{}{}:
+			default: // a check is already due
+			}
+		}
+	}
+}
+
+// run checks the version on each kick and each poll until ctx ends.
+func (s *RedisSource) run(ctx context.Context, kick <-chan struct{}) {
+	defer s.ps.Close() // ends receive's Receive, which the context does not
+	poll := time.NewTicker(s.w.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		case <-poll.C:
+		}
+		s.check(ctx)
+	}
+}
+
+// check reads the version and, when it changed, the rules, and loads them.
+func (s *RedisSource) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, min(s.w.cfg.PollInterval, 5*time.Second))
+	defer cancel()
+	vals, err := s.c.HMGet(ctx, s.keys.hash, "version", "epoch").Result()
+	if err == nil {
+		if vals[0] == nil {
+			// Nothing published, or Redis lost it (flushed, restarted
+			// empty): the rules in force stay.
+			return nil
+		}
+		if s.tag(vals) == s.version {
+			return nil
+		}
+		// All three in one read: the rules are those of the version.
+		vals, err = s.c.HMGet(ctx, s.keys.hash, "version", "epoch", "rules").Result()
+	}
+	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil // closing
+		}
+		s.w.log.Warn("httplimit: cannot read the rules from Redis", "error", err)
+		return fmt.Errorf("%w: %w", errUnreachable, err)
+	}
+	if vals[0] == nil {
+		return nil // deleted between the two reads
+	}
+	v, _ := vals[0].(string)
+	doc, _ := vals[2].(string)
+	s.version = s.tag(vals)
+	n, _ := strconv.ParseInt(v, 10, 64)
+	s.seen.Store(n)
+	return s.w.load(ctx, []byte(doc), v, s.apply)
+}
+
+// tag is a version's identity: its epoch and its number.
+func (s *RedisSource) tag(vals []any) string {
+	v, _ := vals[0].(string)
+	e, _ := vals[1].(string)
+	return e + "/" + v
+}
+
+// Version returns the version number last read from Redis, applied or
+// rejected, or 0 before any.
+func (s *RedisSource) Version() int64 {
+	return s.seen.Load()
+}
+
+// Close stops watching, closes the subscription (not the client) and
+// waits for the watcher's goroutines to end. It is idempotent.
+func (s *RedisSource) Close() error {
+	s.w.close()
+	return nil
+}

@@ -1,0 +1,433 @@
+package httplimit
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+)
+
+// Header names, in canonical form so that they are set without
+// canonicalizing.
+const (
+	hdrXLimit     = "X-Ratelimit-Limit"
+	hdrXRemaining = "X-Ratelimit-Remaining"
+	hdrXReset     = "X-Ratelimit-Reset"
+	hdrPolicy     = "Ratelimit-Policy"
+	hdrRateLimit  = "Ratelimit"
+	hdrRetryAfter = "Retry-After"
+)
+
+// ProblemType is the type of the problem+json body of a refusal: the
+// quota-exceeded problem type of draft-ietf-httpapi-ratelimit-headers-11.
+const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// item is one matched rule of a request and its decision.
+type item struct {
+	c      *compiledRule
+	req    hybrid.Request
+	shadow bool
+	d      hybrid.Decision
+}
+
+// scratch is one request's working memory, pooled so that a request
+// allocates none of it.
+type scratch struct {
+	items []item
+	reqs  []hybrid.Request
+	out   []hybrid.Decision
+	buf   []byte
+	vals  [6]int // ends of the header values in buf
+}
+
+// Handler returns next behind the middleware. The method value m.Handler
+// is a func(http.Handler) http.Handler, as routers take middleware.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+}
+
+// request holds what a request's keys are made of, each looked up once
+// and only when a rule needs it.
+type request struct {
+	r                      *http.Request
+	ip, apiKey, user, tier string
+	haveIP, haveKey        bool
+	haveUser, okUser       bool
+	haveTier               bool
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	set := m.set.Load()
+	if set == nil || len(set.rules) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	sc := m.pool.Get().(*scratch)
+	pass := m.limit(w, r, set, sc)
+	m.pool.Put(sc)
+	if pass {
+		next.ServeHTTP(w, r)
+	}
+}
+
+// limit decides r, sets the response's rate-limit headers, and answers a
+// refusal itself. It reports whether the request passes to the next
+// handler. sc is not used after it returns.
+func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet, sc *scratch) bool {
+	sc.items = sc.items[:0]
+	var cost int64
+	if m.cfg.Cost != nil {
+		cost = m.cfg.Cost(r)
+	}
+	q := request{r: r}
+	for _, c := range set.rules {
+		if !c.pat.match(r) {
+			continue
+		}
+		key, ok := m.key(&q, c.key)
+		if !ok {
+			continue
+		}
+		hr := c.base
+		if c.tier != "" || c.over != nil {
+			tier := m.tier(&q)
+			if c.tier != "" && tier != c.tier {
+				continue
+			}
+			if o := c.over[key]; o != nil {
+				hr = o
+			} else if o := c.over[tier]; o != nil && tier != "" {
+				hr = o
+			}
+		}
+		n := c.cost
+		if cost > 0 {
+			n = cost
+		}
+		sc.items = append(sc.items, item{c: c, req: hybrid.Request{Rule: hr, Key: key, N: n}, shadow: c.shadow || m.cfg.Shadow})
+	}
+	if len(sc.items) == 0 {
+		return true
+	}
+	defer func() { clear(sc.items); clear(sc.reqs) }() // keep no request's keys in the pool
+	admitted, decided := m.decide(r, sc, false)
+	if !decided {
+		return true // the Limiter was misused (logged): the request passes
+	}
+	if admitted {
+		if ok, _ := m.decide(r, sc, true); !ok {
+			m.met.shadowRefused.Add(r.Context(), 1)
+		}
+	}
+	m.writeHeaders(w, sc, admitted)
+	if !admitted {
+		m.met.refused.Add(r.Context(), 1)
+		m.refuse(w, sc)
+	}
+	return admitted
+}
+
+// key returns the key of a rule of type t, and false when the request has
+// none.
+func (m *Middleware) key(q *request, t KeyType) (string, bool) {
+	switch t {
+	case KeyIP:
+		if !q.haveIP {
+			q.ip, q.haveIP = m.ip.key(m.ip.resolve(q.r)), true
+		}
+		return q.ip, true
+	case KeyAPIKey:
+		return m.apiKey(q), q.apiKey != ""
+	default:
+		if !q.haveUser {
+			q.haveUser = true
+			if m.cfg.UserFunc != nil {
+				q.user, q.okUser = m.cfg.UserFunc(q.r)
+			}
+		}
+		return q.user, q.okUser && q.user != ""
+	}
+}
+
+func (m *Middleware) apiKey(q *request) string {
+	if !q.haveKey {
+		q.haveKey = true
+		if v := q.r.Header[m.apiKeyHeader]; len(v) > 0 {
+			q.apiKey = v[0]
+		}
+	}
+	return q.apiKey
+}
+
+// tier returns the request's tier: its API key's.
+func (m *Middleware) tier(q *request) string {
+	if !q.haveTier {
+		q.haveTier = true
+		if k := m.apiKey(q); k != "" {
+			if m.cfg.TierFunc != nil {
+				q.tier = m.cfg.TierFunc(k)
+			} else {
+				q.tier = m.cfg.Tiers[k]
+			}
+		}
+	}
+	return q.tier
+}
+
+// decide decides the shadow items, or the enforced ones, all or nothing,
+// and writes their decisions. It reports whether they were admitted, and
+// whether they were decided at all: false when the Limiter reports misuse
+// (logged), which lets the request pass.
+func (m *Middleware) decide(r *http.Request, sc *scratch, shadow bool) (admitted, decided bool) {
+	sc.reqs, sc.out = sc.reqs[:0], sc.out[:0]
+	first := -1
+	for i := range sc.items {
+		if sc.items[i].shadow == shadow {
+			if first < 0 {
+				first = i
+			}
+			sc.reqs = append(sc.reqs, sc.items[i].req)
+		}
+	}
+	var err error
+	switch len(sc.reqs) {
+	case 0:
+		return true, true
+	case 1:
+		it := &sc.items[first]
+		it.d, err = m.l.AllowN(r.Context(), it.req.Rule, it.req.Key, it.req.N)
+		admitted = it.d.Allowed()
+	default:
+		if cap(sc.out) < len(sc.reqs) {
+			sc.out = make([]hybrid.Decision, len(sc.reqs))
+		}
+		sc.out = sc.out[:len(sc.reqs)]
+		admitted, err = m.l.AllowMulti(r.Context(), sc.reqs, sc.out)
+		j := 0
+		for i := range sc.items {
+			if sc.items[i].shadow == shadow {
+				sc.items[i].d = sc.out[j]
+				j++
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, hybrid.ErrUnavailable) {
+		m.met.errors.Add(r.Context(), 1)
+		m.logger.Error("httplimit: the limiter could not decide; the request passes", "err", err)
+		return true, false
+	}
+	if err != nil || m.degraded(sc, shadow) {
+		m.met.degraded.Add(r.Context(), 1)
+	}
+	return admitted, true
+}
+
+// degraded reports whether a failure policy made one of the decisions.
+func (m *Middleware) degraded(sc *scratch, shadow bool) bool {
+	for i := range sc.items {
+		if sc.items[i].shadow == shadow && sc.items[i].d.Reason() == hybrid.ReasonUnavailable {
+			return true
+		}
+	}
+	return false
+}
+
+// violated reports whether it refused the request, or would have.
+func (it *item) violated() bool {
+	return !it.d.Allowed() && it.d.Reason() != hybrid.ReasonOK
+}
+
+// decided reports whether it has a decision: shadow items are decided only
+// when the enforced ones admit.
+func (it *item) decided(admitted bool) bool { return admitted || !it.shadow }
+
+// seconds returns d in whole seconds, rounded up.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// reset returns the t of an item: the seconds until its quota is whole
+// again, or for a violated item until the refused request would be
+// admitted (at least 1), so that Retry-After is never below it.
+func (it *item) reset() int64 {
+	if it.violated() {
+		return max(seconds(it.d.RetryAfter()), 1)
+	}
+	return seconds(it.d.ResetAfter())
+}
+
+// headline returns the item the single-policy headers describe: on a
+// refusal the violated rule with the longest wait; otherwise the one with
+// the least remaining (the longest reset among equals).
+func headline(sc *scratch, admitted bool) *item {
+	var best *item
+	for i := range sc.items {
+		it := &sc.items[i]
+		if !it.decided(admitted) {
+			continue
+		}
+		switch {
+		case best == nil:
+			best = it
+		case !admitted:
+			if it.violated() && (!best.violated() || it.d.RetryAfter() > best.d.RetryAfter()) {
+				best = it
+			}
+		case it.d.Remaining() < best.d.Remaining() ||
+			it.d.Remaining() == best.d.Remaining() && it.d.ResetAfter() > best.d.ResetAfter():
+			best = it
+		}
+	}
+	return best
+}
+
+// writeHeaders sets the rate-limit headers of the decided items, and
+// Retry-After on a refusal. All values are built in one buffer, then
+// copied into a header block: one allocation (two when they are too long
+// for one).
+func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted bool) {
+	h := headline(sc, admitted)
+	b := sc.buf[:0]
+	var names [6]string
+	n := 0
+	end := func(name string) {
+		names[n], sc.vals[n] = name, len(b)
+		n++
+	}
+	if !m.cfg.DisableXRateLimit {
+		b = strconv.AppendInt(b, h.d.Limit(), 10)
+		end(hdrXLimit)
+		b = strconv.AppendInt(b, h.d.Remaining(), 10)
+		end(hdrXRemaining)
+		t := h.reset()
+		if m.cfg.ResetUnix {
+			t += m.clock.Now().Unix()
+		}
+		b = strconv.AppendInt(b, t, 10)
+		end(hdrXReset)
+	}
+	if m.cfg.RateLimitHeaders {
+		first := true
+		for i := range sc.items {
+			it := &sc.items[i]
+			if !it.decided(admitted) {
+				continue
+			}
+			if !first {
+				b = append(b, ", "...)
+			}
+			first = false
+			b = appendName(b, it.c.id)
+			b = append(b, ";q="...)
+			b = strconv.AppendInt(b, it.d.Limit(), 10)
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, it.c.window, 10)
+		}
+		end(hdrPolicy)
+		b = appendName(b, h.c.id)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, h.d.Remaining(), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, h.reset(), 10)
+		end(hdrRateLimit)
+	}
+	if !admitted {
+		b = strconv.AppendInt(b, m.retryAfter(sc), 10)
+		end(hdrRetryAfter)
+	}
+	sc.buf = b
+	if n == 0 {
+		return
+	}
+	var vals []string
+	var str string
+	// One allocation: the values' bytes and the backing array of their
+	// slices together, in the smaller block they fit; the bytes are never
+	// written again, so the strings may point into them.
+	switch {
+	case n <= 3 && len(b) <= len(headerBlock3{}.buf):
+		blk := new(headerBlock3)
+		copy(blk.buf[:], b)
+		str, vals = unsafe.String(&blk.buf[0], len(b)), blk.vals[:n]
+	case len(b) <= len(headerBlock6{}.buf):
+		blk := new(headerBlock6)
+		copy(blk.buf[:], b)
+		str, vals = unsafe.String(&blk.buf[0], len(b)), blk.vals[:n]
+	default:
+		str, vals = string(b), make([]string, n)
+	}
+	hdr := w.Header()
+	start := 0
+	for i := range n {
+		vals[i] = str[start:sc.vals[i]]
+		start = sc.vals[i]
+		hdr[names[i]] = vals[i : i+1 : i+1]
+	}
+}
+
+// headerBlock3 and headerBlock6 hold a response's rate-limit header values:
+// their bytes, and the backing array of their one-element slices, in one
+// allocation. headerBlock3 (80 bytes) fits the X-RateLimit-* fields.
+type headerBlock3 struct {
+	vals [3]string
+	buf  [32]byte
+}
+
+type headerBlock6 struct {
+	vals [6]string
+	buf  [112]byte
+}
+
+// appendName appends a rule ID as a Structured Field string; IDs are rule
+// names, which need no escaping.
+func appendName(b []byte, id string) []byte {
+	b = append(b, '"')
+	b = append(b, id...)
+	return append(b, '"')
+}
+
+// retryAfter returns Retry-After in seconds: the longest wait among the
+// violated rules, jittered, rounded up, at least 1.
+func (m *Middleware) retryAfter(sc *scratch) int64 {
+	var d time.Duration
+	for i := range sc.items {
+		if it := &sc.items[i]; !it.shadow && it.violated() {
+			d = max(d, time.Duration(it.reset())*time.Second, it.d.RetryAfter())
+		}
+	}
+	if m.cfg.RetryJitter > 0 {
+		d += rand.N(m.cfg.RetryJitter + 1)
+	}
+	return max(seconds(d), 1)
+}
+
+// refuse answers 429 with a problem+json body naming the violated
+// policies.
+func (m *Middleware) refuse(w http.ResponseWriter, sc *scratch) {
+	b := sc.buf[:0]
+	b = append(b, `{"type":"`+ProblemType+`","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":[`...)
+	first := true
+	for i := range sc.items {
+		if it := &sc.items[i]; !it.shadow && it.violated() {
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = appendName(b, it.c.id)
+		}
+	}
+	b = append(b, "]}\n"...)
+	sc.buf = b
+	hdr := w.Header()
+	hdr["Content-Type"] = []string{"application/problem+json"}
+	hdr["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(b) //nolint:errcheck // the client is gone; nothing to do
+}
