@@ -1,6 +1,7 @@
 // Command cluster is the cluster demo (make demo): four node processes
-// serving HTTP share one limit per client through Redis, in hybrid mode, and
-// keep it while Redis is killed and started again.
+// serving HTTP behind the hybrid/httplimit middleware share one limit per
+// client through Redis, in hybrid mode, and keep it while Redis is killed and
+// started again.
 //
 // The driver installs redis-server when it is missing (scripts/redis.sh
 // ensure), starts it on a free loopback port, starts four nodes (this binary
@@ -8,11 +9,11 @@
 // client far over its limit spread over every node, a client whose requests
 // mostly go to one node, new clients arriving, and steady clients under
 // their limit. Every second it prints each node's admitted and refused
-// requests, decision latency p99 and mode, Redis's scripts and commands per
-// second, and what the cluster admitted for the watched clients against
-// their limit. A third of the way in Redis is killed (SIGKILL); two thirds in
-// it is started again, empty. At the end it prints a summary per phase and
-// writes the timeline to -out/timeline.svg.
+// requests, the middleware's latency p99 and the node's mode, Redis's
+// scripts and commands per second, and what the cluster admitted for the
+// watched clients against their limit. A third of the way in Redis is killed
+// (SIGKILL); two thirds in it is started again, empty. At the end it prints
+// a summary per phase and writes the timeline to -out/timeline.svg.
 //
 // Every process it starts is stopped by PID when the run ends, fails or is
 // interrupted (Ctrl-C, SIGTERM); on Linux the kernel also kills them if the

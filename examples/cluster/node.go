@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/bits"
@@ -22,11 +21,13 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// clientHeader carries the client's key: the demo's load generator sets it.
-const clientHeader = "X-Client"
+// clientHeader carries the client's key, as an API key: the load generator
+// sets it, the middleware keys the rule by it.
+const clientHeader = httplimit.DefaultAPIKeyHeader
 
 // nodeOptions configure one node process.
 type nodeOptions struct {
@@ -37,25 +38,23 @@ type nodeOptions struct {
 	algo  string // local.ParseAlgorithm's name of a window algorithm
 }
 
-// latencyName names what the nodes time: Limiter.Allow.
-const latencyName = "decision"
+// latencyName names what the nodes time: the middleware, from just before
+// it to the handler it protects or to its 429.
+const latencyName = "middleware"
 
 // fallbackName names, in the table, the mode a node decides in while its
 // Limiter cannot reach Redis: the rule's failure policy.
 const fallbackName = "fallback (FailLocal)"
 
-// demoRule is the rule every node registers: one limit per client key, in
-// hybrid mode, each node deciding against its lease of the client's budget.
-func demoRule(algo string, limit int64) (hybrid.Rule, error) {
-	a, err := local.ParseAlgorithm(algo)
-	if err != nil {
-		return hybrid.Rule{}, err
+// demoRule is the middleware's rule on every node: GET /api limited per
+// client (API key), in hybrid mode, each node deciding against its lease of
+// the client's budget.
+func demoRule(algo string, limit int64) httplimit.Rule {
+	return httplimit.Rule{
+		ID: "per-client", Key: httplimit.KeyAPIKey, Endpoint: "GET /api",
+		Algorithm: algo, Limit: limit, Window: time.Second,
+		Mode: hybrid.Hybrid, Policy: hybrid.FailLocal,
 	}
-	lim, err := hybrid.NewLimit(hybrid.Params{Algorithm: a, Limit: limit, Window: time.Second})
-	if err != nil {
-		return hybrid.Rule{}, err
-	}
-	return hybrid.Rule{Name: "per-client", Limit: lim, Mode: hybrid.Hybrid, Policy: hybrid.FailLocal}, nil
 }
 
 // runNode serves HTTP until SIGTERM or SIGINT, or until its standard input
@@ -84,11 +83,19 @@ func runNode(o nodeOptions) error {
 		return err
 	}
 	defer lim.Close()
-	dr, err := demoRule(o.algo, o.limit)
+	dr := demoRule(o.algo, o.limit)
+	mw, err := httplimit.New(lim, httplimit.Config{Rules: []httplimit.Rule{dr}, MeterProvider: mp, Logger: logger})
 	if err != nil {
 		return err
 	}
-	rule, err := lim.Register(dr)
+	// The middleware registered the rule: registering it again returns it,
+	// to ask which mode it runs in (a limit too small to lease runs central).
+	a, err := local.ParseAlgorithm(dr.Algorithm)
+	if err != nil {
+		return err
+	}
+	rule, err := lim.Register(hybrid.Rule{Name: dr.ID, Mode: dr.Mode, Policy: dr.Policy,
+		Limit: hybrid.MustLimit(hybrid.Params{Algorithm: a, Limit: dr.Limit, Window: dr.Window})})
 	if err != nil {
 		return err
 	}
@@ -98,9 +105,7 @@ func runNode(o nodeOptions) error {
 
 	st := &nodeStats{reader: reader}
 	mux := http.NewServeMux()
-	mux.Handle("GET /api", limitByClient(lim, rule, st)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte("ok\n"))
-	})))
+	mux.Handle("GET /api", st.timed(mw.Handler(http.HandlerFunc(st.admit))))
 	mux.HandleFunc("GET /stats", st.serve)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -137,46 +142,60 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// limitByClient limits each request by its client key (the X-Client header):
-// 429 when refused. A decision made by the failure policy while Redis is
-// unavailable is a decision like another (the Limiter counts it in
-// hybridlimit.fallback.decisions); any other error of the Limiter (misuse)
-// is counted and lets the request through, as package httplimit does.
-func limitByClient(l *hybrid.Limiter, r *hybrid.Rule, st *nodeStats) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			key := req.Header.Get(clientHeader)
-			if key == "" {
-				http.Error(w, "missing "+clientHeader, http.StatusBadRequest)
-				return
-			}
-			start := time.Now()
-			d, err := l.Allow(req.Context(), r, key)
-			st.latency.record(time.Since(start))
-			if err != nil && !errors.Is(err, hybrid.ErrUnavailable) {
-				st.failed.Add(1)
-				next.ServeHTTP(w, req)
-				return
-			}
-			if !d.Allowed() {
-				st.refused.Add(1)
-				secs := (d.RetryAfter() + time.Second - 1) / time.Second
-				w.Header().Set("Retry-After", strconv.FormatInt(max(int64(secs), 1), 10))
-				http.Error(w, "rate limited", http.StatusTooManyRequests)
-				return
-			}
-			st.admitted.Add(1)
-			next.ServeHTTP(w, req)
-		})
+// timing is one request's start, and whether the middleware let it through.
+type timing struct {
+	start   time.Time
+	reached bool
+}
+
+type timingKey struct{}
+
+// timed measures the middleware's decision: from just before it to the
+// handler it protects (admitted), or to its 429 (refused), which it counts;
+// admit counts the admitted.
+func (s *nodeStats) timed(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		t := &timing{}
+		req = req.WithContext(context.WithValue(req.Context(), timingKey{}, t))
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		t.start = time.Now()
+		next.ServeHTTP(sw, req)
+		if !t.reached {
+			s.latency.record(time.Since(t.start))
+		}
+		if sw.code == http.StatusTooManyRequests {
+			s.refused.Add(1)
+		}
+	})
+}
+
+// admit is the protected handler: the request was admitted.
+func (s *nodeStats) admit(w http.ResponseWriter, req *http.Request) {
+	if t, ok := req.Context().Value(timingKey{}).(*timing); ok {
+		s.latency.record(time.Since(t.start))
+		t.reached = true
 	}
+	s.admitted.Add(1)
+	w.Write([]byte("ok\n"))
+}
+
+// statusWriter remembers the status code of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // nodeStats are a node's counters since it started, served as JSON on
 // /stats; the driver takes the differences.
 type nodeStats struct {
-	admitted, refused, failed atomic.Int64
-	latency                   histogram
-	reader                    *sdkmetric.ManualReader
+	admitted, refused atomic.Int64
+	latency           histogram
+	reader            *sdkmetric.ManualReader
 }
 
 // statsReply is the JSON of /stats.
@@ -192,7 +211,7 @@ func (s *nodeStats) serve(w http.ResponseWriter, req *http.Request) {
 	m := s.metrics(req.Context())
 	rep := statsReply{
 		Admitted: s.admitted.Load(), Refused: s.refused.Load(),
-		Degraded: m.degraded, Failed: s.failed.Load(),
+		Degraded: m.degraded, Failed: m.errors,
 		RedisAvailable: m.available,
 		Latency:        s.latency.snapshot(),
 	}
@@ -200,10 +219,12 @@ func (s *nodeStats) serve(w http.ResponseWriter, req *http.Request) {
 	json.NewEncoder(w).Encode(rep)
 }
 
-// metricValues are the figures the node reads from the Limiter's metrics.
+// metricValues are the figures the node reads from the Limiter's and the
+// middleware's metrics.
 type metricValues struct {
 	available bool  // hybridlimit.redis.available
 	degraded  int64 // hybridlimit.fallback.decisions: made by a failure policy
+	errors    int64 // hybridlimit.http.errors: requests the Limiter could not decide
 }
 
 func (s *nodeStats) metrics(ctx context.Context) metricValues {
@@ -222,10 +243,15 @@ func (s *nodeStats) metrics(ctx context.Context) metricValues {
 					}
 				}
 			case metricdata.Sum[int64]:
-				if m.Name == "hybridlimit.fallback.decisions" {
-					for _, p := range d.DataPoints {
-						v.degraded += p.Value
-					}
+				var n int64
+				for _, p := range d.DataPoints {
+					n += p.Value
+				}
+				switch m.Name {
+				case "hybridlimit.fallback.decisions":
+					v.degraded = n
+				case "hybridlimit.http.errors":
+					v.errors = n
 				}
 			}
 		}
