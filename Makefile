@@ -13,7 +13,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 # so comparison peers never reach users' dependency graphs) once it exists.
 MODULES := . $(if $(wildcard bench/go.mod),bench)
 
-.PHONY: test test-go bench demo lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy
+.PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy
 
 ## test: start a Redis server and a 3-master Cluster, vet and test every module with -race, stop them.
 test:
@@ -45,9 +45,19 @@ test-go:
 bench:
 	bash scripts/with-redis.sh bash scripts/bench.sh
 
-## demo: run the local-mode example. (A cluster demo, several nodes sharing
-## limits through Redis, is not there yet.)
+## demo: the cluster demo (examples/cluster): four node processes share one
+## limit per client through a redis-server it starts (installed with apt-get
+## when missing), which it kills and starts again; a live table, a summary
+## and .run/demo/timeline.svg. About 35 s. DEMO_FLAGS passes flags to it.
 demo:
+	bash scripts/redis.sh ensure >&2
+	mkdir -p .run/demo
+	$(GO) build -o .run/demo/cluster ./examples/cluster
+	.run/demo/cluster -out .run/demo $(DEMO_FLAGS)
+
+## demo-local: the local-mode tour (examples/local): six algorithms on the
+## same traffic, in virtual time; installs nothing.
+demo-local:
 	$(GO) run ./examples/local
 
 ## lint: gofmt, go vet, staticcheck and go mod tidy -diff on every module.
