@@ -97,6 +97,22 @@ func Markdown(meta Meta, results []*Result) string {
 		bound, why := Bound(r)
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", r.ran(), r.Spec.Workload, r.Spec.Algo, Pct(bound), why, Pct(r.Over.Max), r.Verdict())
 	}
+	if ut, ot := UsersMarkdown(results); ut != "" || ot != "" {
+		w("\n## api-users\n\n")
+		w("%s\n\n", usersText(results))
+		if ut != "" {
+			b.WriteString(ut)
+		}
+		if ot != "" {
+			w("\n### Outage\n\n")
+			w("The same workload (users scaled to the run's length, so the offered rate is the same), Redis killed with SIGKILL by PID at the start of the second measured window and restarted empty (no persistence) on the same port 10 s later. ")
+			w("Latencies are per decision, measured in the nodes; \"worst 1 s p99\" is the largest p99 of any second of the run; \"failed\" counts decisions that came with an error other than ErrUnavailable, \"policy\" those a failure policy made (Redis unavailable), \"dropped\" arrivals not decided by 1 s after the schedule's end. ")
+			w("The worst user's over-admission in the window of the outage and in the window after the restart is per user and window, as in the api-users table.\n\n")
+			b.WriteString(ot)
+		}
+		w("\n### api-users targets\n\n")
+		b.WriteString(ChecksMarkdown(UsersTargets(results)))
+	}
 	b.WriteString(strings.ReplaceAll(methodText, "{zipf}", zipfText()))
 	return b.String()
 }
@@ -214,3 +230,27 @@ the end of each run. Central mode at 100,000 decisions per second is beyond this
 those runs are INVALID (their achieved rate), as they should be; the curves hold central runs
 at rates it sustains (L ≤ 1,000).
 `
+
+// usersText describes the api-users runs as they were run.
+func usersText(results []*Result) string {
+	var s Spec
+	for _, r := range results {
+		if r.Spec.Set == SetUsers || r.Spec.Set == SetOutage {
+			s = r.Spec
+			if r.Spec.Set == SetUsers {
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s users (keys), each limited to %d per %v (fixed window, and GCRA with burst %d: two rules deciding every arrival, one after the other, "+
+		"each with its own figures; Redis figures are the run's, per decision of either rule). Per-user rates are heavy-tailed: 99%% of users ask for %.0f to %.0f per window "+
+		"(a Pareto of shape %.1f truncated there: most near %.0f), 1%% (every hundredth key) for %.0f × the limit. Each user comes for one session of %.0f window at a uniformly random time, "+
+		"so users keep arriving cold; each request goes to one of N = %d node processes at random. One warm-up window, then %d measured windows; offered about %s requests per second in total "+
+		"(the rate central mode serves on time here, two rules per request). "+
+		"Latency: each decision's, measured around the Allow call in the node (it includes one clock read). Under the limit: the requests of users under their limit in the measured windows; "+
+		"false rejections are those the exact replay admits. Over-admission: per user over the limit and window, admitted ÷ L − 1 (fixed window), or the largest excess of an interval "+
+		"ending in the window over the arrival curve (burst + rate × interval) ÷ L (GCRA); first window: the window the user's session starts in (the node holds no lease for it yet); later: the others. "+
+		"Redis CPU µs/dec: the server's CPU time per decision; vs central: that against central's.",
+		group(float64(s.Keys)), s.Limit, s.Window, s.Burst, UsersMinRate, UsersMaxRate, UsersAlpha, UsersMinRate, UsersAbuse, UsersSession,
+		s.Nodes, s.Windows, group(s.UsersRate()))
+}
