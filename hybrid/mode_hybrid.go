@@ -27,14 +27,14 @@ type hybridRule struct {
 
 var _ modeRule = (*hybridRule)(nil)
 
-// newHybridRule returns the hybrid form of sr, or nil when its limit cannot
-// be split into leases (the sliding window log, or a limit too small to
-// split among the nodes): such a rule runs Central.
+// newHybridRule returns the hybrid form of sr, at any limit and any number
+// of nodes. Its error wraps syncer.ErrNotLeasable when the limit has no
+// lease (the sliding window log; a bucket past the scripts' exact range).
 func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule, error) {
 	l := rs.l
 	lr, err := l.sync.LeaseRule(sr)
-	if err != nil || !lease.Split(lim, l.sync.Interval(), int(l.expectedNodes())) {
-		return nil, nil
+	if err != nil {
+		return nil, err
 	}
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
 	m.lease.Store(lr)

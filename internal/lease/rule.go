@@ -110,14 +110,3 @@ func (r *Rule) MaxCost() int64 { return r.lim.MaxCost() }
 
 // Nodes returns the number of live nodes (Cluster.Nodes).
 func (r *Rule) Nodes() int64 { return r.cluster.Nodes() }
-
-// Split reports whether limit and interval leave enough per node to lease:
-// the design goes central when per-node demand per sync period, limit ×
-// interval ÷ (window × nodes), is below about 10 (see docs/accuracy.md).
-func Split(lim local.Limit, interval time.Duration, nodes int) bool {
-	if nodes < 1 {
-		nodes = 1
-	}
-	perNode := float64(lim.Limit()) * interval.Seconds() / (lim.Window().Seconds() * float64(nodes))
-	return perNode >= 10
-}
