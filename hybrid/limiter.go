@@ -292,14 +292,14 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		if *rs.limit.Load() != r.Limit {
 			return nil, fmt.Errorf("%w: rule %q is registered with %v; use SetLimit to change it", ErrInvalidRule, r.Name, *rs.limit.Load())
 		}
-		if rs.requested != mode || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() {
-			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy or key TTL", ErrInvalidRule, r.Name)
+		if rs.requested != mode || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() || rs.waitLease != r.WaitForLease {
+			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy, key TTL or WaitForLease", ErrInvalidRule, r.Name)
 		}
 		out := r
 		out.state = rs
 		return &out, nil
 	}
-	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), counts: new(counters)}
+	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), waitLease: r.WaitForLease, counts: new(counters)}
 	lim := r.Limit
 	rs.limit.Store(&lim)
 	m, err := l.newMode(rs, mode, r.Mode == Hybrid, r.Limit)
@@ -405,7 +405,8 @@ func (l *Limiter) Allow(ctx context.Context, r *Rule, key string) (Decision, err
 // decide and the rule's failure policy did (the error wraps ErrUnavailable
 // and the Decision's Reason is ReasonUnavailable when it rejected).
 //
-// In hybrid mode ctx is not used: the decision never waits on Redis. In
+// In hybrid mode ctx is not used: the decision never waits on Redis, unless
+// the rule asks to (Rule.WaitForLease), when ctx bounds the wait. In
 // central mode it bounds the round trip.
 func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (Decision, error) {
 	rs, err := l.state(r)

@@ -162,7 +162,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 						t.Fatalf("%s: a decision without error (%+v) after policy decisions, Redis still %s", p.name, d, outage)
 					case d.Allowed():
 						s.leased++
-					case d.Reason() != local.ReasonOK && d.Reason() != local.ReasonNoLease:
+					case d.Reason() != local.ReasonOK && d.Reason() != local.ReasonLimited: // limited: no lease yet
 						t.Fatalf("%s: %+v before the policy decided", p.name, d)
 					}
 					enough := s.policy >= 100
