@@ -162,7 +162,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 						t.Fatalf("%s: a decision without error (%+v) after policy decisions, Redis still %s", p.name, d, outage)
 					case d.Allowed():
 						s.leased++
-					case d.Reason() != local.ReasonOK && d.Reason() != local.ReasonNoLease:
+					case d.Reason() != local.ReasonOK && d.Reason() != local.ReasonLimited: // limited: no lease yet
 						t.Fatalf("%s: %+v before the policy decided", p.name, d)
 					}
 					enough := s.policy >= 100
@@ -391,7 +391,7 @@ func TestCentralUnavailable(t *testing.T) {
 			})
 			rules := map[string]*hybrid.Rule{}
 			for _, p := range policyRules {
-				rules[p.name] = mustRegister(t, l, hybrid.Rule{Name: p.name, Limit: fixed(100, time.Minute), Policy: p.policy}, hybrid.Central)
+				rules[p.name] = mustRegister(t, l, hybrid.Rule{Name: p.name, Mode: hybrid.Central, Limit: fixed(100, time.Minute), Policy: p.policy}, hybrid.Central)
 				if d, err := l.Allow(ctx, rules[p.name], "k"); err != nil || !d.Allowed() {
 					t.Fatalf("before the outage: %+v, %v", d, err)
 				}
@@ -434,7 +434,7 @@ func TestCentralUnavailable(t *testing.T) {
 			Mode: hybrid.Central, ManualSync: true, Logger: quiet, Timeout: 20 * time.Millisecond,
 			Sync: syncer.SyncConfig{Nodes: 4},
 		})
-		r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(100, time.Hour), Policy: hybrid.FailLocal}, hybrid.Central)
+		r := mustRegister(t, l, hybrid.Rule{Name: "r", Mode: hybrid.Central, Limit: fixed(100, time.Hour), Policy: hybrid.FailLocal}, hybrid.Central)
 		srv.Kill()
 		var admitted int
 		for range 60 {

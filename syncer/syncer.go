@@ -634,6 +634,7 @@ func (s *Syncer) exchange(ctx context.Context, b *batch, st RoundStats, start ti
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Round(st)
 	}
+	s.cluster.RoundDone() // after the Observer: a waiter wakes to what it learned
 	return st, roundErr
 }
 

@@ -267,28 +267,37 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, low || k.flags&flagSynced == 0
 	}
-	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && k.used+n <= k.granted+a &&
-		k.roomFor(r, n+a*max(r.Nodes(), 1)) {
+	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && k.used+n <= k.reported()+a &&
+		k.roomFor(r, min(n+a*max(r.Nodes(), 1), r.limit)) {
 		// The allowance: a key without a lease (new to this node, or new in
-		// this window) admits up to ε × limit ÷ nodes as debt, reported at
-		// the next exchange, unless the node saw it exhausted in this window
-		// or the last.
+		// this window, or whose grant is used up) admits up to the
+		// allowance unreported, as debt reported at the next exchange,
+		// unless the node saw it exhausted in this window or the last. Once
+		// Redis has counted the debt, its room says whether more may come.
 		k.used += n
-		if k.flags&flagSynced == 0 || k.used-k.granted >= r.allowance()/2+1 {
+		if k.flags&flagSynced == 0 || k.used-k.reported() >= a/2+1 {
 			k.flags |= flagUrgent
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, true
 	}
 	k.flags |= flagUrgent
+	// A refusal says what the node may admit at once, less than n: never
+	// the cluster's estimate, which a node without a grant cannot use.
+	held := max(k.granted-k.used, 0)
 	if k.flags&flagExhausted != 0 {
 		retry := end
 		if r.counter {
 			retry = r.counterRetry(k, rnow, n)
 		}
-		return Verdict{Reason: local.ReasonLimited, Remaining: k.remaining(r, rnow), Reset: end, Retry: retry}, true
+		return Verdict{Reason: local.ReasonLimited, Remaining: min(k.remaining(r, rnow), held), Reset: end, Retry: retry}, true
 	}
-	return Verdict{Reason: local.ReasonNoLease, Remaining: k.remaining(r, rnow), Reset: end, Retry: r.minGap}, true
+	return Verdict{Reason: local.ReasonNoLease, Remaining: held, Reset: end, Retry: r.minGap}, true
 }
+
+// reported is what Redis counts of the node's use in the current window:
+// its grant, or the use it acknowledged beyond it. Use above it is debt not
+// yet reported.
+func (k *Lease) reported() int64 { return max(k.granted, k.acked) }
 
 // roomFor reports whether, by what the last reply said, the window has room
 // for x more beyond what is committed: the allowance is for keys far from
@@ -299,7 +308,7 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 func (k *Lease) roomFor(r *Rule, x int64) bool {
 	switch {
 	case k.room >= 0:
-		return k.room-max(k.used-k.granted, 0) >= x
+		return k.room-max(k.used-k.reported(), 0) >= x
 	case r.counter:
 		return k.prevR+max(k.used, k.granted)+x <= r.limit
 	default:
@@ -355,7 +364,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 		if k.rate > 0 {
 			retry = max(usec.CeilDiv((n-k.tokens)*r.w-k.rem, k.rate), 1)
 		}
-		return Verdict{Reason: local.ReasonLimited, Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r), Retry: retry}, true
+		return Verdict{Reason: local.ReasonLimited, Remaining: k.tokens, Reset: k.fullIn(r), Retry: retry}, true
 	}
 	// No share, or it expired.
 	if k.rate > 0 || k.burst > 0 || k.tokens > 0 {
@@ -380,7 +389,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 		return Verdict{Remaining: max(k.others-out-n, 0)}, true
 	}
 	k.flags |= flagUrgent
-	return Verdict{Reason: local.ReasonNoLease, Remaining: max(k.others, 0), Retry: r.minGap}, true
+	return Verdict{Reason: local.ReasonNoLease, Retry: r.minGap}, true
 }
 
 // refill brings the local tokens up to rnow (Redis time).
