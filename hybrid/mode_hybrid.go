@@ -74,10 +74,10 @@ func (m *hybridRule) allow(ctx context.Context, now int64, key string, n int64) 
 	}
 	if v.Reason == local.ReasonNoLease {
 		switch {
-		case m.l.unavailable.Load() != 0:
-			d, err := m.degraded(e, lr, now, key, n)
+		case m.l.breakerOpen():
+			d := m.degraded(e, lr, now, key, n)
 			e.Unlock()
-			return d, err
+			return d, nil
 		case lr.WaitsFirst():
 			return m.waitLease(ctx, e, lr, key, n)
 		}
@@ -130,10 +130,10 @@ func (m *hybridRule) waitLease(ctx context.Context, e *keyed.Entry[lease.Lease],
 			m.counts.count(v.Reason)
 			return dress(v, lr.MaxCost()), nil
 		}
-		if m.l.unavailable.Load() != 0 {
-			d, err := m.degraded(e, lr, now, key, n)
+		if m.l.breakerOpen() {
+			d := m.degraded(e, lr, now, key, n)
 			e.Unlock()
-			return d, err
+			return d, nil
 		}
 	}
 }
@@ -149,14 +149,14 @@ func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
 	return lease.Verdict{}, false
 }
 
-// degraded decides for a key without a lease while Redis is out of reach:
-// by FailLocal on a window rule's lease, else by the rule's failure policy,
-// recording in the lease what the policy admitted. e is key's entry, which
-// the caller holds locked.
-func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) (local.Decision, error) {
-	if m.fail.policy == FailLocal {
+// degraded decides for a key without a lease while Redis is out of reach,
+// or after Shutdown: by FailLocal on a window rule's lease, else by the
+// rule's failure policy, recording in the lease what the policy admitted.
+// e is key's entry, which the caller holds locked.
+func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) local.Decision {
+	if m.fail.policy == FailLocal || m.l.shut.Load() {
 		if d, ok := m.fallbackLease(e, lr, now, n); ok {
-			return d, errUnavailable
+			return d
 		}
 	}
 	// The nodes: as the last lease exchange counted them, or as the Config
@@ -165,13 +165,13 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 	if c := lr.Nodes(); c > 0 {
 		nodes = c
 	}
-	d, err := m.fail.decide(nodes, now, key, n, errUnavailable)
-	if d.Allowed() && e.Value.Charge(lr, now, n) {
+	d := m.fail.decide(nodes, now, key, n)
+	if d.Allowed() && e.Value.Charge(lr, now, n) && !m.l.shut.Load() {
 		// Recorded in the lease: the next exchange reports it, and Redis
 		// counts it once it answers again.
 		lr.Notify(e)
 	}
-	return d, err
+	return d
 }
 
 // lockedEntry returns key's entry, locked and with its digest set; nil when
@@ -193,12 +193,12 @@ func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, 
 	if !ok {
 		return local.Decision{}, false
 	}
-	if v.Reason == local.ReasonOK {
+	if v.Reason == local.ReasonOK && !m.l.shut.Load() {
 		lr.Notify(e)
 	}
 	m.counts.fallback.Add(1)
 	m.counts.count(v.Reason)
-	return dress(v, lr.MaxCost()), true
+	return dress(v, lr.MaxCost()).AsDegraded(), true
 }
 
 // idle is the store's eviction test: a key is forgotten once its lease is
