@@ -71,7 +71,7 @@ func RunNode(spec Spec, node int, out string) error {
 		lat    Slices
 		mu     sync.Mutex // central: guards lat
 		errs   atomic.Int64
-		unav   atomic.Int64 // decided by a failure policy (Redis unavailable)
+		unav   atomic.Int64 // made without Redis by a failure policy: Degraded, or an error wrapping ErrUnavailable
 		first  atomic.Pointer[string]
 		counts *[8]int64
 	}
@@ -154,10 +154,12 @@ func RunNode(spec Spec, node int, out string) error {
 			if !fixed {
 				reset = 0
 			}
-			if err != nil && errors.Is(err, hybrid.ErrUnavailable) {
+			if d.Degraded() || (err != nil && errors.Is(err, hybrid.ErrUnavailable)) {
 				// A failure policy's decision: not a failed request.
 				r.unav.Add(1)
-				err = nil
+				if errors.Is(err, hybrid.ErrUnavailable) {
+					err = nil
+				}
 			}
 			return d.Allowed(), uint8(d.Reason()), reset, err
 		}
@@ -287,7 +289,7 @@ func RunNode(spec Spec, node int, out string) error {
 		sum.Errors = int(r.errs.Load())
 		sum.Unavailable = r.unav.Load()
 		if spec.Mode == ModeNaive && naives[i].errs > 0 {
-			sum.Errors += naives[i].errs
+			// Failed pushes, retried at the next sync: no request failed.
 			sum.FirstErr = fmt.Sprintf("naive: %d failed pushes", naives[i].errs)
 		}
 		if p := r.first.Load(); p != nil && sum.FirstErr == "" {

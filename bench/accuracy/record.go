@@ -102,8 +102,9 @@ type NodeSummary struct {
 	Decided   int    // decisions made (records written)
 	Dropped   int    // arrivals not decided by the deadline (central, overloaded)
 	Errors    int    // decisions that came with an error other than ErrUnavailable: failed requests
-	// Unavailable counts the decisions a failure policy made (Redis
-	// unavailable): an error wrapping hybrid.ErrUnavailable.
+	// Unavailable counts the decisions a failure policy made without Redis:
+	// Decision.Degraded, or (before policy decisions came with a nil error)
+	// an error wrapping hybrid.ErrUnavailable.
 	Unavailable int64
 	FirstErr    string
 	Reasons     [8]int64 // decisions by local.Reason

@@ -160,17 +160,26 @@ type UsersResult struct {
 }
 
 // ColdBound returns the cold-start bound of a user's first window for the
-// run's mode, as a fraction of the limit, and where it comes from. Hybrid:
-// a node's first request for a key it holds no lease for is decided at
-// once, at most max(1, ⌈εL/N⌉) per node before the first lease arrives
-// (ε = 0.05), so N × that over L.
+// run's mode, as a fraction of the limit, and where it comes from. Hybrid
+// (docs/accuracy.md, "Debt"): a node without a lease for a key admits at
+// most a = max(1, ⌈εC/N⌉) as debt while its lease is fetched (C the limit,
+// or the bucket's burst; ε = 0.05), so the cluster at most N·a over the
+// limit (fixed window) or over the arrival curve (GCRA), here ÷ L.
 func ColdBound(s Spec) (float64, string) {
 	switch s.Mode {
 	case ModeCentral:
 		return 0, "exact"
 	case ModeHybrid:
-		a := max(1, math.Ceil(0.05*float64(s.Limit)/float64(s.Nodes)))
-		return float64(s.Nodes) * a / float64(s.Limit), fmt.Sprintf("N × max(1, ⌈εL/N⌉) ÷ L: %.0f per node before its first lease", a)
+		c := float64(s.Limit)
+		if bucket(s.Algo) {
+			lim, err := s.Lim()
+			if err != nil {
+				return math.NaN(), err.Error()
+			}
+			c = float64(lim.Burst())
+		}
+		a := max(1, math.Ceil(0.05*c/float64(s.Nodes)))
+		return float64(s.Nodes) * a / float64(s.Limit), fmt.Sprintf("N·a ÷ L, a = max(1, ⌈εC/N⌉) = %.0f per node before its first lease", a)
 	case ModeNaive:
 		return math.NaN(), "none: each node admits up to L until its first sync"
 	}
