@@ -294,3 +294,11 @@ func TestUsersOverAdmission(t *testing.T) {
 	assert.EqualValues(t, 1, u.UnderFalseRej)
 	assert.InDelta(t, 50, u.UnderFalseRejPct, 1e-9)
 }
+
+func TestSpliceSection(t *testing.T) {
+	doc := "# R\n\n## Main table\n\nx\n\n## Method\n\nm\n"
+	once := SpliceSection(doc, "p", "## S\n\none\n")
+	assert.Equal(t, "# R\n\n## Main table\n\nx\n\n<!-- section p -->\n## S\n\none\n<!-- /section p -->\n\n## Method\n\nm\n", once)
+	twice := SpliceSection(once, "p", "## S\n\ntwo\n")
+	assert.Equal(t, strings.Replace(once, "one", "two", 1), twice)
+}

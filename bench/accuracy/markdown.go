@@ -97,24 +97,79 @@ func Markdown(meta Meta, results []*Result) string {
 		bound, why := Bound(r)
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", r.ran(), r.Spec.Workload, r.Spec.Algo, Pct(bound), why, Pct(r.Over.Max), r.Verdict())
 	}
+	b.WriteString(usersSection(results, "##"))
+	b.WriteString(strings.ReplaceAll(methodText, "{zipf}", zipfText()))
+	return b.String()
+}
+
+// usersSection renders the api-users and outage tables and their targets,
+// under a heading of level h ("##").
+func usersSection(results []*Result, h string) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	if ut, ot := UsersMarkdown(results); ut != "" || ot != "" {
-		w("\n## api-users\n\n")
+		w("\n%s api-users\n\n", h)
 		w("%s\n\n", usersText(results))
 		if ut != "" {
 			b.WriteString(ut)
 		}
 		if ot != "" {
-			w("\n### Outage\n\n")
+			w("\n%s# Outage\n\n", h)
 			w("The same workload (users scaled to the run's length, so the offered rate is the same), Redis killed with SIGKILL by PID at the start of the second measured window and restarted empty (no persistence) on the same port 10 s later. ")
 			w("Latencies are per decision, measured in the nodes; \"worst 1 s p99\" is the largest p99 of any second of the run; \"failed\" counts decisions that came with an error other than ErrUnavailable, \"policy\" those a failure policy made (Redis unavailable), \"dropped\" arrivals not decided by 1 s after the schedule's end. ")
 			w("The worst user's over-admission in the window of the outage and in the window after the restart is per user and window, as in the api-users table.\n\n")
 			b.WriteString(ot)
 		}
-		w("\n### api-users targets\n\n")
+		w("\n%s# api-users targets\n\n", h)
 		b.WriteString(ChecksMarkdown(UsersTargets(results)))
 	}
-	b.WriteString(strings.ReplaceAll(methodText, "{zipf}", zipfText()))
 	return b.String()
+}
+
+// Section renders a partial run as a section of the results document: its
+// own date, machine and command, its main-table rows and targets, and the
+// api-users and outage tables, for a run that measured only those (the
+// rest of the document keeps its figures).
+func Section(meta Meta, title string, results []*Result) string {
+	var mainRes []*Result
+	for _, r := range Sorted(results) {
+		if r.Spec.Set == SetMain {
+			mainRes = append(mainRes, r)
+		}
+	}
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("## %s\n\n", title)
+	w("Measured apart from the tables above, by `make bench-accuracy ACCURACY_FLAGS='...'` with the flags below; the rest of this page keeps its own run's figures.\n\n")
+	w("- Date: %s; total run time %.1f min\n", meta.Date, meta.TotalSeconds/60)
+	w("- Machine: %d cores (%s), %s, Redis %s (a private redis-server on loopback, persistence off)\n", meta.Cores, meta.CPU, meta.GoVersion, meta.Redis)
+	w("- Command: `%s`\n", meta.Command)
+	w("- Library: commit %s\n", meta.Commit)
+	if len(mainRes) > 0 {
+		w("\n### Main-table rows: the other leasable algorithms\n\n")
+		w("As the main table: N = 8, L = %d per 1 s window, %d measured windows, sync interval 100 ms.\n\n", DefaultLimit, meta.Windows)
+		b.WriteString(MarkdownTable(mainRes))
+		w("\n")
+		b.WriteString(ChecksMarkdown(Targets(results)))
+	}
+	b.WriteString(usersSection(results, "###"))
+	return b.String()
+}
+
+// SpliceSection puts section into doc between the markers named name,
+// replacing what they held, or, the first time, before the Method.
+func SpliceSection(doc, name, section string) string {
+	begin, end := "<!-- section "+name+" -->\n", "<!-- /section "+name+" -->\n"
+	body := begin + section + end
+	if i := strings.Index(doc, begin); i >= 0 {
+		if j := strings.Index(doc[i:], end); j >= 0 {
+			return doc[:i] + body + doc[i+j+len(end):]
+		}
+	}
+	if i := strings.Index(doc, "\n## Method"); i >= 0 {
+		return doc[:i+1] + body + doc[i:]
+	}
+	return doc + "\n" + body
 }
 
 // zipfText describes the Zipf workload as run.

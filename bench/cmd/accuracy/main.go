@@ -55,6 +55,7 @@ var (
 	doCurves     = flag.Bool("curves", true, "run the curves (L × N grid)")
 	only         = flag.String("only", "", "run only the runs whose id matches this regexp")
 	docPath      = flag.String("doc", "", "write the results as Markdown to this file")
+	docSection   = flag.String("doc-section", "", "with -doc: put this partial run into the document as its own section (titled so), keeping the rest")
 	imgDir       = flag.String("img", "", "write the curves' SVG plots to this directory")
 	keep         = flag.Bool("keep", false, "keep the decision records (.rec) of every run")
 	zipfRate     = flag.Float64("zipf-rate", accuracy.ZipfRate, "total offered rate of the Zipf workload, per second")
@@ -472,7 +473,17 @@ func report(meta accuracy.Meta, results []*accuracy.Result) error {
 		fmt.Println()
 		fmt.Println("plots:", strings.Join(imgs, " "))
 	}
-	if *docPath != "" {
+	if *docPath != "" && *docSection != "" {
+		old, err := os.ReadFile(*docPath)
+		if err != nil {
+			return err
+		}
+		md := accuracy.SpliceSection(string(old), "partial", accuracy.Section(meta, *docSection, results))
+		if err := os.WriteFile(*docPath, []byte(md), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("document:", *docPath, "(section", *docSection+")")
+	} else if *docPath != "" {
 		md := accuracy.Markdown(meta, results)
 		if err := os.WriteFile(*docPath, []byte(md), 0o644); err != nil {
 			return err
