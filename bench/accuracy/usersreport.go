@@ -18,7 +18,7 @@ var usersColumns = []string{
 }
 
 var outageColumns = []string{
-	"mode", "algo", "keys", "down s", "lat p99 µs (run)", "worst 1 s p99 µs",
+	"mode", "algo", "keys", "down s", "lat p99 µs (run)", "worst 1 s p99 µs (second of the run)",
 	"down p50/p99/max µs", "decided while down", "after restart p99 µs",
 	"failed", "policy", "dropped", "worst user, outage window", "worst user, window after",
 	"late p99 ms", "verdict",
@@ -77,7 +77,7 @@ func (r *Result) outageCells() []string {
 	killW := int(s.KillAt / s.Window)
 	afterW := int((s.KillAt + s.Down + s.Window - 1) / s.Window)
 	return []string{
-		r.ran(), s.Algo, fmt.Sprint(s.Keys), fmt.Sprintf("%.0f", s.Down.Seconds()), us(r.Latency.P99), us(r.Latency.WorstP99),
+		r.ran(), s.Algo, fmt.Sprint(s.Keys), fmt.Sprintf("%.0f", s.Down.Seconds()), us(r.Latency.P99), fmt.Sprintf("%s (s %d)", us(r.Latency.WorstP99), r.Latency.WorstSecond),
 		us(r.Latency.DownP50) + " / " + us(r.Latency.DownP99) + " / " + us(r.Latency.DownMax), fmt.Sprint(r.Latency.DownDecided), us(r.Latency.AfterP99),
 		fmt.Sprint(r.Errors), fmt.Sprint(r.Unavailable), fmt.Sprint(r.Dropped), worst(killW), worst(afterW),
 		fmt.Sprintf("%.1f", r.Lateness.P99), r.Verdict(),
