@@ -265,7 +265,9 @@ func RunNode(spec Spec, node int, out string) error {
 			if !ok {
 				break
 			}
-			for i < len(sched) && T0+int64(sched[i].At) <= now {
+			// A node behind its schedule stops at the deadline too: what is
+			// left is dropped, not decided minutes late.
+			for i < len(sched) && T0+int64(sched[i].At) <= now && now <= deadline {
 				for j, rec := range decideAt(sched[i], false) {
 					rules[j].recs = append(rules[j].recs, rec)
 				}

@@ -478,7 +478,7 @@ func report(meta accuracy.Meta, results []*accuracy.Result) error {
 		if err != nil {
 			return err
 		}
-		md := accuracy.SpliceSection(string(old), "partial", accuracy.Section(meta, *docSection, results))
+		md := accuracy.SpliceSection(string(old), slug(*docSection), accuracy.Section(meta, *docSection, results))
 		if err := os.WriteFile(*docPath, []byte(md), 0o644); err != nil {
 			return err
 		}
@@ -601,4 +601,23 @@ func (s *server) stop() {
 		}
 		s.logf.Close()
 	})
+}
+
+// slug names a document section by its title: lower-case letters and
+// digits, dashes between.
+func slug(title string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(title) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(r)
+			dash = false
+		} else {
+			dash = true
+		}
+	}
+	return b.String()
 }
