@@ -88,3 +88,79 @@ func BenchmarkHybrid(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFlood compares, in one run, the cost of a key flooded far past
+// its limit: GCRA 1,000,000/s, burst 100,000, on one node, offered 10× its
+// limit (the clock moves 1µs every 10 requests), so that most decisions are
+// refusals. local is local.Limiter.Allow; local-mode hybrid.Limiter.Allow
+// on a Local rule; hybrid the same on a Hybrid rule, its share renewed by a sync round every 2^16 requests
+// (outside the timer), as the background syncer does. It needs
+// HYBRIDLIMIT_REDIS_ADDR.
+func BenchmarkFlood(b *testing.B) {
+	addr := os.Getenv("HYBRIDLIMIT_REDIS_ADDR")
+	if addr == "" {
+		b.Skip("HYBRIDLIMIT_REDIS_ADDR is not set: make bench starts Redis")
+	}
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer client.Close()
+	clock := &vclock{}
+	clock.us.Store(t0.UnixMicro())
+	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1_000_000, Window: time.Second, Burst: 100_000})
+	l, err := hybrid.New(hybrid.Config{
+		Redis: client, Clock: clock, ManualSync: true, VirtualTime: true,
+		Keyspace: syncer.Keyspace{Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano())},
+		Sync:     syncer.SyncConfig{Nodes: 1},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	hr, err := l.Register(hybrid.Rule{Name: "flood", Limit: lim, Mode: hybrid.Hybrid})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lr, err := l.Register(hybrid.Rule{Name: "flood-local", Limit: lim, Mode: hybrid.Local})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lo, err := local.New(lim, local.Config{Clock: clock, NoBackgroundSweep: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lo.Close()
+	ctx := context.Background()
+	sync := func(b *testing.B) {
+		b.StopTimer()
+		if _, err := l.SyncAt(ctx, clock.Now()); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	l.Allow(ctx, hr, hotKey)
+	sync(b)
+	for _, c := range []struct {
+		name  string
+		allow func() bool
+	}{
+		{"local", func() bool { return lo.Allow(hotKey).Allowed() }},
+		{"local-mode", func() bool { d, _ := l.Allow(ctx, lr, hotKey); return d.Allowed() }},
+		{"hybrid", func() bool { d, _ := l.Allow(ctx, hr, hotKey); return d.Allowed() }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var i, admitted int
+			for b.Loop() {
+				if c.allow() {
+					admitted++
+				}
+				if i++; i%10 == 0 {
+					clock.us.Add(1)
+				}
+				if i%(1<<16) == 0 && c.name == "hybrid" {
+					sync(b)
+				}
+			}
+			b.ReportMetric(float64(admitted)/float64(i), "admitted/op")
+		})
+	}
+}
