@@ -329,7 +329,9 @@ func (k *Lease) remaining(r *Rule, rnow int64) int64 {
 		left := r.ws - (rnow-k.wid)/r.step
 		budget = max(r.limit*r.ws-k.prevR*left, 0) / r.ws
 	}
-	return max(budget-k.others-max(k.used, k.granted), 0) + max(k.granted-k.used, 0)
+	// At most the budget: a reply's figures may disagree (others counted
+	// with a grant Redis since revoked), never the estimate with the limit.
+	return min(max(budget-k.others-max(k.used, k.granted), 0)+max(k.granted-k.used, 0), budget)
 }
 
 func (r *Rule) counterRetry(k *Lease, rnow, n int64) int64 {
@@ -360,7 +362,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 			if low {
 				k.flags |= flagUrgent
 			}
-			return Verdict{Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r)}, low
+			return Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}, low
 		}
 		k.flags |= flagUrgent
 		retry := r.minGap
@@ -390,7 +392,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 		if k.flags&flagSynced == 0 || out+n >= a/2+1 {
 			k.flags |= flagUrgent
 		}
-		return Verdict{Remaining: max(pool-out-n, 0)}, true
+		return Verdict{Remaining: min(max(pool-out-n, 0), r.burst)}, true
 	}
 	k.flags |= flagUrgent
 	return Verdict{Reason: local.ReasonNoLease, Retry: r.minGap}, true
