@@ -290,3 +290,25 @@ func TestAfterShutdown(t *testing.T) {
 	}
 	assert.Equal(t, before, cnt.calls.Load(), "decisions after Shutdown asked Redis")
 }
+
+// BenchmarkCentralBreakerOpen: a central decision while the breaker is open
+// (redis-server killed): the failure policy decides without a call, so a
+// decision costs a local one, far below Config.Timeout.
+func BenchmarkCentralBreakerOpen(b *testing.B) {
+	srv := redistest.Start(b)
+	l := newNode(b, hybrid.Config{
+		Redis: redistest.Client(b, srv.Addr), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)},
+		Mode: hybrid.Central, Timeout: 250 * time.Millisecond, ManualSync: true, Logger: quiet,
+	})
+	r := mustRegister(b, l, hybrid.Rule{Name: "c", Limit: fixed(1<<40, time.Hour), Policy: hybrid.FailLocal}, hybrid.Central)
+	srv.Kill()
+	ctx := context.Background()
+	if d, err := l.Allow(ctx, r, "k"); err != nil || !d.Degraded() {
+		b.Fatalf("the first decision with Redis killed: %v, %v", d, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		l.Allow(ctx, r, "k")
+	}
+}

@@ -54,8 +54,14 @@
 //
 // The rule's Policy decides what Redis cannot: FailOpen admits, FailClosed
 // rejects, FailLocal (the default) gives each node its part of the limit.
-// A hybrid lease held is used to its end first. Decisions made by a policy
-// come with an error wrapping ErrUnavailable.
+// A hybrid lease held is used to its end first. A decision made by a policy
+// is an ordinary one: its error is nil and Decision.Degraded reports it; a
+// non-nil error means misuse (ErrUnknownRule, ErrRedis). Once the Limiter
+// knows Redis is unavailable, central decisions go to the policy without a
+// call (a circuit breaker), and a background probe PINGs Redis, with
+// backoff, until it answers. Ping serves a health endpoint, and
+// Config.RequireRedis makes New fail when Redis does not answer. After
+// Shutdown every rule decides locally, on this node's part of its limit.
 //
 // # Lifecycle and metrics
 //

@@ -176,6 +176,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Mode %d: unknown", ErrInvalidConfig, c.Mode)
 	case c.Mode != Local && c.Redis == nil:
 		return fmt.Errorf("%w: Mode %s: needs Redis", ErrInvalidConfig, c.Mode)
+	case c.RequireRedis && c.Redis == nil:
+		return fmt.Errorf("%w: RequireRedis: needs Redis", ErrInvalidConfig)
 	case c.Policy > FailLocal:
 		return fmt.Errorf("%w: Policy %d: unknown", ErrInvalidConfig, c.Policy)
 	case c.Timeout < 0:

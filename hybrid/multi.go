@@ -38,6 +38,10 @@ type Request struct {
 // the central charge is refunded. A concurrent request may be refused on
 // account of a charge about to be refunded; none is admitted past a limit.
 // Local rules combine only with local rules (ErrMixedModes).
+//
+// When Redis cannot decide, or the circuit breaker is open, each central
+// rule's failure policy decides its request (Degraded, as AllowN says), and
+// the error is nil; errors mean misuse, as for AllowN.
 func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision) (bool, error) {
 	if len(out) < len(reqs) {
 		panic("hybrid: AllowMulti: out is shorter than reqs")

@@ -30,7 +30,8 @@ const (
 	// for the key yet; RetryAfter is about one round trip to Redis.
 	ReasonNoLease
 	// ReasonUnavailable is used by the distributed modes: the shared store
-	// could not be reached and the failure policy decided.
+	// could not be reached and the failure policy decided (the Decision is
+	// Degraded).
 	ReasonUnavailable
 )
 

@@ -151,8 +151,14 @@ func (r *Rule) Notify(e *keyed.Entry[Lease]) {
 	}
 }
 
-// signal wakes whoever waits on c, unless it is already signalled.
+// signal wakes whoever waits on c, unless it is already signalled: a key
+// refused at every request of a flood would otherwise take c's lock each
+// time for a send that fails. (len is a hint read without the lock; a
+// stale one only tries the send.)
 func signal(c chan struct{}) {
+	if len(c) == cap(c) {
+		return
+	}
 	select {
 	case c <- struct{}{}:
 	default:

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -109,4 +110,51 @@ func TestAllowanceRenews(t *testing.T) {
 	v, _ = k.Decide(r, now+40, 1)
 	assert.Equal(t, local.ReasonNoLease, v.Reason)
 	assert.Equal(t, int64(0), v.Remaining)
+}
+
+// TestVerdictsAgree: whatever the replies, a verdict's figures agree with
+// its reason: a refusal says less than its cost remains, and its retry is
+// positive; an admission's remaining is within what the rule can admit.
+func TestVerdictsAgree(t *testing.T) {
+	for _, alg := range []local.Algorithm{local.FixedWindow, local.SlidingWindowCounter, local.TokenBucket, local.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := local.MustLimit(local.Params{Algorithm: alg, Limit: 20, Window: time.Second})
+			r := coldRule(t, lim, 4, false)
+			rng := rand.New(rand.NewPCG(1, 2))
+			const w = int64(1e6)
+			now := int64(1_900_000_000)*w + 1
+			var k Lease
+			for i := range 20000 {
+				now += rng.Int64N(w / 20)
+				n := 1 + rng.Int64N(3)
+				v, _ := k.Decide(r, now, n)
+				if v.Reason == local.ReasonOK {
+					assert.LessOrEqual(t, v.Remaining, r.MaxCost(), "step %d", i)
+				} else {
+					assert.Less(t, v.Remaining, n, "step %d: a refusal (%v) says %d remain of a cost %d", i, v.Reason, v.Remaining, n)
+					assert.Positive(t, v.Retry, "step %d", i)
+				}
+				if rng.IntN(4) != 0 {
+					continue
+				}
+				q := k.Request(r, now, false)
+				k.Answered()
+				rnow := now + rng.Int64N(200) - 100
+				if r.buckets {
+					share := rng.Int64N(8)
+					k.ApplyBucket(r, &q, &BucketReply{
+						Now: rnow, Epoch: 1, Rate: share, Burst: share, Expiry: rnow + 300_000,
+						Grant: rng.Int64N(share + 1), Pool: rng.Int64N(25) - 4, PoolRate: rng.Int64N(21), PoolCap: 20, Live: 4,
+					}, now)
+					continue
+				}
+				committed := rng.Int64N(25)
+				k.ApplyWindow(r, &q, &WindowReply{
+					Now: rnow, Window: rnow - rnow%w, Epoch: 1, Granted: rng.Int64N(8), Used: q.Cur.Used,
+					Committed: committed, PrevCommitted: rng.Int64N(25), Exhausted: committed >= 20,
+					Live: 4, Room: max(20-committed, 0),
+				}, now)
+			}
+		})
+	}
 }

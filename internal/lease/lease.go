@@ -41,6 +41,9 @@ type Lease struct {
 	// remains: windows: committed by other nodes in the current window,
 	// and committed in the previous one; buckets: the pool's tokens.
 	others, prevR int64
+	// Buckets: the pool's rate per W and capacity, and the Redis time of
+	// the reply that told them, to age others (the pool) since (poolNow).
+	prate, pcap, pat int64
 	// room is the current window's budget less what is committed in it,
 	// by the last reply in it; -1 when no reply came in this window yet.
 	room int64
@@ -326,7 +329,9 @@ func (k *Lease) remaining(r *Rule, rnow int64) int64 {
 		left := r.ws - (rnow-k.wid)/r.step
 		budget = max(r.limit*r.ws-k.prevR*left, 0) / r.ws
 	}
-	return max(budget-k.others-max(k.used, k.granted), 0) + max(k.granted-k.used, 0)
+	// At most the budget: a reply's figures may disagree (others counted
+	// with a grant Redis since revoked), never the estimate with the limit.
+	return min(max(budget-k.others-max(k.used, k.granted), 0)+max(k.granted-k.used, 0), budget)
 }
 
 func (r *Rule) counterRetry(k *Lease, rnow, n int64) int64 {
@@ -357,7 +362,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 			if low {
 				k.flags |= flagUrgent
 			}
-			return Verdict{Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r)}, low
+			return Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}, low
 		}
 		k.flags |= flagUrgent
 		retry := r.minGap
@@ -381,15 +386,30 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 	// nodes together never owe more than ε × burst + nodes.
 	a := r.allowance()
 	out := k.debt - k.debtSent
-	if a > 0 && out+n <= a && (k.flags&flagSynced == 0 || k.others-out >= n) {
+	pool := k.poolNow(r, rnow)
+	if a > 0 && out+n <= a && (k.flags&flagSynced == 0 || pool-out >= n) {
 		k.debt += n
 		if k.flags&flagSynced == 0 || out+n >= a/2+1 {
 			k.flags |= flagUrgent
 		}
-		return Verdict{Remaining: max(k.others-out-n, 0)}, true
+		return Verdict{Remaining: min(max(pool-out-n, 0), r.burst)}, true
 	}
 	k.flags |= flagUrgent
 	return Verdict{Reason: local.ReasonNoLease, Retry: r.minGap}, true
+}
+
+// poolNow estimates the pool's tokens at rnow (Redis time): as the last
+// reply told, refilled since at the rate nobody held then, up to its
+// capacity. A quiet key's pool, drained by shares since given back, has
+// refilled long before its next request; read as of the reply, it would
+// refuse what an exact limiter admits. Others' debt since is not seen:
+// the allowance still bounds what the node admits unreported.
+func (k *Lease) poolNow(r *Rule, rnow int64) int64 {
+	if k.prate <= 0 || rnow <= k.pat || k.others >= k.pcap {
+		return k.others
+	}
+	elapsed := min(rnow-k.pat, usec.CeilDiv((k.pcap-k.others)*r.w, k.prate))
+	return min(k.others+elapsed*k.prate/r.w, k.pcap)
 }
 
 // refill brings the local tokens up to rnow (Redis time).

@@ -334,4 +334,5 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	}
 	k.last = max(k.last, v.Now)
 	k.others = v.Pool
+	k.prate, k.pcap, k.pat = v.PoolRate, v.PoolCap, v.Now
 }
