@@ -61,6 +61,7 @@ var (
 	zipfRate     = flag.Float64("zipf-rate", accuracy.ZipfRate, "total offered rate of the Zipf workload, per second")
 	noColdStart  = flag.Bool("no-cold-start", false, "diagnostic: turn the hybrid's cold-start allowance off (SyncConfig.NoColdStart)")
 	render       = flag.Bool("render", false, "render -out/results.json again; run nothing")
+	mergeFrom    = flag.String("merge", "", "add the results of an earlier results.json that this run did not measure again (same run id and algorithm)")
 
 	moreAlgos = flag.String("more-algos", "counter,token,leaky", "the other leasable algorithms of the main table, run on -more-workloads in -more-modes")
 	moreWorks = flag.String("more-workloads", "uniform,under", "workloads of -more-algos")
@@ -183,6 +184,26 @@ func run() error {
 		}
 	}
 	meta.TotalSeconds = time.Since(started).Seconds()
+	if *mergeFrom != "" {
+		b, err := os.ReadFile(*mergeFrom)
+		if err != nil {
+			return fmt.Errorf("-merge: %w", err)
+		}
+		var f file
+		if err := json.Unmarshal(b, &f); err != nil {
+			return fmt.Errorf("-merge: %s: %w", *mergeFrom, err)
+		}
+		have := map[[2]string]bool{}
+		for _, r := range results {
+			have[[2]string{r.Spec.ID, r.Spec.Algo}] = true
+		}
+		for _, r := range f.Results {
+			if !have[[2]string{r.Spec.ID, r.Spec.Algo}] {
+				results = append(results, r)
+			}
+		}
+		meta.Command += " (with the results of " + *mergeFrom + ", measured " + f.Meta.Date + ")"
+	}
 	b, err := json.MarshalIndent(file{meta, results}, "", " ")
 	if err != nil {
 		return err
@@ -362,7 +383,7 @@ func runOne(ctx context.Context, rc *redis.Client, srv *server, s accuracy.Spec)
 	} else {
 		outage <- nil
 	}
-	limit := time.Until(time.UnixMicro(s.T0)) + s.Duration() + 30*time.Second
+	limit := time.Until(time.UnixMicro(s.T0)) + s.Duration() + 60*time.Second
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	var firstErr error
@@ -373,8 +394,16 @@ func runOne(ctx context.Context, rc *redis.Client, srv *server, s accuracy.Spec)
 				firstErr = err
 			}
 		case <-timer.C:
+			// SIGQUIT first: a Go process prints its goroutines' stacks
+			// (into its log) and exits.
+			for _, c := range procs {
+				if c != nil && c.Process != nil {
+					c.Process.Signal(syscall.SIGQUIT)
+				}
+			}
+			time.Sleep(2 * time.Second)
 			killAll(procs)
-			return nil, fmt.Errorf("nodes still running after %v: killed", limit.Round(time.Second))
+			return nil, fmt.Errorf("nodes still running after %v: stacks in their logs, killed", limit.Round(time.Second))
 		case <-ctx.Done():
 			killAll(procs)
 			return nil, ctx.Err()
