@@ -73,7 +73,6 @@ func RunNode(spec Spec, node int, out string) error {
 		errs   atomic.Int64
 		unav   atomic.Int64 // made without Redis by a failure policy: Degraded, or an error wrapping ErrUnavailable
 		first  atomic.Pointer[string]
-		counts *[8]int64
 	}
 	rules := make([]*rule, len(algos))
 	var stops []func()

@@ -48,7 +48,7 @@ var (
 	windows      = flag.Int("windows", 30, "measured 1 s windows per run of the main table (after one warm-up window)")
 	curveWindows = flag.Int("curve-windows", 10, "measured windows per run of the curves")
 	nodes        = flag.Int("nodes", 8, "N of the main table")
-	algos        = flag.String("algos", "fixed,gcra", "algorithms of the main table (fixed, gcra, counter)")
+	algos        = flag.String("algos", "fixed,gcra", "algorithms of the main table (fixed, gcra, counter, token, leaky)")
 	modes        = flag.String("modes", "central,hybrid,naive,local", "modes of the main table")
 	works        = flag.String("workloads", strings.Join(accuracy.Workloads, ","), "workloads of the main table (also: "+accuracy.WorkColdSkewed+")")
 	doMain       = flag.Bool("main", true, "run the main table")
