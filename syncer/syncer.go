@@ -23,7 +23,7 @@ import (
 const (
 	DefaultInterval = 100 * time.Millisecond
 	DefaultEpsilon  = 0.05
-	DefaultBatch    = 256
+	DefaultBatch    = 64
 )
 
 // SyncConfig configures a Syncer. Every zero field takes the default it
@@ -93,8 +93,10 @@ type SyncConfig struct {
 	// for nodes yet to ask for a new key, and the failure policy's split of
 	// a limit. Default 0: no allowance until the first round.
 	Nodes int
-	// Batch is how many scripts go in one pipeline. Default 256: enough to
-	// amortize the round trip, few enough not to block Redis for long.
+	// Batch is how many scripts go in one pipeline. Default 64: enough to
+	// amortize the round trip, few enough not to block Redis for long (a
+	// lease script runs for tens of µs) and for a pipeline to come back
+	// well within Timeout on a busy machine.
 	Batch int
 	// Timeout bounds each pipelined exchange of Batch scripts, and the
 	// loop's rounds (Start): a round starts no pipeline after Timeout, and
