@@ -8,6 +8,7 @@ require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/hybridlimit/hybridlimit v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.uber.org/ratelimit v0.3.1
 	golang.org/x/time v0.16.0

@@ -43,9 +43,12 @@
 // lease's): Params.Limit for the window algorithms, the burst for the
 // buckets. In hybrid mode Remaining is the node's estimate of what the whole
 // cluster may still admit (its lease, plus what the others held unused at
-// the last sync), and a rejection with ReasonNoLease means the node holds
-// no lease for the key yet: RetryAfter is then short (the next sync), unlike
-// ReasonLimited, whose RetryAfter is when the limit admits again.
+// the last sync); a rejection's Remaining is what the node may admit at
+// once, less than the cost. A key's first requests on a node are decided at
+// once, within the cold-start allowance (docs/accuracy.md); past it, until
+// the lease arrives, a request is refused with ReasonLimited and a short
+// RetryAfter (the next sync). A rule with WaitForLease waits for the lease
+// instead, and is refused with ReasonNoLease if its context ends first.
 //
 // # When Redis fails
 //

@@ -135,8 +135,8 @@ func ExampleLimiter_AllowMulti() {
 // With Redis, rules run in Hybrid mode by default: each node decides
 // locally, against leases of the global budget its syncer exchanges with
 // Redis in the background. Rules whose limit cannot be leased (the sliding
-// window log, limits too small to split among the nodes) run Central: one
-// atomic script per decision. (No output: it needs a Redis server.)
+// window log) run Central when Hybrid is only the default: one atomic
+// script per decision. (No output: it needs a Redis server.)
 func Example_hybrid() {
 	client := redis.NewClient(&redis.Options{
 		Addr:                  "localhost:6379",

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -820,7 +822,8 @@ func TestSkewedNewKey(t *testing.T) {
 // TestFirstLeaseRoundLoop: with the sync loop running, a new key's first
 // lease comes in a first-lease round, FirstGap after the last one, where
 // the ordinary early rounds wait MinGap after the last round (here 5s: a
-// second new key would wait that long for its lease).
+// second new key would wait that long for its lease). The rule waits for
+// its leases (WaitForLease), within a context shorter than MinGap.
 func TestFirstLeaseRoundLoop(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	l := newNode(t, hybrid.Config{
@@ -828,27 +831,14 @@ func TestFirstLeaseRoundLoop(t *testing.T) {
 		Sync: syncer.SyncConfig{Interval: 10 * time.Second, MinGap: 5 * time.Second, FirstGap: time.Millisecond,
 			NoColdStart: true, Nodes: 1},
 	})
-	r := mustRegister(t, l, hybrid.Rule{Name: "first", Limit: fixed(1000, time.Minute)}, hybrid.Hybrid)
-	ctx := context.Background()
+	r := mustRegister(t, l, hybrid.Rule{Name: "first", Limit: fixed(1000, time.Minute), WaitForLease: true}, hybrid.Hybrid)
 	leased := func(key string, within time.Duration) {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
-			d, err := l.Allow(ctx, r, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Allowed() {
-				return
-			}
-			if d.Reason() != local.ReasonNoLease {
-				t.Fatalf("%s: %+v", key, d)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no lease after %v", key, within)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		d, err := l.Allow(ctx, r, key)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed(), "%s: %+v", key, d)
 	}
 	leased("a", 2*time.Second)
 	leased("b", 2*time.Second) // would take 5s (MinGap) in an ordinary early round
@@ -1028,4 +1018,37 @@ func TestMinGapClockLag(t *testing.T) {
 			t.Errorf("%v on: synced %d keys, want %d", step.after, st.Synced, step.want)
 		}
 	}
+}
+
+// TestWaitForLeaseContext: a rule that waits for its leases, with no round
+// to bring one (ManualSync), refuses once the request's context ends, with
+// ReasonNoLease and figures that agree; a rule that does not wait admits
+// the key's first request at once, within the cold-start allowance, and
+// refuses past it with ReasonLimited.
+func TestWaitForLeaseContext(t *testing.T) {
+	client := redistest.Client(t, redistest.Addr(t))
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	l := newNode(t, nodeConfig(client, redistest.Prefix(t), clk, "a", 4))
+	wait := mustRegister(t, l, hybrid.Rule{Name: "login", Limit: fixed(20, time.Minute), WaitForLease: true}, hybrid.Hybrid)
+	now := mustRegister(t, l, hybrid.Rule{Name: "api", Limit: fixed(20, time.Minute)}, hybrid.Hybrid)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	d, err := l.Allow(ctx, wait, "k")
+	require.NoError(t, err)
+	assert.False(t, d.Allowed())
+	assert.Equal(t, local.ReasonNoLease, d.Reason())
+	assert.Equal(t, int64(0), d.Remaining(), "a refusal for want of a lease has nothing remaining")
+	assert.Equal(t, int64(20), d.Limit())
+
+	d, err = l.Allow(context.Background(), now, "k")
+	require.NoError(t, err)
+	assert.True(t, d.Allowed(), "the first request is decided at once: %+v", d)
+	d, err = l.Allow(context.Background(), now, "k")
+	require.NoError(t, err)
+	assert.False(t, d.Allowed(), "past the allowance (1), before the lease")
+	assert.Equal(t, local.ReasonLimited, d.Reason())
+	assert.Equal(t, int64(0), d.Remaining())
+	assert.Positive(t, d.RetryAfter())
+	assert.LessOrEqual(t, d.RetryAfter(), time.Second, "retry after about one round trip")
 }

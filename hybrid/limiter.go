@@ -296,10 +296,13 @@ func (l *Limiter) NodeID() string {
 }
 
 // Register validates r and returns the *Rule that decisions take. It
-// decides the mode the rule runs in: its own, or the Limiter's default; a
-// rule that cannot be split into leases runs Central rather than Hybrid
-// (the sliding window log; limits too small to split among the nodes, as
-// docs/accuracy.md derives). Registering a name again returns the existing rule if the
+// decides the mode the rule runs in: its own, or the Limiter's default.
+// Hybrid runs every leasable limit, however small and on however many
+// nodes. A limit with no lease (the sliding window log, which keeps every
+// request; a bucket whose window × (burst + limit) passes 2^51) cannot run
+// Hybrid: asked for by the rule's Mode, that is an error (ErrInvalidRule);
+// taken from the Limiter's default, the rule runs Central, and Mode says so.
+// Registering a name again returns the existing rule if the
 // limit is the same, and an error otherwise (use SetLimit).
 func (l *Limiter) Register(r Rule) (*Rule, error) {
 	r.state = nil
@@ -337,17 +340,17 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		if *rs.limit.Load() != r.Limit {
 			return nil, fmt.Errorf("%w: rule %q is registered with %v; use SetLimit to change it", ErrInvalidRule, r.Name, *rs.limit.Load())
 		}
-		if rs.requested != mode || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() {
-			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy or key TTL", ErrInvalidRule, r.Name)
+		if rs.requested != mode || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() || rs.waitLease != r.WaitForLease {
+			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy, key TTL or WaitForLease", ErrInvalidRule, r.Name)
 		}
 		out := r
 		out.state = rs
 		return &out, nil
 	}
-	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), counts: new(counters)}
+	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), waitLease: r.WaitForLease, counts: new(counters)}
 	lim := r.Limit
 	rs.limit.Store(&lim)
-	m, err := l.newMode(rs, mode, r.Limit)
+	m, err := l.newMode(rs, mode, r.Mode == Hybrid, r.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -358,9 +361,9 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	return &out, nil
 }
 
-// newMode builds the mode rs runs in: mode, or Central for a hybrid rule
-// whose limit cannot be split into leases.
-func (l *Limiter) newMode(rs *ruleState, mode Mode, lim local.Limit) (modeRule, error) {
+// newMode builds the mode rs runs in: mode, or Central for a limit with no
+// lease when Hybrid is only the Limiter's default (explicit is false).
+func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim local.Limit) (modeRule, error) {
 	if mode == Local {
 		return newLocalRule(rs, lim)
 	}
@@ -370,11 +373,16 @@ func (l *Limiter) newMode(rs *ruleState, mode Mode, lim local.Limit) (modeRule, 
 	}
 	if mode == Hybrid {
 		m, err := newHybridRule(rs, sr, lim)
-		if m != nil || err != nil {
-			return m, err
+		switch {
+		case err == nil:
+			return m, nil
+		case !errors.Is(err, syncer.ErrNotLeasable):
+			return nil, err
+		case explicit:
+			return nil, fmt.Errorf("%w: rule %q: Mode hybrid: %w", ErrInvalidRule, rs.name, err)
 		}
-		// The log, or a limit too small to split: exact in Redis.
-		l.logger.Info("hybridlimit: rule runs central: it cannot be split into leases", "rule", rs.name, "limit", lim.String())
+		// The log, or a bucket past the exact range: exact in Redis.
+		l.logger.Info("hybridlimit: rule runs central: its limit has no lease", "rule", rs.name, "limit", lim.String())
 	}
 	return newCentralRule(rs, sr, lim)
 }
@@ -450,7 +458,8 @@ func (l *Limiter) Allow(ctx context.Context, r *Rule, key string) (Decision, err
 // central call with an error that is not about its availability (ErrRedis,
 // a misconfiguration; the policy still decided).
 //
-// In hybrid mode ctx is not used: the decision never waits on Redis. In
+// In hybrid mode ctx is not used: the decision never waits on Redis, unless
+// the rule asks to (Rule.WaitForLease), when ctx bounds the wait. In
 // central mode it bounds the round trip; once the Limiter knows Redis is
 // unavailable, central decisions do not wait at all (a circuit breaker: see
 // Ping).

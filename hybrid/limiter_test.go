@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
-	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -234,33 +235,40 @@ func TestRegisterInvalid(t *testing.T) {
 }
 
 // TestRegisterModes: the mode a rule runs in, by its own Mode, the
-// Limiter's, and whether its limit can be leased.
+// Limiter's, and whether its limit can be leased. Hybrid runs every
+// leasable limit, however small and on however many nodes; a limit with no
+// lease runs Central when Hybrid is only the default, and is refused when
+// the rule asks for Hybrid.
 func TestRegisterModes(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	bigBucket := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1_000_000, Window: time.Hour, Burst: 1_000_000})
+	slidingLog := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: time.Second})
 	cases := []struct {
 		name    string
 		redis   bool
 		limiter hybrid.Mode // Config.Mode
 		nodes   int         // Config.Sync.Nodes
 		rule    hybrid.Rule
-		want    hybrid.Mode
+		want    hybrid.Mode // ModeDefault: Register fails with ErrInvalidRule
 	}{
 		{"no Redis: local", false, hybrid.ModeDefault, 0, hybrid.Rule{Limit: fixed(10, time.Second)}, hybrid.Local},
 		{"Redis: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Hybrid},
 		{"GCRA: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second})}, hybrid.Hybrid},
 		{"counter: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 1000, Window: time.Second})}, hybrid.Hybrid},
-		{"sliding log: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: time.Second})}, hybrid.Central},
-		{"asked hybrid, sliding log: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: time.Second})}, hybrid.Central},
+		{"sliding log: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: slidingLog}, hybrid.Central},
+		{"asked hybrid, sliding log: error", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: slidingLog}, hybrid.ModeDefault},
 		{"bucket past 2^51: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: bigBucket}, hybrid.Central},
-		{"100/s, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(100, time.Second)}, hybrid.Hybrid},
-		{"99/s, 1 node: central", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(99, time.Second)}, hybrid.Central},
-		{"100/s, 2 nodes: central", true, hybrid.ModeDefault, 2, hybrid.Rule{Limit: fixed(100, time.Second)}, hybrid.Central},
-		{"200/s, 2 nodes: hybrid", true, hybrid.ModeDefault, 2, hybrid.Rule{Limit: fixed(200, time.Second)}, hybrid.Hybrid},
-		{"60000/min, 10 nodes: hybrid", true, hybrid.ModeDefault, 10, hybrid.Rule{Limit: fixed(60000, time.Minute)}, hybrid.Hybrid},
-		{"59999/min, 10 nodes: central", true, hybrid.ModeDefault, 10, hybrid.Rule{Limit: fixed(59999, time.Minute)}, hybrid.Central},
+		{"asked hybrid, bucket past 2^51: error", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: bigBucket}, hybrid.ModeDefault},
+		{"99/s, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(99, time.Second)}, hybrid.Hybrid},
+		{"100/s, 2 nodes: hybrid", true, hybrid.ModeDefault, 2, hybrid.Rule{Limit: fixed(100, time.Second)}, hybrid.Hybrid},
+		{"1000/min, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(1000, time.Minute)}, hybrid.Hybrid},
+		{"token bucket 10/s, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 10, Window: time.Second})}, hybrid.Hybrid},
+		{"GCRA 100/s burst 20, 4 nodes: hybrid", true, hybrid.ModeDefault, 4, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Second, Burst: 20})}, hybrid.Hybrid},
+		{"leaky bucket 5/s, 8 nodes, asked hybrid: hybrid", true, hybrid.ModeDefault, 8, hybrid.Rule{Mode: hybrid.Hybrid, Limit: local.MustLimit(local.Params{Algorithm: local.LeakyBucket, Limit: 5, Window: time.Second})}, hybrid.Hybrid},
+		{"counter 10/min, 10 nodes: hybrid", true, hybrid.ModeDefault, 10, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 10, Window: time.Minute})}, hybrid.Hybrid},
 		{"explicit local with Redis", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Local, Limit: fixed(1000, time.Second)}, hybrid.Local},
 		{"explicit central", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Central, Limit: fixed(1000, time.Second)}, hybrid.Central},
+		{"explicit central, small limit", true, hybrid.ModeDefault, 4, hybrid.Rule{Mode: hybrid.Central, Limit: fixed(5, time.Second)}, hybrid.Central},
 		{"limiter default central", true, hybrid.Central, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Central},
 		{"limiter default local", true, hybrid.Local, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Local},
 		{"limiter default local, rule hybrid", true, hybrid.Local, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: fixed(1000, time.Second)}, hybrid.Hybrid},
@@ -274,35 +282,31 @@ func TestRegisterModes(t *testing.T) {
 			l := newNode(t, cfg)
 			c.rule.Name = "r"
 			r, err := l.Register(c.rule)
-			if err != nil {
-				t.Fatal(err)
+			if c.want == hybrid.ModeDefault {
+				require.ErrorIs(t, err, hybrid.ErrInvalidRule)
+				assert.ErrorIs(t, err, syncer.ErrNotLeasable)
+				assert.Contains(t, err.Error(), "Mode hybrid", "the error names the field")
+				return
 			}
-			if got := l.Mode(r); got != c.want {
-				t.Errorf("Mode = %v, want %v", got, c.want)
-			}
-			if c.rule.Limit.Algorithm() == local.FixedWindow && c.redis && c.rule.Mode == hybrid.ModeDefault && c.limiter == hybrid.ModeDefault {
-				// Consistent with lease.Split, the documented test.
-				if split := lease.Split(c.rule.Limit, testInterval, c.nodes); split != (c.want == hybrid.Hybrid) {
-					t.Errorf("lease.Split = %v, but the rule runs %v", split, c.want)
-				}
-			}
+			require.NoError(t, err)
+			assert.Equal(t, c.want, l.Mode(r))
 		})
 	}
-	// A rule that went central is exact across nodes: a second Limiter sees
-	// the first's use at once.
-	t.Run("small limit is shared at once", func(t *testing.T) {
+	// A central rule is exact across nodes, however small its limit: a
+	// second Limiter sees the first's use at once.
+	t.Run("small central limit is shared at once", func(t *testing.T) {
 		prefix := redistest.Prefix(t)
 		clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
 		a := newNode(t, nodeConfig(client, prefix, clk, "a", 2))
 		b := newNode(t, nodeConfig(client, prefix, clk, "b", 2))
-		ra := mustRegister(t, a, hybrid.Rule{Name: "small", Limit: fixed(5, time.Second)}, hybrid.Central)
-		rb := mustRegister(t, b, hybrid.Rule{Name: "small", Limit: fixed(5, time.Second)}, hybrid.Central)
-		if n, d := exhaust(t, a, ra, "k", 100); n != 5 || d.Reason() != local.ReasonLimited {
-			t.Fatalf("node a admitted %d, then %+v; want 5, then limited", n, d)
-		}
-		if d, err := b.Allow(context.Background(), rb, "k"); err != nil || d.Allowed() {
-			t.Errorf("node b after a used the limit: %+v, %v", d, err)
-		}
+		ra := mustRegister(t, a, hybrid.Rule{Name: "small", Mode: hybrid.Central, Limit: fixed(5, time.Second)}, hybrid.Central)
+		rb := mustRegister(t, b, hybrid.Rule{Name: "small", Mode: hybrid.Central, Limit: fixed(5, time.Second)}, hybrid.Central)
+		n, d := exhaust(t, a, ra, "k", 100)
+		require.Equal(t, int64(5), n, "node a admits the limit")
+		require.Equal(t, local.ReasonLimited, d.Reason())
+		d, err := b.Allow(context.Background(), rb, "k")
+		require.NoError(t, err)
+		assert.False(t, d.Allowed(), "node b after a used the limit: %+v", d)
 	})
 }
 

@@ -113,7 +113,7 @@ func TestMetrics(t *testing.T) {
 	l := newNode(t, cfg)
 	rules := []*hybrid.Rule{
 		mustRegister(t, l, hybrid.Rule{Name: "hyb", Limit: fixed(1000, time.Second)}, hybrid.Hybrid),
-		mustRegister(t, l, hybrid.Rule{Name: "cen", Limit: fixed(5, time.Second)}, hybrid.Central),
+		mustRegister(t, l, hybrid.Rule{Name: "cen", Mode: hybrid.Central, Limit: fixed(5, time.Second)}, hybrid.Central),
 		mustRegister(t, l, hybrid.Rule{Name: "loc", Limit: fixed(3, time.Second), Mode: hybrid.Local}, hybrid.Local),
 	}
 	// User keys that must never show: in no attribute, whole or in part.
@@ -257,7 +257,7 @@ func TestMetricsAvailabilityRecovers(t *testing.T) {
 		Redis: redistest.Client(t, srv.Addr), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
 		Mode: hybrid.Central, Timeout: 200 * time.Millisecond, MeterProvider: mp, Logger: quiet,
 	})
-	r := mustRegister(t, l, hybrid.Rule{Name: "cen", Limit: fixed(100, time.Minute)}, hybrid.Central)
+	r := mustRegister(t, l, hybrid.Rule{Name: "cen", Mode: hybrid.Central, Limit: fixed(100, time.Minute)}, hybrid.Central)
 	available := func() int64 { return int64Points(t, collect(t, reader), "hybridlimit.redis.available")[""] }
 	if _, err := l.Allow(ctx, r, "k"); err != nil {
 		t.Fatal(err)

@@ -27,14 +27,17 @@ type hybridRule struct {
 
 var _ modeRule = (*hybridRule)(nil)
 
-// newHybridRule returns the hybrid form of sr, or nil when its limit cannot
-// be split into leases (the sliding window log, or a limit too small to
-// split among the nodes): such a rule runs Central.
+// newHybridRule returns the hybrid form of sr, at any limit and any number
+// of nodes. Its error wraps syncer.ErrNotLeasable when the limit has no
+// lease (the sliding window log; a bucket past the scripts' exact range).
 func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule, error) {
 	l := rs.l
 	lr, err := l.sync.LeaseRule(sr)
-	if err != nil || !lease.Split(lim, l.sync.Interval(), int(l.expectedNodes())) {
-		return nil, nil
+	if err != nil {
+		return nil, err
+	}
+	if rs.waitLease {
+		lr.SetWaitFirst()
 	}
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
 	m.lease.Store(lr)
@@ -52,8 +55,9 @@ func (m *hybridRule) kind() Mode { return Hybrid }
 // allow is the hybrid hot path: the key's entry, locked once for the whole
 // decision, its lease, and a hand to the syncer when the lease asks for it.
 // A key without a lease while Redis is out of reach is decided by the
-// failure policy (degraded), under the same lock.
-func (m *hybridRule) allow(_ context.Context, now int64, key string, n int64) (local.Decision, error) {
+// failure policy (degraded), under the same lock; one whose rule waits for
+// its lease waits for the next round (waitLease).
+func (m *hybridRule) allow(ctx context.Context, now int64, key string, n int64) (local.Decision, error) {
 	lr := m.lease.Load()
 	if v, bad := badCost(lr, n); bad {
 		m.counts.count(v.Reason)
@@ -68,14 +72,70 @@ func (m *hybridRule) allow(_ context.Context, now int64, key string, n int64) (l
 	if signal {
 		lr.Notify(e)
 	}
-	if v.Reason == local.ReasonNoLease && m.l.breakerOpen() {
-		d := m.degraded(e, lr, now, key, n)
-		e.Unlock()
-		return d, nil
+	if v.Reason == local.ReasonNoLease {
+		switch {
+		case m.l.breakerOpen():
+			d := m.degraded(e, lr, now, key, n)
+			e.Unlock()
+			return d, nil
+		case lr.WaitsFirst():
+			return m.waitLease(ctx, e, lr, key, n)
+		}
 	}
 	e.Unlock()
+	v = refusal(lr, v)
 	m.counts.count(v.Reason)
 	return dress(v, lr.MaxCost()), nil
+}
+
+// refusal names a refusal for want of a lease: ReasonNoLease only for a
+// rule that waits for its leases; for the others, whose allowance is spent,
+// ReasonLimited, retried after about one round trip, when the lease is due.
+func refusal(lr *lease.Rule, v lease.Verdict) lease.Verdict {
+	if v.Reason == local.ReasonNoLease && !lr.WaitsFirst() {
+		v.Reason = local.ReasonLimited
+	}
+	return v
+}
+
+// waitLease decides a request for key, refused for want of a lease, again
+// after each sync round until it is decided otherwise or ctx ends (then it
+// is refused with ReasonNoLease). e is key's entry, which the caller holds
+// locked, and waitLease unlocks. Off the hot path: only rules with
+// WaitForLease come here.
+func (m *hybridRule) waitLease(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, key string, n int64) (local.Decision, error) {
+	v := lease.Verdict{Reason: local.ReasonNoLease}
+	for {
+		round := lr.Cluster().NextRound() // taken under the lock: a reply applied after the decision wakes us
+		e.Unlock()
+		select {
+		case <-ctx.Done():
+			m.counts.count(v.Reason)
+			return dress(v, lr.MaxCost()), nil
+		case <-round:
+		}
+		now := m.l.nowMicro()
+		lr = m.lease.Load() // SetLimit may have replaced it
+		if e = m.lockedEntry(key, now); e == nil {
+			m.counts.count(local.ReasonOverflow)
+			return dress(lease.Verdict{Reason: local.ReasonOverflow}, lr.MaxCost()), nil
+		}
+		var signal bool
+		v, signal = e.Value.Decide(lr, now, n)
+		if signal {
+			lr.Notify(e)
+		}
+		if v.Reason != local.ReasonNoLease {
+			e.Unlock()
+			m.counts.count(v.Reason)
+			return dress(v, lr.MaxCost()), nil
+		}
+		if m.l.breakerOpen() {
+			d := m.degraded(e, lr, now, key, n)
+			e.Unlock()
+			return d, nil
+		}
+	}
 }
 
 // badCost refuses, charging nothing, a cost no lease of lr can admit.
@@ -163,6 +223,9 @@ func (m *hybridRule) setLimit(lim local.Limit) error {
 	lr, err := m.l.sync.LeaseRule(sr)
 	if err != nil {
 		return fmt.Errorf("%w: rule %q: the new limit cannot be leased; register a central rule instead: %w", ErrInvalidRule, m.rs.name, err)
+	}
+	if m.rs.waitLease {
+		lr.SetWaitFirst()
 	}
 	m.lease.Swap(lr).Replace(lr)
 	return nil

@@ -200,6 +200,7 @@ func (l *Limiter) hybridMulti(now int64, reqs []Request, hrs []*hybridRule, out 
 			if total > lr.MaxCost() {
 				v = lease.Verdict{Reason: local.ReasonCostTooHigh}
 			}
+			v = refusal(lr, v)
 			for _, i := range group {
 				out[i] = dress(v, lr.MaxCost())
 			}
@@ -214,6 +215,7 @@ func (l *Limiter) hybridMulti(now int64, reqs []Request, hrs []*hybridRule, out 
 				if signal {
 					lr.Notify(e)
 				}
+				v = refusal(lr, v)
 				for _, i := range group {
 					out[i] = dress(v, lr.MaxCost())
 					hrs[i].counts.count(v.Reason)

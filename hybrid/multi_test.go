@@ -153,7 +153,7 @@ func TestAllowMultiMixed(t *testing.T) {
 		l := newNode(t, nodeConfig(c, prefix, clk, id, 2))
 		nodes[i] = node{
 			l:    l,
-			cen:  mustRegister(t, l, hybrid.Rule{Name: "small", Limit: fixed(LC, W)}, hybrid.Central),
+			cen:  mustRegister(t, l, hybrid.Rule{Name: "small", Mode: hybrid.Central, Limit: fixed(LC, W)}, hybrid.Central),
 			hyb:  mustRegister(t, l, hybrid.Rule{Name: "big", Limit: fixed(LH, W)}, hybrid.Hybrid),
 			hyb2: mustRegister(t, l, hybrid.Rule{Name: "big2", Limit: fixed(LH, W)}, hybrid.Hybrid),
 			hook: hook,
@@ -224,7 +224,7 @@ func TestAllowMultiMixed(t *testing.T) {
 		l := newNode(t, nodeConfig(c, prefix, clk, id, 2))
 		nodes[i] = node{
 			l:    l,
-			cen:  mustRegister(t, l, hybrid.Rule{Name: "small", Limit: fixed(LC, W)}, hybrid.Central),
+			cen:  mustRegister(t, l, hybrid.Rule{Name: "small", Mode: hybrid.Central, Limit: fixed(LC, W)}, hybrid.Central),
 			hyb:  mustRegister(t, l, hybrid.Rule{Name: "big", Limit: fixed(LH, W)}, hybrid.Hybrid),
 			hyb2: mustRegister(t, l, hybrid.Rule{Name: "big2", Limit: fixed(LH, W)}, hybrid.Hybrid),
 			hook: hook,

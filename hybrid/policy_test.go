@@ -168,7 +168,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 						t.Fatalf("%s: a decision not Degraded (%+v) after policy decisions, Redis still %s", p.name, d, outage)
 					case d.Allowed():
 						s.leased++
-					case d.Reason() != local.ReasonOK && d.Reason() != local.ReasonNoLease:
+					case d.Reason() != local.ReasonOK && d.Reason() != local.ReasonLimited: // limited: no lease yet
 						t.Fatalf("%s: %+v before the policy decided", p.name, d)
 					}
 					enough := s.policy >= 100
@@ -399,7 +399,7 @@ func TestCentralUnavailable(t *testing.T) {
 			Mode: hybrid.Central, ManualSync: true, Logger: quiet, Timeout: 20 * time.Millisecond,
 			Sync: syncer.SyncConfig{Nodes: 4},
 		})
-		r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(100, time.Hour), Policy: hybrid.FailLocal}, hybrid.Central)
+		r := mustRegister(t, l, hybrid.Rule{Name: "r", Mode: hybrid.Central, Limit: fixed(100, time.Hour), Policy: hybrid.FailLocal}, hybrid.Central)
 		srv.Kill()
 		var admitted int
 		for range 60 {

@@ -92,6 +92,14 @@ type Rule struct {
 	// even once it is back to its initial state (which is when keys are
 	// otherwise forgotten). Default 0. It never shortens a state's life.
 	KeyTTL time.Duration
+	// WaitForLease makes a Hybrid rule exact from a key's first request: a
+	// request for a key this node holds no lease for waits for the lease
+	// (the next sync round), bounded by the request's context, instead of
+	// using the cold-start allowance (see docs/accuracy.md). When the
+	// context ends first, it is refused with ReasonNoLease. For limits
+	// where exactness matters more than latency, such as logins. AllowMulti
+	// does not wait: it refuses with ReasonNoLease. Other modes ignore it.
+	WaitForLease bool
 
 	state *ruleState // set by Register on the Rule it returns, before returning it
 }
@@ -103,6 +111,7 @@ type ruleState struct {
 	name      string
 	requested Mode // as registered (Hybrid may run Central)
 	policy    Policy
+	waitLease bool  // Rule.WaitForLease
 	keyTTL    int64 // µs
 
 	limit  atomic.Pointer[local.Limit]

@@ -46,3 +46,10 @@ func FirstPending(s *Syncer) int {
 	}
 	return len(items)
 }
+
+// SyncWithin is Syncer.SyncAt within budget, as the loop runs its rounds
+// within Timeout: it starts no pipeline after budget and leaves the keys it
+// did not reach to the next round.
+func SyncWithin(s *Syncer, ctx context.Context, now int64, budget time.Duration) (RoundStats, error) {
+	return s.round(ctx, now, false, budget)
+}

@@ -1,11 +1,13 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -21,7 +23,7 @@ import (
 const (
 	DefaultInterval = 100 * time.Millisecond
 	DefaultEpsilon  = 0.05
-	DefaultBatch    = 256
+	DefaultBatch    = 64
 )
 
 // SyncConfig configures a Syncer. Every zero field takes the default it
@@ -91,10 +93,15 @@ type SyncConfig struct {
 	// for nodes yet to ask for a new key, and the failure policy's split of
 	// a limit. Default 0: no allowance until the first round.
 	Nodes int
-	// Batch is how many scripts go in one pipeline. Default 256: enough to
-	// amortize the round trip, few enough not to block Redis for long.
+	// Batch is how many scripts go in one pipeline. Default 64: enough to
+	// amortize the round trip, few enough not to block Redis for long (a
+	// lease script runs for tens of µs) and for a pipeline to come back
+	// well within Timeout on a busy machine.
 	Batch int
-	// Timeout bounds each round's exchanges. Default Interval.
+	// Timeout bounds each pipelined exchange of Batch scripts, and the
+	// loop's rounds (Start): a round starts no pipeline after Timeout, and
+	// leaves the keys it did not reach to the next one, which serves the
+	// longest unsynced first. Default Interval.
 	Timeout time.Duration
 	// Clock is the node's clock. Default: a CoarseClock the Syncer owns.
 	Clock local.Clock
@@ -189,6 +196,9 @@ type RoundStats struct {
 	Took     time.Duration // the round's duration
 	Err      error         // the round's error, wrapping ErrUnavailable or ErrRedis; nil if none
 	Pipeline int           // pipelined exchanges
+	// Carried is how many keys were due but left for the next round, the
+	// round having run Timeout.
+	Carried int
 	// First reports a first-lease round (SyncFirstAt), which looks only at
 	// the keys that asked for one.
 	First bool
@@ -341,12 +351,24 @@ func (s *Syncer) loop() {
 	var early, first gapTimer
 	defer early.stop()
 	defer first.stop()
+	regular := func(ctx context.Context, now int64) (RoundStats, error) {
+		return s.round(ctx, now, false, s.cfg.Timeout)
+	}
+	firstLease := func(ctx context.Context, now int64) (RoundStats, error) {
+		return s.firstRound(ctx, now, s.cfg.Timeout)
+	}
 	failed := false // the last round failed: wait for the next tick
 	run := func(sync func(context.Context, int64) (RoundStats, error)) {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
-		_, err := sync(ctx, s.cfg.Clock.Now().UnixMicro())
-		cancel()
-		failed = errors.Is(err, ErrUnavailable)
+		// A round bounds its own time (Timeout); keys it left for the
+		// next one get an early round, MinGap on.
+		for {
+			st, err := sync(context.Background(), s.cfg.Clock.Now().UnixMicro())
+			failed = errors.Is(err, ErrUnavailable)
+			if failed || st.Carried == 0 || !early.due(s.cfg.MinGap) {
+				return
+			}
+			sync = regular
+		}
 	}
 	for {
 		select {
@@ -354,24 +376,24 @@ func (s *Syncer) loop() {
 			return
 		case <-tick.C:
 			early.ran()
-			run(s.SyncAt)
+			run(regular)
 		case <-s.cluster.Wake():
 			// After a failure, keys that want leases would wake the loop at
 			// every gap and resend, piling work on a server that is down or
 			// overloaded: the next tick retries.
 			if !failed && early.due(s.cfg.MinGap) {
-				run(s.SyncAt)
+				run(regular)
 			}
 		case <-early.c:
 			early.ran()
-			run(s.SyncAt)
+			run(regular)
 		case <-s.cluster.WakeFirst():
 			if !failed && first.due(s.cfg.FirstGap) {
-				run(s.SyncFirstAt)
+				run(firstLease)
 			}
 		case <-first.c:
 			first.ran()
-			run(s.SyncFirstAt)
+			run(firstLease)
 		}
 	}
 }
@@ -452,7 +474,7 @@ func (s *Syncer) Shutdown(ctx context.Context) error {
 	s.stopLoop()
 	var err error
 	if !flushed {
-		_, err = s.round(ctx, s.cfg.Clock.Now().UnixMicro(), true)
+		_, err = s.round(ctx, s.cfg.Clock.Now().UnixMicro(), true, 0)
 	}
 	s.Close()
 	return err
@@ -469,9 +491,10 @@ func (s *Syncer) Wanted() bool { return s.cluster.Wanted() }
 func (s *Syncer) WantedFirst() bool { return s.cluster.WantedFirst() }
 
 // SyncAt runs one round at node time now (µs): it takes the keys handed
-// over since the last round, and exchanges with Redis those that need it.
+// over since the last round, and exchanges with Redis those that need it,
+// in pipelines of Batch scripts, each within Timeout and ctx.
 func (s *Syncer) SyncAt(ctx context.Context, now int64) (RoundStats, error) {
-	return s.round(ctx, now, false)
+	return s.round(ctx, now, false, 0)
 }
 
 // pending is a request out for one key, or the registration (entry nil).
@@ -487,27 +510,54 @@ type pending struct {
 // could be measured). Such a key need not wait MinGap after the node's
 // last round: a busy new key spends its cold-start allowance in far less.
 func (s *Syncer) SyncFirstAt(ctx context.Context, now int64) (RoundStats, error) {
+	return s.firstRound(ctx, now, 0)
+}
+
+// firstRound is SyncFirstAt, within budget (see batch).
+func (s *Syncer) firstRound(ctx context.Context, now int64, budget time.Duration) (RoundStats, error) {
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var b batch
+	b := batch{budget: budget}
 	for _, it := range s.cluster.TakeFirst() {
 		e, r := it.Entry, it.Rule.Latest()
 		e.Lock()
 		k := &e.Value
 		k.TakeFirst()
 		if !e.Evicted() && !k.InFlight() && k.WantsFirst(r) {
-			s.send(&b, e, r, now, false)
+			b.due(e, r)
 		}
 		e.Unlock()
 	}
-	return s.exchange(ctx, &b, RoundStats{Keys: len(s.active), First: true}, start)
+	return s.exchange(ctx, &b, now, RoundStats{Keys: len(s.active), First: true}, start)
 }
 
-// batch is a round's calls, and for each what was sent.
+// batch is a round's work: the registration, if due, and the keys due,
+// whose requests are built pipeline by pipeline as they are sent, so that a
+// key the round does not reach is left as it was. A round starts no
+// pipeline once it has run budget (0: no bound but ctx): the keys left are
+// the next round's (RoundStats.Carried). calls and outs are the pipeline
+// being sent, and for each what was sent.
 type batch struct {
-	calls []call
-	outs  []pending
+	reg    *call
+	keys   []dueKey
+	final  bool
+	budget time.Duration
+	calls  []call
+	outs   []pending
+}
+
+// dueKey is a key due for an exchange, and the node time of its last one
+// (or of its first request), which orders the keys of a round.
+type dueKey struct {
+	entry *keyed.Entry[lease.Lease]
+	rule  *lease.Rule
+	since int64
+}
+
+// due adds e to b's keys. The caller holds e's lock.
+func (b *batch) due(e *keyed.Entry[lease.Lease], r *lease.Rule) {
+	b.keys = append(b.keys, dueKey{e, r, e.Value.LastSync()})
 }
 
 func (b *batch) add(c call, p pending) {
@@ -521,7 +571,9 @@ func (s *Syncer) send(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now 
 	b.add(s.leaseCall(r, e.Value.Digest, &q), pending{entry: e, rule: r, req: q})
 }
 
-func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, error) {
+// round runs a round (SyncAt), the last one if final, within budget (see
+// batch).
+func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.Duration) (RoundStats, error) {
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -542,9 +594,9 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 		}
 		it.Entry.Unlock()
 	})
-	var b batch
+	b := batch{final: final, budget: budget}
 	if c, ok := s.register(now, final); ok {
-		b.add(c, pending{req: lease.Request{SentAt: now}}) // no entry: the registry's
+		b.reg = &c
 	}
 	for e, r := range s.active {
 		if l := r.Latest(); l != r { // the limit changed: exchange under the new one
@@ -561,7 +613,7 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 		switch {
 		case k.InFlight():
 		case final || k.Due(r, now):
-			s.send(&b, e, r, now, final)
+			b.due(e, r)
 		case k.Dormant():
 			// Nothing held, nothing to report: the key needs no looking
 			// after until its next request hands it over again.
@@ -570,71 +622,112 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool) (RoundStats, 
 		}
 		e.Unlock()
 	}
-	return s.exchange(ctx, &b, RoundStats{Keys: len(s.active)}, start)
+	return s.exchange(ctx, &b, now, RoundStats{Keys: len(s.active)}, start)
 }
 
-// exchange sends a round's calls in pipelines of Batch, applies the replies
-// and reports the round (st) to the Observer. A reply that does not decode
-// counts as a failed exchange. The caller holds mu.
-func (s *Syncer) exchange(ctx context.Context, b *batch, st RoundStats, start time.Time) (RoundStats, error) {
-	calls, outs := b.calls, b.outs
+// exchange sends a round's work (b) in pipelines of Batch, the registration
+// first, each pipeline within Timeout (and ctx): a failed pipeline fails its
+// own keys only. Within a budget, it serves the keys longest unsynced
+// first, starts no pipeline once the round has run b.budget, and counts the
+// keys left as carried. It applies the replies and reports the round (st)
+// to the Observer. A reply that does not decode counts as a failed
+// exchange. now is the round's node time. The caller holds mu.
+func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStats, start time.Time) (RoundStats, error) {
 	var roundErr error
 	fail := func(err error) {
 		if roundErr == nil {
 			roundErr = err
 		}
 	}
-	for lo := 0; lo < len(calls); lo += s.cfg.Batch {
-		hi := min(lo+s.cfg.Batch, len(calls))
-		cmds, err := runPipelined(ctx, s.cfg.Client, s.cfg.Client.Pipeline, calls[lo:hi])
-		st.Pipeline++
-		recv := s.cfg.Clock.Now().UnixMicro()
-		for i, cmd := range cmds {
-			p := &outs[lo+i]
-			vals, cerr := cmd.Int64Slice()
-			if p.entry == nil { // the registration
-				var v registryReply
-				if cerr == nil {
-					v, cerr = decodeRegistry(vals)
-					if cerr != nil {
-						fail(cerr)
-					}
-				} else {
-					fail(wrap(ctx, "register", cerr))
-				}
-				if cerr == nil {
-					s.cluster.SetNodes(v.Live)
-					s.cluster.SetOffset(v.Now - (p.req.SentAt+recv)/2)
-					st.Registered = true
-				} else {
-					s.registered = 0 // again at the next round
-				}
-				continue
+	if len(b.keys) > s.cfg.Batch && b.budget > 0 {
+		slices.SortFunc(b.keys, func(x, y dueKey) int { return cmp.Compare(x.since, y.since) })
+	}
+	next := 0 // b.keys[next:] are yet to be sent
+	// A later pipeline's requests are built at now plus the time since.
+	now0, clk0 := now, s.cfg.Clock.Now().UnixMicro()
+	for first := true; first || next < len(b.keys); first = false {
+		if !first {
+			if b.budget > 0 && time.Since(start) >= b.budget {
+				st.Carried = len(b.keys) - next
+				break
 			}
-			applied := false
-			if cerr != nil {
-				cerr = wrap(ctx, "sync", cerr)
-				s.answered(p)
-			} else {
-				applied, cerr = s.apply(p, vals, recv)
-			}
-			switch {
-			case cerr != nil:
-				st.Failed++
-				fail(cerr)
-			case applied:
-				st.Synced++
-			}
+			now = now0 + max(s.cfg.Clock.Now().UnixMicro()-clk0, 0)
 		}
+		b.calls, b.outs = b.calls[:0], b.outs[:0]
+		if first && b.reg != nil {
+			b.add(*b.reg, pending{req: lease.Request{SentAt: now}}) // no entry: the registry's
+		}
+		for ; next < len(b.keys) && len(b.calls) < s.cfg.Batch; next++ {
+			d := &b.keys[next]
+			d.entry.Lock()
+			if !d.entry.Evicted() && !d.entry.Value.InFlight() {
+				s.send(b, d.entry, d.rule, now, b.final)
+			}
+			d.entry.Unlock()
+		}
+		if len(b.calls) == 0 {
+			continue
+		}
+		err := s.pipeline(ctx, b, &st, fail)
 		if err != nil {
-			fail(wrap(ctx, "sync", err))
+			fail(err)
 		}
 	}
 	st.Took, st.Err = time.Since(start), roundErr
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Round(st)
 	}
+	s.cluster.RoundDone() // after the Observer: a waiter wakes to what it learned
 	return st, roundErr
+}
+
+// pipeline sends b's current pipeline within Timeout (and ctx), applies its
+// replies, counts them in st and reports each failure to fail; it returns
+// the pipeline's own error, wrapped. The caller holds mu.
+func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail func(error)) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	cmds, err := runPipelined(ctx, s.cfg.Client, s.cfg.Client.Pipeline, b.calls)
+	st.Pipeline++
+	recv := s.cfg.Clock.Now().UnixMicro()
+	for i, cmd := range cmds {
+		p := &b.outs[i]
+		vals, cerr := cmd.Int64Slice()
+		if p.entry == nil { // the registration
+			var v registryReply
+			if cerr == nil {
+				v, cerr = decodeRegistry(vals)
+				if cerr != nil {
+					fail(cerr)
+				}
+			} else {
+				fail(wrap(ctx, "register", cerr))
+			}
+			if cerr == nil {
+				s.cluster.SetNodes(v.Live)
+				s.cluster.SetOffset(v.Now - (p.req.SentAt+recv)/2)
+				st.Registered = true
+			} else {
+				s.registered = 0 // again at the next round
+			}
+			continue
+		}
+		applied := false
+		if cerr != nil {
+			cerr = wrap(ctx, "sync", cerr)
+			s.answered(p)
+		} else {
+			applied, cerr = s.apply(p, vals, recv)
+		}
+		switch {
+		case cerr != nil:
+			st.Failed++
+			fail(cerr)
+		case applied:
+			st.Synced++
+		}
+	}
+	return wrap(ctx, "sync", err)
 }
 
 // answered records that p's exchange failed: its lease is left as it was,

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -185,4 +188,117 @@ func TestChartSVG(t *testing.T) {
 	if !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<circle") != 4 || !strings.Contains(svg, "1,000") {
 		t.Fatalf("unexpected SVG:\n%s", svg)
 	}
+}
+
+func TestHist(t *testing.T) {
+	for _, ns := range []int64{0, 1, 15, 16, 17, 31, 32, 100, 1000, 123456, 250e6, 3e9} {
+		i := histIndex(ns)
+		require.Less(t, i, histBuckets, "ns %d", ns)
+		assert.GreaterOrEqual(t, histUpper(i), ns, "ns %d: bucket %d", ns, i)
+		if i > 0 {
+			assert.Less(t, histUpper(i-1), ns, "ns %d: bucket %d", ns, i)
+		}
+		assert.LessOrEqual(t, float64(histUpper(i)), float64(ns)*1.125+1, "ns %d: bucket too wide", ns)
+	}
+	var s Slices
+	for i := range 1000 {
+		s.Add(1500000, time.Duration(i+1)*time.Microsecond) // second 1
+	}
+	s.Add(10, 5*time.Millisecond) // second 0
+	s.Trim()
+	require.Len(t, s, 2)
+	var h Hist
+	h.merge(s[1])
+	assert.EqualValues(t, 1000, h.Count())
+	assert.InDelta(t, 500, h.Quantile(0.5), 500*0.125)
+	assert.InDelta(t, 990, h.Quantile(0.99), 990*0.125)
+	assert.InDelta(t, 5000, s[0].Quantile(0.99), 5000*0.125)
+}
+
+func TestUsersSchedule(t *testing.T) {
+	s := NewUsersSpec(ModeHybrid, 20000, 5)
+	users := s.Users()
+	require.Len(t, users, 20000)
+	abusers := 0
+	end := float64(s.Duration().Microseconds())
+	for k, u := range users {
+		if u.Over(s.Limit) {
+			abusers++
+			assert.Zero(t, k%UsersAbuseEach, "abuser %d", k)
+		} else {
+			require.GreaterOrEqual(t, u.Rate, UsersMinRate, "user %d", k)
+			require.LessOrEqual(t, u.Rate, UsersMaxRate, "user %d", k)
+		}
+		require.True(t, u.Start >= 0 && u.Start+u.Len <= end, "user %d: session [%v, %v) outside the run", k, u.Start, u.Start+u.Len)
+	}
+	assert.Equal(t, 200, abusers)
+	assert.Equal(t, users, s.Users(), "users differ between calls")
+
+	total := 0
+	perKey := map[uint32]int{}
+	for n := range s.Nodes {
+		sched := s.Schedule(n)
+		assert.Equal(t, sched, s.Schedule(n), "node %d: schedules differ", n)
+		for i, a := range sched {
+			if i > 0 {
+				require.GreaterOrEqual(t, a.At, sched[i-1].At, "node %d: out of order at %d", n, i)
+			}
+			u := users[a.Key]
+			require.True(t, float64(a.At) >= u.Start-1 && float64(a.At) < u.Start+u.Len, "arrival outside key %d's session", a.Key)
+			perKey[a.Key]++
+		}
+		total += len(sched)
+	}
+	want := s.UsersRate() * s.Duration().Seconds()
+	assert.InDelta(t, want, float64(total), 0.03*want, "total arrivals")
+	// An abuser's session offers about 10 × L.
+	assert.InDelta(t, UsersAbuse*float64(s.Limit), float64(perKey[0]), 5*math.Sqrt(UsersAbuse*float64(s.Limit)))
+}
+
+func TestUsersOverAdmission(t *testing.T) {
+	s := NewUsersSpec(ModeHybrid, 200, 3)
+	users := s.Users()
+	lim, err := s.LimOf(AlgoFixed)
+	require.NoError(t, err)
+	W := s.W()
+	// An abuser whose session starts in a measured window before the
+	// last: 103 admitted in the window after its first, 100 in its first;
+	// key 1 (under): 2 requests, one rejected that the replay admits.
+	var key uint32
+	var first int32
+	for k := 0; k < len(users); k += UsersAbuseEach {
+		if f := int32(int64(users[k].Start) / W); f >= 1 && f < int32(s.Windows) {
+			key, first = uint32(k), f
+			break
+		}
+	}
+	require.NotZero(t, first, "no abuser starts in a measured window")
+	var all []Record
+	var exact []bool
+	for i := range 100 {
+		all = append(all, NewRecord(0, uint32(int64(first)*W+int64(i)), key, true, 0, first))
+		exact = append(exact, true)
+	}
+	for i := range 103 {
+		all = append(all, NewRecord(0, uint32(int64(first+1)*W+int64(i)), key, true, 0, first+1))
+		exact = append(exact, i < 100)
+	}
+	w1 := int64(1) * W
+	all = append(all, NewRecord(0, uint32(w1+5), 1, true, 0, 1), NewRecord(0, uint32(w1+6), 1, false, uint8(local.ReasonLimited), 1))
+	exact = append(exact, true, true)
+	s.Algo = AlgoFixed
+	u := analyzeUsers(s, lim, all, exact)
+	assert.InDelta(t, 0.03, u.OverLater.Max, 1e-9)
+	assert.InDelta(t, 0, u.OverFirst.Max, 1e-9)
+	assert.EqualValues(t, 2, u.UnderReqs)
+	assert.EqualValues(t, 1, u.UnderFalseRej)
+	assert.InDelta(t, 50, u.UnderFalseRejPct, 1e-9)
+}
+
+func TestSpliceSection(t *testing.T) {
+	doc := "# R\n\n## Main table\n\nx\n\n## Method\n\nm\n"
+	once := SpliceSection(doc, "p", "## S\n\none\n")
+	assert.Equal(t, "# R\n\n## Main table\n\nx\n\n<!-- section p -->\n## S\n\none\n<!-- /section p -->\n\n## Method\n\nm\n", once)
+	twice := SpliceSection(once, "p", "## S\n\ntwo\n")
+	assert.Equal(t, strings.Replace(once, "one", "two", 1), twice)
 }

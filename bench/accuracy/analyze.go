@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,8 +54,11 @@ type Result struct {
 
 	Scheduled, Decided, Dropped, Errors int
 	FirstErr                            string
-	NoLease                             int64 // hybrid rejections for want of a lease, in the measured windows
-	Measured                            int64 // decisions in the measured windows
+	Unavailable                         int64 // decided by a failure policy: Redis unavailable
+	// Latency: the decisions' latencies measured in the nodes, µs.
+	Latency  LatencyStats
+	NoLease  int64 // hybrid rejections for want of a lease, in the measured windows
+	Measured int64 // decisions in the measured windows
 
 	// Over-admission per measured window: fixed window, admitted in the
 	// window each decision counted in ÷ L − 1; GCRA, the arrival-curve
@@ -92,6 +94,9 @@ type Result struct {
 	// work on the machine shows there).
 	NodeCPUPct, LoadAvg float64
 
+	// Users: the api-users figures (nil for the other workloads).
+	Users *UsersResult `json:",omitempty"`
+
 	Valid   bool
 	Invalid []string
 }
@@ -110,8 +115,9 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 	var all []Record
 	var gaps []float64
 	modes := map[string]bool{}
+	var lat Slices
 	for n := range spec.Nodes {
-		base := filepath.Join(dir, fmt.Sprintf("n%d", n))
+		base := spec.File(dir, n, spec.Algo)
 		sum, err := ReadSummary(base + ".json")
 		if err != nil {
 			return nil, err
@@ -125,6 +131,13 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		res.Decided += sum.Decided
 		res.Dropped += sum.Dropped
 		res.Errors += sum.Errors
+		res.Unavailable += sum.Unavailable
+		for i, h := range sum.Latency {
+			for len(lat) <= i {
+				lat = append(lat, nil)
+			}
+			lat[i].merge(h)
+		}
 		if res.FirstErr == "" {
 			res.FirstErr = sum.FirstErr
 		}
@@ -172,6 +185,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		late[i] = (float64(r.Actual) - float64(r.Sched)) / 1000
 	}
 	res.Lateness = dist(late)
+	res.Latency = latencyStats(spec, lat)
 
 	// The exact replay: every decided arrival, in the order of the times
 	// they were decided at, through one local limiter. Fixed window: a
@@ -202,7 +216,8 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 	}
 	exactPer, admittedPer := map[kw]int64{}, map[kw]int64{}
 	var falseRej, measured int64
-	for _, r := range all {
+	exactOf := make([]bool, len(all)) // the replay's decision of each record
+	for i, r := range all {
 		k := r.KeyID()
 		name, ok := names[k]
 		if !ok {
@@ -210,6 +225,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 			names[k] = name
 		}
 		ex := exact.AllowAt(time.UnixMicro(spec.T0+int64(r.Actual)), name)
+		exactOf[i] = ex.Allowed()
 		w := int32(int64(r.Actual) / W) // the wall clock's window
 		if w < lo || w > hi {
 			continue
@@ -255,7 +271,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		for k, n := range per {
 			over[k.w-lo] = max(over[k.w-lo], float64(n)/float64(spec.Limit)-1)
 		}
-	case AlgoGCRA:
+	case AlgoGCRA, AlgoToken, AlgoLeaky:
 		arrivalCurve(all, lim, W, lo, hi, over)
 	case AlgoCounter:
 		counterOver(all, lim, W, lo, hi, over)
@@ -264,7 +280,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		if math.IsInf(over[i], -1) {
 			over[i] = -1 // nothing admitted in the window
 		}
-		if spec.Algo == AlgoGCRA {
+		if bucket(spec.Algo) {
 			// The arrival curve's excess is about −burst for a trace that
 			// keeps to the curve with its bucket drained: report the excess
 			// beyond the curve, 0 when the invariant holds.
@@ -274,9 +290,13 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 	res.OverWindows = over
 	res.Over = dist(over)
 
-	// Redis.
+	if spec.Workload == WorkAPIUsers {
+		res.Users = analyzeUsers(spec, lim, all, exactOf)
+	}
+
+	// Redis: per decision of every rule the run decided.
 	if res.Decided > 0 {
-		d := float64(res.Decided)
+		d := float64(res.Decided * len(spec.RuleAlgos()))
 		res.ScriptsPerDecision = float64(res.Scripts) / d
 		res.ServerScripts = rst.EvalshaCalls + rst.EvalCalls
 		res.ServerScriptsPerDecision = float64(res.ServerScripts) / d
@@ -290,7 +310,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		res.Invalid = append(res.Invalid, fmt.Sprintf("achieved rate %.1f%% off schedule", 100*res.RateOff))
 	}
 	syncs := spec.Mode == ModeNaive || res.ModeRun == ModeHybrid
-	if syncs && !(res.Sync.P99 <= MaxSyncP99*float64(spec.Interval.Milliseconds())) {
+	if syncs && !spec.Outage() && !(res.Sync.P99 <= MaxSyncP99*float64(spec.Interval.Milliseconds())) {
 		res.Invalid = append(res.Invalid, fmt.Sprintf("sync p99 %.0f ms > %.0f ms", res.Sync.P99, MaxSyncP99*float64(spec.Interval.Milliseconds())))
 	}
 	res.Valid = len(res.Invalid) == 0
@@ -304,6 +324,22 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 // a_j] is f(j) − f(i) + 1 − burst, f(k) = k − rate × a_k: one pass with
 // the running minimum of f.
 func arrivalCurve(all []Record, lim local.Limit, W int64, lo, hi int32, over []float64) {
+	start := int64(lo) * W
+	burst := float64(lim.Burst())
+	curveExcess(all, lim, W, func(r Record) bool {
+		at := int64(r.Actual)
+		return at >= start && int32(at/W) <= hi
+	}, func(r Record, excess float64) {
+		w := int32(int64(r.Actual) / W)
+		over[w-lo] = max(over[w-lo], excess/burst)
+	})
+}
+
+// curveExcess walks the admissions of all (sorted by time) that keep
+// selects and calls emit at each with the largest arrival-curve excess of
+// an interval of its key ending there: admitted(t0, t] − burst − rate ×
+// (t − t0), t0 at or after the key's first selected admission.
+func curveExcess(all []Record, lim local.Limit, W int64, keep func(Record) bool, emit func(r Record, excess float64)) {
 	rate := float64(lim.Limit()) / float64(W) // per µs
 	burst := float64(lim.Burst())
 	type st struct {
@@ -311,13 +347,8 @@ func arrivalCurve(all []Record, lim local.Limit, W int64, lo, hi int32, over []f
 		minF float64
 	}
 	keys := map[uint32]*st{}
-	start := int64(lo) * W
-	for _, r := range all { // sorted by time
-		if !r.Allowed() || int64(r.Actual) < start {
-			continue
-		}
-		w := int32(int64(r.Actual) / W)
-		if w > hi {
+	for _, r := range all {
+		if !r.Allowed() || !keep(r) {
 			continue
 		}
 		s := keys[r.KeyID()]
@@ -328,8 +359,7 @@ func arrivalCurve(all []Record, lim local.Limit, W int64, lo, hi int32, over []f
 		f := s.n - rate*float64(r.Actual)
 		s.minF = min(s.minF, f)
 		s.n++
-		excess := f - s.minF + 1 - burst
-		over[w-lo] = max(over[w-lo], excess/burst)
+		emit(r, f-s.minF+1-burst)
 	}
 }
 
@@ -356,6 +386,29 @@ func counterOver(all []Record, lim local.Limit, W int64, lo, hi int32, over []fl
 		est := float64(per[[2]int64{k, w - W}])*float64(left)/float64(ws) + float64(per[[2]int64{k, w}])
 		over[idx-lo] = max(over[idx-lo], est/float64(lim.Limit())-1)
 	}
+}
+
+// Float is a float64 whose NaN (no data) is null in JSON.
+type Float float64
+
+// MarshalJSON writes NaN and infinities as null.
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return []byte(strconv.FormatFloat(v, 'g', -1, 64)), nil
+}
+
+// UnmarshalJSON reads null as NaN.
+func (f *Float) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = Float(math.NaN())
+		return nil
+	}
+	v, err := strconv.ParseFloat(string(b), 64)
+	*f = Float(v)
+	return err
 }
 
 // MarshalJSON writes NaN (no data) as null.

@@ -97,8 +97,79 @@ func Markdown(meta Meta, results []*Result) string {
 		bound, why := Bound(r)
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", r.ran(), r.Spec.Workload, r.Spec.Algo, Pct(bound), why, Pct(r.Over.Max), r.Verdict())
 	}
+	b.WriteString(usersSection(results, "##"))
 	b.WriteString(strings.ReplaceAll(methodText, "{zipf}", zipfText()))
 	return b.String()
+}
+
+// usersSection renders the api-users and outage tables and their targets,
+// under a heading of level h ("##").
+func usersSection(results []*Result, h string) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	if ut, ot := UsersMarkdown(results); ut != "" || ot != "" {
+		w("\n%s api-users\n\n", h)
+		w("%s\n\n", usersText(results))
+		if ut != "" {
+			b.WriteString(ut)
+		}
+		if ot != "" {
+			w("\n%s# Outage\n\n", h)
+			w("The same workload (users scaled to the run's length, so the offered rate is the same), Redis killed with SIGKILL by PID at the start of the second measured window and restarted empty (no persistence) on the same port 10 s later. ")
+			w("Latencies are per decision, measured in the nodes; \"worst 1 s p99\" is the largest p99 of any second of the run; \"failed\" counts decisions that came with an error other than ErrUnavailable, \"policy\" those a failure policy made (Redis unavailable), \"dropped\" arrivals not decided by 1 s after the schedule's end. ")
+			w("The worst user's over-admission in the window of the outage and in the window after the restart is per user and window, as in the api-users table.\n\n")
+			b.WriteString(ot)
+		}
+		w("\n%s# api-users targets\n\n", h)
+		b.WriteString(ChecksMarkdown(UsersTargets(results)))
+	}
+	return b.String()
+}
+
+// Section renders a partial run as a section of the results document: its
+// own date, machine and command, its main-table rows and targets, and the
+// api-users and outage tables, for a run that measured only those (the
+// rest of the document keeps its figures).
+func Section(meta Meta, title string, results []*Result) string {
+	var mainRes []*Result
+	for _, r := range Sorted(results) {
+		if r.Spec.Set == SetMain {
+			mainRes = append(mainRes, r)
+		}
+	}
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("## %s\n\n", title)
+	w("Measured apart from the tables above, by `make bench-accuracy ACCURACY_FLAGS='...'` with the flags below; the rest of this page keeps its own run's figures.\n\n")
+	w("- Date: %s; total run time %.1f min\n", meta.Date, meta.TotalSeconds/60)
+	w("- Machine: %d cores (%s), %s, Redis %s (a private redis-server on loopback, persistence off)\n", meta.Cores, meta.CPU, meta.GoVersion, meta.Redis)
+	w("- Command: `%s`\n", meta.Command)
+	w("- Library: commit %s\n", meta.Commit)
+	if len(mainRes) > 0 {
+		w("\n### Main-table rows: the other leasable algorithms\n\n")
+		w("As the main table: N = 8, L = %d per 1 s window, %d measured windows, sync interval 100 ms.\n\n", DefaultLimit, meta.Windows)
+		b.WriteString(MarkdownTable(mainRes))
+		w("\n")
+		b.WriteString(ChecksMarkdown(Targets(results)))
+	}
+	b.WriteString(usersSection(results, "###"))
+	return b.String()
+}
+
+// SpliceSection puts section into doc between the markers named name,
+// replacing what they held, or, the first time, before the Method.
+func SpliceSection(doc, name, section string) string {
+	begin, end := "<!-- section "+name+" -->\n", "<!-- /section "+name+" -->\n"
+	body := begin + section + end
+	if i := strings.Index(doc, begin); i >= 0 {
+		if j := strings.Index(doc[i:], end); j >= 0 {
+			return doc[:i] + body + doc[i+j+len(end):]
+		}
+	}
+	if i := strings.Index(doc, "\n## Method"); i >= 0 {
+		return doc[:i+1] + body + doc[i:]
+	}
+	return doc + "\n" + body
 }
 
 // zipfText describes the Zipf workload as run.
@@ -214,3 +285,27 @@ the end of each run. Central mode at 100,000 decisions per second is beyond this
 those runs are INVALID (their achieved rate), as they should be; the curves hold central runs
 at rates it sustains (L ≤ 1,000).
 `
+
+// usersText describes the api-users runs as they were run.
+func usersText(results []*Result) string {
+	var s Spec
+	for _, r := range results {
+		if r.Spec.Set == SetUsers || r.Spec.Set == SetOutage {
+			s = r.Spec
+			if r.Spec.Set == SetUsers {
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s users (keys), each limited to %d per %v (fixed window, and GCRA with burst %d: two rules deciding every arrival, one after the other, "+
+		"each with its own figures; Redis figures are the run's, per decision of either rule). Per-user rates are heavy-tailed: 99%% of users ask for %.0f to %.0f per window "+
+		"(a Pareto of shape %.1f truncated there: most near %.0f), 1%% (every hundredth key) for %.0f × the limit. Each user comes for one session of %.0f window at a uniformly random time, "+
+		"so users keep arriving cold; each request goes to one of N = %d node processes at random. One warm-up window, then %d measured windows; offered about %s requests per second in total "+
+		"(the rate central mode serves on time here, two rules per request). "+
+		"Latency: each decision's, measured around the Allow call in the node (it includes one clock read). Under the limit: the requests of users under their limit in the measured windows; "+
+		"false rejections are those the exact replay admits. Over-admission: per user over the limit and window, admitted ÷ L − 1 (fixed window), or the largest excess of an interval "+
+		"ending in the window over the arrival curve (burst + rate × interval) ÷ L (GCRA); first window: the window the user's session starts in (the node holds no lease for it yet); later: the others. "+
+		"Redis CPU µs/dec: the server's CPU time per decision; vs central: that against central's.",
+		group(float64(s.Keys)), s.Limit, s.Window, s.Burst, UsersMinRate, UsersMaxRate, UsersAlpha, UsersMinRate, UsersAbuse, UsersSession,
+		s.Nodes, s.Windows, group(s.UsersRate()))
+}

@@ -37,18 +37,13 @@ const notDecided = ^uint32(0)
 // central mode each one is a round trip to Redis, so the generator hands
 // the arrivals, on time, to Spec.Workers goroutines.
 func RunNode(spec Spec, node int, out string) error {
-	lim, err := spec.Lim()
-	if err != nil {
-		return err
-	}
+	algos := spec.RuleAlgos()
 	sched := spec.Schedule(node)
 	names := keyNames(sched)
-	sum := &NodeSummary{Node: node, Scheduled: len(sched), ModeRun: spec.Mode}
 	rs := &rounds{t0: spec.T0}
 	cc := &cmdCounter{}
 	ctx := context.Background()
 	W, T0 := spec.W(), spec.T0
-	fixed := spec.Algo == AlgoFixed
 
 	var client *redis.Client
 	if spec.Mode != ModeLocal {
@@ -64,90 +59,123 @@ func RunNode(spec Spec, node int, out string) error {
 	}
 	prefix := "acc:" + spec.ID
 
-	// decide decides one request at node time now (µs since the epoch):
-	// admitted, the reason, and the fixed window's reset-after (0 for the
-	// other algorithms), from which windowOf tells the window it counted in.
-	var decide func(k uint32, now int64) (bool, uint8, time.Duration, error)
-	var stop func()
-	if spec.Mode == ModeNaive {
-		n, err := newNaive(ctx, client, lim, prefix, spec.Interval, T0, rs)
-		if err != nil {
-			return err
-		}
-		decide = func(k uint32, now int64) (bool, uint8, time.Duration, error) {
-			ok, end := n.decide(k, now-T0)
-			var reason uint8
-			if !ok {
-				reason = uint8(local.ReasonLimited)
-			}
-			var reset time.Duration
-			if fixed {
-				reset = time.Duration(end-(now-T0)) * time.Microsecond
-			}
-			return ok, reason, reset, nil
-		}
-		defer func() {
-			if n.errs > 0 {
-				sum.Errors += n.errs
-				if sum.FirstErr == "" {
-					sum.FirstErr = fmt.Sprintf("naive: %d failed pushes", n.errs)
-				}
-			}
-		}()
-		time.Sleep(time.Until(time.UnixMicro(T0)))
-		n.start()
-		stop = n.close
-	} else {
+	// rules[i] decides algos[i]: one request at node time now (µs since the
+	// epoch): admitted, the reason, and the fixed window's reset-after (0
+	// for the other algorithms), from which windowOf tells the window it
+	// counted in.
+	type rule struct {
+		algo   string
+		decide func(k uint32, now int64) (bool, uint8, time.Duration, error)
+		sum    *NodeSummary
+		recs   []Record
+		lat    Slices
+		mu     sync.Mutex // central: guards lat
+		errs   atomic.Int64
+		unav   atomic.Int64 // made without Redis by a failure policy: Degraded, or an error wrapping ErrUnavailable
+		first  atomic.Pointer[string]
+	}
+	rules := make([]*rule, len(algos))
+	var stops []func()
+	var naives []*naive
+	var l *hybrid.Limiter
+	if spec.Mode != ModeNaive {
 		cfg := hybrid.Config{
 			Keyspace:      syncer.Keyspace{Prefix: prefix},
 			Sync:          syncer.SyncConfig{Interval: spec.Interval, NodeID: fmt.Sprintf("n%d", node), Nodes: spec.Nodes, NoColdStart: spec.NoColdStart},
 			MeterProvider: roundMeterProvider{r: rs},
 			Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		}
-		mode := hybrid.Local
 		if client != nil {
 			cfg.Redis = client // never a nil *redis.Client in the interface
+		}
+		var err error
+		if l, err = hybrid.New(cfg); err != nil {
+			return err
+		}
+		stops = append(stops, func() {
+			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			if err := l.Shutdown(sctx); err != nil {
+				s := "shutdown: " + err.Error()
+				rules[0].first.CompareAndSwap(nil, &s)
+			}
+		})
+	}
+	for i, algo := range algos {
+		lim, err := spec.LimOf(algo)
+		if err != nil {
+			return err
+		}
+		r := &rule{algo: algo, sum: &NodeSummary{Node: node, Scheduled: len(sched), ModeRun: spec.Mode}}
+		rules[i] = r
+		fixed := algo == AlgoFixed
+		if spec.Mode == ModeNaive {
+			n, err := newNaive(ctx, client, lim, prefix+":"+algo, spec.Interval, T0, rs)
+			if err != nil {
+				return err
+			}
+			naives = append(naives, n)
+			r.decide = func(k uint32, now int64) (bool, uint8, time.Duration, error) {
+				ok, end := n.decide(k, now-T0)
+				var reason uint8
+				if !ok {
+					reason = uint8(local.ReasonLimited)
+				}
+				var reset time.Duration
+				if fixed {
+					reset = time.Duration(end-(now-T0)) * time.Microsecond
+				}
+				return ok, reason, reset, nil
+			}
+			continue
+		}
+		mode := hybrid.Local
+		if client != nil {
 			mode = hybrid.Hybrid
 			if spec.Mode == ModeCentral {
 				mode = hybrid.Central
 			}
 		}
-		l, err := hybrid.New(cfg)
-		if err != nil {
-			return err
+		name := "acc"
+		if len(algos) > 1 {
+			name += "-" + algo
 		}
-		rule, err := l.Register(hybrid.Rule{Name: "acc", Limit: lim, Mode: mode})
+		hr, err := l.Register(hybrid.Rule{Name: name, Limit: lim, Mode: mode})
 		if err != nil {
 			l.Close()
 			return err
 		}
-		sum.ModeRun = l.Mode(rule).String()
-		decide = func(k uint32, _ int64) (bool, uint8, time.Duration, error) {
+		r.sum.ModeRun = l.Mode(hr).String()
+		r.decide = func(k uint32, _ int64) (bool, uint8, time.Duration, error) {
 			// The Limiter reads its own clock.
-			d, err := l.Allow(ctx, rule, names[k])
+			d, err := l.Allow(ctx, hr, names[k])
 			reset := d.ResetAfter()
 			if !fixed {
 				reset = 0
 			}
+			if d.Degraded() || (err != nil && errors.Is(err, hybrid.ErrUnavailable)) {
+				// A failure policy's decision: not a failed request.
+				r.unav.Add(1)
+				if errors.Is(err, hybrid.ErrUnavailable) {
+					err = nil
+				}
+			}
 			return d.Allowed(), uint8(d.Reason()), reset, err
 		}
-		stop = func() {
-			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			defer cancel()
-			if err := l.Shutdown(sctx); err != nil && sum.FirstErr == "" {
-				sum.FirstErr = "shutdown: " + err.Error()
-			}
+	}
+	if spec.Mode == ModeNaive {
+		time.Sleep(time.Until(time.UnixMicro(T0)))
+		for _, n := range naives {
+			n.start()
+			stops = append(stops, n.close)
 		}
 	}
 
-	var recs []Record
-	var errs atomic.Int64
-	var firstErr atomic.Pointer[string]
-	noteErr := func(err error) {
+	noteErr := func(r *rule, err error) {
 		if err != nil && !errors.Is(err, context.Canceled) {
-			errs.Add(1)
+			r.errs.Add(1)
 			s := err.Error()
-			firstErr.CompareAndSwap(nil, &s)
+			r.first.CompareAndSwap(nil, &s)
 		}
 	}
 	end := T0 + spec.Duration().Microseconds()
@@ -155,10 +183,39 @@ func RunNode(spec Spec, node int, out string) error {
 	time.Sleep(time.Until(time.UnixMicro(T0)))
 	cpu0 := cpuTime()
 
+	// decideAt decides arrival a by every rule, recording each decision
+	// and its latency (measured here, in the node).
+	decideAt := func(a Arrival, central bool) []Record {
+		var out [8]Record
+		for j, r := range rules {
+			t0 := time.Now()
+			ok, reason, reset, err := r.decide(a.Key, t0.UnixMicro())
+			t1 := time.Now()
+			// Central: the reply's time (Redis decided between the call
+			// and now); otherwise the call's.
+			t := t0.UnixMicro()
+			if central {
+				t = t1.UnixMicro()
+			}
+			noteErr(r, err)
+			if central {
+				r.mu.Lock()
+			}
+			r.lat.Add(t0.UnixMicro()-T0, t1.Sub(t0))
+			if central {
+				r.mu.Unlock()
+			}
+			out[j] = NewRecord(a.At, uint32(t-T0), a.Key, ok, reason, windowOf(t, reset, T0, W))
+		}
+		return out[:len(rules)]
+	}
+
 	if spec.Mode == ModeCentral {
-		recs = make([]Record, len(sched))
-		for i := range recs {
-			recs[i].Actual = notDecided
+		for _, r := range rules {
+			r.recs = make([]Record, len(sched))
+			for i := range r.recs {
+				r.recs[i].Actual = notDecided
+			}
 		}
 		work := make(chan int, 1024)
 		var wg sync.WaitGroup
@@ -170,13 +227,9 @@ func RunNode(spec Spec, node int, out string) error {
 					if time.Now().UnixMicro() > deadline {
 						continue
 					}
-					a := sched[i]
-					ok, reason, reset, err := decide(a.Key, 0)
-					// The reply's time: Redis decided between the call and
-					// now.
-					t := time.Now().UnixMicro()
-					noteErr(err)
-					recs[i] = NewRecord(a.At, uint32(t-T0), a.Key, ok, reason, windowOf(t, reset, T0, W))
+					for j, rec := range decideAt(sched[i], true) {
+						rules[j].recs[i] = rec
+					}
 				}
 			}()
 		}
@@ -188,16 +241,20 @@ func RunNode(spec Spec, node int, out string) error {
 		}
 		close(work)
 		wg.Wait()
-		n := 0
-		for _, r := range recs {
-			if r.Actual != notDecided {
-				recs[n] = r
-				n++
+		for _, r := range rules {
+			n := 0
+			for _, rec := range r.recs {
+				if rec.Actual != notDecided {
+					r.recs[n] = rec
+					n++
+				}
 			}
+			r.recs = r.recs[:n]
 		}
-		recs = recs[:n]
 	} else {
-		recs = make([]Record, 0, len(sched))
+		for _, r := range rules {
+			r.recs = make([]Record, 0, len(sched))
+		}
 		for i := 0; i < len(sched); {
 			// Sub-millisecond sleeps last about a millisecond (the Go
 			// runtime's poller): arrivals due meanwhile are decided
@@ -207,35 +264,55 @@ func RunNode(spec Spec, node int, out string) error {
 			if !ok {
 				break
 			}
-			for i < len(sched) && T0+int64(sched[i].At) <= now {
-				a := sched[i]
-				t := time.Now().UnixMicro()
-				ok, reason, reset, err := decide(a.Key, t)
-				noteErr(err)
-				recs = append(recs, NewRecord(a.At, uint32(t-T0), a.Key, ok, reason, windowOf(t, reset, T0, W)))
+			// A node behind its schedule stops at the deadline too: what is
+			// left is dropped, not decided minutes late.
+			for i < len(sched) && T0+int64(sched[i].At) <= now && now <= deadline {
+				for j, rec := range decideAt(sched[i], false) {
+					rules[j].recs = append(rules[j].recs, rec)
+				}
 				i++
-				now = t
+				now = time.Now().UnixMicro()
 			}
 		}
 	}
-	sum.CPU = cpuTime() - cpu0
-	stop()
-	for _, r := range recs {
-		sum.Reasons[r.Reason()&7]++
+	cpu := cpuTime() - cpu0
+	for _, stop := range stops {
+		stop()
 	}
-	sum.Decided = len(recs)
-	sum.Dropped = len(sched) - len(recs)
-	sum.Errors += int(errs.Load())
-	if p := firstErr.Load(); p != nil && sum.FirstErr == "" {
-		sum.FirstErr = *p
+	for i, r := range rules {
+		sum := r.sum
+		sum.CPU = cpu
+		for _, rec := range r.recs {
+			sum.Reasons[rec.Reason()&7]++
+		}
+		sum.Decided = len(r.recs)
+		sum.Dropped = len(sched) - len(r.recs)
+		sum.Errors = int(r.errs.Load())
+		sum.Unavailable = r.unav.Load()
+		if spec.Mode == ModeNaive && naives[i].errs > 0 {
+			// Failed pushes, retried at the next sync: no request failed.
+			sum.FirstErr = fmt.Sprintf("naive: %d failed pushes", naives[i].errs)
+		}
+		if p := r.first.Load(); p != nil && sum.FirstErr == "" {
+			sum.FirstErr = *p
+		}
+		sum.Rounds = rs.times()
+		sum.RoundKeys = rs.keys.Load()
+		sum.Redis = cc.snapshot()
+		r.lat.Trim()
+		sum.Latency = r.lat
+		base := out
+		if len(algos) > 1 {
+			base += "." + r.algo
+		}
+		if err := WriteRecords(base+".rec", r.recs); err != nil {
+			return err
+		}
+		if err := WriteSummary(base+".json", sum); err != nil {
+			return err
+		}
 	}
-	sum.Rounds = rs.times()
-	sum.RoundKeys = rs.keys.Load()
-	sum.Redis = cc.snapshot()
-	if err := WriteRecords(out+".rec", recs); err != nil {
-		return err
-	}
-	return WriteSummary(out+".json", sum)
+	return nil
 }
 
 // keyNames returns the user keys of the ids in sched, indexed by id.

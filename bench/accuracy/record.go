@@ -101,9 +101,13 @@ type NodeSummary struct {
 	Scheduled int    // arrivals in the schedule
 	Decided   int    // decisions made (records written)
 	Dropped   int    // arrivals not decided by the deadline (central, overloaded)
-	Errors    int    // decisions that came with an error (a failure policy decided)
-	FirstErr  string
-	Reasons   [8]int64 // decisions by local.Reason
+	Errors    int    // decisions that came with an error other than ErrUnavailable: failed requests
+	// Unavailable counts the decisions a failure policy made without Redis:
+	// Decision.Degraded, or (before policy decisions came with a nil error)
+	// an error wrapping hybrid.ErrUnavailable.
+	Unavailable int64
+	FirstErr    string
+	Reasons     [8]int64 // decisions by local.Reason
 	// Rounds are the times (µs since T0) at which sync rounds ended: the
 	// hybrid syncer's, seen through its metrics (Config.MeterProvider), or
 	// the naive baseline's own.
@@ -111,6 +115,9 @@ type NodeSummary struct {
 	RoundKeys int64 // keys exchanged by those rounds
 	Redis     RedisCounts
 	CPU       float64 // the process's CPU time (user + sys) from T0 to the end of its schedule, seconds
+	// Latency holds the decisions' latencies as the node measured them
+	// around each call, one histogram per second since T0.
+	Latency Slices
 }
 
 // WriteSummary writes s as JSON to path.

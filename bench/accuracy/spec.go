@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -20,12 +21,22 @@ const (
 )
 
 // The algorithms measured: the fixed window (primary), GCRA (the token
-// bucket's arrival curve) and the sliding window counter.
+// bucket's arrival curve), the sliding window counter, the token bucket and
+// the leaky bucket (as a meter): every algorithm hybrid mode can lease.
 const (
 	AlgoFixed   = "fixed"
 	AlgoGCRA    = "gcra"
 	AlgoCounter = "counter"
+	AlgoToken   = "token"
+	AlgoLeaky   = "leaky"
 )
+
+// Algos lists the algorithms in the order the tables list them.
+var Algos = []string{AlgoFixed, AlgoGCRA, AlgoCounter, AlgoToken, AlgoLeaky}
+
+// bucket reports whether algo is one of the bucket algorithms, whose
+// invariant is an arrival curve (rate, burst).
+func bucket(algo string) bool { return algo == AlgoGCRA || algo == AlgoToken || algo == AlgoLeaky }
 
 // The standard workloads, in the order the tables list them.
 const (
@@ -36,6 +47,12 @@ const (
 	WorkUnder   = "under"   // one key, spread evenly, offered 0.9 × L
 )
 
+// WorkAPIUsers is the api-users workload: many users, each limited to 100
+// per 10 s, most far under it and 1% at 10 × it, each request sent to a
+// uniformly random node (users.go). Run apart from the main table, with
+// its own table.
+const WorkAPIUsers = "api-users"
+
 // WorkColdSkewed is the cold start with 80% of each key's traffic on node 0:
 // not one of the standard workloads, run on request (-workloads).
 const WorkColdSkewed = "cold-skewed"
@@ -45,7 +62,7 @@ var Workloads = []string{WorkUniform, WorkSkewed, WorkZipf, WorkCold, WorkUnder}
 
 // AllWorkloads lists every workload a Spec may name: the standard ones,
 // then the others.
-var AllWorkloads = append(slices.Clone(Workloads), WorkColdSkewed)
+var AllWorkloads = append(slices.Clone(Workloads), WorkColdSkewed, WorkAPIUsers)
 
 // Cold reports whether the workload is a cold start: a new key every window.
 func (s Spec) Cold() bool { return s.Workload == WorkCold || s.Workload == WorkColdSkewed }
@@ -57,11 +74,17 @@ func (s Spec) skewed() bool { return s.Workload == WorkSkewed || s.Workload == W
 // own index. Everything a node does follows from it deterministically,
 // save what the clock and the scheduler do to it.
 type Spec struct {
-	ID       string        // names the run: key prefix, file names
-	Set      string        // SetMain (the table) or SetCurve (the L × N grid)
-	Mode     string        // ModeCentral, ModeHybrid, ModeNaive, ModeLocal
-	Algo     string        // AlgoFixed, AlgoGCRA, AlgoCounter
-	Workload string        // one of Workloads
+	ID   string // names the run: key prefix, file names
+	Set  string // SetMain (the table) or SetCurve (the L × N grid)
+	Mode string // ModeCentral, ModeHybrid, ModeNaive, ModeLocal
+	Algo string // one of Algos
+	// Algos, when it has more than one, are the algorithms decided on the
+	// same arrivals, one rule each, every arrival by each rule in turn
+	// (independently, not all-or-nothing); Algo is then the one a Result
+	// describes. Each has its own node files (Spec.File).
+	Algos    []string
+	Burst    int64         // the bucket algorithms' burst; 0 means Limit
+	Workload string        // one of AllWorkloads
 	Limit    int64         // L: admitted per Window per key (GCRA: the rate, and the burst)
 	Window   time.Duration // W
 	Nodes    int           // N
@@ -75,14 +98,47 @@ type Spec struct {
 	// NoColdStart turns the hybrid's cold-start allowance off
 	// (SyncConfig.NoColdStart): a diagnostic, not part of the tables.
 	NoColdStart bool
-	T0          int64  // wall-clock start (µs since the epoch), a multiple of W
-	Redis       string // host:port; empty in local mode
+	// KillAt and Down: the outage run's Redis is killed (SIGKILL) KillAt
+	// after T0 and restarted Down later. Zero: no outage.
+	KillAt, Down time.Duration
+	T0           int64  // wall-clock start (µs since the epoch), a multiple of W
+	Redis        string // host:port; empty in local mode
+}
+
+// Outage reports whether the run kills Redis on the way.
+func (s Spec) Outage() bool { return s.Down > 0 }
+
+// RuleAlgos returns the algorithms the nodes decide: Algos, or Algo alone.
+func (s Spec) RuleAlgos() []string {
+	if len(s.Algos) > 1 {
+		return s.Algos
+	}
+	return []string{s.Algo}
+}
+
+// File returns the path prefix of node n's files for algorithm algo in
+// dir: n<n>, or n<n>.<algo> when the run decides several algorithms.
+func (s Spec) File(dir string, n int, algo string) string {
+	base := fmt.Sprintf("n%d", n)
+	if len(s.Algos) > 1 {
+		base += "." + algo
+	}
+	return filepath.Join(dir, base)
+}
+
+// ForAlgo returns the Spec with Algo set to algo, one of RuleAlgos: what
+// Analyze takes for each algorithm of a run.
+func (s Spec) ForAlgo(algo string) Spec {
+	s.Algo = algo
+	return s
 }
 
 // The sets of runs.
 const (
-	SetMain  = "main"
-	SetCurve = "curve"
+	SetMain   = "main"
+	SetCurve  = "curve"
+	SetUsers  = "users"  // the api-users table
+	SetOutage = "outage" // the api-users workload through a Redis outage
 )
 
 // ZipfRate is the Zipf workload's total offered rate, per second: what
@@ -125,16 +181,28 @@ func NewSpec(m, a, w string, limit int64, nodes, windows int) Spec {
 
 // Lim returns the run's local.Limit.
 func (s Spec) Lim() (local.Limit, error) {
+	return s.LimOf(s.Algo)
+}
+
+// LimOf returns the run's local.Limit for algorithm algo.
+func (s Spec) LimOf(algo string) (local.Limit, error) {
 	p := local.Params{Limit: s.Limit, Window: s.Window}
-	switch s.Algo {
+	switch algo {
 	case AlgoFixed:
 		p.Algorithm = local.FixedWindow
 	case AlgoGCRA:
 		p.Algorithm = local.GCRA
 	case AlgoCounter:
 		p.Algorithm = local.SlidingWindowCounter
+	case AlgoToken:
+		p.Algorithm = local.TokenBucket
+	case AlgoLeaky:
+		p.Algorithm = local.LeakyBucket
 	default:
-		return local.Limit{}, fmt.Errorf("accuracy: unknown algorithm %q", s.Algo)
+		return local.Limit{}, fmt.Errorf("accuracy: unknown algorithm %q", algo)
+	}
+	if bucket(algo) {
+		p.Burst = s.Burst
 	}
 	return local.NewLimit(p)
 }
@@ -168,6 +236,9 @@ type Arrival struct {
 // Zipf (s = 1.1) draw over Keys; or, for the cold start, key i from ColdAt
 // into window i until ColdAt into window i + 1 (nothing before).
 func (s Spec) Schedule(n int) []Arrival {
+	if s.Workload == WorkAPIUsers {
+		return s.usersSchedule(n)
+	}
 	rng := rand.New(rand.NewPCG(s.Seed, uint64(n)+1))
 	W := float64(s.W())
 	end := float64(s.Duration().Microseconds())

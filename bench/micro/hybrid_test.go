@@ -21,19 +21,16 @@ type vclock struct{ us atomic.Int64 }
 
 func (c *vclock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
 
-// BenchmarkHybrid compares, on one hybrid.Limiter, a rule in Hybrid mode
-// with the same rule in Local mode: the design wants the hybrid hot path
-// within 10% of the local one. Both read the Limiter's clock; the hybrid
-// key holds a lease fetched before the timer starts, so no decision waits
-// on Redis (as in production, where the syncer renews it in the
-// background). It needs HYBRIDLIMIT_REDIS_ADDR.
-func BenchmarkHybrid(b *testing.B) {
+// benchLimiter returns a hybrid.Limiter of one node on a fresh prefix, with
+// ManualSync and the settable clock it reads, both closed when b ends. It
+// skips b without HYBRIDLIMIT_REDIS_ADDR.
+func benchLimiter(b *testing.B) (*hybrid.Limiter, *vclock) {
 	addr := os.Getenv("HYBRIDLIMIT_REDIS_ADDR")
 	if addr == "" {
 		b.Skip("HYBRIDLIMIT_REDIS_ADDR is not set: make bench starts Redis")
 	}
 	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	defer client.Close()
+	b.Cleanup(func() { client.Close() })
 	clock := &vclock{}
 	clock.us.Store(t0.UnixMicro())
 	l, err := hybrid.New(hybrid.Config{
@@ -44,7 +41,18 @@ func BenchmarkHybrid(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
+	b.Cleanup(func() { l.Close() })
+	return l, clock
+}
+
+// BenchmarkHybrid compares, on one hybrid.Limiter, a rule in Hybrid mode
+// with the same rule in Local mode: the design wants the hybrid hot path
+// within 10% of the local one. Both read the Limiter's clock; the hybrid
+// key holds a lease fetched before the timer starts, so no decision waits
+// on Redis (as in production, where the syncer renews it in the
+// background). It needs HYBRIDLIMIT_REDIS_ADDR.
+func BenchmarkHybrid(b *testing.B) {
+	l, clock := benchLimiter(b)
 	// A limit no benchmark run exhausts: the decisions measured are
 	// admissions, in both modes.
 	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 40, Window: time.Hour})
@@ -85,6 +93,66 @@ func BenchmarkHybrid(b *testing.B) {
 					l.Allow(ctx, r, hotKey)
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkFlood compares, in one run, the cost of a key flooded far past
+// its limit: GCRA 1,000,000/s, burst 100,000, on one node, offered 10× its
+// limit (the clock moves 1µs every 10 requests), so that most decisions are
+// refusals. local is local.Limiter.Allow; local-mode hybrid.Limiter.Allow
+// on a Local rule; hybrid the same on a Hybrid rule, its share renewed by a sync round every 2^16 requests
+// (outside the timer), as the background syncer does. It needs
+// HYBRIDLIMIT_REDIS_ADDR.
+func BenchmarkFlood(b *testing.B) {
+	l, clock := benchLimiter(b)
+	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1_000_000, Window: time.Second, Burst: 100_000})
+	hr, err := l.Register(hybrid.Rule{Name: "flood", Limit: lim, Mode: hybrid.Hybrid})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lr, err := l.Register(hybrid.Rule{Name: "flood-local", Limit: lim, Mode: hybrid.Local})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lo, err := local.New(lim, local.Config{Clock: clock, NoBackgroundSweep: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lo.Close()
+	ctx := context.Background()
+	sync := func(b *testing.B) {
+		b.StopTimer()
+		if _, err := l.SyncAt(ctx, clock.Now()); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	l.Allow(ctx, hr, hotKey)
+	sync(b)
+	for _, c := range []struct {
+		name  string
+		allow func() bool
+	}{
+		{"local", func() bool { return lo.Allow(hotKey).Allowed() }},
+		{"local-mode", func() bool { d, _ := l.Allow(ctx, lr, hotKey); return d.Allowed() }},
+		{"hybrid", func() bool { d, _ := l.Allow(ctx, hr, hotKey); return d.Allowed() }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var i, admitted int
+			for b.Loop() {
+				if c.allow() {
+					admitted++
+				}
+				if i++; i%10 == 0 {
+					clock.us.Add(1)
+				}
+				if i%(1<<16) == 0 && c.name == "hybrid" {
+					sync(b)
+				}
+			}
+			b.ReportMetric(float64(admitted)/float64(i), "admitted/op")
 		})
 	}
 }

@@ -20,6 +20,10 @@ type Cluster struct {
 	// decisions already fall in Redis's windows, not the node clock's.
 	offset atomic.Int64
 
+	// round is closed when a round's replies are applied (RoundDone), for
+	// the requests that wait for a lease; nil until one waits.
+	round atomic.Pointer[chan struct{}]
+
 	queues    [queueShards]queue
 	first     queue // keys for the next first-lease round
 	wake      chan struct{}
@@ -56,6 +60,29 @@ func (c *Cluster) Wanted() bool { return wanted(c.wake) }
 // WantedFirst reports, and clears, whether a key asked for a first-lease
 // round.
 func (c *Cluster) WantedFirst() bool { return wanted(c.wakeFirst) }
+
+// NextRound returns a channel closed once the next round's replies are
+// applied. A request that waits for its lease takes it while it holds its
+// entry's lock, so that a reply applied after its decision wakes it.
+func (c *Cluster) NextRound() <-chan struct{} {
+	for {
+		if p := c.round.Load(); p != nil {
+			return *p
+		}
+		ch := make(chan struct{})
+		if c.round.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
+}
+
+// RoundDone wakes the requests waiting for a round (NextRound): the syncer
+// calls it after each round, answered or failed.
+func (c *Cluster) RoundDone() {
+	if p := c.round.Swap(nil); p != nil {
+		close(*p)
+	}
+}
 
 const queueShards = 16
 
@@ -124,8 +151,14 @@ func (r *Rule) Notify(e *keyed.Entry[Lease]) {
 	}
 }
 
-// signal wakes whoever waits on c, unless it is already signalled.
+// signal wakes whoever waits on c, unless it is already signalled: a key
+// refused at every request of a flood would otherwise take c's lock each
+// time for a send that fails. (len is a hint read without the lock; a
+// stale one only tries the send.)
 func signal(c chan struct{}) {
+	if len(c) == cap(c) {
+		return
+	}
 	select {
 	case c <- struct{}{}:
 	default:

@@ -43,6 +43,9 @@ type Lease struct {
 	// and committed in the previous one (the sub-window counter: in the
 	// window's earlier sub-windows); buckets: the pool's tokens.
 	others, prevR int64
+	// Buckets: the pool's rate per W and capacity, and the Redis time of
+	// the reply that told them, to age others (the pool) since (poolNow).
+	prate, pcap, pat int64
 	// room is the current window's budget less what is committed in it,
 	// by the last reply in it; -1 when no reply came in this window yet.
 	room int64
@@ -276,28 +279,37 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, low || k.flags&flagSynced == 0
 	}
-	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && k.used+n <= k.granted+a &&
-		k.roomFor(r, n+a*max(r.Nodes(), 1)) {
+	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && k.used+n <= k.reported()+a &&
+		k.roomFor(r, min(n+a*max(r.Nodes(), 1), r.limit)) {
 		// The allowance: a key without a lease (new to this node, or new in
-		// this window) admits up to ε × limit ÷ nodes as debt, reported at
-		// the next exchange, unless the node saw it exhausted in this window
-		// or the last.
+		// this window, or whose grant is used up) admits up to the
+		// allowance unreported, as debt reported at the next exchange,
+		// unless the node saw it exhausted in this window or the last. Once
+		// Redis has counted the debt, its room says whether more may come.
 		k.used += n
-		if k.flags&flagSynced == 0 || k.used-k.granted >= r.allowance()/2+1 {
+		if k.flags&flagSynced == 0 || k.used-k.reported() >= a/2+1 {
 			k.flags |= flagUrgent
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, true
 	}
 	k.flags |= flagUrgent
+	// A refusal says what the node may admit at once, less than n: never
+	// the cluster's estimate, which a node without a grant cannot use.
+	held := max(k.granted-k.used, 0)
 	if k.flags&flagExhausted != 0 {
 		retry := end
 		if r.counter {
 			retry = r.counterRetry(k, rnow, n)
 		}
-		return Verdict{Reason: local.ReasonLimited, Remaining: k.remaining(r, rnow), Reset: end, Retry: retry}, true
+		return Verdict{Reason: local.ReasonLimited, Remaining: min(k.remaining(r, rnow), held), Reset: end, Retry: retry}, true
 	}
-	return Verdict{Reason: local.ReasonNoLease, Remaining: k.remaining(r, rnow), Reset: end, Retry: r.minGap}, true
+	return Verdict{Reason: local.ReasonNoLease, Remaining: held, Reset: end, Retry: r.minGap}, true
 }
+
+// reported is what Redis counts of the node's use in the current window:
+// its grant, or the use it acknowledged beyond it. Use above it is debt not
+// yet reported.
+func (k *Lease) reported() int64 { return max(k.granted, k.acked) }
 
 // roomFor reports whether, by what the last reply said, the window has room
 // for x more beyond what is committed: the allowance is for keys far from
@@ -308,7 +320,7 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 func (k *Lease) roomFor(r *Rule, x int64) bool {
 	switch {
 	case k.room >= 0:
-		return k.room-max(k.used-k.granted, 0) >= x
+		return k.room-max(k.used-k.reported(), 0) >= x
 	case r.counter || r.sub:
 		return k.prevR+max(k.used, k.granted)+x <= r.limit
 	default:
@@ -329,7 +341,9 @@ func (k *Lease) remaining(r *Rule, rnow int64) int64 {
 		left := r.ws - (rnow-k.wid)/r.step
 		budget = max(r.limit*r.ws-k.prevR*left, 0) / r.ws
 	}
-	return max(budget-k.others-max(k.used, k.granted), 0) + max(k.granted-k.used, 0)
+	// At most the budget: a reply's figures may disagree (others counted
+	// with a grant Redis since revoked), never the estimate with the limit.
+	return min(max(budget-k.others-max(k.used, k.granted), 0)+max(k.granted-k.used, 0), budget)
 }
 
 func (r *Rule) counterRetry(k *Lease, rnow, n int64) int64 {
@@ -360,14 +374,14 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 			if low {
 				k.flags |= flagUrgent
 			}
-			return Verdict{Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r)}, low
+			return Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}, low
 		}
 		k.flags |= flagUrgent
 		retry := r.minGap
 		if k.rate > 0 {
 			retry = max(usec.CeilDiv((n-k.tokens)*r.w-k.rem, k.rate), 1)
 		}
-		return Verdict{Reason: local.ReasonLimited, Remaining: k.tokens + max(k.others, 0), Reset: k.fullIn(r), Retry: retry}, true
+		return Verdict{Reason: local.ReasonLimited, Remaining: k.tokens, Reset: k.fullIn(r), Retry: retry}, true
 	}
 	// No share, or it expired.
 	if k.rate > 0 || k.burst > 0 || k.tokens > 0 {
@@ -384,15 +398,30 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 	// nodes together never owe more than ε × burst + nodes.
 	a := r.allowance()
 	out := k.debt - k.debtSent
-	if a > 0 && out+n <= a && (k.flags&flagSynced == 0 || k.others-out >= n) {
+	pool := k.poolNow(r, rnow)
+	if a > 0 && out+n <= a && (k.flags&flagSynced == 0 || pool-out >= n) {
 		k.debt += n
 		if k.flags&flagSynced == 0 || out+n >= a/2+1 {
 			k.flags |= flagUrgent
 		}
-		return Verdict{Remaining: max(k.others-out-n, 0)}, true
+		return Verdict{Remaining: min(max(pool-out-n, 0), r.burst)}, true
 	}
 	k.flags |= flagUrgent
-	return Verdict{Reason: local.ReasonNoLease, Remaining: max(k.others, 0), Retry: r.minGap}, true
+	return Verdict{Reason: local.ReasonNoLease, Retry: r.minGap}, true
+}
+
+// poolNow estimates the pool's tokens at rnow (Redis time): as the last
+// reply told, refilled since at the rate nobody held then, up to its
+// capacity. A quiet key's pool, drained by shares since given back, has
+// refilled long before its next request; read as of the reply, it would
+// refuse what an exact limiter admits. Others' debt since is not seen:
+// the allowance still bounds what the node admits unreported.
+func (k *Lease) poolNow(r *Rule, rnow int64) int64 {
+	if k.prate <= 0 || rnow <= k.pat || k.others >= k.pcap {
+		return k.others
+	}
+	elapsed := min(rnow-k.pat, usec.CeilDiv((k.pcap-k.others)*r.w, k.prate))
+	return min(k.others+elapsed*k.prate/r.w, k.pcap)
 }
 
 // refill brings the local tokens up to rnow (Redis time).

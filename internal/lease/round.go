@@ -334,4 +334,10 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	}
 	k.last = max(k.last, v.Now)
 	k.others = v.Pool
+	k.prate, k.pcap, k.pat = v.PoolRate, v.PoolCap, v.Now
 }
+
+// LastSync returns the node time of k's last exchange, or of its first
+// request before any: the syncer serves the keys it cannot serve in one
+// round in this order.
+func (k *Lease) LastSync() int64 { return k.lastSync }

@@ -40,6 +40,7 @@ type Rule struct {
 	paceGap     int64 // PaceGap (µs, at least 1)
 	idleRelease int64 // IdleRelease (µs)
 	epsilon     float64
+	waitFirst   bool // admit nothing without a lease (SetWaitFirst)
 
 	cluster *Cluster // counts the live nodes
 	ref     any      // the caller's (the syncer's Redis form of the rule); opaque here
@@ -110,15 +111,30 @@ func (r *Rule) Latest() *Rule {
 	}
 }
 
-// allowance is the cold-start allowance per node, ⌈ε × MaxCost ÷ nodes⌉,
-// with nodes the live nodes the registry counted: 0 while they are unknown.
+// allowance is the cold-start allowance per node: what it may admit
+// unreported for a key it holds no lease for, max(1, ⌈ε × MaxCost ÷
+// nodes⌉), with nodes the live nodes the registry counted; 1 while they
+// are unknown, so that a key's first request never waits on Redis. It is 0
+// when ε is (SyncConfig.NoColdStart) and for a rule that waits for its
+// first lease (SetWaitFirst).
 func (r *Rule) allowance() int64 {
-	n := r.cluster.Nodes()
-	if n < 1 || r.epsilon == 0 {
+	if r.epsilon == 0 || r.waitFirst {
 		return 0
 	}
-	return int64(math.Ceil(r.epsilon * float64(r.MaxCost()) / float64(n)))
+	n := r.cluster.Nodes()
+	if n < 1 {
+		return 1
+	}
+	return max(int64(math.Ceil(r.epsilon*float64(r.MaxCost())/float64(n))), 1)
 }
+
+// SetWaitFirst makes r admit nothing without a lease: no cold-start
+// allowance, and a refusal for want of a lease (local.ReasonNoLease), which
+// the caller may wait out (Cluster.RoundDone). Call it before r is used.
+func (r *Rule) SetWaitFirst() { r.waitFirst = true }
+
+// WaitsFirst reports whether r waits for its leases (SetWaitFirst).
+func (r *Rule) WaitsFirst() bool { return r.waitFirst }
 
 // MaxCost is the largest cost a request can have: the limit, or the burst.
 func (r *Rule) MaxCost() int64 { return r.lim.MaxCost() }
@@ -126,13 +142,5 @@ func (r *Rule) MaxCost() int64 { return r.lim.MaxCost() }
 // Nodes returns the number of live nodes (Cluster.Nodes).
 func (r *Rule) Nodes() int64 { return r.cluster.Nodes() }
 
-// Split reports whether limit and interval leave enough per node to lease:
-// the design goes central when per-node demand per sync period, limit ×
-// interval ÷ (window × nodes), is below about 10 (see docs/accuracy.md).
-func Split(lim local.Limit, interval time.Duration, nodes int) bool {
-	if nodes < 1 {
-		nodes = 1
-	}
-	perNode := float64(lim.Limit()) * interval.Seconds() / (lim.Window().Seconds() * float64(nodes))
-	return perNode >= 10
-}
+// Cluster returns the Cluster r's leases read.
+func (r *Rule) Cluster() *Cluster { return r.cluster }

@@ -48,22 +48,56 @@ var (
 	windows      = flag.Int("windows", 30, "measured 1 s windows per run of the main table (after one warm-up window)")
 	curveWindows = flag.Int("curve-windows", 10, "measured windows per run of the curves")
 	nodes        = flag.Int("nodes", 8, "N of the main table")
-	algos        = flag.String("algos", "fixed,gcra", "algorithms of the main table (fixed, gcra, counter)")
+	algos        = flag.String("algos", "fixed,gcra", "algorithms of the main table (fixed, gcra, counter, token, leaky)")
 	modes        = flag.String("modes", "central,hybrid,naive,local", "modes of the main table")
 	works        = flag.String("workloads", strings.Join(accuracy.Workloads, ","), "workloads of the main table (also: "+accuracy.WorkColdSkewed+")")
 	doMain       = flag.Bool("main", true, "run the main table")
 	doCurves     = flag.Bool("curves", true, "run the curves (L × N grid)")
 	only         = flag.String("only", "", "run only the runs whose id matches this regexp")
 	docPath      = flag.String("doc", "", "write the results as Markdown to this file")
+	docSection   = flag.String("doc-section", "", "with -doc: put this partial run into the document as its own section (titled so), keeping the rest")
 	imgDir       = flag.String("img", "", "write the curves' SVG plots to this directory")
 	keep         = flag.Bool("keep", false, "keep the decision records (.rec) of every run")
 	zipfRate     = flag.Float64("zipf-rate", accuracy.ZipfRate, "total offered rate of the Zipf workload, per second")
 	noColdStart  = flag.Bool("no-cold-start", false, "diagnostic: turn the hybrid's cold-start allowance off (SyncConfig.NoColdStart)")
 	render       = flag.Bool("render", false, "render -out/results.json again; run nothing")
+	mergeFrom    = flag.String("merge", "", "add the results of an earlier results.json that this run did not measure again (same run id and algorithm)")
+
+	moreAlgos = flag.String("more-algos", "counter,token,leaky", "the other leasable algorithms of the main table, run on -more-workloads in -more-modes")
+	moreWorks = flag.String("more-workloads", "uniform,under", "workloads of -more-algos")
+	moreModes = flag.String("more-modes", "central,hybrid", "modes of -more-algos")
+
+	doUsers      = flag.Bool("users", true, "run the api-users workload (its own table)")
+	usersKeys    = flag.Int("users-keys", accuracy.UsersKeys, "api-users: users (keys); the offered rate grows with them")
+	usersWindows = flag.Int("users-windows", accuracy.UsersWindows, "api-users: measured 10 s windows per run")
+	usersModes   = flag.String("users-modes", strings.Join(accuracy.UsersModes, ","), "api-users: modes")
+
+	doOutage      = flag.Bool("outage", true, "run the api-users workload through a Redis outage (needs the private redis-server)")
+	outageKeys    = flag.Int("outage-keys", 20000, "outage run: users (keys); 20,000 over 6 windows offers the api-users run's rate")
+	outageWindows = flag.Int("outage-windows", 5, "outage run: measured 10 s windows; Redis is killed at the start of the second")
+	outageDown    = flag.Duration("outage-down", 10*time.Second, "outage run: how long Redis stays down")
+	outageModes   = flag.String("outage-modes", "central,hybrid", "outage run: modes")
+
+	short = flag.Bool("short", false, "a quick check (about 7 minutes): 5 windows, no curves, fewer main-table runs, api-users with 20,000 users over 5 windows; flags given explicitly win")
 )
+
+// shortDefaults are the flag values -short sets, unless given explicitly.
+var shortDefaults = map[string]string{
+	"windows": "5", "curves": "false", "workloads": "uniform,under", "modes": "central,hybrid",
+	"more-workloads": "under", "users-keys": "20000", "users-windows": "5",
+}
 
 func main() {
 	flag.Parse()
+	if *short {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range shortDefaults {
+			if !set[name] {
+				flag.Set(name, v)
+			}
+		}
+	}
 	accuracy.ZipfRate = *zipfRate
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "accuracy:", err)
@@ -109,8 +143,9 @@ func run() error {
 	fmt.Fprintf(os.Stderr, "accuracy: %d runs, about %v\n", len(specs), est.Round(time.Second))
 
 	addr := *redisAddr
+	var srv *server
 	if addr == "" {
-		srv, err := startRedis(*outDir)
+		srv, err = startRedis(*outDir)
 		if err != nil {
 			return err
 		}
@@ -131,18 +166,44 @@ func run() error {
 		s.Redis = addr
 		s.NoColdStart = *noColdStart
 		t := time.Now()
-		r, err := runOne(ctx, rc, s)
+		if s.Outage() && srv == nil {
+			fmt.Fprintf(os.Stderr, "[%d/%d] %s: skipped: the outage run kills the private redis-server, not one given with -redis\n", i+1, len(specs), s.ID)
+			continue
+		}
+		rs, err := runOne(ctx, rc, srv, s)
 		if err != nil {
 			failed++
 			fmt.Fprintf(os.Stderr, "[%d/%d] %s: FAILED: %v\n", i+1, len(specs), s.ID, err)
 			continue
 		}
-		results = append(results, r)
-		fmt.Fprintf(os.Stderr, "[%d/%d] %s ran %s: over max %s, false rej %.2f%%, lost %.2f%%, scripts/dec %s, sync p99 %.0f ms, rate off %.2f%%, load %.1f: %s (%.0f s)\n",
-			i+1, len(specs), s.ID, r.ModeRun, accuracy.Pct(r.Over.Max), r.FalseRejPct, r.LostPct, accuracy.Num(r.ScriptsPerDecision),
-			r.Sync.P99, 100*r.RateOff, r.LoadAvg, r.Verdict(), time.Since(t).Seconds())
+		results = append(results, rs...)
+		for _, r := range rs {
+			fmt.Fprintf(os.Stderr, "[%d/%d] %s %s ran %s: over max %s, false rej %.2f%%, lost %.2f%%, scripts/dec %s, lat p99 %.2f µs, sync p99 %.0f ms, rate off %.2f%%, load %.1f: %s (%.0f s)\n",
+				i+1, len(specs), s.ID, r.Spec.Algo, r.ModeRun, accuracy.Pct(r.Over.Max), r.FalseRejPct, r.LostPct, accuracy.Num(r.ScriptsPerDecision),
+				float64(r.Latency.P99), r.Sync.P99, 100*r.RateOff, r.LoadAvg, r.Verdict(), time.Since(t).Seconds())
+		}
 	}
 	meta.TotalSeconds = time.Since(started).Seconds()
+	if *mergeFrom != "" {
+		b, err := os.ReadFile(*mergeFrom)
+		if err != nil {
+			return fmt.Errorf("-merge: %w", err)
+		}
+		var f file
+		if err := json.Unmarshal(b, &f); err != nil {
+			return fmt.Errorf("-merge: %s: %w", *mergeFrom, err)
+		}
+		have := map[[2]string]bool{}
+		for _, r := range results {
+			have[[2]string{r.Spec.ID, r.Spec.Algo}] = true
+		}
+		for _, r := range f.Results {
+			if !have[[2]string{r.Spec.ID, r.Spec.Algo}] {
+				results = append(results, r)
+			}
+		}
+		meta.Command += " (with the results of " + *mergeFrom + ", measured " + f.Meta.Date + ")"
+	}
 	b, err := json.MarshalIndent(file{meta, results}, "", " ")
 	if err != nil {
 		return err
@@ -171,23 +232,51 @@ func plan() ([]accuracy.Spec, error) {
 	}
 	var specs []accuracy.Spec
 	mainHas := map[string]bool{}
-	if *doMain {
-		for _, a := range split(*algos) {
-			for _, w := range split(*works) {
+	addMain := func(algos, works, modes string) error {
+		for _, a := range split(algos) {
+			for _, w := range split(works) {
 				if !slices.Contains(accuracy.AllWorkloads, w) {
-					return nil, fmt.Errorf("-workloads: unknown workload %q (known: %s)", w, strings.Join(accuracy.AllWorkloads, ", "))
+					return fmt.Errorf("-workloads: unknown workload %q (known: %s)", w, strings.Join(accuracy.AllWorkloads, ", "))
 				}
-				for _, m := range split(*modes) {
+				for _, m := range split(modes) {
 					s := accuracy.NewSpec(m, a, w, accuracy.DefaultLimit, *nodes, *windows)
-					if re != nil && !re.MatchString(s.ID) {
+					if mainHas[s.ID] || (re != nil && !re.MatchString(s.ID)) {
 						continue
 					}
+					if m == accuracy.ModeNaive && a != accuracy.AlgoFixed && a != accuracy.AlgoGCRA {
+						continue // the naive baseline is built for those two only
+					}
 					if _, err := s.Lim(); err != nil {
-						return nil, err
+						return err
 					}
 					specs = append(specs, s)
 					mainHas[s.ID] = true
 				}
+			}
+		}
+		return nil
+	}
+	if *doMain {
+		if err := addMain(*algos, *works, *modes); err != nil {
+			return nil, err
+		}
+		if err := addMain(*moreAlgos, *moreWorks, *moreModes); err != nil {
+			return nil, err
+		}
+	}
+	if *doUsers {
+		for _, m := range split(*usersModes) {
+			s := accuracy.NewUsersSpec(m, *usersKeys, *usersWindows)
+			if re == nil || re.MatchString(s.ID) {
+				specs = append(specs, s)
+			}
+		}
+	}
+	if *doOutage {
+		for _, m := range split(*outageModes) {
+			s := accuracy.NewOutageSpec(m, *outageKeys, *outageWindows, *outageDown)
+			if re == nil || re.MatchString(s.ID) {
+				specs = append(specs, s)
 			}
 		}
 	}
@@ -214,8 +303,10 @@ func split(s string) []string {
 	return out
 }
 
-// runOne runs one spec: N node processes, then the analysis.
-func runOne(ctx context.Context, rc *redis.Client, s accuracy.Spec) (*accuracy.Result, error) {
+// runOne runs one spec: N node processes, then the analysis, one Result per
+// algorithm the nodes decided. An outage run kills srv (SIGKILL) KillAt
+// after T0 and restarts it Down later.
+func runOne(ctx context.Context, rc *redis.Client, srv *server, s accuracy.Spec) ([]*accuracy.Result, error) {
 	dir := filepath.Join(*outDir, s.ID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -256,8 +347,10 @@ func runOne(ctx context.Context, rc *redis.Client, s accuracy.Spec) (*accuracy.R
 	}()
 	for n := range procs {
 		out := filepath.Join(dir, "n"+strconv.Itoa(n))
-		os.Remove(out + ".rec")
-		os.Remove(out + ".json")
+		for _, a := range s.RuleAlgos() {
+			os.Remove(s.File(dir, n, a) + ".rec")
+			os.Remove(s.File(dir, n, a) + ".json")
+		}
 		lf, err := os.Create(out + ".log")
 		if err != nil {
 			return nil, err
@@ -284,7 +377,13 @@ func runOne(ctx context.Context, rc *redis.Client, s accuracy.Spec) (*accuracy.R
 			done <- err
 		}()
 	}
-	limit := time.Until(time.UnixMicro(s.T0)) + s.Duration() + 30*time.Second
+	outage := make(chan error, 1)
+	if s.Outage() {
+		go func() { outage <- srv.outage(time.UnixMicro(s.T0).Add(s.KillAt), s.Down) }()
+	} else {
+		outage <- nil
+	}
+	limit := time.Until(time.UnixMicro(s.T0)) + s.Duration() + 60*time.Second
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	var firstErr error
@@ -295,12 +394,23 @@ func runOne(ctx context.Context, rc *redis.Client, s accuracy.Spec) (*accuracy.R
 				firstErr = err
 			}
 		case <-timer.C:
+			// SIGQUIT first: a Go process prints its goroutines' stacks
+			// (into its log) and exits.
+			for _, c := range procs {
+				if c != nil && c.Process != nil {
+					c.Process.Signal(syscall.SIGQUIT)
+				}
+			}
+			time.Sleep(2 * time.Second)
 			killAll(procs)
-			return nil, fmt.Errorf("nodes still running after %v: killed", limit.Round(time.Second))
+			return nil, fmt.Errorf("nodes still running after %v: stacks in their logs, killed", limit.Round(time.Second))
 		case <-ctx.Done():
 			killAll(procs)
 			return nil, ctx.Err()
 		}
+	}
+	if err := <-outage; err != nil && firstErr == nil {
+		firstErr = err
 	}
 	if firstErr != nil {
 		return nil, firstErr
@@ -310,16 +420,25 @@ func runOne(ctx context.Context, rc *redis.Client, s accuracy.Spec) (*accuracy.R
 		return nil, err
 	}
 	after.CPU -= before.CPU
-	res, err := accuracy.Analyze(s, dir, after, s.Duration())
-	if err != nil {
-		return nil, err
+	if s.Outage() {
+		after = accuracy.RedisStats{} // a new server: its figures are not the run's
+	}
+	var out []*accuracy.Result
+	for _, a := range s.RuleAlgos() {
+		res, err := accuracy.Analyze(s.ForAlgo(a), dir, after, s.Duration())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res)
 	}
 	if !*keep {
 		for n := range s.Nodes {
-			os.Remove(filepath.Join(dir, fmt.Sprintf("n%d.rec", n)))
+			for _, a := range s.RuleAlgos() {
+				os.Remove(s.File(dir, n, a) + ".rec")
+			}
 		}
 	}
-	return res, nil
+	return out, nil
 }
 
 func killAll(procs []*exec.Cmd) {
@@ -335,9 +454,10 @@ func report(meta accuracy.Meta, results []*accuracy.Result) error {
 	sorted := accuracy.Sorted(results)
 	var mainRes, curveRes []*accuracy.Result
 	for _, r := range sorted {
-		if r.Spec.Set == accuracy.SetMain {
+		switch r.Spec.Set {
+		case accuracy.SetMain:
 			mainRes = append(mainRes, r)
-		} else {
+		case accuracy.SetCurve:
 			curveRes = append(curveRes, r)
 		}
 	}
@@ -346,6 +466,21 @@ func report(meta accuracy.Meta, results []*accuracy.Result) error {
 	fmt.Println()
 	fmt.Println("== targets (N = 8, hybrid)")
 	fmt.Print(accuracy.ChecksText(accuracy.Targets(results)))
+	if ut, ot := accuracy.UsersTables(results); ut != "" || ot != "" {
+		if ut != "" {
+			fmt.Println()
+			fmt.Println("== api-users: users limited to 100 per 10 s, 1% at 10 × it, N = 8, each request to a random node")
+			fmt.Print(ut)
+		}
+		if ot != "" {
+			fmt.Println()
+			fmt.Println("== outage: the api-users workload, Redis killed (SIGKILL) and restarted")
+			fmt.Print(ot)
+		}
+		fmt.Println()
+		fmt.Println("== api-users and outage targets")
+		fmt.Print(accuracy.ChecksText(accuracy.UsersTargets(results)))
+	}
 	if len(curveRes) > 0 {
 		fmt.Println()
 		fmt.Println("== curves: uniform workload, 10 × L, fixed window")
@@ -367,7 +502,17 @@ func report(meta accuracy.Meta, results []*accuracy.Result) error {
 		fmt.Println()
 		fmt.Println("plots:", strings.Join(imgs, " "))
 	}
-	if *docPath != "" {
+	if *docPath != "" && *docSection != "" {
+		old, err := os.ReadFile(*docPath)
+		if err != nil {
+			return err
+		}
+		md := accuracy.SpliceSection(string(old), slug(*docSection), accuracy.Section(meta, *docSection, results))
+		if err := os.WriteFile(*docPath, []byte(md), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("document:", *docPath, "(section", *docSection+")")
+	} else if *docPath != "" {
 		md := accuracy.Markdown(meta, results)
 		if err := os.WriteFile(*docPath, []byte(md), 0o644); err != nil {
 			return err
@@ -380,8 +525,57 @@ func report(meta accuracy.Meta, results []*accuracy.Result) error {
 // server is a private redis-server.
 type server struct {
 	addr string
+	args []string
+	logf *os.File
+	mu   sync.Mutex // guards cmd (replaced by a restart)
 	cmd  *exec.Cmd
 	once sync.Once
+}
+
+// outage kills the server with SIGKILL (by its PID) at at, and starts a new
+// one on the same port down later: an empty one, as after a crash without
+// persistence.
+func (s *server) outage(at time.Time, down time.Duration) error {
+	time.Sleep(time.Until(at))
+	s.mu.Lock()
+	old := s.cmd
+	s.mu.Unlock()
+	if err := old.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("outage: kill redis-server (pid %d): %w", old.Process.Pid, err)
+	}
+	old.Wait()
+	fmt.Fprintf(os.Stderr, "accuracy: redis-server (pid %d) killed\n", old.Process.Pid)
+	time.Sleep(time.Until(at.Add(down)))
+	c, err := s.start()
+	if err != nil {
+		return fmt.Errorf("outage: restart redis-server: %w", err)
+	}
+	s.mu.Lock()
+	s.cmd = c
+	s.mu.Unlock()
+	fmt.Fprintf(os.Stderr, "accuracy: redis-server restarted (pid %d)\n", c.Process.Pid)
+	return s.waitReady()
+}
+
+func (s *server) start() (*exec.Cmd, error) {
+	c := exec.Command(s.args[0], s.args[1:]...)
+	c.Stdout, c.Stderr = s.logf, s.logf
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return c, c.Start()
+}
+
+func (s *server) waitReady() error {
+	rc := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer rc.Close()
+	for i := 0; ; i++ {
+		if rc.Ping(context.Background()).Err() == nil {
+			return nil
+		}
+		if i > 100 {
+			return errors.New("private redis-server did not answer PING")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func startRedis(dir string) (*server, error) {
@@ -403,25 +597,18 @@ func startRedis(dir string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", rdir, "--protected-mode", "no")
-	c.Stdout, c.Stderr = logf, logf
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.Start(); err != nil {
+	s := &server{
+		addr: "127.0.0.1:" + strconv.Itoa(port), logf: logf,
+		args: []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", rdir, "--protected-mode", "no"},
+	}
+	c, err := s.start()
+	if err != nil {
 		return nil, err
 	}
-	s := &server{addr: "127.0.0.1:" + strconv.Itoa(port), cmd: c}
-	rc := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer rc.Close()
-	for i := 0; ; i++ {
-		if rc.Ping(context.Background()).Err() == nil {
-			break
-		}
-		if i > 100 {
-			s.stop()
-			return nil, errors.New("private redis-server did not answer PING")
-		}
-		time.Sleep(50 * time.Millisecond)
+	s.cmd = c
+	if err := s.waitReady(); err != nil {
+		s.stop()
+		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "accuracy: private redis-server on %s (pid %d)\n", s.addr, c.Process.Pid)
 	return s, nil
@@ -429,14 +616,37 @@ func startRedis(dir string) (*server, error) {
 
 func (s *server) stop() {
 	s.once.Do(func() {
-		s.cmd.Process.Signal(syscall.SIGTERM)
+		s.mu.Lock()
+		c := s.cmd
+		s.mu.Unlock()
+		c.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
-		go func() { s.cmd.Wait(); close(done) }()
+		go func() { c.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			s.cmd.Process.Kill()
+			c.Process.Kill()
 			<-done
 		}
+		s.logf.Close()
 	})
+}
+
+// slug names a document section by its title: lower-case letters and
+// digits, dashes between.
+func slug(title string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(title) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(r)
+			dash = false
+		} else {
+			dash = true
+		}
+	}
+	return b.String()
 }

@@ -1,0 +1,160 @@
+package lease
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// coldRule is lim's lease rule under testParams on a cluster that counted
+// nodes live nodes (0: not counted yet), waiting for its leases if wait.
+func coldRule(t *testing.T, lim local.Limit, nodes int64, wait bool) *Rule {
+	t.Helper()
+	c := NewCluster(0)
+	c.SetNodes(nodes)
+	r, err := NewRule(lim, testParams, c, nil)
+	require.NoError(t, err)
+	if wait {
+		r.SetWaitFirst()
+	}
+	return r
+}
+
+// TestColdStartAllowance: a key's first requests on a node, before any
+// lease, are decided at once, up to the allowance max(1, ⌈ε × limit ÷
+// nodes⌉) (1 while the nodes are not counted yet), the same in every run;
+// past it they are refused with figures that agree (remaining below the
+// cost, a retry of about one round trip). A rule that waits for its leases
+// admits nothing without one.
+func TestColdStartAllowance(t *testing.T) {
+	fixed := func(limit int64) local.Limit {
+		return local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: limit, Window: 10 * time.Second})
+	}
+	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: 10 * time.Second, Burst: 10})
+	for _, tc := range []struct {
+		name  string
+		lim   local.Limit
+		nodes int64
+		wait  bool
+		want  int64 // admitted of a burst of 40
+	}{
+		{"nodes not counted yet", fixed(1000), 0, false, 1},
+		{"1000 per window, 4 nodes", fixed(1000), 4, false, 13},
+		{"100 per window, 8 nodes", fixed(100), 8, false, 1},
+		{"5 per window, 8 nodes", fixed(5), 8, false, 1},
+		{"counter 100, 1 node", local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 100, Window: 10 * time.Second}), 1, false, 5},
+		{"GCRA burst 10, 8 nodes", gcra, 8, false, 1},
+		{"GCRA burst 10, not counted yet", gcra, 0, false, 1},
+		{"waits for its lease", fixed(1000), 4, true, 0},
+		{"GCRA, waits for its lease", gcra, 4, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for run := range 2 { // identical runs admit the same
+				r := coldRule(t, tc.lim, tc.nodes, tc.wait)
+				var k Lease
+				now := int64(1_900_000_000)*1e6 + 123
+				var admitted int64
+				for range 40 {
+					v, signal := k.Decide(r, now, 1)
+					assert.True(t, signal, "a key without a lease asks the syncer")
+					if v.Reason == local.ReasonOK {
+						admitted++
+						continue
+					}
+					assert.Equal(t, local.ReasonNoLease, v.Reason, "run %d", run)
+					assert.Less(t, v.Remaining, int64(1), "a refusal's remaining is below its cost")
+					assert.Equal(t, r.minGap, v.Retry, "retry after about one round trip")
+				}
+				assert.Equal(t, tc.want, admitted, "run %d", run)
+			}
+		})
+	}
+}
+
+// TestAllowanceRenews: the allowance bounds what a node admitted without a
+// grant and has not reported. Once Redis has counted it, and the window has
+// room, a quiet key (no grant: an idle node holds nothing) is admitted
+// again, as an exact limiter would; once the window has no room for every
+// node's allowance, it is not.
+func TestAllowanceRenews(t *testing.T) {
+	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 100, Window: 10 * time.Second})
+	r := coldRule(t, lim, 8, false)
+	const w = int64(10e6)
+	start := int64(1_900_000_000) * w
+	var k Lease
+	now := start + 1000
+	v, _ := k.Decide(r, now, 1)
+	require.Equal(t, local.ReasonOK, v.Reason)
+	v, _ = k.Decide(r, now+1, 1)
+	require.Equal(t, local.ReasonNoLease, v.Reason, "the allowance (1) is spent and unreported")
+
+	reply := func(committed int64) {
+		q := k.Request(r, now+10, false)
+		k.Answered()
+		k.ApplyWindow(r, &q, &WindowReply{
+			Now: now + 20, Window: start, Epoch: 1, Used: q.Cur.Used, Committed: committed,
+			Live: 8, Room: 100 - committed,
+		}, now+20)
+	}
+	reply(1)
+	v, _ = k.Decide(r, now+30, 1)
+	assert.Equal(t, local.ReasonOK, v.Reason, "the debt is counted, the window has room: admitted again")
+	assert.LessOrEqual(t, v.Remaining, int64(100))
+
+	reply(95) // the others used most of the window: no room for every node's allowance
+	v, _ = k.Decide(r, now+40, 1)
+	assert.Equal(t, local.ReasonNoLease, v.Reason)
+	assert.Equal(t, int64(0), v.Remaining)
+}
+
+// TestVerdictsAgree: whatever the replies, a verdict's figures agree with
+// its reason: a refusal says less than its cost remains, and its retry is
+// positive; an admission's remaining is within what the rule can admit.
+func TestVerdictsAgree(t *testing.T) {
+	for _, alg := range []local.Algorithm{local.FixedWindow, local.SlidingWindowCounter, local.TokenBucket, local.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := local.MustLimit(local.Params{Algorithm: alg, Limit: 20, Window: time.Second})
+			r := coldRule(t, lim, 4, false)
+			rng := rand.New(rand.NewPCG(1, 2))
+			const w = int64(1e6)
+			now := int64(1_900_000_000)*w + 1
+			var k Lease
+			for i := range 20000 {
+				now += rng.Int64N(w / 20)
+				n := 1 + rng.Int64N(3)
+				v, _ := k.Decide(r, now, n)
+				if v.Reason == local.ReasonOK {
+					assert.LessOrEqual(t, v.Remaining, r.MaxCost(), "step %d", i)
+				} else {
+					assert.Less(t, v.Remaining, n, "step %d: a refusal (%v) says %d remain of a cost %d", i, v.Reason, v.Remaining, n)
+					assert.Positive(t, v.Retry, "step %d", i)
+				}
+				if rng.IntN(4) != 0 {
+					continue
+				}
+				q := k.Request(r, now, false)
+				k.Answered()
+				rnow := now + rng.Int64N(200) - 100
+				if r.buckets {
+					share := rng.Int64N(8)
+					k.ApplyBucket(r, &q, &BucketReply{
+						Now: rnow, Epoch: 1, Rate: share, Burst: share, Expiry: rnow + 300_000,
+						Grant: rng.Int64N(share + 1), Pool: rng.Int64N(25) - 4, PoolRate: rng.Int64N(21), PoolCap: 20, Live: 4,
+					}, now)
+					continue
+				}
+				committed := rng.Int64N(25)
+				k.ApplyWindow(r, &q, &WindowReply{
+					Now: rnow, Window: rnow - rnow%w, Epoch: 1, Granted: rng.Int64N(8), Used: q.Cur.Used,
+					Committed: committed, PrevCommitted: rng.Int64N(25), Exhausted: committed >= 20,
+					Live: 4, Room: max(20-committed, 0),
+				}, now)
+			}
+		})
+	}
+}

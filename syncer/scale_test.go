@@ -1,0 +1,169 @@
+package syncer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// manyKeys is a Syncer on a stepped clock with a fixed window rule and no
+// cold-start allowance (a key admits only once its lease came), and n keys,
+// each decided once, a microsecond apart, in order.
+type manyKeys struct {
+	s     *syncer.Syncer
+	clk   *stepClock
+	lr    *lease.Rule
+	store *keyed.Store[lease.Lease]
+	keys  []*keyed.Entry[lease.Lease]
+}
+
+func newManyKeys(t *testing.T, client redis.UniversalClient, n int, cfg syncer.SyncConfig) *manyKeys {
+	t.Helper()
+	m := &manyKeys{clk: &stepClock{time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	cfg.Client, cfg.Keyspace = client, syncer.Keyspace{Prefix: redistest.Prefix(t)}
+	cfg.NodeID, cfg.Nodes, cfg.Clock, cfg.PassTime, cfg.NoColdStart = "a", 1, m.clk, true, true
+	var err error
+	m.s, err = syncer.NewSyncer(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.s.Close() })
+	rule, err := syncer.NewRule("many", local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1000, Window: time.Hour}))
+	require.NoError(t, err)
+	m.lr, err = m.s.LeaseRule(rule)
+	require.NoError(t, err)
+	m.store, err = keyed.New(keyed.Config{}, func(*lease.Lease, int64) bool { return false }, nil)
+	require.NoError(t, err)
+	for i := range n {
+		m.clk.t = m.clk.t.Add(time.Microsecond)
+		now := m.clk.Now().UnixMicro()
+		e := m.store.Get(fmt.Sprintf("u%d", i), now)
+		e.Lock()
+		if _, signal := e.Value.Decide(m.lr, now, 1); signal {
+			m.lr.Notify(e)
+		}
+		e.Unlock()
+		m.keys = append(m.keys, e)
+	}
+	m.clk.t = m.clk.t.Add(cfg.WithDefaults().MinGap)
+	return m
+}
+
+// leased reports whether key i holds a lease (admits a request), and
+// whether a request is out for it.
+func (m *manyKeys) leased(i int) (leased, inFlight bool) {
+	e := m.keys[i]
+	e.Lock()
+	defer e.Unlock()
+	v := e.Value.Check(m.lr, m.clk.Now().UnixMicro(), 1)
+	return v.Reason == local.ReasonOK, e.Value.InFlight()
+}
+
+// TestRoundManyKeys: a round bounded in time (as the loop's are, by
+// Timeout) exchanges what it can, the keys longest unsynced first, and
+// leaves the rest untouched for the next round; the rounds together give
+// every one of 20,000 keys its lease, each key exchanged once, none left
+// in flight after a round.
+func TestRoundManyKeys(t *testing.T) {
+	const n, batch = 20000, 256
+	// Timeout, each pipeline's bound, is long enough under -race.
+	m := newManyKeys(t, redistest.Client(t, redistest.Addr(t)), n, syncer.SyncConfig{Batch: batch, Timeout: 10 * time.Second})
+	ctx := context.Background()
+	synced, rounds := 0, 0
+	for synced < n {
+		require.Less(t, rounds, 2*n/batch, "rounds to serve %d keys, %d served", n, synced)
+		// A budget that has run out when the first pipeline returns: each
+		// round sends one pipeline.
+		st, err := syncer.SyncWithin(m.s, ctx, m.clk.Now().UnixMicro(), time.Nanosecond)
+		require.NoError(t, err)
+		rounds++
+		assert.Equal(t, 1, st.Pipeline, "round %d: pipelines", rounds)
+		assert.Zero(t, st.Failed, "round %d: failed", rounds)
+		assert.Equal(t, n-synced-st.Synced, st.Carried, "round %d: keys carried", rounds)
+		assert.LessOrEqual(t, st.Synced, batch, "round %d: keys exchanged", rounds)
+		if rounds == 1 {
+			// The registration came first, then the oldest keys; the
+			// others are as they were.
+			assert.True(t, st.Registered, "the first round registered the node")
+			assert.Equal(t, batch-1, st.Synced)
+			for i := range n {
+				leased, inFlight := m.leased(i)
+				assert.False(t, inFlight, "key %d in flight after a round", i)
+				if !assert.Equal(t, i < st.Synced, leased, "key %d leased after the first round (%d keys exchanged, the oldest first)", i, st.Synced) {
+					break
+				}
+			}
+		}
+		synced += st.Synced
+		// Past MinGap in all, but not Interval: a key served is not due again.
+		m.clk.t = m.clk.t.Add(500 * time.Microsecond)
+	}
+	assert.Equal(t, n, synced, "keys exchanged over %d rounds: each once", rounds)
+	for i := range n {
+		leased, inFlight := m.leased(i)
+		if !assert.True(t, leased && !inFlight, "key %d: leased %v, in flight %v", i, leased, inFlight) {
+			break
+		}
+	}
+	// Served, the keys are not exchanged again until due.
+	st, err := syncer.SyncWithin(m.s, ctx, m.clk.Now().UnixMicro(), time.Nanosecond)
+	require.NoError(t, err)
+	assert.Zero(t, st.Synced+st.Carried, "keys exchanged or carried once all are served")
+}
+
+// TestRoundFailedPipeline: a pipeline that runs past Timeout fails its own
+// keys only; the pipelines after it, each with its own deadline, go on, and
+// the next round serves the failed keys.
+func TestRoundFailedPipeline(t *testing.T) {
+	const n, batch = 200, 20
+	timeout := 300 * time.Millisecond
+	h := &hookClient{UniversalClient: redistest.Client(t, redistest.Addr(t))}
+	m := newManyKeys(t, h, n, syncer.SyncConfig{Batch: batch, Timeout: timeout})
+	h.before = func(p int64) {
+		if p == 2 {
+			// Exec then starts with the pipeline's deadline passed.
+			time.Sleep(timeout + 10*time.Millisecond)
+		}
+	}
+	ctx := context.Background()
+	st, err := m.s.SyncAt(ctx, m.clk.Now().UnixMicro())
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, context.DeadlineExceeded), "round error %v: want the deadline", err)
+	assert.Equal(t, n/batch+1, st.Pipeline, "pipelines (the registration takes a place in the first)")
+	// The delayed pipeline's keys fail (all but those whose reply the
+	// client read before noticing the deadline); the others do not.
+	require.Equal(t, n, st.Synced+st.Failed, "keys exchanged or failed")
+	assert.Positive(t, st.Failed, "keys failed")
+	assert.LessOrEqual(t, st.Failed, batch, "keys failed: the second pipeline's at most")
+	leasedKeys := 0
+	for i := range n {
+		leased, inFlight := m.leased(i)
+		assert.False(t, inFlight, "key %d in flight", i)
+		if leased {
+			leasedKeys++
+		}
+	}
+	assert.Equal(t, st.Synced, leasedKeys, "keys leased")
+	failed := st.Failed
+	h.before = nil
+	// Past MinGap, the failed keys are due again; the others not before Interval.
+	m.clk.t = m.clk.t.Add(20 * time.Millisecond)
+	st, err = m.s.SyncAt(ctx, m.clk.Now().UnixMicro())
+	require.NoError(t, err)
+	assert.Equal(t, failed, st.Synced, "the next round exchanges the failed keys")
+	for i := range n {
+		if leased, _ := m.leased(i); !assert.True(t, leased, "key %d leased after the next round", i) {
+			break
+		}
+	}
+}
