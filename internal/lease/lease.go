@@ -297,10 +297,17 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 	return Verdict{Reason: local.ReasonNoLease, Remaining: held, Reset: end, Retry: r.minGap}, true
 }
 
-// reported is what Redis counts of the node's use in the current window:
-// its grant, or the use it acknowledged beyond it. Use above it is debt not
-// yet reported.
-func (k *Lease) reported() int64 { return max(k.granted, k.acked) }
+// reported is what the allowance counts from in the current window: the
+// node's grant; for a node that holds none (a quiet key: an idle node
+// holds nothing), the use Redis acknowledged, so that its allowance renews
+// once Redis has counted it. A node with a grant does not renew it: under
+// load, renewed debt races the others' paced grants and over-admits.
+func (k *Lease) reported() int64 {
+	if k.granted == 0 {
+		return k.acked
+	}
+	return k.granted
+}
 
 // roomFor reports whether, by what the last reply said, the window has room
 // for x more beyond what is committed: the allowance is for keys far from
