@@ -298,16 +298,10 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 }
 
 // reported is what the allowance counts from in the current window: the
-// node's grant; for a node that holds none (a quiet key: an idle node
-// holds nothing), the use Redis acknowledged, so that its allowance renews
-// once Redis has counted it. A node with a grant does not renew it: under
-// load, renewed debt races the others' paced grants and over-admits.
-func (k *Lease) reported() int64 {
-	if k.granted == 0 {
-		return k.acked
-	}
-	return k.granted
-}
+// node's grant. (Renewing it once Redis acknowledged the debt, even only
+// for a node without a grant, over-admitted busy keys under the Zipf
+// simulation: renewed debt races the others' grants.)
+func (k *Lease) reported() int64 { return k.granted }
 
 // roomFor reports whether, by what the last reply said, the window has room
 // for x more beyond what is committed: the allowance is for keys far from
