@@ -133,6 +133,18 @@ func (n *Node) Observe(key Digest, window, asked, admitted int64) {
 	n.table.observe(&key, window, asked, admitted)
 }
 
+// Report is Observe with the count absolute: consumed is all this node
+// admitted for key in window, as the caller counts it (hybrid's leases do,
+// at each sync round, so that nothing is added on the hot path). A report
+// for an earlier window than the key's latest is counted as demand only.
+func (n *Node) Report(key Digest, window, asked, consumed int64) {
+	n.table.report(&key, window, asked, consumed)
+}
+
+// Members returns the count of members the estimates assume, this node and
+// suspected ones included, as of the last snapshot.
+func (n *Node) Members() int { return n.snap.Load().members }
+
 // Estimate returns this node's share of key's budget from the last
 // snapshot, without allocating or locking.
 func (n *Node) Estimate(key Digest) Estimate {

@@ -104,6 +104,36 @@ func (t *table) observe(key *Digest, window, asked, admitted int64) {
 	}
 }
 
+// report records asked requests for key, and consumed as its whole count in
+// window.
+func (t *table) report(key *Digest, window, asked, consumed int64) {
+	s := t.shard(key)
+	s.mu.RLock()
+	e := s.m[*key]
+	s.mu.RUnlock()
+	if e == nil {
+		if e = t.insert(s, key, window); e == nil {
+			return
+		}
+	}
+	e.asked.Add(asked)
+	w := uint64(window) & winMask
+	nw := w | uint64(max(consumed, 0))<<cntShift
+	for {
+		old := e.word.Load()
+		ow := old & winMask
+		if ow != w && (w-ow)&winMask >= 1<<(winBits-1) {
+			return // a report for an earlier window: it is gone
+		}
+		if e.word.CompareAndSwap(old, nw) {
+			if ow != w {
+				e.window.Store(window)
+			}
+			return
+		}
+	}
+}
+
 // counts returns the window an entry last saw and its count in it.
 func (e *entry) counts() (window, consumed int64) {
 	v := e.word.Load()

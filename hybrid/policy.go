@@ -18,7 +18,7 @@ type failover struct {
 
 func newFailover(rs *ruleState, lim local.Limit) (failover, error) {
 	f := failover{rs: rs, policy: rs.policy}
-	if f.policy == FailLocal {
+	if f.policy == FailLocal || f.policy == Fallback {
 		fl, err := local.New(lim, rs.l.localConfig())
 		if err != nil {
 			return f, err
@@ -41,7 +41,8 @@ func (f *failover) decide(nodes int64, now int64, key string, n int64, err error
 	case FailClosed:
 		rs.counts.count(local.ReasonUnavailable)
 		return local.Outcome{Reason: local.ReasonUnavailable, Limit: lim.MaxCost(), RetryAfter: time.Second}.Decision(), err
-	default: // FailLocal: this node's part of the limit
+	default: // FailLocal: this node's part of the limit (Fallback: of the gossip's members)
+		nodes = f.gossipNodes(nodes)
 		part := *lim
 		if nodes > 1 {
 			p := lim.Params()
