@@ -13,7 +13,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 # so comparison peers never reach users' dependency graphs) once it exists.
 MODULES := . $(if $(wildcard bench/go.mod),bench)
 
-.PHONY: test test-go bench demo lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy
+.PHONY: test test-go bench demo lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-outage
 
 ## test: start a Redis server and a 3-master Cluster, vet and test every module with -race, stop them.
 test:
@@ -96,3 +96,13 @@ bench-accuracy:
 	mkdir -p .run/accuracy
 	cd bench && $(GO) build -o ../.run/accuracy/accnode ./cmd/accnode && $(GO) build -o ../.run/accuracy/accuracy ./cmd/accuracy
 	cd bench && ../.run/accuracy/accuracy -node ../.run/accuracy/accnode -out ../.run/accuracy -doc ../docs/accuracy-results.md -img ../docs/img $(ACCURACY_FLAGS)
+
+## bench-outage: the outage benchmark: five node processes per workload
+## against a redis-server it kills (or stops) for ten windows; every failure
+## mode side by side on the same arrivals. Prints the table and writes
+## docs/outage.md and docs/img/outage-*.svg. About 5 minutes.
+bench-outage:
+	mkdir -p .run/outage
+	$(GO) build -o .run/outage/gossipnode ./internal/cmd/gossipnode
+	cd bench && $(GO) build -o ../.run/outage/outage ./cmd/outage
+	.run/outage/outage -node .run/outage/gossipnode -doc docs/outage.md -img docs/img

@@ -157,8 +157,14 @@ func RunNode(spec Spec, out io.Writer) error {
 	wus := spec.Window.Microseconds()
 	start := time.Now()
 	end := start.Add(spec.Duration)
-	gap := time.Duration(float64(time.Second) / spec.Rate)
 	next := start
+	gap := spec.Duration // no arrivals: the node only takes part in the gossip
+	if spec.Rate > 0 {
+		gap = time.Duration(float64(time.Second) / spec.Rate)
+	} else {
+		next = end
+		time.Sleep(spec.Duration)
+	}
 	flush := func(r *runner) {
 		if r.cur.Window != 0 {
 			if g := r.l.Gossip(); g != nil {

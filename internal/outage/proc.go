@@ -18,13 +18,13 @@ import (
 
 // Proc is a node process started by Start.
 type Proc struct {
-	Spec  Spec
+	Spec   Spec
 	Gossip string // its gossip address, once ready
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	lines []Line
-	done  chan struct{}
-	err   error
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []Line
+	done   chan struct{}
+	err    error
 }
 
 // Start starts exe (internal/cmd/gossipnode) for spec and waits until it
