@@ -179,7 +179,10 @@ func RunNode(spec Spec, out io.Writer) error {
 		}
 		now := time.Now()
 		for ; !next.After(now) && next.Before(end); next = next.Add(gap) {
-			wid := next.UnixMicro() / wus
+			// Arrivals due while the process was descheduled are decided
+			// late, and counted in the window they are decided in: the one
+			// the limiters count them in.
+			wid := time.Now().UnixMicro() / wus
 			for _, r := range runners {
 				if r.cur.Window != wid {
 					flush(r)

@@ -69,9 +69,9 @@ func Start(exe string, spec Spec) (*Proc, error) {
 		return p, nil
 	case <-p.done:
 		return nil, fmt.Errorf("outage: node %s exited before it was ready: %v", spec.Name, p.err)
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		p.Kill()
-		return nil, fmt.Errorf("outage: node %s not ready after 20s", spec.Name)
+		return nil, fmt.Errorf("outage: node %s not ready after a minute", spec.Name)
 	}
 }
 

@@ -72,6 +72,10 @@ func main() {
 	doc := flag.String("doc", "", "write the report (markdown) here")
 	img := flag.String("img", "", "write the plots (SVG) in this directory")
 	limit := flag.Int64("limit", 1000, "the limit L per 1s window")
+	onlyFault := flag.String("fault", "", "run only this fault (kill, stop)")
+	onlyAlgo := flag.String("algo", "", "run only this algorithm (fixed, bucket)")
+	onlyLoad := flag.Float64("load", 0, "run only this load (1.5, 5)")
+	verbose := flag.Bool("v", false, "print every window's admitted ÷ L, mode by mode")
 	flag.Parse()
 	if *node == "" {
 		fmt.Fprintln(os.Stderr, "outage: need -node")
@@ -83,6 +87,9 @@ func main() {
 	for _, fault := range []string{"kill", "stop"} {
 		for _, algo := range []string{"fixed window", "token bucket"} {
 			for _, load := range []float64{1.5, 5} {
+				if *onlyFault != "" && *onlyFault != fault || *onlyAlgo != "" && !strings.HasPrefix(algo, *onlyAlgo) || *onlyLoad != 0 && *onlyLoad != load {
+					continue
+				}
 				group := make([]*scenario, len(workloads))
 				for i, wl := range workloads {
 					group[i] = &scenario{fault: fault, algo: algo, load: load, wl: wl}
@@ -93,6 +100,9 @@ func main() {
 				}
 				for _, s := range group {
 					fmt.Fprintln(os.Stderr, row(s, *limit))
+					if *verbose {
+						fmt.Fprint(os.Stderr, windows(s, *limit))
+					}
 				}
 				all = append(all, group...)
 			}
@@ -276,6 +286,21 @@ func row(s *scenario, limit int64) string {
 	return b.String()
 }
 
+// windows lists s's windows, admitted ÷ L mode by mode, and the slowest
+// decision.
+func windows(s *scenario, limit int64) string {
+	var b strings.Builder
+	for i := int64(0); i < warm+outageW+after; i++ {
+		fmt.Fprintf(&b, "  %2d %-7s", i, phase(i))
+		for _, m := range outage.Modes {
+			l := s.wins[m][s.w0+i]
+			fmt.Fprintf(&b, " %s %.2f (%v)", m, float64(l.Admitted)/float64(limit), time.Duration(l.MaxLatency).Round(time.Microsecond))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
 func report(all []*scenario, limit int64) string {
 	var b strings.Builder
 	b.WriteString("| Redis | algorithm | offered | workload | Fallback | FailLocal | alone | FailClosed | Fallback: fault window / after the event / return window / max after | failed |\n")
@@ -290,9 +315,9 @@ var colors = map[string]string{outage.ModeFallback: "#1b9e77", outage.ModeFailLo
 
 func plot(s *scenario, limit int64) string {
 	c := accuracy.Chart{
-		Title:   fmt.Sprintf("Redis killed for %d windows: %s, %s, %.0f × L offered", outageW, s.wl, s.algo, s.load),
-		XLabel:  fmt.Sprintf("window (1 s); Redis down in windows %d–%d", warm, warm+outageW-1),
-		YLabel:  "admitted ÷ L", LinearX: true,
+		Title:  fmt.Sprintf("Redis killed for %d windows: %s, %s, %.0f × L offered", outageW, s.wl, s.algo, s.load),
+		XLabel: fmt.Sprintf("window (1 s); Redis down in windows %d–%d", warm, warm+outageW-1),
+		YLabel: "admitted ÷ L", LinearX: true,
 	}
 	for _, m := range outage.Modes {
 		ser := accuracy.Series{Name: m, Color: colors[m], Radius: 3}

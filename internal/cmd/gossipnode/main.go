@@ -7,13 +7,21 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hybridlimit/hybridlimit/internal/outage"
 )
+
+// quiet drops go-redis's log lines.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 func main() {
 	specJSON := flag.String("spec", "", "the node's outage.Spec, as JSON")
@@ -23,6 +31,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gossipnode: need -spec (JSON): %v\n", err)
 		os.Exit(2)
 	}
+	// go-redis logs every failed dial: thousands of lines an outage.
+	redis.SetLogger(quiet{})
 	if err := outage.RunNode(spec, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "gossipnode %s: %v\n", spec.Name, err)
 		os.Exit(1)
