@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -281,4 +282,44 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	t.Logf("admitted in the window: %d; Redis used %v", total, st.u)
 	assert.LessOrEqual(t, total, int64(L), "no grant on top of the use Redis did not know yet")
 	assert.Equal(t, total, st.sumU(), "Redis's count equals what was admitted")
+}
+
+// TestGossipMetrics: the gossip's figures and each switch of mode are
+// metrics.
+func TestGossipMetrics(t *testing.T) {
+	leakcheck.Check(t)
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	prefix := redistest.Prefix(t)
+	var nodes []*hybrid.Limiter
+	for i, name := range []string{"a", "b"} {
+		cfg := nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, name, 2)
+		cfg.MeterProvider = mp
+		var seeds []string
+		if i > 0 {
+			seeds = []string{nodes[0].Gossip().Addr()}
+		}
+		cfg.Gossip = gossipConfig(name, seeds...)
+		nodes = append(nodes, newNode(t, cfg))
+	}
+	require.Eventually(t, func() bool { return nodes[0].Gossip().Members() == 2 }, 5*time.Second, 10*time.Millisecond)
+	r := mustRegister(t, nodes[0], hybrid.Rule{Name: "r", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
+	for range 20 {
+		nodes[0].Allow(ctx, r, "k")
+	}
+	syncOK(t, nodes[0], clk)
+	srv.Kill()
+	markUnavailable(t, nodes[0], r, clk)
+	c := collect(t, reader)
+	members := int64Points(t, c, "hybridlimit.gossip.members")
+	assert.Equal(t, int64(2), members[""], "members: %v", members)
+	assert.Contains(t, c, "hybridlimit.gossip.io")
+	assert.Contains(t, c, "hybridlimit.gossip.records")
+	assert.Contains(t, c, "hybridlimit.gossip.records.dropped")
+	changes := int64Points(t, c, "hybridlimit.mode.changes")
+	assert.Equal(t, map[string]int64{"to=policy": 1}, changes)
 }

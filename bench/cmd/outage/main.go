@@ -381,5 +381,14 @@ const docNotes = `
 `
 
 func docText(table string) string {
-	return "# Through a Redis outage\n\n" + docIntro + "\n" + table + "\n" + docNotes
+	return "# Through a Redis outage\n\n" + docIntro + "\n" + table + docPlots + docNotes
 }
+
+const docPlots = `
+Admitted per window through the outage, mode by mode (fixed window, Redis killed, 5 × L
+offered):
+
+![90% of the traffic on one node](img/outage-90.svg)
+
+![uniform traffic](img/outage-uniform.svg)
+`
