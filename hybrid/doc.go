@@ -54,11 +54,18 @@
 // part of the limit, and Fallback (the default with Config.Gossip) each
 // node's own count plus its demand-weighted share of what the window has
 // left, from the counts the nodes gossip (package fallback). A hybrid lease
-// held is used to its end first. Decisions made by a policy come with an
-// error wrapping ErrUnavailable. When Redis answers again, each node reports
-// what it admitted without it once (reports are absolute per window), and,
-// for a while, replies in a window the outage touched grant nothing on top of
-// what the node held, so no lease comes on top of use Redis does not know yet.
+// held is used to its end first. A decision made by a policy is an ordinary
+// one: its error is nil and Decision.Degraded reports it; a non-nil error
+// means misuse (ErrUnknownRule, ErrRedis). Once the Limiter knows Redis is
+// unavailable, central decisions go to the policy without a call (a circuit
+// breaker), and a background probe PINGs Redis, with backoff, until it
+// answers. Ping serves a health endpoint, and Config.RequireRedis makes New
+// fail when Redis does not answer. When Redis answers again, each node
+// reports what it admitted without it once (reports are absolute per
+// window), and, for a while, replies in a window the outage touched grant
+// nothing on top of what the node held, so no lease comes on top of use
+// Redis does not know yet. After Shutdown every rule decides locally, on
+// this node's part of its limit.
 //
 // # Lifecycle and metrics
 //

@@ -176,11 +176,11 @@ func Example_hybrid() {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	d, err := l.Allow(ctx, api, "user-42") // never waits on Redis
-	switch {
-	case errors.Is(err, hybrid.ErrUnavailable):
-		// Redis could not decide: the rule's policy did (d is its decision).
-	case err != nil:
-		log.Fatal(err)
+	if err != nil {
+		log.Fatal(err) // misuse: an unregistered rule, a bad argument
+	}
+	if d.Degraded() {
+		log.Print("Redis could not decide: the rule's failure policy did")
 	}
 	if !d.Allowed() {
 		fmt.Println("429, retry after", d.RetryAfter())

@@ -30,11 +30,19 @@ var (
 	// ErrUnknownRule is returned for a Rule not registered with this
 	// Limiter.
 	ErrUnknownRule = errors.New("hybrid: rule not registered with this limiter")
-	// ErrClosed is returned by Register after Close.
+	// ErrClosed is returned by Register and Ping after Close.
 	ErrClosed = errors.New("hybrid: limiter closed")
-	// ErrUnavailable (syncer.ErrUnavailable) is wrapped by the error that
-	// comes with a decision made by a failure policy.
+	// ErrUnavailable (syncer.ErrUnavailable) is wrapped by the errors of
+	// Ping, of New with Config.RequireRedis, and of Shutdown when Redis
+	// does not answer. Decisions never return it: a decision Redis could
+	// not make is the failure policy's, with a nil error and
+	// Decision.Degraded true.
 	ErrUnavailable = syncer.ErrUnavailable
+	// ErrRedis (syncer.ErrRedis) is wrapped by the error of a central
+	// decision Redis answered with an error that is not about its
+	// availability (a key of another type under the Keyspace's prefix, a
+	// script error): a misconfiguration. The failure policy still decides.
+	ErrRedis = syncer.ErrRedis
 )
 
 // The defaults of a Config, in one place: New gives each zero field its
@@ -55,14 +63,35 @@ const (
 	DefaultShutdownTimeout = 2 * time.Second
 )
 
+// The probe's backoff: while Redis is unavailable, a background probe
+// PINGs it first probeMin after the failure, then at twice the previous
+// wait, up to probeMax.
+const (
+	probeMin = 50 * time.Millisecond
+	probeMax = time.Second
+)
+
 // Config configures a Limiter. Every field documents its default; the
 // zero Config is a Limiter of Local rules.
 type Config struct {
 	// Redis reaches Redis: a *redis.Client (one server, or Sentinel through
 	// redis.NewFailoverClient), a *redis.ClusterClient, or another
-	// redis.UniversalClient, with ContextTimeoutEnabled set. Default nil: no
-	// Redis; only Local rules can be registered.
+	// redis.UniversalClient. Default nil: no Redis; only Local rules can be
+	// registered.
+	//
+	// A go-redis client must set ContextTimeoutEnabled in its options: New
+	// refuses one that does not (ErrInvalidConfig, naming Redis). Without
+	// it go-redis bounds a call by its ReadTimeout (3s by default), not by
+	// Timeout, and a paused Redis would hold each central decision that
+	// long. The Limiter does not copy the client with the option set: the
+	// copy would lose the hooks (tracing, metrics) added to the caller's.
 	Redis redis.UniversalClient
+	// RequireRedis makes New PING Redis (every master of a Cluster), within
+	// Timeout, and fail with an error wrapping ErrUnavailable when it does
+	// not answer. Default false: New does not wait for Redis, and rules
+	// decide by their failure policy until it answers (see Ping for a
+	// health check later).
+	RequireRedis bool
 	// Keyspace names the Redis keys; every node must use the same one.
 	// Default: prefix "hl" (syncer.DefaultPrefix), no secret.
 	Keyspace Keyspace
@@ -115,7 +144,10 @@ type Config struct {
 	// (otel.GetTracerProvider).
 	TracerProvider trace.TracerProvider
 	// Logger receives changes of availability and mode. Default:
-	// slog.Default().
+	// slog.Default(). The first Limiter with Redis also routes go-redis's
+	// own log lines (dial failures, pool events) to its Logger at Debug
+	// level: go-redis has one logger for the whole process (redis.SetLogger),
+	// set once; call redis.SetLogger after New to send them elsewhere.
 	Logger *slog.Logger
 }
 
@@ -162,6 +194,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Mode %d: unknown", ErrInvalidConfig, c.Mode)
 	case c.Mode != Local && c.Redis == nil:
 		return fmt.Errorf("%w: Mode %s: needs Redis", ErrInvalidConfig, c.Mode)
+	case c.RequireRedis && c.Redis == nil:
+		return fmt.Errorf("%w: RequireRedis: needs Redis", ErrInvalidConfig)
 	case c.Policy > Fallback:
 		return fmt.Errorf("%w: Policy %d: unknown", ErrInvalidConfig, c.Policy)
 	case c.Timeout < 0:
@@ -203,12 +237,20 @@ type Limiter struct {
 	closed bool
 
 	// unavailable is the node time (µs) Redis was last seen failing, 0 while
-	// it answers.
+	// it answers. While it is set, the circuit breaker is open: central
+	// calls go to the failure policy without asking Redis, and a probe
+	// (probeLoop) PINGs Redis until it answers. Shutdown sets it for good.
 	unavailable atomic.Int64
 	// outageAt is the wall time (µs) Redis was first seen failing in the
 	// current or last outage, for the hand-back's span.
-	outageAt    atomic.Int64
-	handBack    atomic.Bool // an outage ended, and its hand-back round is not traced yet
+	outageAt atomic.Int64
+	handBack atomic.Bool // an outage ended, and its hand-back round is not traced yet
+	// shut is set by Shutdown: every distributed rule then decides on this
+	// node's part of the limit.
+	shut        atomic.Bool
+	probing     atomic.Bool // a probeLoop runs
+	probeStop   chan struct{}
+	probeWG     sync.WaitGroup // the probeLoop; Added under mu while !closed
 	sweepStop   chan struct{}
 	sweepDone   chan struct{}
 	shutdown    sync.Once
@@ -217,15 +259,15 @@ type Limiter struct {
 
 // New returns a Limiter for cfg. It copies cfg (never changing the
 // caller's), fills its defaults (WithDefaults), reports a bad field with an
-// error wrapping ErrInvalidConfig, and starts the syncer (unless
-// ManualSync) and the sweeper of idle keys.
+// error wrapping ErrInvalidConfig, PINGs Redis if RequireRedis asks it to,
+// and starts the syncer (unless ManualSync) and the sweeper of idle keys.
 func New(cfg Config) (*Limiter, error) {
 	cfg = cfg.WithDefaults()
 	cfg.Keyspace.Secret = bytes.Clone(cfg.Keyspace.Secret)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, rules: map[string]*ruleState{}}
+	l := &Limiter{cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, rules: map[string]*ruleState{}, probeStop: make(chan struct{})}
 	if l.clock == nil {
 		l.ownClock = local.NewCoarseClock(DefaultClockResolution)
 		l.clock = l.ownClock
@@ -256,6 +298,12 @@ func New(cfg Config) (*Limiter, error) {
 		l.central, err = syncer.NewCentral(syncer.CentralConfig{Client: cfg.Redis, Keyspace: cfg.Keyspace, Timeout: cfg.Timeout})
 		if err != nil {
 			return fail(fmt.Errorf("%w: Redis, Keyspace or Timeout: %w", ErrInvalidConfig, err))
+		}
+		routeRedisLog(cfg.Logger)
+		if cfg.RequireRedis {
+			if err := l.central.Ping(context.Background()); err != nil {
+				return fail(fmt.Errorf("hybrid: New: Redis does not answer (Config.RequireRedis): %w", err))
+			}
 		}
 		sc := cfg.Sync
 		sc.Client, sc.Keyspace, sc.Clock, sc.PassTime = cfg.Redis, cfg.Keyspace, l.clock, cfg.VirtualTime
@@ -425,13 +473,20 @@ func (l *Limiter) Allow(ctx context.Context, r *Rule, key string) (Decision, err
 }
 
 // AllowN decides whether a request of cost n for key is admitted under r,
-// and charges it if it is. The Decision is always usable. The error is nil
-// unless r is not registered here (ErrUnknownRule), or Redis could not
-// decide and the rule's failure policy did (the error wraps ErrUnavailable
-// and the Decision's Reason is ReasonUnavailable when it rejected).
+// and charges it if it is. The Decision is always usable.
+//
+// When Redis cannot decide (unreachable, too slow for the deadline), or
+// after Shutdown, the rule's failure policy decides: that is an ordinary
+// decision, with a nil error, and Decision.Degraded reports it (its Reason
+// is ReasonUnavailable when the policy refused). A non-nil error means
+// misuse: r is not registered here (ErrUnknownRule), or Redis answered a
+// central call with an error that is not about its availability (ErrRedis,
+// a misconfiguration; the policy still decided).
 //
 // In hybrid mode ctx is not used: the decision never waits on Redis. In
-// central mode it bounds the round trip.
+// central mode it bounds the round trip; once the Limiter knows Redis is
+// unavailable, central decisions do not wait at all (a circuit breaker: see
+// Ping).
 func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (Decision, error) {
 	rs, err := l.state(r)
 	if err != nil {
@@ -440,24 +495,103 @@ func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (Dec
 	return rs.mode.allow(ctx, l.nowMicro(), key, n)
 }
 
-var errUnavailable = fmt.Errorf("hybrid: no lease and redis unreachable: %w", syncer.ErrUnavailable)
-
 func (l *Limiter) nowMicro() int64 { return l.clock.Now().UnixMicro() }
 
+// markUnavailable opens the circuit breaker: failure policies decide for
+// central rules, and for hybrid keys without a lease, until a probe, a sync
+// round or Ping finds Redis again.
 func (l *Limiter) markUnavailable(now int64, err error) {
+	if l.shut.Load() {
+		return
+	}
 	if l.unavailable.Swap(max(now, 1)) == 0 {
 		l.outageAt.Store(time.Now().UnixMicro())
 		l.handBack.Store(true)
 		l.logger.Warn("hybridlimit: redis unavailable; failure policies apply", "err", err)
 		l.metrics.modeChanged(false)
 	}
+	l.startProbe()
 }
 
+// markAvailable closes the circuit breaker.
 func (l *Limiter) markAvailable() {
+	if l.shut.Load() {
+		return
+	}
 	if l.unavailable.Swap(0) != 0 {
 		l.logger.Info("hybridlimit: redis available again; what was admitted without it is reported")
 		l.metrics.modeChanged(true)
 	}
+}
+
+// breakerOpen reports whether central calls go to the failure policy
+// without asking Redis: Redis is known unavailable, or the Limiter is shut
+// down.
+func (l *Limiter) breakerOpen() bool { return l.unavailable.Load() != 0 }
+
+// startProbe starts the probe unless one runs, the Limiter is shut down,
+// or the caller runs the rounds (ManualSync: SyncAt probes).
+func (l *Limiter) startProbe() {
+	if l.cfg.ManualSync || !l.probing.CompareAndSwap(false, true) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		l.probing.Store(false)
+		return
+	}
+	l.probeWG.Add(1)
+	go l.probeLoop()
+}
+
+// probeLoop PINGs Redis, with backoff from probeMin to probeMax, until it
+// answers (or a sync round found it again), then closes the breaker. Shutdown
+// stops it.
+func (l *Limiter) probeLoop() {
+	defer l.probeWG.Done()
+	wait := probeMin
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.probeStop:
+			return
+		case <-t.C:
+		}
+		if l.unavailable.Load() != 0 && l.central.Ping(context.Background()) != nil {
+			wait = min(2*wait, probeMax)
+			t.Reset(wait)
+			continue
+		}
+		l.markAvailable()
+		l.probing.Store(false)
+		// Unavailable again since the PING: probe on, unless another
+		// probe started.
+		if l.unavailable.Load() == 0 || !l.probing.CompareAndSwap(false, true) {
+			return
+		}
+		wait = probeMin
+		t.Reset(wait)
+	}
+}
+
+// Ping PINGs Redis (every master of a Cluster), bounded by ctx and
+// Config.Timeout, for a health endpoint: nil when it answers, or without
+// Redis; an error wrapping ErrUnavailable when it does not; ErrClosed after
+// Shutdown. An answer closes the circuit breaker at once.
+func (l *Limiter) Ping(ctx context.Context) error {
+	if l.shut.Load() {
+		return ErrClosed
+	}
+	if l.central == nil {
+		return nil
+	}
+	if err := l.central.Ping(ctx); err != nil {
+		return err
+	}
+	l.markAvailable()
+	return nil
 }
 
 // observer takes the syncer's rounds into the Limiter (availability,
@@ -486,6 +620,10 @@ func (o observer) Round(st syncer.RoundStats) {
 func (l *Limiter) SyncAt(ctx context.Context, now time.Time) (RoundStats, error) {
 	if l.sync == nil {
 		return RoundStats{}, nil
+	}
+	if l.breakerOpen() && l.cfg.ManualSync && l.central.Ping(ctx) == nil {
+		// The probe, which ManualSync leaves to the caller's rounds.
+		l.markAvailable()
 	}
 	return l.sync.SyncAt(ctx, now.UnixMicro())
 }
@@ -545,17 +683,25 @@ func (l *Limiter) SweepAt(now time.Time) int {
 
 // Shutdown reports to Redis what hybrid rules admitted and did not report
 // yet, gives their leases back, and stops every goroutine, within ctx.
-// Decisions remain possible afterwards, locally. Idempotent.
+// Decisions remain possible afterwards, locally: each central and hybrid
+// rule decides on this node's part of its limit (the limit divided by the
+// nodes, as FailLocal does, whatever the rule's policy), Degraded, and
+// never asks Redis again. Idempotent.
 func (l *Limiter) Shutdown(ctx context.Context) error {
 	l.shutdown.Do(func() {
 		l.mu.Lock()
 		l.closed = true
 		l.mu.Unlock()
+		close(l.probeStop)
+		l.probeWG.Wait()
 		close(l.sweepStop)
 		<-l.sweepDone
 		if l.sync != nil {
 			l.shutdownErr = l.sync.Shutdown(ctx)
 		}
+		// From here on, no decision asks Redis: the breaker stays open.
+		l.unavailable.Store(max(l.nowMicro(), 1))
+		l.shut.Store(true)
 		if l.gossip != nil {
 			l.shutdownErr = errors.Join(l.shutdownErr, l.gossip.close())
 		}

@@ -37,6 +37,7 @@ func TestNewInvalidConfig(t *testing.T) {
 		{"unknown Policy", false, func(redis.UniversalClient) hybrid.Config { return hybrid.Config{Policy: hybrid.Policy(9)} }, "Policy"},
 		{"Central without Redis", false, func(redis.UniversalClient) hybrid.Config { return hybrid.Config{Mode: hybrid.Central} }, "Mode"},
 		{"Hybrid without Redis", false, func(redis.UniversalClient) hybrid.Config { return hybrid.Config{Mode: hybrid.Hybrid} }, "Mode"},
+		{"RequireRedis without Redis", false, func(redis.UniversalClient) hybrid.Config { return hybrid.Config{RequireRedis: true} }, "RequireRedis"},
 		{"unknown Mode with Redis", true, func(c redis.UniversalClient) hybrid.Config {
 			return hybrid.Config{Redis: c, Mode: hybrid.Mode(4)}
 		}, "Mode"},

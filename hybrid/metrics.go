@@ -21,7 +21,7 @@ const meterName = "github.com/hybridlimit/hybridlimit/hybrid"
 // same rule rarely share a cache line; a collection sums them.
 type counters struct {
 	stripes  [stripes]stripe
-	fallback atomic.Int64 // decisions made by the failure policy
+	fallback atomic.Int64 // degraded decisions: made by the failure policy, or after Shutdown
 }
 
 const stripes = 8
@@ -71,7 +71,7 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 		return nil, err
 	}
 	fallbacks, err := meter.Int64ObservableCounter("hybridlimit.fallback.decisions",
-		metric.WithDescription("Decisions made by a failure policy while Redis could not decide."), metric.WithUnit("{decision}"))
+		metric.WithDescription("Decisions made without Redis (Decision.Degraded): by a failure policy while Redis could not decide, or on this node's part of the limit after Shutdown."), metric.WithUnit("{decision}"))
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -202,7 +204,11 @@ func TestMetrics(t *testing.T) {
 	// A new key: its cold-start allowance, then the policy.
 	var byPolicy int64
 	for range 200 {
-		if _, err := l.Allow(ctx, rules[0], keys[1]+"-outage"); err != nil {
+		d, err := l.Allow(ctx, rules[0], keys[1]+"-outage")
+		if err != nil {
+			t.Fatalf("a decision with Redis killed: %v, want none: the policy decides", err)
+		}
+		if d.Degraded() {
 			byPolicy++
 		}
 	}
@@ -238,8 +244,9 @@ func noUserKeys(t *testing.T, c collected, keys []string) {
 }
 
 // TestMetricsAvailabilityRecovers: with only central rules (no hybrid
-// rounds), a Redis outage seen by a decision sets redis.available to 0; the
-// first decision Redis answers again sets it back to 1.
+// rounds), a Redis outage seen by a decision sets redis.available to 0;
+// the probe that finds Redis again sets it back to 1, and decisions ask
+// Redis again.
 func TestMetricsAvailabilityRecovers(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
@@ -256,23 +263,20 @@ func TestMetricsAvailabilityRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Pause()
-	_, err := l.Allow(ctx, r, "k")
+	d, err := l.Allow(ctx, r, "k")
 	// Read the gauge while Redis is still paused: once it answers, the
-	// syncer's next registration round may set it back on its own.
+	// probe sets it back.
 	up := available()
 	srv.Resume()
-	if err == nil {
-		t.Fatal("no error with Redis paused")
-	}
-	if up != 0 {
-		t.Errorf("redis.available = %d after a decision Redis did not answer", up)
-	}
+	require.NoError(t, err, "a decision with Redis paused")
+	require.True(t, d.Degraded(), "a decision with Redis paused: %v", d)
+	assert.Zero(t, up, "redis.available after a decision Redis did not answer")
+	require.Eventually(t, func() bool { return available() == 1 }, 10*time.Second, 5*time.Millisecond,
+		"bug: redis.available stays 0 after Redis answers again: only a hybrid sync round sets it back")
 	for range 3 {
-		if d, err := l.Allow(ctx, r, "k"); err != nil || d.Reason() == local.ReasonUnavailable {
-			t.Fatalf("after Resume: %+v, %v", d, err)
-		}
-	}
-	if up := available(); up != 1 {
-		t.Errorf("bug: redis.available = %d after central decisions Redis answered again: only a hybrid sync round sets it back", up)
+		d, err := l.Allow(ctx, r, "k")
+		require.NoError(t, err)
+		assert.False(t, d.Degraded(), "after the probe found Redis: %v", d)
+		assert.NotEqual(t, local.ReasonUnavailable, d.Reason(), "after the probe found Redis: %v", d)
 	}
 }

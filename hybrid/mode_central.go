@@ -35,6 +35,14 @@ func (m *centralRule) kind() Mode { return Central }
 
 func (m *centralRule) allow(ctx context.Context, now int64, key string, n int64) (local.Decision, error) {
 	l := m.rs.l
+	if l.breakerOpen() {
+		// Redis is known down (or the Limiter shut): no call, no wait.
+		if d, bad := m.badCost(n); bad {
+			m.rs.counts.count(d.Reason())
+			return d, nil
+		}
+		return m.failed(now, key, n), nil
+	}
 	var d local.Decision
 	var err error
 	if l.cfg.VirtualTime {
@@ -43,23 +51,45 @@ func (m *centralRule) allow(ctx context.Context, now int64, key string, n int64)
 		d, err = l.central.AllowN(ctx, m.redis.Load(), key, n)
 	}
 	if err != nil {
-		if errors.Is(err, syncer.ErrUnavailable) {
-			l.markUnavailable(now, err)
-		}
-		return m.failed(now, key, n, err)
-	}
-	if l.unavailable.Load() != 0 {
-		l.markAvailable()
+		return m.failed(now, key, n), l.centralFailed(ctx, now, err)
 	}
 	m.rs.counts.count(d.Reason())
 	return d, nil
 }
 
+// centralFailed takes the error of a central call: it opens the breaker
+// when Redis is unavailable (not when the caller cancelled ctx), and
+// returns the error the decision comes with: nil, or one wrapping ErrRedis.
+func (l *Limiter) centralFailed(ctx context.Context, now int64, err error) error {
+	switch {
+	case errors.Is(err, syncer.ErrRedis):
+		return fmt.Errorf("hybrid: redis answered with an error; the failure policy decided: %w", err)
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The caller gave up: that says nothing of Redis.
+	default:
+		l.markUnavailable(now, err)
+	}
+	return nil
+}
+
+// badCost refuses, as Redis would without running a script, a cost the rule
+// can never admit.
+func (m *centralRule) badCost(n int64) (local.Decision, bool) {
+	lim := m.rs.limit.Load().MaxCost()
+	switch {
+	case n < 0:
+		return local.Outcome{Reason: local.ReasonInvalidCost, Limit: lim}.Decision(), true
+	case n > lim:
+		return local.Outcome{Reason: local.ReasonCostTooHigh, Limit: lim}.Decision(), true
+	}
+	return local.Decision{}, false
+}
+
 // failed decides by the failure policy, FailLocal splitting the limit
 // among the nodes the Config expects (Sync.Nodes): a central rule holds no
 // lease that counts them.
-func (m *centralRule) failed(now int64, key string, n int64, err error) (local.Decision, error) {
-	return m.fail.decide(m.rs.l.expectedNodes(), now, key, n, err)
+func (m *centralRule) failed(now int64, key string, n int64) local.Decision {
+	return m.fail.decide(m.rs.l.expectedNodes(), now, key, n)
 }
 
 func (m *centralRule) join(b *multiBatch, i int, q Request) {

@@ -71,10 +71,10 @@ func (m *hybridRule) allow(_ context.Context, now int64, key string, n int64) (l
 	if signal {
 		lr.Notify(e)
 	}
-	if v.Reason == local.ReasonNoLease && (m.l.unavailable.Load() != 0 || e.Value.Recovering(lr, now)) {
-		d, err := m.degraded(e, lr, now, key, n)
+	if v.Reason == local.ReasonNoLease && (m.l.breakerOpen() || e.Value.Recovering(lr, now)) {
+		d := m.degraded(e, lr, now, key, n)
 		e.Unlock()
-		return d, err
+		return d, nil
 	}
 	e.Unlock()
 	m.counts.count(v.Reason)
@@ -93,19 +93,19 @@ func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
 }
 
 // degraded decides for a key without a lease while Redis is out of reach,
-// or back in a window the outage touched (lease.Lease.Recovering): by
-// Fallback's gossip estimate or FailLocal's part on a window rule's lease,
-// else by the rule's failure policy, recording in the lease what the policy
-// admitted. e is key's entry, which the caller holds locked.
-func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) (local.Decision, error) {
-	if m.fail.policy == Fallback && m.l.gossip != nil {
+// back in a window the outage touched (lease.Lease.Recovering), or after
+// Shutdown: by Fallback's gossip estimate or FailLocal's part on a window
+// rule's lease, else by the rule's failure policy, recording in the lease
+// what the policy admitted. e is key's entry, which the caller holds locked.
+func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) local.Decision {
+	if m.fail.policy == Fallback && m.l.gossip != nil && !m.l.shut.Load() {
 		if d, ok := m.gossipLease(e, lr, now, n); ok {
-			return d, errUnavailable
+			return d
 		}
-	} else if m.fail.policy == FailLocal || m.fail.policy == Fallback {
+	} else if m.fail.policy == FailLocal || m.fail.policy == Fallback || m.l.shut.Load() {
 		part := max(m.rs.limit.Load().Params().Limit/max(lr.Nodes(), 1), 1)
 		if d, ok := m.fallbackLease(e, lr, now, n, part); ok {
-			return d, errUnavailable
+			return d
 		}
 	}
 	// The nodes: as the last lease exchange counted them, or as the Config
@@ -114,13 +114,13 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 	if c := lr.Nodes(); c > 0 {
 		nodes = c
 	}
-	d, err := m.fail.decide(nodes, now, key, n, errUnavailable)
-	if d.Allowed() && e.Value.Charge(lr, now, n) {
+	d := m.fail.decide(nodes, now, key, n)
+	if d.Allowed() && e.Value.Charge(lr, now, n) && !m.l.shut.Load() {
 		// Recorded in the lease: the next exchange reports it, and Redis
 		// counts it once it answers again.
 		lr.Notify(e)
 	}
-	return d, err
+	return d
 }
 
 // lockedEntry returns key's entry, locked and with its digest set; nil when
@@ -141,12 +141,12 @@ func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, 
 	if !ok {
 		return local.Decision{}, false
 	}
-	if v.Reason == local.ReasonOK {
+	if v.Reason == local.ReasonOK && !m.l.shut.Load() {
 		lr.Notify(e)
 	}
 	m.counts.fallback.Add(1)
 	m.counts.count(v.Reason)
-	return dress(v, lr.MaxCost()), true
+	return dress(v, lr.MaxCost()).AsDegraded(), true
 }
 
 // idle is the store's eviction test: a key is forgotten once its lease is

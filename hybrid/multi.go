@@ -38,6 +38,10 @@ type Request struct {
 // the central charge is refunded. A concurrent request may be refused on
 // account of a charge about to be refunded; none is admitted past a limit.
 // Local rules combine only with local rules (ErrMixedModes).
+//
+// When Redis cannot decide, or the circuit breaker is open, each central
+// rule's failure policy decides its request (Degraded, as AllowN says), and
+// the error is nil; errors mean misuse, as for AllowN.
 func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision) (bool, error) {
 	if len(out) < len(reqs) {
 		panic("hybrid: AllowMulti: out is shorter than reqs")
@@ -76,38 +80,49 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 		for j := range cr {
 			cr[j].N = 0
 		}
-		l.centralMulti(ctx, now, cr, cout, false)
+		if l.breakerOpen() {
+			for j, c := range ci {
+				cout[j] = c.m.failed(now, reqs[c.i].Key, 0)
+			}
+		} else {
+			l.centralMulti(ctx, now, cr, cout, false)
+		}
 		for j, c := range ci {
 			out[c.i] = cout[j]
 			out[c.i] = out[c.i].Refused()
 		}
 		return false, nil
 	}
-	charge, ok, err := l.centralMulti(ctx, now, cr, cout, nHybrid > 0)
-	for j, c := range ci {
-		out[c.i] = cout[j]
+	var charge *syncer.Charge
+	var ok, degraded bool
+	var err error
+	if degraded = l.breakerOpen(); !degraded {
+		// Redis is not known down: ask it.
+		charge, ok, err = l.centralMulti(ctx, now, cr, cout, nHybrid > 0)
+		for j, c := range ci {
+			out[c.i] = cout[j]
+		}
+		if err != nil {
+			degraded, err = true, l.centralFailed(ctx, now, err)
+		}
 	}
-	switch {
-	case err != nil && errors.Is(err, syncer.ErrUnavailable):
-		l.markUnavailable(now, err)
-	case err == nil && l.unavailable.Load() != 0:
-		l.markAvailable()
-	}
-	if err != nil {
+	if degraded {
 		// Redis could not decide: each central rule's failure policy
 		// decides it, and the whole is admitted only if they all admit.
 		ok = true
 		for _, c := range ci {
-			d, _ := c.m.failed(now, reqs[c.i].Key, reqs[c.i].N, err)
+			d := c.m.failed(now, reqs[c.i].Key, reqs[c.i].N)
 			out[c.i] = d
 			ok = ok && d.Allowed()
 		}
 	}
 	if ok && nHybrid > 0 && !l.hybridMulti(now, reqs, b.hybrid, out, true) {
-		// Taken in between: give the central charge back.
+		// Taken in between: give the central charge back. A refund that
+		// fails leaves a charge that was not used: false rejections until
+		// the window ends, never over-admission.
 		if charge != nil {
 			if rerr := charge.Refund(ctx); rerr != nil && err == nil {
-				err = rerr
+				err = l.centralFailed(ctx, now, rerr)
 			}
 		}
 		ok = false

@@ -7,76 +7,88 @@ import (
 )
 
 // failover is a distributed rule's failure policy: it decides what Redis
-// cannot. Central and hybrid rules each own one.
+// cannot, and, once the Limiter is shut down, what it no longer asks Redis.
+// Central and hybrid rules each own one. Its decisions are Degraded.
 type failover struct {
 	rs     *ruleState
 	policy Policy
-	// fallback is FailLocal's limiter, holding this node's part of the
-	// limit; nil under the other policies.
-	fallback *local.Limiter
+	// part is this node's part of the limit, the limiter of FailLocal and
+	// of every policy after Shutdown.
+	part *local.Limiter
 }
 
 func newFailover(rs *ruleState, lim local.Limit) (failover, error) {
 	f := failover{rs: rs, policy: rs.policy}
-	if f.policy == FailLocal || f.policy == Fallback {
-		fl, err := local.New(lim, rs.l.localConfig())
-		if err != nil {
-			return f, err
-		}
-		f.fallback = fl
-	}
-	return f, nil
+	var err error
+	f.part, err = local.New(lim, rs.l.localConfig())
+	return f, err
 }
 
-// decide decides by the policy; nodes is how many nodes share the limit
-// under FailLocal, and err says why Redis could not decide.
-func (f *failover) decide(nodes int64, now int64, key string, n int64, err error) (local.Decision, error) {
+// decide decides by the policy, or on this node's part of the limit once
+// the Limiter is shut down; nodes is how many nodes share the limit.
+func (f *failover) decide(nodes int64, now int64, key string, n int64) local.Decision {
 	rs := f.rs
-	lim := rs.limit.Load()
 	rs.counts.fallback.Add(1)
-	switch f.policy {
+	policy := f.policy
+	if rs.l.shut.Load() {
+		policy = FailLocal
+	}
+	var d local.Decision
+	switch policy {
 	case FailOpen:
-		rs.counts.count(local.ReasonOK)
-		return local.Outcome{Allowed: true, Reason: local.ReasonUnavailable, Limit: lim.MaxCost(), Remaining: lim.MaxCost()}.Decision(), err
+		d = f.open()
 	case FailClosed:
-		rs.counts.count(local.ReasonUnavailable)
-		return local.Outcome{Reason: local.ReasonUnavailable, Limit: lim.MaxCost(), RetryAfter: time.Second}.Decision(), err
-	default: // FailLocal: this node's part of the limit (Fallback: of the gossip's members)
-		nodes = f.gossipNodes(nodes)
-		part := *lim
-		if nodes > 1 {
-			p := lim.Params()
-			p.Limit = max(p.Limit/nodes, 1)
-			if p.Burst > 0 {
-				p.Burst = max(p.Burst/nodes, 1)
-			}
-			if nl, perr := local.NewLimit(p); perr == nil {
-				part = nl
-			}
-		}
-		if f.fallback.Limit() != part {
-			f.fallback.SetLimit(part)
-		}
-		d := f.fallback.AllowNAt(time.UnixMicro(now), key, n)
-		if !d.Allowed() && d.Reason() == local.ReasonLimited {
-			o := d.Outcome()
-			o.Reason = local.ReasonUnavailable
-			d = o.Decision()
-		}
+		d = f.closed()
+	default:
+		d = f.local(nodes, now, key, n)
+	}
+	if d.Allowed() {
+		rs.counts.count(local.ReasonOK) // FailOpen's ReasonUnavailable included
+	} else {
 		rs.counts.count(d.Reason())
-		return d, err
 	}
+	return d.AsDegraded()
 }
 
-func (f *failover) sweep(now time.Time) int {
-	if f.fallback == nil {
-		return 0
-	}
-	return f.fallback.SweepAt(now)
+// open admits (FailOpen). The callers refuse bad costs first.
+func (f *failover) open() local.Decision {
+	max := f.rs.limit.Load().MaxCost()
+	return local.Outcome{Allowed: true, Reason: local.ReasonUnavailable, Limit: max, Remaining: max}.Decision()
 }
 
-func (f *failover) close() {
-	if f.fallback != nil {
-		f.fallback.Close()
-	}
+// closed refuses (FailClosed).
+func (f *failover) closed() local.Decision {
+	return local.Outcome{Reason: local.ReasonUnavailable, Limit: f.rs.limit.Load().MaxCost(), RetryAfter: time.Second}.Decision()
 }
+
+// local decides on this node's part of the limit, the limit divided by
+// nodes (FailLocal); a rejection by that part is ReasonUnavailable.
+func (f *failover) local(nodes int64, now int64, key string, n int64) local.Decision {
+	nodes = f.gossipNodes(nodes) // Fallback: the gossip's members
+	lim := f.rs.limit.Load()
+	part := *lim
+	if nodes > 1 {
+		p := lim.Params()
+		p.Limit = max(p.Limit/nodes, 1)
+		if p.Burst > 0 {
+			p.Burst = max(p.Burst/nodes, 1)
+		}
+		if nl, perr := local.NewLimit(p); perr == nil {
+			part = nl
+		}
+	}
+	if f.part.Limit() != part {
+		f.part.SetLimit(part)
+	}
+	d := f.part.AllowNAt(time.UnixMicro(now), key, n)
+	if !d.Allowed() && d.Reason() == local.ReasonLimited {
+		o := d.Outcome()
+		o.Reason = local.ReasonUnavailable
+		d = o.Decision()
+	}
+	return d
+}
+
+func (f *failover) sweep(now time.Time) int { return f.part.SweepAt(now) }
+
+func (f *failover) close() { f.part.Close() }

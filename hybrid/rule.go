@@ -41,7 +41,8 @@ func (m Mode) String() string {
 // Policy is what a rule does when Redis cannot decide: unreachable, too
 // slow, or not answering for the key. In hybrid mode it applies to keys
 // whose lease ran out and could not be renewed; a lease held is used to its
-// end.
+// end. A policy's decision comes with a nil error and Decision.Degraded
+// true.
 type Policy uint8
 
 const (

@@ -30,7 +30,8 @@ const (
 	// for the key yet; RetryAfter is about one round trip to Redis.
 	ReasonNoLease
 	// ReasonUnavailable is used by the distributed modes: the shared store
-	// could not be reached and the failure policy decided.
+	// could not be reached and the failure policy decided (the Decision is
+	// Degraded).
 	ReasonUnavailable
 )
 
@@ -61,7 +62,7 @@ func (r Reason) String() string {
 // Code that builds Decisions of its own (another limiter, a test) writes an
 // Outcome and calls its Decision method, or calls NewDecision.
 type Decision struct {
-	meta       uint64 // allowed in bit 0, the Reason in bits 1-8, Limit in bits 9-63 (signed)
+	meta       uint64 // allowed in bit 0, the Reason in bits 1-8, degraded in bit 9, Limit in bits 10-63 (signed)
 	remaining  int64
 	resetAfter time.Duration
 	retryAfter time.Duration
@@ -79,7 +80,26 @@ func (d Decision) Reason() Reason { return Reason(d.meta >> 1) }
 // Limit is the most Remaining can be: the limit per window for the window
 // algorithms, the burst for the bucket algorithms. It is always the rule's
 // figure.
-func (d Decision) Limit() int64 { return int64(d.meta) >> 9 }
+func (d Decision) Limit() int64 { return int64(d.meta) >> limitShift }
+
+// Degraded reports whether the decision was made without the shared store
+// (Redis unreachable, or the Limiter shut down): by a failure policy, or on
+// this node's part of the limit. Such a decision is an ordinary one, with no
+// error; Degraded is for metrics and logs.
+func (d Decision) Degraded() bool { return d.meta&degradedBit != 0 }
+
+// AsDegraded returns d marked as made without the shared store (Degraded),
+// its figures unchanged.
+func (d Decision) AsDegraded() Decision {
+	d.meta |= degradedBit
+	return d
+}
+
+// The layout of Decision.meta above the allowed bit and the Reason.
+const (
+	degradedBit = 1 << 9
+	limitShift  = 10
+)
 
 // Remaining is how much more could be admitted now, after this request. For
 // the sliding window counter it is rounded down from the weighted estimate.
@@ -111,18 +131,24 @@ func (d Decision) Outcome() Outcome {
 	return Outcome{
 		Allowed: d.Allowed(), Reason: d.Reason(), Limit: d.Limit(),
 		Remaining: d.remaining, ResetAfter: d.resetAfter, RetryAfter: d.retryAfter,
+		Degraded: d.Degraded(),
 	}
 }
 
 // String describes d on one line, as in
-// "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s".
+// "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s", with
+// " degraded" at the end when Degraded.
 func (d Decision) String() string {
 	verb := "rejected"
 	if d.Allowed() {
 		verb = "allowed"
 	}
-	return fmt.Sprintf("%s reason=%s limit=%d remaining=%d reset=%s retry=%s",
-		verb, d.Reason(), d.Limit(), d.remaining, d.resetAfter, d.retryAfter)
+	deg := ""
+	if d.Degraded() {
+		deg = " degraded"
+	}
+	return fmt.Sprintf("%s reason=%s limit=%d remaining=%d reset=%s retry=%s%s",
+		verb, d.Reason(), d.Limit(), d.remaining, d.resetAfter, d.retryAfter, deg)
 }
 
 // Outcome is a Decision as plain fields, with the meanings of the Decision
@@ -131,23 +157,28 @@ func (d Decision) String() string {
 type Outcome struct {
 	Allowed    bool
 	Reason     Reason
-	Limit      int64 // within ±2^54, which every Limit's MaxCost is (below 2^53)
+	Limit      int64 // within ±2^53, which every Limit's MaxCost is (below 2^53)
 	Remaining  int64
 	ResetAfter time.Duration
 	RetryAfter time.Duration
+	Degraded   bool
 }
 
-// Decision returns the Decision of o's figures. A Limit beyond ±2^54 loses
-// its top bits. On a hot path prefer NewDecision: an Outcome, six fields,
+// Decision returns the Decision of o's figures. A Limit beyond ±2^53 loses
+// its top bits. On a hot path prefer NewDecision: an Outcome, seven fields,
 // is built in memory.
 func (o Outcome) Decision() Decision {
-	return makeDecision(o.Allowed, o.Reason, o.Limit, o.Remaining, o.ResetAfter, o.RetryAfter)
+	d := makeDecision(o.Allowed, o.Reason, o.Limit, o.Remaining, o.ResetAfter, o.RetryAfter)
+	if o.Degraded {
+		d = d.AsDegraded()
+	}
+	return d
 }
 
 // NewDecision returns the Decision of these figures, which mean what the
 // Decision methods of the same names return: Outcome.Decision with the
-// figures in order, for a hot path (another limiter's). A limit beyond
-// ±2^54 loses its top bits.
+// figures in order, for a hot path (another limiter's), not Degraded (see
+// AsDegraded). A limit beyond ±2^53 loses its top bits.
 func NewDecision(allowed bool, reason Reason, limit, remaining int64, resetAfter, retryAfter time.Duration) Decision {
 	return makeDecision(allowed, reason, limit, remaining, resetAfter, retryAfter)
 }
@@ -157,5 +188,5 @@ func makeDecision(allowed bool, r Reason, limit, remaining int64, reset, retry t
 	if allowed {
 		a = 1
 	}
-	return Decision{meta: uint64(limit)<<9 | uint64(r)<<1 | a, remaining: remaining, resetAfter: reset, retryAfter: retry}
+	return Decision{meta: uint64(limit)<<limitShift | uint64(r)<<1 | a, remaining: remaining, resetAfter: reset, retryAfter: retry}
 }

@@ -16,8 +16,9 @@ func TestDecisionOutcome(t *testing.T) {
 		{},
 		{Allowed: true, Reason: local.ReasonOK, Limit: 10, Remaining: 7, ResetAfter: time.Second},
 		{Reason: local.ReasonLimited, Limit: 1<<53 - 1, Remaining: 1 << 53, ResetAfter: time.Hour, RetryAfter: time.Minute},
-		{Allowed: true, Reason: local.ReasonUnavailable, Limit: 1<<54 - 1},
-		{Reason: local.ReasonOverflow, Limit: -1 << 54, Remaining: -1, RetryAfter: -1},
+		{Allowed: true, Reason: local.ReasonUnavailable, Limit: 1<<53 - 1, Degraded: true},
+		{Reason: local.ReasonOverflow, Limit: -1 << 53, Remaining: -1, RetryAfter: -1},
+		{Reason: 255, Limit: -1, Degraded: true},
 		{Reason: 255, Limit: -1},
 	}
 	for r := local.ReasonOK; r <= local.ReasonUnavailable; r++ {
@@ -28,21 +29,31 @@ func TestDecisionOutcome(t *testing.T) {
 		if got := d.Outcome(); got != o {
 			t.Errorf("Outcome %+v: the Decision gives back %+v", o, got)
 		}
-		if nd := local.NewDecision(o.Allowed, o.Reason, o.Limit, o.Remaining, o.ResetAfter, o.RetryAfter); nd != d {
+		nd := local.NewDecision(o.Allowed, o.Reason, o.Limit, o.Remaining, o.ResetAfter, o.RetryAfter)
+		if o.Degraded {
+			nd = nd.AsDegraded()
+		}
+		if nd != d {
 			t.Errorf("Outcome %+v: NewDecision gives %v, Outcome.Decision %v", o, nd, d)
 		}
 		if d.Allowed() != o.Allowed || d.Reason() != o.Reason || d.Limit() != o.Limit || d.Remaining() != o.Remaining ||
-			d.ResetAfter() != o.ResetAfter || d.RetryAfter() != o.RetryAfter {
+			d.ResetAfter() != o.ResetAfter || d.RetryAfter() != o.RetryAfter || d.Degraded() != o.Degraded {
 			t.Errorf("Outcome %+v: the methods give %v", o, d)
 		}
 	}
 	var zero local.Decision
+	if zero.Degraded() {
+		t.Errorf("zero Decision is degraded")
+	}
 	if zero.Outcome() != (local.Outcome{}) {
 		t.Errorf("zero Decision: %+v", zero.Outcome())
 	}
 	d := local.Outcome{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: time.Second}.Decision()
 	if got, want := d.String(), "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s"; got != want {
 		t.Errorf("String: %q, want %q", got, want)
+	}
+	if got, want := d.AsDegraded().Refused().String(), "rejected reason=ok limit=10 remaining=7 reset=1s retry=0s degraded"; got != want {
+		t.Errorf("String of a degraded Decision: %q, want %q", got, want)
 	}
 }
 

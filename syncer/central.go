@@ -115,6 +115,20 @@ func (c *Central) Preload(ctx context.Context) error {
 	return nil
 }
 
+// Ping PINGs Redis, every master of a Cluster, within ctx and Timeout. The
+// error wraps ErrUnavailable or ErrRedis.
+func (c *Central) Ping(ctx context.Context) error {
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	err := run(ctx, func(ctx context.Context) error {
+		if cc, ok := c.client.(*redis.ClusterClient); ok {
+			return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+		}
+		return c.client.Ping(ctx).Err()
+	})
+	return wrap(ctx, "ping", err)
+}
+
 // bound caps ctx's deadline at Timeout from now.
 func (c *Central) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.timeout {
