@@ -17,6 +17,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -83,6 +84,7 @@ func main() {
 	}
 	W := time.Second
 	started := time.Now()
+	loadBefore := loadavg()
 	var all []*scenario
 	for _, fault := range []string{"kill", "stop"} {
 		for _, algo := range []string{"fixed window", "token bucket"} {
@@ -108,9 +110,9 @@ func main() {
 			}
 		}
 	}
-	table := report(all, *limit)
+	table := report(all, *limit) + fmt.Sprintf("\n%d runs in %v; load average %s at the start, %s at the end (%d CPUs).\n",
+		len(all), time.Since(started).Round(time.Second), loadBefore, loadavg(), runtime.NumCPU())
 	fmt.Print(table)
-	fmt.Printf("\n(%d runs in %v)\n", len(all), time.Since(started).Round(time.Second))
 	if *img != "" {
 		for _, s := range all {
 			if s.fault == "kill" && s.algo == "fixed window" && s.load == 5 && (s.wl == "90% on one" || s.wl == "uniform") {
@@ -127,6 +129,16 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// loadavg returns the one-minute load average, or "?" where /proc has
+// none: the runs share the machine, and its load shows in the figures.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 // runGroup runs scenarios that share a fault's timeline at once, against
@@ -351,8 +363,8 @@ Cells are admitted ÷ L per window: the mean over the outage's whole windows but
 with the lowest and highest in brackets; the Fallback column set gives the window Redis died
 in, the window after the sixth node joined or a node was killed (mid-outage), the window Redis
 came back in, and the most admitted in the three windows after it. "failed" counts decisions
-that came with an error other than ErrUnavailable, in every mode (the policy's decisions carry
-ErrUnavailable until the error semantics change).
+that came with an error, in every mode: a policy's decision is an ordinary one (nil error,
+Decision.Degraded).
 `
 
 const docNotes = `
@@ -362,11 +374,13 @@ const docNotes = `
   window has left, from the counts and demand the nodes gossip (memberlist, records fed at
   every sync round, not per decision). With skewed traffic it keeps about L where FailLocal
   admits about L ÷ N plus the idle nodes' small demand.
-- The estimate lags: each node's own count is fresher than the others' (one gossip round and
-  a snapshot rebuild behind). With the traffic spread over the nodes, each node takes about
-  (1 − its share) × rate × that lag more than its share, so uniform traffic at 5 × L runs a
-  few percent to about 15% over L with the gossip intervals of this run. Shorter gossip
-  intervals shrink it.
+- The estimate lags. Were a node's own count fresher than the others' (which arrive a gossip
+  round and a snapshot rebuild later), each node would take its share of a remainder the
+  others have already eaten into: about (1 − share) × rate × that delay over L, which grows
+  with the offered rate and with the delay (a loaded machine delays gossip). A snapshot
+  therefore counts the node's own records as old as its peers' take to arrive (a moving
+  average of their delay; records carry the sender's clock, so skewed clocks across hosts
+  bias it). What remains is the error of that average.
 - A node joining during the outage counts in every node's member count once memberlist has
   gossiped its join, and its demand once its first record arrives; a killed node's share goes
   to the others once memberlist declares it dead (suspected members still count, so a
