@@ -62,9 +62,9 @@
 // answers. Ping serves a health endpoint, and Config.RequireRedis makes New
 // fail when Redis does not answer. When Redis answers again, each node
 // reports what it admitted without it once (reports are absolute per
-// window), and, for a while, replies in a window the outage touched grant
-// nothing on top of what the node held, so no lease comes on top of use
-// Redis does not know yet. After Shutdown every rule decides locally, on
+// window), and, under Fallback, replies in a window the outage touched
+// grant nothing on top of what the node held for a while, so no lease comes
+// on top of use Redis does not know yet. After Shutdown every rule decides locally, on
 // this node's part of its limit.
 //
 // # Lifecycle and metrics

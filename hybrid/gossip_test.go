@@ -232,7 +232,8 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	}
 	rules := make([]*hybrid.Rule, 2)
 	for i, l := range nodes {
-		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W), Policy: hybrid.FailLocal}, hybrid.Hybrid)
+		// Fallback without gossip: FailLocal's even split, and the hand-back.
+		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W), Policy: hybrid.Fallback}, hybrid.Hybrid)
 	}
 	var total int64
 	allow := func(i int) bool {
@@ -258,7 +259,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 			allow(i)
 		}
 	}
-	require.Equal(t, int64(800), total, "each node admits 400 by FailLocal (L/2 each)")
+	require.Equal(t, int64(800), total, "each node admits 400 by the even split (L/2 each)")
 	srv.Restart()
 	syncBack(t, nodes[0], clk)
 	// Node a alone for a while: Redis knows only its 400.

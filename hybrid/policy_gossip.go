@@ -108,8 +108,10 @@ func gossipDigest(d *[lease.DigestSize]byte, salt *fallback.Digest) fallback.Dig
 
 // setOutage sets what lr's leases do around an outage: under Fallback with
 // gossip, each key's figures go to the gossip node at every sync round (off
-// the hot path); under FailLocal and Fallback, no grant is taken on top of
-// use in a window an outage touched, and the policy decides there.
+// the hot path); under Fallback, no grant is taken on top of use in a
+// window an outage touched, and the policy decides there. FailLocal keeps
+// its leases as they come: a round that merely timed out would otherwise
+// hand its node's decisions to the even split while the others hold leases.
 func (m *hybridRule) setOutage(lr *lease.Rule) {
 	var tap lease.Tap
 	if g := m.l.gossip; g != nil && m.fail.policy == Fallback {
@@ -119,7 +121,7 @@ func (m *hybridRule) setOutage(lr *lease.Rule) {
 		}
 		m.salt = salt
 	}
-	lr.SetOutage(tap, m.fail.policy == FailLocal || m.fail.policy == Fallback)
+	lr.SetOutage(tap, m.fail.policy == Fallback)
 }
 
 // gossipLease decides by the gossip estimate on a window rule's lease, in
