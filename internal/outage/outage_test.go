@@ -97,7 +97,7 @@ func TestOutageProcesses(t *testing.T) {
 	sleepUntil(kill)
 	rd.Kill()
 	sleepUntil(kill.Add(W + W/5))
-	c.start("d", 80, start.Add(total).Sub(time.Now())-W)
+	c.start("d", 80, time.Until(start.Add(total))-W)
 	sleepUntil(kill.Add(2*W + W/10))
 	victim.Kill()
 	sleepUntil(back)
