@@ -65,7 +65,6 @@ type scenario struct {
 	wl          string
 	wins        map[string]map[int64]outage.Line
 	w0          int64 // the first warm window's id
-	err         error
 }
 
 func main() {
