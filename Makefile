@@ -13,7 +13,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 # so comparison peers never reach users' dependency graphs) once it exists.
 MODULES := . $(if $(wildcard bench/go.mod),bench)
 
-.PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run
+.PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage
 
 ## test: start a Redis server and a 3-master Cluster, vet and test every module with -race, stop them.
 test:
@@ -120,3 +120,13 @@ bench-accuracy-run:
 ## shorter runs); prints the tables, writes nothing into docs/.
 bench-accuracy-short:
 	$(MAKE) --no-print-directory bench-accuracy-run ACCURACY_DOC= ACCURACY_FLAGS='-short $(ACCURACY_FLAGS)'
+
+## bench-outage: the outage benchmark: five node processes per workload
+## against a redis-server it kills (or stops) for ten windows; every failure
+## mode side by side on the same arrivals. Prints the table and writes
+## docs/outage.md and docs/img/outage-*.svg. About 5 minutes.
+bench-outage:
+	mkdir -p .run/outage
+	$(GO) build -o .run/outage/gossipnode ./internal/cmd/gossipnode
+	cd bench && $(GO) build -o ../.run/outage/outage ./cmd/outage
+	.run/outage/outage -node .run/outage/gossipnode -doc docs/outage.md -img docs/img

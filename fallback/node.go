@@ -41,6 +41,14 @@ type Node struct {
 	keyring *memberlist.Keyring
 	own     atomic.Pointer[[]record] // this node's records as last queued
 
+	// ownPast are this node's past record sets, oldest first, so that a
+	// snapshot counts its own records as old as the peers' it holds (see
+	// rebuild); lag is the moving average of how long peers' records take
+	// to arrive (ns). Both belong to the loop, but lag, which delegates
+	// update under mu.
+	ownPast []ownAt
+	lag     float64
+
 	stats struct {
 		bytesSent, bytesReceived     atomic.Uint64
 		recordsSent, recordsReceived atomic.Uint64
@@ -53,6 +61,12 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 	closed    atomic.Bool
+}
+
+// ownAt is this node's record set as queued at a time (unix ns).
+type ownAt struct {
+	at   int64
+	recs *[]record
 }
 
 // peer is a peer's record as this node holds it.
@@ -132,6 +146,18 @@ func newNode(c Config, name string, retransmitMult int) *Node {
 func (n *Node) Observe(key Digest, window, asked, admitted int64) {
 	n.table.observe(&key, window, asked, admitted)
 }
+
+// Report is Observe with the count absolute: consumed is all this node
+// admitted for key in window, as the caller counts it (hybrid's leases do,
+// at each sync round, so that nothing is added on the hot path). A report
+// for an earlier window than the key's latest is counted as demand only.
+func (n *Node) Report(key Digest, window, asked, consumed int64) {
+	n.table.report(&key, window, asked, consumed)
+}
+
+// Members returns the count of members the estimates assume, this node and
+// suspected ones included, as of the last snapshot.
+func (n *Node) Members() int { return n.snap.Load().members }
 
 // Estimate returns this node's share of key's budget from the last
 // snapshot, without allocating or locking.
@@ -231,7 +257,9 @@ func (n *Node) run() {
 			n.publish(now, now.Sub(last).Seconds())
 			last = now
 			n.expire(now)
-			if n.stale.Swap(false) {
+			// A newer own record set than the snapshot counts is due in
+			// time even when nothing else changed (ownAsOf).
+			if n.stale.Swap(false) || len(n.ownPast) > 1 {
 				n.rebuild(now)
 			}
 		case <-rejoin:
@@ -322,6 +350,7 @@ func (n *Node) publish(now time.Time, dt float64) {
 		}
 	})
 	n.own.Store(&own)
+	n.ownPast = append(n.ownPast, ownAt{nowNs, &own})
 }
 
 // near reports whether two demands differ by under 5%, so small drifts do
@@ -353,6 +382,10 @@ func (n *Node) receive(r record, now int64) bool {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if d := now - int64(r.seq); d >= 0 && d < int64(maxLag) {
+		// seq is the sender's clock when it queued the record.
+		n.lag += (float64(d) - n.lag) / 16
+	}
 	peers := n.remote[r.key]
 	for _, p := range peers {
 		if p.origin == r.origin {
@@ -403,7 +436,7 @@ func (n *Node) expire(now time.Time) {
 
 // rebuild recomputes every key's estimate from this node's last records
 // and its peers', and publishes the snapshot.
-func (n *Node) rebuild(time.Time) {
+func (n *Node) rebuild(now time.Time) {
 	// memberlist keeps a suspected member among Members until it declares
 	// it dead, so the count does not drop while members are only suspected
 	// (a partition must not hand each side the whole limit), and drops once
@@ -447,7 +480,10 @@ func (n *Node) rebuild(time.Time) {
 			}
 		}
 	}
-	if own := n.own.Load(); own != nil {
+	n.mu.Lock()
+	lag := int64(n.lag)
+	n.mu.Unlock()
+	if own := n.ownAsOf(now.UnixNano() - lag); own != nil {
 		for i := range *own {
 			add(&(*own)[i], true, true)
 		}
@@ -472,6 +508,33 @@ func (n *Node) rebuild(time.Time) {
 		}
 	}
 	n.snap.Store(s)
+}
+
+// maxLag bounds the delay of peers' records that the lag average takes in,
+// and how far back this node's own records are kept.
+const maxLag = 2 * time.Second
+
+// ownAsOf returns this node's record set as queued at or before t (unix
+// ns), or the oldest one kept, and forgets the ones before it. A snapshot
+// counts this node's records as old as its peers' arrive: were its own
+// fresher, each node would take its share of a remainder that the others
+// have already eaten into since their records left, and the cluster would
+// admit about (1 − share) × rate × that delay over the limit.
+func (n *Node) ownAsOf(t int64) *[]record {
+	past := n.ownPast
+	i := 0
+	for i+1 < len(past) && past[i+1].at <= t {
+		i++
+	}
+	if len(past) == 0 {
+		return n.own.Load()
+	}
+	clear(past[:i])
+	n.ownPast = past[i:]
+	if cut := len(n.ownPast) - int(maxLag/n.cfg.Interval) - 1; cut > 0 {
+		n.ownPast = n.ownPast[cut:]
+	}
+	return n.ownPast[0].recs
 }
 
 // broadcast is one record in memberlist's queue, named by origin and key so

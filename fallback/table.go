@@ -72,6 +72,19 @@ func (t *table) shard(d *Digest) *shard {
 
 // observe records asked requests and admitted ones for key in window.
 func (t *table) observe(key *Digest, window, asked, admitted int64) {
+	t.count(key, window, asked, admitted, false)
+}
+
+// report records asked requests for key, and consumed as its whole count in
+// window.
+func (t *table) report(key *Digest, window, asked, consumed int64) {
+	t.count(key, window, asked, max(consumed, 0), true)
+}
+
+// count adds asked to key's demand, and n to its count in window (or sets
+// the count to n, if absolute); a report for an earlier window than the
+// key's latest counts as demand only.
+func (t *table) count(key *Digest, window, asked, n int64, absolute bool) {
 	s := t.shard(key)
 	s.mu.RLock()
 	e := s.m[*key]
@@ -88,10 +101,10 @@ func (t *table) observe(key *Digest, window, asked, admitted int64) {
 		ow := old & winMask
 		var nw uint64
 		switch {
-		case ow == w:
-			nw = old + uint64(admitted)<<cntShift
-		case (w-ow)&winMask < 1<<(winBits-1): // a later window
-			nw = w | uint64(admitted)<<cntShift
+		case ow == w && !absolute:
+			nw = old + uint64(n)<<cntShift
+		case ow == w || (w-ow)&winMask < 1<<(winBits-1): // this window, or a later one
+			nw = w | uint64(n)<<cntShift
 		default: // a late report for an earlier window: it is gone
 			return
 		}

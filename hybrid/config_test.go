@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	assert.Equal(t, hybrid.DefaultTimeout, got.Timeout)
 	assert.NotNil(t, got.Logger)
 	assert.NotNil(t, got.MeterProvider)
+	assert.NotNil(t, got.TracerProvider)
 	assert.Nil(t, got.Clock, "New starts its own clock")
 	assert.Equal(t, hybrid.SyncConfig{}.WithDefaults(), got.Sync, "Sync's defaults")
 	assert.Equal(t, 100*time.Millisecond, got.Sync.Interval)
@@ -35,7 +37,8 @@ func TestConfigWithDefaults(t *testing.T) {
 	assert.Equal(t, hybrid.Hybrid, got.Mode, "Mode with Redis")
 
 	mp := metric.NewMeterProvider()
-	set := hybrid.Config{Mode: hybrid.Central, Policy: hybrid.FailClosed, Timeout: time.Second, Logger: quiet, MeterProvider: mp, Sync: hybrid.SyncConfig{}.WithDefaults()}
+	set := hybrid.Config{Mode: hybrid.Central, Policy: hybrid.FailClosed, Timeout: time.Second, Logger: quiet, MeterProvider: mp,
+		TracerProvider: tracenoop.NewTracerProvider(), Sync: hybrid.SyncConfig{}.WithDefaults()}
 	got = set.WithDefaults()
 	assert.Equal(t, set, got, "WithDefaults changed a field that was set")
 }

@@ -53,15 +53,22 @@
 // # When Redis fails
 //
 // The rule's Policy decides what Redis cannot: FailOpen admits, FailClosed
-// rejects, FailLocal (the default) gives each node its part of the limit.
-// A hybrid lease held is used to its end first. A decision made by a policy
-// is an ordinary one: its error is nil and Decision.Degraded reports it; a
-// non-nil error means misuse (ErrUnknownRule, ErrRedis). Once the Limiter
-// knows Redis is unavailable, central decisions go to the policy without a
-// call (a circuit breaker), and a background probe PINGs Redis, with
-// backoff, until it answers. Ping serves a health endpoint, and
-// Config.RequireRedis makes New fail when Redis does not answer. After
-// Shutdown every rule decides locally, on this node's part of its limit.
+// rejects, FailLocal (the default without gossip) gives each node an even
+// part of the limit, and Fallback (the default with Config.Gossip) each
+// node's own count plus its demand-weighted share of what the window has
+// left, from the counts the nodes gossip (package fallback). A hybrid lease
+// held is used to its end first. A decision made by a policy is an ordinary
+// one: its error is nil and Decision.Degraded reports it; a non-nil error
+// means misuse (ErrUnknownRule, ErrRedis). Once the Limiter knows Redis is
+// unavailable, central decisions go to the policy without a call (a circuit
+// breaker), and a background probe PINGs Redis, with backoff, until it
+// answers. Ping serves a health endpoint, and Config.RequireRedis makes New
+// fail when Redis does not answer. When Redis answers again, each node
+// reports what it admitted without it once (reports are absolute per
+// window), and, under Fallback, replies in a window the outage touched
+// grant nothing on top of what the node held for a while, so no lease comes
+// on top of use Redis does not know yet. After Shutdown every rule decides locally, on
+// this node's part of its limit.
 //
 // # Lifecycle and metrics
 //
@@ -69,8 +76,10 @@
 // unreported, hands leases back, leaves the registry of live nodes and stops
 // every goroutine; Close does the same with DefaultShutdownTimeout. The
 // Limiter reports OpenTelemetry metrics (hybridlimit.decisions,
-// hybridlimit.sync.*, hybridlimit.keys, hybridlimit.redis.available, …) to
-// Config.MeterProvider.
+// hybridlimit.sync.*, hybridlimit.keys, hybridlimit.redis.available,
+// hybridlimit.mode.changes, hybridlimit.gossip.*, …) to Config.MeterProvider,
+// and a span per sync round (hybridlimit.sync; hybridlimit.handback for the
+// first after an outage) to Config.TracerProvider.
 //
 // See docs/accuracy.md for the hybrid mode's bounds and their measurements,
 // and docs/redis.md for what is kept in Redis.

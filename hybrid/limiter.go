@@ -13,7 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -48,7 +50,7 @@ var (
 // DefaultEpsilon, DefaultBatch, and durations derived from the interval).
 const (
 	// DefaultPolicy is the rules' failure policy when neither the Rule nor
-	// the Config names one.
+	// the Config names one and Config.Gossip is nil; with it, Fallback.
 	DefaultPolicy = FailLocal
 	// DefaultTimeout bounds each central decision.
 	DefaultTimeout = syncer.DefaultTimeout
@@ -96,9 +98,15 @@ type Config struct {
 	// Mode is the rules' default mode. Default: Hybrid with Redis, Local
 	// without.
 	Mode Mode
-	// Policy is the rules' default failure policy. Default DefaultPolicy
-	// (FailLocal).
+	// Policy is the rules' default failure policy. Default Fallback with
+	// Gossip, DefaultPolicy (FailLocal) without.
 	Policy Policy
+	// Gossip, if not nil, starts a gossip node (package fallback) that runs
+	// as long as the Limiter, so that membership and each key's counts and
+	// demand are known across the nodes when Redis fails; the Fallback
+	// policy decides from them. Its Logger defaults to Logger. The Limiter
+	// owns the node: Shutdown and Close stop it. Default nil: no gossip.
+	Gossip *fallback.Config
 	// Clock tells the time. Default: a CoarseClock (DefaultClockResolution)
 	// the Limiter owns. Hybrid and local decisions read it; Redis scripts
 	// read Redis's clock, which the syncer relates to this one.
@@ -131,6 +139,10 @@ type Config struct {
 	// MeterProvider receives the Limiter's metrics. Default: the global
 	// one (otel.GetMeterProvider).
 	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span per sync round and per hand-back
+	// after an outage, never one per decision. Default: the global one
+	// (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
 	// Logger receives changes of availability and mode. Default:
 	// slog.Default(). The first Limiter with Redis also routes go-redis's
 	// own log lines (dial failures, pool events) to its Logger at Debug
@@ -152,12 +164,18 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Policy == PolicyDefault {
 		c.Policy = DefaultPolicy
+		if c.Gossip != nil {
+			c.Policy = Fallback
+		}
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -178,7 +196,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Mode %s: needs Redis", ErrInvalidConfig, c.Mode)
 	case c.RequireRedis && c.Redis == nil:
 		return fmt.Errorf("%w: RequireRedis: needs Redis", ErrInvalidConfig)
-	case c.Policy > FailLocal:
+	case c.Policy > Fallback:
 		return fmt.Errorf("%w: Policy %d: unknown", ErrInvalidConfig, c.Policy)
 	case c.Timeout < 0:
 		return fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, c.Timeout)
@@ -211,6 +229,8 @@ type Limiter struct {
 	central  *syncer.Central
 	sync     *syncer.Syncer
 	metrics  *metrics
+	gossip   *gossip // nil without Config.Gossip
+	tracer   trace.Tracer
 
 	mu     sync.Mutex // guards rules, closed
 	rules  map[string]*ruleState
@@ -221,6 +241,10 @@ type Limiter struct {
 	// calls go to the failure policy without asking Redis, and a probe
 	// (probeLoop) PINGs Redis until it answers. Shutdown sets it for good.
 	unavailable atomic.Int64
+	// outageAt is the wall time (µs) Redis was first seen failing in the
+	// current or last outage, for the hand-back's span.
+	outageAt atomic.Int64
+	handBack atomic.Bool // an outage ended, and its hand-back round is not traced yet
 	// shut is set by Shutdown: every distributed rule then decides on this
 	// node's part of the limit.
 	shut        atomic.Bool
@@ -249,6 +273,9 @@ func New(cfg Config) (*Limiter, error) {
 		l.clock = l.ownClock
 	}
 	fail := func(err error) (*Limiter, error) {
+		if l.gossip != nil {
+			l.gossip.close()
+		}
 		if l.metrics != nil {
 			l.metrics.close()
 		}
@@ -260,6 +287,12 @@ func New(cfg Config) (*Limiter, error) {
 	var err error
 	if l.metrics, err = newMetrics(cfg.MeterProvider, l); err != nil {
 		return fail(fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err))
+	}
+	l.tracer = cfg.TracerProvider.Tracer(meterName)
+	if cfg.Gossip != nil {
+		if l.gossip, err = startGossip(*cfg.Gossip, l); err != nil {
+			return fail(err)
+		}
 	}
 	if cfg.Redis != nil {
 		l.central, err = syncer.NewCentral(syncer.CentralConfig{Client: cfg.Redis, Keyspace: cfg.Keyspace, Timeout: cfg.Timeout})
@@ -328,7 +361,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	if policy == PolicyDefault {
 		policy = l.cfg.Policy
 	}
-	if policy > FailLocal {
+	if policy > Fallback {
 		return nil, fmt.Errorf("%w: rule %q: Policy %d: unknown", ErrInvalidRule, r.Name, policy)
 	}
 	l.mu.Lock()
@@ -481,8 +514,10 @@ func (l *Limiter) markUnavailable(now int64, err error) {
 		return
 	}
 	if l.unavailable.Swap(max(now, 1)) == 0 {
+		l.outageAt.Store(time.Now().UnixMicro())
+		l.handBack.Store(true)
 		l.logger.Warn("hybridlimit: redis unavailable; failure policies apply", "err", err)
-		l.metrics.modeChanged()
+		l.metrics.modeChanged(false)
 	}
 	l.startProbe()
 }
@@ -493,8 +528,8 @@ func (l *Limiter) markAvailable() {
 		return
 	}
 	if l.unavailable.Swap(0) != 0 {
-		l.logger.Info("hybridlimit: redis available again")
-		l.metrics.modeChanged()
+		l.logger.Info("hybridlimit: redis available again; what was admitted without it is reported")
+		l.metrics.modeChanged(true)
 	}
 }
 
@@ -583,6 +618,7 @@ func (o observer) Round(st syncer.RoundStats) {
 		o.l.markAvailable()
 	}
 	o.l.metrics.round(st)
+	o.l.traceRound(st)
 	if o.next != nil {
 		o.next.Round(st)
 	}
@@ -675,6 +711,9 @@ func (l *Limiter) Shutdown(ctx context.Context) error {
 		// From here on, no decision asks Redis: the breaker stays open.
 		l.unavailable.Store(max(l.nowMicro(), 1))
 		l.shut.Store(true)
+		if l.gossip != nil {
+			l.shutdownErr = errors.Join(l.shutdownErr, l.gossip.close())
+		}
 		l.metrics.close()
 		for _, rs := range l.rules {
 			rs.mode.close()

@@ -58,6 +58,7 @@ type metrics struct {
 	roundKeys    metric.Int64Counter
 	roundErrors  metric.Int64Counter
 	roundSeconds metric.Float64Histogram
+	modeChanges  metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
@@ -108,6 +109,10 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 	}
 	if m.roundSeconds, err = meter.Float64Histogram("hybridlimit.sync.duration",
 		metric.WithDescription("Duration of sync rounds."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if m.modeChanges, err = meter.Int64Counter("hybridlimit.mode.changes",
+		metric.WithDescription("Switches between Redis deciding and failure policies deciding, by the mode switched to."), metric.WithUnit("{change}")); err != nil {
 		return nil, err
 	}
 	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -163,7 +168,15 @@ func (m *metrics) round(st syncer.RoundStats) {
 	m.roundSeconds.Record(ctx, st.Took.Seconds())
 }
 
-func (m *metrics) modeChanged() {}
+// modeChanged counts a switch to Redis available (to "redis") or to the
+// failure policies (to "policy").
+func (m *metrics) modeChanged(available bool) {
+	to := "policy"
+	if available {
+		to = "redis"
+	}
+	m.modeChanges.Add(context.Background(), 1, metric.WithAttributes(attribute.String("to", to)))
+}
 
 func (m *metrics) close() {
 	if m.reg != nil {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/usec"
@@ -23,6 +24,7 @@ type hybridRule struct {
 	lease  atomic.Pointer[lease.Rule]
 	store  *keyed.Store[lease.Lease]
 	fail   failover
+	salt   fallback.Digest // names the rule's keys on the gossip (gossipSalt)
 }
 
 var _ modeRule = (*hybridRule)(nil)
@@ -40,13 +42,14 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 		lr.SetWaitFirst()
 	}
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
-	m.lease.Store(lr)
 	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if m.fail, err = newFailover(rs, lim); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	m.setOutage(lr)
+	m.lease.Store(lr)
 	return m, nil
 }
 
@@ -74,7 +77,7 @@ func (m *hybridRule) allow(ctx context.Context, now int64, key string, n int64) 
 	}
 	if v.Reason == local.ReasonNoLease {
 		switch {
-		case m.l.breakerOpen():
+		case m.l.breakerOpen() || e.Value.Recovering(lr, now):
 			d := m.degraded(e, lr, now, key, n)
 			e.Unlock()
 			return d, nil
@@ -150,12 +153,18 @@ func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
 }
 
 // degraded decides for a key without a lease while Redis is out of reach,
-// or after Shutdown: by FailLocal on a window rule's lease, else by the
-// rule's failure policy, recording in the lease what the policy admitted.
-// e is key's entry, which the caller holds locked.
+// back in a window the outage touched (lease.Lease.Recovering), or after
+// Shutdown: by Fallback's gossip estimate or FailLocal's part on a window
+// rule's lease, else by the rule's failure policy, recording in the lease
+// what the policy admitted. e is key's entry, which the caller holds locked.
 func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) local.Decision {
-	if m.fail.policy == FailLocal || m.l.shut.Load() {
-		if d, ok := m.fallbackLease(e, lr, now, n); ok {
+	if m.fail.policy == Fallback && m.l.gossip != nil && !m.l.shut.Load() {
+		if d, ok := m.gossipLease(e, lr, now, n); ok {
+			return d
+		}
+	} else if m.fail.policy == FailLocal || m.fail.policy == Fallback || m.l.shut.Load() {
+		part := max(m.rs.limit.Load().Params().Limit/max(lr.Nodes(), 1), 1)
+		if d, ok := m.fallbackLease(e, lr, now, n, part); ok {
 			return d
 		}
 	}
@@ -184,11 +193,10 @@ func (m *hybridRule) lockedEntry(key string, now int64) *keyed.Entry[lease.Lease
 	return e
 }
 
-// fallbackLease decides by FailLocal on a window rule's lease, in e, which
-// the caller holds locked (see lease.Lease.Fallback); ok is false for
-// bucket rules.
-func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, n int64) (d local.Decision, ok bool) {
-	part := max(m.rs.limit.Load().Params().Limit/max(lr.Nodes(), 1), 1)
+// fallbackLease decides on a window rule's lease, in e, which the caller
+// holds locked, with part the node's part of the window's limit (see
+// lease.Lease.Fallback); ok is false for bucket rules.
+func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now, n, part int64) (d local.Decision, ok bool) {
 	v, ok := e.Value.Fallback(lr, now, n, part)
 	if !ok {
 		return local.Decision{}, false
@@ -227,6 +235,7 @@ func (m *hybridRule) setLimit(lim local.Limit) error {
 	if m.rs.waitLease {
 		lr.SetWaitFirst()
 	}
+	m.setOutage(lr)
 	m.lease.Swap(lr).Replace(lr)
 	return nil
 }

@@ -64,6 +64,7 @@ func (f *failover) closed() local.Decision {
 // local decides on this node's part of the limit, the limit divided by
 // nodes (FailLocal); a rejection by that part is ReasonUnavailable.
 func (f *failover) local(nodes int64, now int64, key string, n int64) local.Decision {
+	nodes = f.gossipNodes(nodes) // Fallback: the gossip's members
 	lim := f.rs.limit.Load()
 	part := *lim
 	if nodes > 1 {

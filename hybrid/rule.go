@@ -46,7 +46,8 @@ func (m Mode) String() string {
 type Policy uint8
 
 const (
-	// PolicyDefault takes the Limiter's default (FailLocal).
+	// PolicyDefault takes the Limiter's default: Fallback with
+	// Config.Gossip, FailLocal without.
 	PolicyDefault Policy = iota
 	// FailOpen admits: availability over the limit.
 	FailOpen
@@ -57,9 +58,16 @@ const (
 	// nodes last seen: the cluster keeps about the limit while Redis is down,
 	// if traffic is spread evenly over the nodes.
 	FailLocal
+	// Fallback decides on this node from the counts the nodes gossip
+	// (Config.Gossip): a window rule's key may admit its node's own count
+	// plus its demand-weighted share of what the window has left; a bucket
+	// rule splits the limit among the gossip's members. Skewed traffic keeps
+	// about the limit, where FailLocal would starve the busy nodes. Without
+	// Config.Gossip it is FailLocal.
+	Fallback
 )
 
-var policyNames = [...]string{"default", "fail_open", "fail_closed", "fail_local"}
+var policyNames = [...]string{"default", "fail_open", "fail_closed", "fail_local", "fallback"}
 
 // String returns the policy's name.
 func (p Policy) String() string {

@@ -610,6 +610,7 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.D
 			delete(s.active, e)
 			continue
 		}
+		k.Tapped(r, now)
 		switch {
 		case k.InFlight():
 		case final || k.Due(r, now):
@@ -674,6 +675,11 @@ func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStat
 		}
 	}
 	st.Took, st.Err = time.Since(start), roundErr
+	if errors.Is(roundErr, ErrUnavailable) {
+		// Replies in a window this touched grant nothing on top of use
+		// (lease.Rule.SetOutage).
+		s.cluster.NoteOutage(s.cfg.Clock.Now().UnixMicro() + s.cluster.Offset())
+	}
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Round(st)
 	}

@@ -17,11 +17,12 @@ type Series struct {
 	Radius  float64 // of the markers; default 4
 }
 
-// Chart is a line chart with a log10 x axis, written as SVG by hand (no
-// plotting dependency).
+// Chart is a line chart with a log10 x axis (a linear one with LinearX),
+// written as SVG by hand (no plotting dependency).
 type Chart struct {
 	Title, XLabel, YLabel string
 	LogY                  bool
+	LinearX               bool
 	Series                []Series
 }
 
@@ -43,12 +44,19 @@ func (c Chart) SVG() string {
 		}
 		return v
 	}
+	fx := func(v float64) float64 {
+		if c.LinearX {
+			return v
+		}
+		return math.Log10(v)
+	}
+	skipX := func(v float64) bool { return !c.LinearX && v <= 0 }
 	for _, s := range c.Series {
 		for i := range s.X {
-			if s.X[i] <= 0 || math.IsNaN(s.Y[i]) || math.IsInf(s.Y[i], 0) || (c.LogY && s.Y[i] <= 0) {
+			if skipX(s.X[i]) || math.IsNaN(s.Y[i]) || math.IsInf(s.Y[i], 0) || (c.LogY && s.Y[i] <= 0) {
 				continue
 			}
-			xmin, xmax = min(xmin, math.Log10(s.X[i])), max(xmax, math.Log10(s.X[i]))
+			xmin, xmax = min(xmin, fx(s.X[i])), max(xmax, fx(s.X[i]))
 			ymin, ymax = min(ymin, fy(s.Y[i])), max(ymax, fy(s.Y[i]))
 		}
 	}
@@ -68,18 +76,27 @@ func (c Chart) SVG() string {
 	if ymax == ymin {
 		ymax = ymin + 1
 	}
-	px := func(x float64) float64 { return padL + (math.Log10(x)-xmin)/(xmax-xmin)*plotW }
+	px := func(x float64) float64 { return padL + (fx(x)-xmin)/(xmax-xmin)*plotW }
 	py := func(y float64) float64 { return padT + (1-(fy(y)-ymin)/(ymax-ymin))*plotH }
 
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">`+"\n", chartW, chartH, chartW, chartH)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-family="sans-serif" font-size="15" fill="%s">%s</text>`+"\n", padL, text, html.EscapeString(c.Title))
-	// x grid: decades.
-	for e := math.Ceil(xmin); e <= xmax+1e-9; e++ {
+	// x grid: decades, or round steps on a linear axis.
+	xstep, xfirst := 1.0, math.Ceil(xmin)
+	if c.LinearX {
+		_, _, xstep = niceRange(xmin, xmax)
+		xfirst = math.Ceil(xmin/xstep) * xstep
+	}
+	for e := xfirst; e <= xmax+1e-9; e += xstep {
 		x := padL + (e-xmin)/(xmax-xmin)*plotW
+		label := group(math.Pow(10, e))
+		if c.LinearX {
+			label = tickLabel(e)
+		}
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", x, padT, x, padT+plotH, gridColor)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" %s fill="%s" text-anchor="middle">%s</text>`+"\n", x, padT+plotH+18, fontAttrs, text, group(math.Pow(10, e)))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" %s fill="%s" text-anchor="middle">%s</text>`+"\n", x, padT+plotH+18, fontAttrs, text, label)
 	}
 	// y grid.
 	var ticks []float64
@@ -108,7 +125,7 @@ func (c Chart) SVG() string {
 	for i, s := range c.Series {
 		var pts []string
 		for j := range s.X {
-			if s.X[j] <= 0 || math.IsNaN(s.Y[j]) || math.IsInf(s.Y[j], 0) || (c.LogY && s.Y[j] <= 0) {
+			if skipX(s.X[j]) || math.IsNaN(s.Y[j]) || math.IsInf(s.Y[j], 0) || (c.LogY && s.Y[j] <= 0) {
 				continue
 			}
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.X[j]), py(s.Y[j])))
@@ -121,7 +138,7 @@ func (c Chart) SVG() string {
 			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`+"\n", strings.Join(pts, " "), s.Color, dash)
 		}
 		for j := range s.X {
-			if s.X[j] <= 0 || math.IsNaN(s.Y[j]) || math.IsInf(s.Y[j], 0) || (c.LogY && s.Y[j] <= 0) {
+			if skipX(s.X[j]) || math.IsNaN(s.Y[j]) || math.IsInf(s.Y[j], 0) || (c.LogY && s.Y[j] <= 0) {
 				continue
 			}
 			fill := s.Color

@@ -263,7 +263,7 @@ func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Lim
 		return bad("cost", fmt.Sprintf("%d: must not be negative", r.Cost), nil)
 	case r.Mode > hybrid.Hybrid:
 		return bad("mode", fmt.Sprintf("%d: unknown", r.Mode), nil)
-	case r.Policy > hybrid.FailLocal:
+	case r.Policy > hybrid.Fallback:
 		return bad("policy", fmt.Sprintf("%d: unknown", r.Policy), nil)
 	}
 	lim, err := hybrid.NewLimit(hybrid.Params{Algorithm: algo, Limit: r.Limit, Window: r.Window, Burst: r.Burst})

@@ -442,8 +442,8 @@ func (r *fileRule) rule(i int) (Rule, error) {
 	if out.Mode, err = parseName(r.Mode, hybrid.ModeDefault, hybrid.Hybrid); err != nil {
 		return fail("mode", fmt.Sprintf("%q: must be local, central or hybrid (or absent, for the Limiter's)", r.Mode))
 	}
-	if out.Policy, err = parseName(r.Policy, hybrid.PolicyDefault, hybrid.FailLocal); err != nil {
-		return fail("policy", fmt.Sprintf("%q: must be fail_open, fail_closed or fail_local (or absent, for the Limiter's)", r.Policy))
+	if out.Policy, err = parseName(r.Policy, hybrid.PolicyDefault, hybrid.Fallback); err != nil {
+		return fail("policy", fmt.Sprintf("%q: must be fail_open, fail_closed, fail_local or fallback (or absent, for the Limiter's)", r.Policy))
 	}
 	_, lim, _, err := compile(i, &out)
 	var re *RuleError

@@ -19,6 +19,9 @@ type Cluster struct {
 	// new key starts from it until its own first reply, so that its first
 	// decisions already fall in Redis's windows, not the node clock's.
 	offset atomic.Int64
+	// outage is the Redis time (µs, estimated) of the last round that
+	// found Redis unreachable; 0 before any.
+	outage atomic.Int64
 
 	// round is closed when a round's replies are applied (RoundDone), for
 	// the requests that wait for a lease; nil until one waits.

@@ -56,6 +56,7 @@ type Lease struct {
 	lastSync int64 // node time the last request was sent, or of a new key's first request
 	lastUse  int64 // node time of the last request decided
 	hits     int64 // requests decided since the last sync
+	asked    int64 // requests decided since the last Tapped (refused ones too)
 	demand   int64 // requests per window, averaged over about one Interval (0: not measured yet)
 	span     int64 // the rule's window: how long after its last request a key is remembered
 
@@ -78,6 +79,7 @@ const (
 	flagGuess                     // the last request was sent before the key's demand could be measured
 	flagFirst                     // on the syncer's list for the next first-lease round
 	flagPaced                     // the last reply paced the current window's grant, or the next's ahead (SyncConfig.PaceGap)
+	flagRecover                   // Redis answered again in a window an outage touched: no grant on top of use (capAfterOutage)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease
@@ -141,6 +143,7 @@ func (k *Lease) Idle(now int64) bool {
 func (k *Lease) Decide(r *Rule, now, n int64) (v Verdict, signal bool) {
 	k.lastUse, k.span = now, r.w
 	k.hits += n
+	k.asked += n
 	if k.lastSync == 0 {
 		k.lastSync = now // a new key: its demand is counted from now
 		if k.flags&flagSynced == 0 {
@@ -260,7 +263,7 @@ func (k *Lease) roll(r *Rule, w int64) {
 		k.flags &^= flagExhaustedPrev
 	}
 	k.wid = w
-	k.flags &^= flagExhausted
+	k.flags &^= flagExhausted | flagRecover
 }
 
 func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
@@ -279,13 +282,14 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, low || k.flags&flagSynced == 0
 	}
-	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && k.used+n <= k.reported()+a &&
+	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && !k.Recovering(r, now) && k.used+n <= k.reported()+a &&
 		k.roomFor(r, min(n+a*max(r.Nodes(), 1), r.limit)) {
 		// The allowance: a key without a lease (new to this node, or new in
 		// this window, or whose grant is used up) admits up to the
 		// allowance unreported, as debt reported at the next exchange,
-		// unless the node saw it exhausted in this window or the last. Once
-		// Redis has counted the debt, its room says whether more may come.
+		// unless the node saw it exhausted in this window or the last, or
+		// an outage touched this window (Recovering). Once Redis has
+		// counted the debt, its room says whether more may come.
 		k.used += n
 		if k.flags&flagSynced == 0 || k.used-k.reported() >= a/2+1 {
 			k.flags |= flagUrgent

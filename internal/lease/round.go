@@ -264,6 +264,7 @@ func (k *Lease) sync(r *Rule, q *Request, redisNow, recv int64) {
 // k. recv is the node time it arrived.
 func (k *Lease) ApplyWindow(r *Rule, q *Request, v *WindowReply, recv int64) {
 	k.sync(r, q, v.Now, recv)
+	held := max(k.granted, k.used)
 	wt := v.Window
 	k.epoch = v.Epoch
 	k.roll(r, wt) // Redis may be a window ahead of what this node saw
@@ -308,6 +309,7 @@ func (k *Lease) ApplyWindow(r *Rule, q *Request, v *WindowReply, recv int64) {
 	if v.Revoked {
 		k.granted, k.next = min(k.granted, k.used), 0
 	}
+	k.capAfterOutage(r, held, v.Now)
 	k.prevR = v.PrevCommitted
 }
 

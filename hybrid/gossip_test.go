@@ -1,0 +1,326 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/hybridlimit/hybridlimit/fallback"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+var gossipKey = []byte("0123456789abcdef")
+
+// gossipConfig is a gossip node on a free loopback port with intervals
+// short enough for tests.
+func gossipConfig(name string, seeds ...string) *fallback.Config {
+	ml := memberlist.DefaultLocalConfig()
+	ml.Name, ml.BindAddr, ml.BindPort = name, "127.0.0.1", 0
+	ml.ProbeInterval = 50 * time.Millisecond
+	ml.ProbeTimeout = 25 * time.Millisecond
+	ml.GossipInterval = 10 * time.Millisecond
+	ml.PushPullInterval = 300 * time.Millisecond
+	ml.SuspicionMult = 2
+	ml.TCPTimeout = 500 * time.Millisecond
+	return &fallback.Config{
+		Memberlist: ml, Seeds: seeds, Keys: [][]byte{gossipKey}, Label: "hybrid-test",
+		Interval: 20 * time.Millisecond, DemandHalfLife: 200 * time.Millisecond, RecordTTL: 5 * time.Second,
+	}
+}
+
+// gossipCluster starts one Limiter per name on srv, with manual rounds on
+// clk, each with a gossip node, joined to the first one's.
+func gossipCluster(t *testing.T, srv *redistest.Server, prefix string, clk *fakeClock, names ...string) []*hybrid.Limiter {
+	t.Helper()
+	var out []*hybrid.Limiter
+	for i, name := range names {
+		cfg := nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, name, len(names))
+		var seeds []string
+		if i > 0 {
+			seeds = []string{out[0].Gossip().Addr()}
+		}
+		cfg.Gossip = gossipConfig(name, seeds...)
+		out = append(out, newNode(t, cfg))
+	}
+	for _, l := range out {
+		require.Eventually(t, func() bool { return l.Gossip().Members() == len(names) }, 5*time.Second, 10*time.Millisecond,
+			"every gossip node sees %d members", len(names))
+	}
+	return out
+}
+
+// TestFallbackDefaultPolicy: Gossip in the Config makes Fallback the
+// default policy; without it, FailLocal stays the default and a rule asking
+// for Fallback behaves as FailLocal.
+func TestFallbackDefaultPolicy(t *testing.T) {
+	with := hybrid.Config{Gossip: gossipConfig("n")}.WithDefaults()
+	assert.Equal(t, hybrid.Fallback, with.Policy)
+	without := hybrid.Config{}.WithDefaults()
+	assert.Equal(t, hybrid.FailLocal, without.Policy)
+	assert.Equal(t, "fallback", hybrid.Fallback.String())
+	_, err := hybrid.New(hybrid.Config{Gossip: &fallback.Config{}}) // no keys, not Insecure
+	assert.ErrorIs(t, err, hybrid.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "Gossip")
+}
+
+// TestFallbackSkewedOutage: three nodes, Redis killed while 90% of a key's
+// traffic is on one node. The Fallback policy splits what the window has
+// left by the demand the nodes gossip, so the cluster keeps about the
+// limit where an even split would admit about two thirds of it; when Redis
+// restarts empty in the same window, each node hands back what it admitted,
+// and no lease is granted on top of it.
+func TestFallbackSkewedOutage(t *testing.T) {
+	leakcheck.Check(t)
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	const L = 1000
+	W := time.Second
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	nodes := gossipCluster(t, srv, prefix, clk, "a", "b", "c")
+	rules := make([]*hybrid.Rule, len(nodes))
+	for i, l := range nodes {
+		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
+	}
+	offered := []int{90, 10, 0} // per step, node by node
+	admitted := make([]int64, len(nodes))
+	step := func(sync bool) {
+		for i, l := range nodes {
+			for range offered[i] {
+				d, err := l.Allow(ctx, rules[i], "k")
+				if err != nil && !errors.Is(err, hybrid.ErrUnavailable) {
+					t.Fatalf("node %d: %v", i, err)
+				}
+				if d.Allowed() {
+					admitted[i]++
+				}
+			}
+			if sync {
+				c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				l.SyncAt(c, clk.Now())
+				cancel()
+			}
+		}
+		clk.Add(10 * time.Millisecond)
+	}
+	// A window with Redis: demand and counts reach the gossip.
+	for range 30 {
+		step(true)
+	}
+	require.Eventually(t, func() bool {
+		step(true)
+		return nodes[0].Gossip().Stats().RecordsReceived > 0 && nodes[1].Gossip().Stats().RecordsReceived > 0
+	}, 5*time.Second, 20*time.Millisecond, "records reach the peers")
+	// Redis dies at the start of a window.
+	wid := clk.window(W)
+	clk.Set(time.UnixMicro(wid).Add(W + 5*time.Millisecond))
+	wid = clk.window(W)
+	srv.Kill()
+	for _, l := range nodes {
+		c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err := l.SyncAt(c, clk.Now())
+		cancel()
+		require.ErrorIs(t, err, hybrid.ErrUnavailable)
+	}
+	clear(admitted)
+	// 60 steps of 10ms: offered 6 × L, a little faster than the gossip.
+	for range 60 {
+		step(true)
+		time.Sleep(5 * time.Millisecond) // the gossip runs on real time
+	}
+	outage := admitted[0] + admitted[1] + admitted[2]
+	t.Logf("outage window: admitted %v = %d (limit %d)", admitted, outage, L)
+	assert.InDelta(t, L, outage, 0.10*L, "Fallback keeps the limit within 10%% with 90%% of the traffic on one node")
+	assert.Greater(t, admitted[0], int64(L*2/3), "the busy node takes more than an even split")
+
+	// Redis restarts empty in the same window: every node reports what it
+	// admitted, once, and no lease comes on top of it.
+	srv.Restart()
+	for _, l := range nodes {
+		syncBack(t, l, clk)
+	}
+	for range 20 {
+		step(true)
+	}
+	require.Equal(t, wid, clk.window(W), "still the outage's window")
+	total := admitted[0] + admitted[1] + admitted[2]
+	st := readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, "r", "k", W, wid)
+	t.Logf("window: admitted %v = %d; Redis used %v", admitted, total, st.u)
+	assert.LessOrEqual(t, total, int64(L*105/100), "the window Redis returns in admits at most 1.05 × L")
+	assert.Equal(t, admitted[0], st.u["a"], "Redis holds what node a admitted")
+	assert.Equal(t, admitted[1], st.u["b"], "Redis holds what node b admitted")
+	assert.Equal(t, total, st.sumU(), "Redis's count equals what was admitted: nothing lost, nothing twice")
+}
+
+// TestHandBackSpan: the first round after an outage is a span of its own,
+// the hand-back; the others are sync round spans.
+func TestHandBackSpan(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	rec := tracetest.NewSpanRecorder()
+	cfg := nodeConfig(redistest.Client(t, srv.Addr), redistest.Prefix(t), clk, "a", 1)
+	cfg.TracerProvider = trace.NewTracerProvider(trace.WithSpanProcessor(rec))
+	l := newNode(t, cfg)
+	r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
+	l.Allow(ctx, r, "k")
+	syncOK(t, l, clk)
+	srv.Kill()
+	markUnavailable(t, l, r, clk)
+	srv.Restart()
+	l.Allow(ctx, r, "k2") // a new key: the next round has something to exchange
+	syncBack(t, l, clk)
+	l.Allow(ctx, r, "k3")
+	syncOK(t, l, clk)
+	var names []string
+	for _, s := range rec.Ended() {
+		names = append(names, s.Name())
+	}
+	assert.Contains(t, names, "hybridlimit.sync")
+	assert.Equal(t, 1, count(names, "hybridlimit.handback"), "one hand-back span: %v", names)
+	assert.Equal(t, "hybridlimit.sync", names[len(names)-1], "rounds after the hand-back are sync spans")
+}
+
+// syncBack runs rounds on l until one succeeds: after Redis was down, the
+// client's pool waits about a second before dialing again.
+func syncBack(t *testing.T, l *hybrid.Limiter, clk *fakeClock) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := l.SyncAt(ctx, clk.Now())
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "Redis answers again")
+}
+
+func count(ss []string, s string) int {
+	n := 0
+	for _, x := range ss {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNoGrantOnUnknownUse: Redis restarts empty in a window where both
+// nodes admitted by their failure policy. The first node back reports its
+// use and would be granted the rest of the window before the second one
+// reports its own; it takes no grant on top of its use there, and its
+// policy goes on deciding until the window ends.
+func TestNoGrantOnUnknownUse(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	const L = 1000
+	W := time.Second
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	nodes := []*hybrid.Limiter{
+		newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "a", 2)),
+		newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "b", 2)),
+	}
+	rules := make([]*hybrid.Rule, 2)
+	for i, l := range nodes {
+		// Fallback without gossip: FailLocal's even split, and the hand-back.
+		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W), Policy: hybrid.Fallback}, hybrid.Hybrid)
+	}
+	var total int64
+	allow := func(i int) bool {
+		d, _ := nodes[i].Allow(ctx, rules[i], "k")
+		if d.Allowed() {
+			total++
+		}
+		return d.Allowed()
+	}
+	for range 10 {
+		allow(0)
+		allow(1)
+	}
+	syncOK(t, nodes[0], clk)
+	syncOK(t, nodes[1], clk)
+	clk.Set(time.UnixMicro(clk.window(W)).Add(W + 10*time.Millisecond))
+	wid := clk.window(W)
+	total = 0
+	srv.Kill()
+	for i := range nodes {
+		markUnavailable(t, nodes[i], rules[i], clk)
+		for range 400 {
+			allow(i)
+		}
+	}
+	require.Equal(t, int64(800), total, "each node admits 400 by the even split (L/2 each)")
+	srv.Restart()
+	syncBack(t, nodes[0], clk)
+	// Node a alone for a while: Redis knows only its 400.
+	for range 30 {
+		for allow(0) {
+		}
+		nodes[0].SyncAt(ctx, clk.Now())
+		clk.Add(10 * time.Millisecond)
+	}
+	syncBack(t, nodes[1], clk)
+	for range 30 {
+		for i := range nodes {
+			for allow(i) {
+			}
+			nodes[i].SyncAt(ctx, clk.Now())
+		}
+		clk.Add(10 * time.Millisecond)
+	}
+	require.Equal(t, wid, clk.window(W))
+	st := readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, "r", "k", W, wid)
+	t.Logf("admitted in the window: %d; Redis used %v", total, st.u)
+	assert.LessOrEqual(t, total, int64(L), "no grant on top of the use Redis did not know yet")
+	assert.Equal(t, total, st.sumU(), "Redis's count equals what was admitted")
+}
+
+// TestGossipMetrics: the gossip's figures and each switch of mode are
+// metrics.
+func TestGossipMetrics(t *testing.T) {
+	leakcheck.Check(t)
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	prefix := redistest.Prefix(t)
+	var nodes []*hybrid.Limiter
+	for i, name := range []string{"a", "b"} {
+		cfg := nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, name, 2)
+		cfg.MeterProvider = mp
+		var seeds []string
+		if i > 0 {
+			seeds = []string{nodes[0].Gossip().Addr()}
+		}
+		cfg.Gossip = gossipConfig(name, seeds...)
+		nodes = append(nodes, newNode(t, cfg))
+	}
+	require.Eventually(t, func() bool { return nodes[0].Gossip().Members() == 2 }, 5*time.Second, 10*time.Millisecond)
+	r := mustRegister(t, nodes[0], hybrid.Rule{Name: "r", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
+	for range 20 {
+		nodes[0].Allow(ctx, r, "k")
+	}
+	syncOK(t, nodes[0], clk)
+	srv.Kill()
+	markUnavailable(t, nodes[0], r, clk)
+	c := collect(t, reader)
+	members := int64Points(t, c, "hybridlimit.gossip.members")
+	assert.Equal(t, int64(2), members[""], "members: %v", members)
+	assert.Contains(t, c, "hybridlimit.gossip.io")
+	assert.Contains(t, c, "hybridlimit.gossip.records")
+	assert.Contains(t, c, "hybridlimit.gossip.records.dropped")
+	changes := int64Points(t, c, "hybridlimit.mode.changes")
+	assert.Equal(t, map[string]int64{"to=policy": 1}, changes)
+}

@@ -1,0 +1,160 @@
+package hybrid
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/hybridlimit/hybridlimit/fallback"
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// gossip is the Limiter's gossip node (Config.Gossip) and its metrics.
+type gossip struct {
+	node *fallback.Node
+	reg  metric.Registration
+}
+
+// startGossip starts the node cfg describes, logging to l's Logger unless
+// cfg names one, and registers its figures as metrics.
+func startGossip(cfg fallback.Config, l *Limiter) (*gossip, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = l.logger
+	}
+	node, err := fallback.New(cfg)
+	if err != nil {
+		if errors.Is(err, fallback.ErrInvalidConfig) {
+			return nil, fmt.Errorf("%w: Gossip: %w", ErrInvalidConfig, err)
+		}
+		return nil, fmt.Errorf("hybrid: start gossip: %w", err)
+	}
+	g := &gossip{node: node}
+	if g.reg, err = gossipMetrics(l.cfg.MeterProvider.Meter(meterName), node); err != nil {
+		node.Close()
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+	}
+	return g, nil
+}
+
+func (g *gossip) close() error {
+	if g.reg != nil {
+		g.reg.Unregister()
+	}
+	return g.node.Close()
+}
+
+// gossipMetrics registers the node's Stats as observable instruments, read
+// when the SDK collects.
+func gossipMetrics(meter metric.Meter, node *fallback.Node) (metric.Registration, error) {
+	members, err := meter.Int64ObservableGauge("hybridlimit.gossip.members",
+		metric.WithDescription("Members of the gossip cluster, this node and suspected ones included."), metric.WithUnit("{node}"))
+	if err != nil {
+		return nil, err
+	}
+	bytes, err := meter.Int64ObservableCounter("hybridlimit.gossip.io",
+		metric.WithDescription("Bytes of gossip records sent and received, by direction."), metric.WithUnit("By"))
+	if err != nil {
+		return nil, err
+	}
+	records, err := meter.Int64ObservableCounter("hybridlimit.gossip.records",
+		metric.WithDescription("Gossip records sent, and received newer than held, by direction."), metric.WithUnit("{record}"))
+	if err != nil {
+		return nil, err
+	}
+	dropped, err := meter.Int64ObservableCounter("hybridlimit.gossip.records.dropped",
+		metric.WithDescription("Gossip records dropped: queue or store full, or malformed."), metric.WithUnit("{record}"))
+	if err != nil {
+		return nil, err
+	}
+	sent := metric.WithAttributes(attribute.String("direction", "sent"))
+	recv := metric.WithAttributes(attribute.String("direction", "received"))
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := node.Stats()
+		o.ObserveInt64(members, int64(st.Members))
+		o.ObserveInt64(bytes, int64(st.BytesSent), sent)
+		o.ObserveInt64(bytes, int64(st.BytesReceived), recv)
+		o.ObserveInt64(records, int64(st.RecordsSent), sent)
+		o.ObserveInt64(records, int64(st.RecordsReceived), recv)
+		o.ObserveInt64(dropped, int64(st.RecordsDropped))
+		return nil
+	}, members, bytes, records, dropped)
+}
+
+// gossipSalt names a rule's keys on the gossip: a digest of the rule's
+// name, combined with each key's lease digest (gossipDigest), so that
+// records of one key under two rules stay apart. Every node computes it
+// alike.
+func gossipSalt(rule string) fallback.Digest {
+	h := sha256.Sum256([]byte("hybridlimit/gossip\x00" + rule))
+	return fallback.Digest(h[:fallback.DigestSize])
+}
+
+// gossipDigest is the gossip's name of the key whose lease digest is d
+// under the rule of salt: their XOR, as collision-resistant as the lease
+// digest within a rule, and computed without allocating.
+func gossipDigest(d *[lease.DigestSize]byte, salt *fallback.Digest) fallback.Digest {
+	var out fallback.Digest
+	for i := range out {
+		out[i] = d[i] ^ salt[i]
+	}
+	return out
+}
+
+// setOutage sets what lr's leases do around an outage: under Fallback with
+// gossip, each key's figures go to the gossip node at every sync round (off
+// the hot path); under Fallback, no grant is taken on top of use in a
+// window an outage touched, and the policy decides there. FailLocal keeps
+// its leases as they come: a round that merely timed out would otherwise
+// hand its node's decisions to the even split while the others hold leases.
+func (m *hybridRule) setOutage(lr *lease.Rule) {
+	var tap lease.Tap
+	if g := m.l.gossip; g != nil && m.fail.policy == Fallback {
+		salt := gossipSalt(m.rs.name)
+		tap = func(k *lease.Lease, window, asked, used int64) {
+			g.node.Report(gossipDigest(&k.Digest, &salt), window, asked, used)
+		}
+		m.salt = salt
+	}
+	lr.SetOutage(tap, m.fail.policy == Fallback)
+}
+
+// gossipLease decides by the gossip estimate on a window rule's lease, in
+// e, which the caller holds locked: the node may have admitted, in the
+// key's current window, its grant or its own count plus its
+// demand-weighted share of what the window has left, whichever is more
+// (lease.Lease.Fallback), so that a lease held when Redis failed is used to
+// its end first. ok is false for bucket rules.
+func (m *hybridRule) gossipLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now, n int64) (local.Decision, bool) {
+	w, ok := e.Value.Window(lr, now)
+	if !ok {
+		return local.Decision{}, false
+	}
+	est := m.l.gossip.node.Estimate(gossipDigest(&e.Value.Digest, &m.salt))
+	return m.fallbackLease(e, lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Limit))
+}
+
+// gossipNodes is the count of nodes a bucket or central rule's limit is
+// split among: under Fallback with gossip, the gossip's members (which a
+// node joining during an outage learns at once); else nodes.
+func (f *failover) gossipNodes(nodes int64) int64 {
+	if g := f.rs.l.gossip; g != nil && f.policy == Fallback {
+		return int64(g.node.Members())
+	}
+	return nodes
+}
+
+// Gossip returns the Limiter's gossip node, nil without Config.Gossip: for
+// its address (Addr), joining peers (Join), rotating keys (Keyring) and its
+// figures (Stats). The Limiter closes it; callers must not.
+func (l *Limiter) Gossip() *fallback.Node {
+	if l.gossip == nil {
+		return nil
+	}
+	return l.gossip.node
+}

@@ -1,0 +1,91 @@
+package lease
+
+// What a lease does around a Redis outage: it feeds the gossip fallback
+// with the key's figures at each sync round, and, once Redis answers again,
+// takes no new grant in a window the outage touched, since Redis does not
+// yet know what every node admitted there without it.
+
+// Tap receives a key's figures at each sync round that looks after it:
+// window is the id of the key's current window (its start ÷ the window; 0
+// for bucket rules), asked the requests decided since the last call,
+// refused ones included, and used what the node holds committed in window:
+// its grant or its use, by any means, whichever is more (a grant not used
+// yet is not the others' to take). It runs under the key's lock and must not block.
+type Tap func(k *Lease, window, asked, used int64)
+
+// SetOutage sets what r's leases do around an outage: tap, if not nil,
+// receives each key's figures at every round; handBack makes a window
+// rule's keys take no new grant, once Redis answers again, in a window an
+// outage touched (Recovering): the failure policy goes on deciding them
+// until the window ends. Call it before r is used.
+func (r *Rule) SetOutage(tap Tap, handBack bool) { r.tap, r.handBack = tap, handBack }
+
+// Tapped hands k's figures at node time now to r's Tap, if r has one. The
+// syncer calls it at each round for each key it looks after, under the
+// key's lock.
+func (k *Lease) Tapped(r *Rule, now int64) {
+	if r.tap == nil {
+		return
+	}
+	var window, used int64
+	if !r.buckets {
+		rnow := now + k.offset
+		k.roll(r, rnow-rnow%r.w)
+		window, used = k.wid/r.w, max(k.used, k.granted)
+	}
+	asked := k.asked
+	k.asked = 0
+	r.tap(k, window, asked, used)
+}
+
+// Window returns the id of the key's current window at node time now (its
+// start in Redis time ÷ the window), with the window state rolled forward
+// to it; ok is false for bucket rules.
+func (k *Lease) Window(r *Rule, now int64) (id int64, ok bool) {
+	if r.buckets {
+		return 0, false
+	}
+	k.windowNow(r, now)
+	return k.wid / r.w, true
+}
+
+// Recovering reports whether Redis answered again, at most recoverSpan
+// ago, in the key's current window after an outage touched it: the key
+// takes no new grant there, and the failure policy decides what its lease
+// does not cover.
+func (k *Lease) Recovering(r *Rule, now int64) bool {
+	return k.flags&flagRecover != 0 && now+k.offset < r.cluster.Outage()+recoverSpan*r.interval
+}
+
+// recoverSpan is how long, in sync intervals after the last round that
+// found Redis unreachable, replies grant nothing on top of use in a window
+// the outage touched: long enough for every live node to report what it
+// admitted without Redis (its next regular round, once its client dials
+// again), short enough that a long window does not stay with the policy.
+const recoverSpan = 10
+
+// capAfterOutage keeps a reply at Redis time rnow, in a window an outage
+// touched and within recoverSpan intervals of it, from granting on top of
+// what the key held before it (held: its grant or its use, whichever was
+// larger). Redis, restarted empty or not, knows only the use reported so
+// far; the other nodes report theirs at their next rounds, and a grant made
+// before they do would come on top of it.
+func (k *Lease) capAfterOutage(r *Rule, held, rnow int64) {
+	if !r.handBack || k.wid == 0 {
+		return
+	}
+	out := r.cluster.Outage()
+	if out == 0 || out < k.wid || rnow >= out+recoverSpan*r.interval {
+		return
+	}
+	k.granted = min(k.granted, held)
+	k.flags |= flagRecover
+}
+
+// NoteOutage records that a round found Redis unreachable at Redis time
+// rnow (estimated).
+func (c *Cluster) NoteOutage(rnow int64) { c.outage.Store(max(rnow, 1)) }
+
+// Outage returns the Redis time of the last round that found Redis
+// unreachable, 0 before any.
+func (c *Cluster) Outage() int64 { return c.outage.Load() }

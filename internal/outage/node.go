@@ -1,0 +1,224 @@
+package outage
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/fallback"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/syncer"
+)
+
+// The modes a node runs side by side on the same arrivals, each its own
+// Limiter (and Redis prefix).
+const (
+	ModeFallback   = "fallback"    // hybrid, the Fallback policy over gossip
+	ModeFailLocal  = "fail_local"  // hybrid, FailLocal: the limit split evenly over the nodes last seen
+	ModeAlone      = "alone"       // local: each node admits the whole limit
+	ModeFailClosed = "fail_closed" // hybrid, FailClosed
+)
+
+// Modes lists every mode, in the order tables show them.
+var Modes = []string{ModeFallback, ModeFailLocal, ModeAlone, ModeFailClosed}
+
+// Spec is one node's run.
+type Spec struct {
+	Name   string   // the node's name, in Redis and in the gossip
+	Redis  string   // Redis's host:port
+	Prefix string   // the Redis key prefix; each mode appends its name
+	Seeds  []string // gossip peers to join
+	Key    []byte   // the gossip's encryption key
+	Nodes  int      // the nodes expected (SyncConfig.Nodes)
+	Modes  []string // the modes to run; default all
+
+	Bucket bool          // a token bucket (burst Limit/10) rather than a fixed window
+	Limit  int64         // requests per Window
+	Window time.Duration // the limit's window
+
+	Rate     float64       // offered requests per second at this node
+	Duration time.Duration // how long to offer them
+	// ProbeInterval and SuspicionMult tune how soon memberlist declares a
+	// killed node dead. Default memberlist's LAN values.
+	ProbeInterval time.Duration
+	SuspicionMult int
+}
+
+// Line is one line a node writes on stdout, as JSON: Ready first (its
+// gossip address), then one Window per mode and window, then Done.
+type Line struct {
+	Ready  bool   `json:",omitempty"` // the node is ready: its Limiters built
+	Gossip string `json:",omitempty"` // with Ready: its gossip address
+	Done   bool   `json:",omitempty"`
+	Node   string `json:",omitempty"`
+	Mode   string `json:",omitempty"`
+	Window int64  `json:",omitempty"` // window id: unix time ÷ Window
+	// Offered and Admitted count the window's requests; Failed those that
+	// came with an error other than ErrUnavailable.
+	Offered, Admitted, Failed int64 `json:",omitempty"`
+	// MaxLatency is the slowest decision in the window (ns).
+	MaxLatency int64 `json:",omitempty"`
+	// Members is the gossip's member count at the window's end (Fallback).
+	Members int `json:",omitempty"`
+}
+
+type runner struct {
+	mode string
+	l    *hybrid.Limiter
+	r    *hybrid.Rule
+	cur  Line
+}
+
+// RunNode runs spec: it starts a Limiter per mode, writes Ready, offers
+// Rate requests per second, evenly spaced, to every mode's Limiter for
+// Duration, writes a Window line per mode as each window ends, then shuts
+// the Limiters down and writes Done.
+func RunNode(spec Spec, out io.Writer) error {
+	if len(spec.Modes) == 0 {
+		spec.Modes = Modes
+	}
+	w := bufio.NewWriter(out)
+	emit := func(l Line) {
+		b, _ := json.Marshal(l)
+		w.Write(append(b, '\n'))
+		w.Flush()
+	}
+	lim, err := limitOf(spec)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var runners []*runner
+	defer func() {
+		for _, r := range runners {
+			r.l.Close()
+		}
+	}()
+	var gossipAddr string
+	for _, mode := range spec.Modes {
+		cfg := hybrid.Config{Logger: logger}
+		rule := hybrid.Rule{Name: "r", Limit: lim}
+		if mode != ModeAlone {
+			cfg.Redis = redis.NewClient(&redis.Options{Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1,
+				DialTimeout: 100 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+			cfg.Keyspace = syncer.Keyspace{Prefix: spec.Prefix + ":" + mode}
+			cfg.Sync = syncer.SyncConfig{NodeID: spec.Name, Nodes: spec.Nodes}
+			rule.Mode = hybrid.Hybrid
+		}
+		switch mode {
+		case ModeFallback:
+			ml := memberlist.DefaultLANConfig()
+			ml.Name, ml.BindAddr, ml.BindPort, ml.AdvertiseAddr = spec.Name, "127.0.0.1", 0, ""
+			if spec.ProbeInterval > 0 {
+				ml.ProbeInterval, ml.ProbeTimeout = spec.ProbeInterval, spec.ProbeInterval/2
+			}
+			if spec.SuspicionMult > 0 {
+				ml.SuspicionMult = spec.SuspicionMult
+			}
+			ml.GossipInterval = 20 * time.Millisecond
+			cfg.Gossip = &fallback.Config{Memberlist: ml, Seeds: spec.Seeds, Keys: [][]byte{spec.Key}, Label: "outage",
+				Interval: 50 * time.Millisecond, DemandHalfLife: time.Second, RejoinInterval: time.Second}
+			rule.Policy = hybrid.Fallback
+		case ModeFailLocal:
+			rule.Policy = hybrid.FailLocal
+		case ModeFailClosed:
+			rule.Policy = hybrid.FailClosed
+		case ModeAlone:
+			rule.Mode = hybrid.Local
+		default:
+			return fmt.Errorf("outage: unknown mode %q", mode)
+		}
+		l, err := hybrid.New(cfg)
+		if err != nil {
+			return fmt.Errorf("outage: %s: %w", mode, err)
+		}
+		r, err := l.Register(rule)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("outage: %s: %w", mode, err)
+		}
+		if g := l.Gossip(); g != nil {
+			gossipAddr = g.Addr()
+		}
+		runners = append(runners, &runner{mode: mode, l: l, r: r})
+	}
+	emit(Line{Ready: true, Gossip: gossipAddr, Node: spec.Name})
+
+	ctx := context.Background()
+	wus := spec.Window.Microseconds()
+	start := time.Now()
+	end := start.Add(spec.Duration)
+	next := start
+	gap := spec.Duration // no arrivals: the node only takes part in the gossip
+	if spec.Rate > 0 {
+		gap = time.Duration(float64(time.Second) / spec.Rate)
+	} else {
+		next = end
+		time.Sleep(spec.Duration)
+	}
+	flush := func(r *runner) {
+		if r.cur.Window != 0 {
+			if g := r.l.Gossip(); g != nil {
+				r.cur.Members = g.Members()
+			}
+			emit(r.cur)
+		}
+	}
+	for next.Before(end) {
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+		now := time.Now()
+		for ; !next.After(now) && next.Before(end); next = next.Add(gap) {
+			// Arrivals due while the process was descheduled are decided
+			// late, and counted in the window they are decided in: the one
+			// the limiters count them in.
+			wid := time.Now().UnixMicro() / wus
+			for _, r := range runners {
+				if r.cur.Window != wid {
+					flush(r)
+					r.cur = Line{Node: spec.Name, Mode: r.mode, Window: wid}
+				}
+				t0 := time.Now()
+				d, err := r.l.Allow(ctx, r.r, "k")
+				lat := time.Since(t0).Nanoseconds()
+				r.cur.MaxLatency = max(r.cur.MaxLatency, lat)
+				r.cur.Offered++
+				if err != nil && !errors.Is(err, hybrid.ErrUnavailable) {
+					r.cur.Failed++
+				}
+				if d.Allowed() {
+					r.cur.Admitted++
+				}
+			}
+		}
+	}
+	for _, r := range runners {
+		flush(r)
+	}
+	for _, r := range runners {
+		r.l.Close()
+	}
+	runners = nil
+	emit(Line{Done: true, Node: spec.Name})
+	return nil
+}
+
+// limitOf is spec's limit: a fixed window, or a token bucket of burst
+// Limit/10.
+func limitOf(spec Spec) (hybrid.Limit, error) {
+	p := hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: spec.Limit, Window: spec.Window}
+	if spec.Bucket {
+		p.Algorithm, p.Burst = hybrid.TokenBucket, max(spec.Limit/10, 1)
+	}
+	return hybrid.NewLimit(p)
+}
