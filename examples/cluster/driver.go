@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -93,16 +95,30 @@ func runDriver(ctx context.Context, o driverOptions, w io.Writer) (*summary, err
 			n.p.stop(5 * time.Second)
 		}
 	}()
+	// The gossip: a port per node, each node seeded with the others, one
+	// random key for the cluster.
+	gossipKey := make([]byte, 32)
+	rand.Read(gossipKey)
+	gossipPorts, gossip := make([]int, o.nodes), make([]string, o.nodes)
+	for i := range gossip {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		gossipPorts[i], gossip[i] = p, "127.0.0.1:"+strconv.Itoa(p)
+	}
 	addrs := make([]string, 0, o.nodes)
 	for i := 1; i <= o.nodes; i++ {
+		no := nodeOptions{id: i, nodes: o.nodes, redis: rs.addr(), limit: o.limit, algo: o.algo,
+			gossipPort: gossipPorts[i-1], seeds: slices.Concat(gossip[:i-1], gossip[i:]), gossipKey: gossipKey}
 		logPath := filepath.Join(o.out, fmt.Sprintf("node%d.log", i))
-		n, err := startNode(ctx, nodeOptions{id: i, nodes: o.nodes, redis: rs.addr(), limit: o.limit, algo: o.algo}, logPath)
+		n, err := startNode(ctx, no, logPath)
 		if err != nil {
 			return nil, err
 		}
 		nodes = append(nodes, n)
 		addrs = append(addrs, n.addr)
-		fmt.Fprintf(w, "node n%d pid %d on %s (log %s)\n", i, n.p.pid(), n.addr, logPath)
+		fmt.Fprintf(w, "node n%d pid %d on %s, gossip on %s (log %s)\n", i, n.p.pid(), n.addr, gossip[i-1], logPath)
 	}
 	wl := defaultWorkload(o.limit)
 	killAt := max(int(o.duration/time.Second)/3, 1)

@@ -1,19 +1,20 @@
 // Command cluster is the cluster demo (make demo): four node processes
 // serving HTTP behind the hybrid/httplimit middleware share one limit per
 // client through Redis, in hybrid mode, and keep it while Redis is killed and
-// started again.
+// started again, from the counts the nodes gossip (the Fallback policy).
 //
 // The driver installs redis-server when it is missing (scripts/redis.sh
 // ensure), starts it on a free loopback port, starts four nodes (this binary
-// with -node), and sends them traffic from inside the process: an abusive
-// client far over its limit spread over every node, a client whose requests
-// mostly go to one node, new clients arriving, and steady clients under
-// their limit. Every second it prints each node's admitted and refused
-// requests, the middleware's latency p99 and the node's mode, Redis's
-// scripts and commands per second, and what the cluster admitted for the
-// watched clients against their limit. A third of the way in Redis is killed
-// (SIGKILL); two thirds in it is started again, empty. At the end it prints
-// a summary per phase and writes the timeline to -out/timeline.svg.
+// with -node; their gossip encrypted with a key made for the run), and sends
+// them traffic from inside the process: an abusive client far over its limit
+// spread over every node, a client whose requests mostly go to one node, new
+// clients arriving, and steady clients under their limit. Every second it
+// prints each node's admitted and refused requests, the middleware's latency
+// p99 and the node's mode, Redis's scripts and commands per second, and what
+// the cluster admitted for the watched clients against their limit. A third
+// of the way in Redis is killed (SIGKILL); two thirds in it is started again,
+// empty. At the end it prints a summary per phase and writes the timeline to
+// -out/timeline.svg.
 //
 // Every process it starts is stopped by PID when the run ends, fails or is
 // interrupted (Ctrl-C, SIGTERM); on Linux the kernel also kills them if the
@@ -28,11 +29,13 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -46,6 +49,8 @@ func main() {
 	)
 	flag.IntVar(&nodeID, "node", 0, "run as node `n` of the cluster (the driver starts the nodes with it)")
 	flag.StringVar(&no.redis, "redis", "", "node: Redis's `host:port`")
+	flag.IntVar(&no.gossipPort, "gossip-port", 0, "node: the gossip's loopback `port`")
+	seeds := flag.String("seeds", "", "node: the other nodes' gossip `addresses`, comma-separated")
 	flag.IntVar(&do.nodes, "nodes", 4, "how many nodes, 2 to 8")
 	flag.Int64Var(&do.limit, "limit", 400, "the limit per client, requests per second, 10 to 2000")
 	flag.StringVar(&do.algo, "algo", "fixed_window", "the rule's algorithm: fixed_window or sliding_window_counter")
@@ -57,6 +62,13 @@ func main() {
 
 	if nodeID != 0 {
 		no.id, no.nodes, no.limit, no.algo = nodeID, do.nodes, do.limit, do.algo
+		no.seeds = strings.Split(*seeds, ",")
+		key, err := hex.DecodeString(os.Getenv(gossipKeyEnv))
+		if err != nil || len(key) != 32 {
+			fmt.Fprintf(os.Stderr, "node n%d: %s must hold 32 bytes in hex\n", nodeID, gossipKeyEnv)
+			os.Exit(2)
+		}
+		no.gossipKey = key
 		if err := runNode(no); err != nil {
 			fmt.Fprintf(os.Stderr, "node n%d: %v\n", nodeID, err)
 			os.Exit(1)

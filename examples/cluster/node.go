@@ -16,10 +16,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -36,6 +38,28 @@ type nodeOptions struct {
 	redis string // host:port
 	limit int64  // requests per second per client
 	algo  string // local.ParseAlgorithm's name of a window algorithm
+	// the gossip: this node's loopback port, the others' addresses, the
+	// cluster's encryption key
+	gossipPort int
+	seeds      []string
+	gossipKey  []byte
+}
+
+// gossipKeyEnv passes the gossip's encryption key (hex) to the nodes.
+const gossipKeyEnv = "HYBRIDLIMIT_DEMO_GOSSIP_KEY"
+
+// gossipConfig configures a node's gossip on the loopback interface: every
+// packet encrypted and authenticated with the cluster's key, under the
+// demo's cluster label.
+func gossipConfig(o nodeOptions, logger *slog.Logger) *fallback.Config {
+	ml := memberlist.DefaultLocalConfig()
+	ml.Name = "n" + strconv.Itoa(o.id)
+	ml.BindAddr, ml.BindPort = "127.0.0.1", o.gossipPort
+	ml.AdvertiseAddr, ml.AdvertisePort = "127.0.0.1", o.gossipPort
+	return &fallback.Config{
+		Memberlist: ml, Seeds: o.seeds, Keys: [][]byte{o.gossipKey}, Label: "hybridlimit-demo",
+		Logger: logger,
+	}
 }
 
 // latencyName names what the nodes time: the middleware, from just before
@@ -44,7 +68,7 @@ const latencyName = "middleware"
 
 // fallbackName names, in the table, the mode a node decides in while its
 // Limiter cannot reach Redis: the rule's failure policy.
-const fallbackName = "fallback (FailLocal)"
+const fallbackName = "gossip (Fallback)"
 
 // demoRule is the middleware's rule on every node: GET /api limited per
 // client (API key), in hybrid mode, each node deciding against its lease of
@@ -53,7 +77,7 @@ func demoRule(algo string, limit int64) httplimit.Rule {
 	return httplimit.Rule{
 		ID: "per-client", Key: httplimit.KeyAPIKey, Endpoint: "GET /api",
 		Algorithm: algo, Limit: limit, Window: time.Second,
-		Mode: hybrid.Hybrid, Policy: hybrid.FailLocal,
+		Mode: hybrid.Hybrid, // the policy: the Limiter's default, Fallback with gossip
 	}
 }
 
@@ -76,6 +100,7 @@ func runNode(o nodeOptions) error {
 		Redis:         client,
 		Keyspace:      hybrid.Keyspace{Prefix: "demo"},
 		Sync:          hybrid.SyncConfig{NodeID: "n" + strconv.Itoa(o.id), Nodes: o.nodes},
+		Gossip:        gossipConfig(o, logger),
 		MeterProvider: mp,
 		Logger:        logger,
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -193,16 +194,24 @@ func (r *redisServer) stop() {
 	}
 }
 
-// freePort returns a loopback port free now, below Linux's ephemeral range
-// (32768-60999, as scripts/redis.sh does): Redis restarts on the same port,
-// which an outgoing connection must not take meanwhile.
+// freePort returns a loopback port free now, for TCP and UDP (memberlist
+// takes both), below Linux's ephemeral range (32768-60999, as
+// scripts/redis.sh does): Redis restarts on the same port, which an outgoing
+// connection must not take meanwhile.
 func freePort() (int, error) {
 	var err error
 	for range 100 {
 		p := 10000 + rand.IntN(12000)
+		addr := "127.0.0.1:" + strconv.Itoa(p)
 		var l net.Listener
-		if l, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
-			l.Close()
+		if l, err = net.Listen("tcp", addr); err != nil {
+			continue
+		}
+		var u net.PacketConn
+		u, err = net.ListenPacket("udp", addr)
+		l.Close()
+		if err == nil {
+			u.Close()
 			return p, nil
 		}
 	}
@@ -229,7 +238,10 @@ func startNode(ctx context.Context, o nodeOptions, logPath string) (*node, error
 	}
 	defer logf.Close() // the child holds its own descriptor
 	cmd := exec.Command(exe, "-node", strconv.Itoa(o.id), "-nodes", strconv.Itoa(o.nodes), "-redis", o.redis,
-		"-limit", strconv.FormatInt(o.limit, 10), "-algo", o.algo)
+		"-limit", strconv.FormatInt(o.limit, 10), "-algo", o.algo,
+		"-gossip-port", strconv.Itoa(o.gossipPort), "-seeds", strings.Join(o.seeds, ","))
+	// The gossip's key goes in the environment, where ps does not show it.
+	cmd.Env = append(os.Environ(), gossipKeyEnv+"="+hex.EncodeToString(o.gossipKey))
 	cmd.Stderr = logf
 	// The node exits when its standard input closes: when the driver is gone,
 	// whatever the way it went. The driver keeps the write end open.
