@@ -50,6 +50,22 @@ func TestReadmeQuotesExamples(t *testing.T) {
 	}
 }
 
+// TestReadmeQuotesExampleConfig: the README gives the value of the local
+// Example's exampleConfig, which the quoted function uses, as it is.
+func TestReadmeQuotesExampleConfig(t *testing.T) {
+	root := repoRoot(t)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	src, err := os.ReadFile(filepath.Join(root, "local", "example_test.go"))
+	require.NoError(t, err)
+	_, val, ok := strings.Cut(string(src), "\nvar exampleConfig = ")
+	require.True(t, ok, "local/example_test.go has no exampleConfig")
+	val, _, _ = strings.Cut(val, "\n")
+	// The README wraps lines: compare with its line breaks as spaces.
+	flat := strings.ReplaceAll(string(readme), "\n", " ")
+	assert.Contains(t, flat, "`exampleConfig` is `"+val+"`", "README.md does not give exampleConfig's value")
+}
+
 // TestFuncSource: the extraction finds a whole function and only it, and
 // reports a missing one.
 func TestFuncSource(t *testing.T) {
