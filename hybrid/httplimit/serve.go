@@ -229,7 +229,7 @@ func (m *Middleware) decide(r *http.Request, sc *scratch, shadow bool) (admitted
 // degraded reports whether a failure policy made one of the decisions.
 func (m *Middleware) degraded(sc *scratch, shadow bool) bool {
 	for i := range sc.items {
-		if sc.items[i].shadow == shadow && sc.items[i].d.Reason() == hybrid.ReasonUnavailable {
+		if sc.items[i].shadow == shadow && sc.items[i].d.Degraded() {
 			return true
 		}
 	}
