@@ -33,6 +33,16 @@ import (
 // the bounds docs/accuracy.md derives, and false rejections (refused here,
 // admitted by the exact replay) within the budget.
 
+// skipRace skips a simulation under the race detector: it is one
+// goroutine's event loop, which -race slows threefold and checks for
+// nothing; make test runs it without -race, beside the -race pass.
+func skipRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("the simulation runs without -race (make test runs it so)")
+	}
+}
+
 // simTimeout bounds each exchange with Redis in wall-clock time.
 const simTimeout = time.Minute
 
@@ -392,6 +402,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 }
 
 func TestSimulation(t *testing.T) {
+	skipRace(t)
 	if testing.Short() {
 		t.Skip("the simulation runs 30 windows per workload")
 	}
@@ -466,6 +477,7 @@ func TestSimulation(t *testing.T) {
 // nodes⌉). Keys under their limit lose at most 0.1% of what an exact
 // limiter admits. Bounds derived in docs/accuracy.md.
 func TestSimulationSmallLimits(t *testing.T) {
+	skipRace(t)
 	if testing.Short() {
 		t.Skip("the simulation runs 12 windows per workload")
 	}
