@@ -21,7 +21,9 @@ test:
 
 # The tests that skip under -race, whose figures the race detector's
 # allocations would spoil: run once more without it.
-NORACE_TESTS := TestNoAllocations|TestMemoryPerKey
+NORACE_TESTS := TestNoAllocations|TestSubWindowNoAllocations|TestMemoryPerKey
+# The same in hybrid, run beside the simulation.
+HYBRID_NORACE := ^(TestSimulation|TestAllowNoAllocs)
 
 ## test-go: vet and test every module against whatever HYBRIDLIMIT_REDIS_* point at (no servers started).
 # The hybrid simulation, one goroutine's event loop that waits on Redis and
@@ -30,14 +32,14 @@ NORACE_TESTS := TestNoAllocations|TestMemoryPerKey
 test-go:
 	@if [[ ! -f bench/go.mod ]]; then echo "make: bench/go.mod not found: skipping the bench module"; fi
 	@mkdir -p .run; failed=(); \
-	$(GO) test -count=1 -timeout 20m -run '^TestSimulation' ./hybrid >.run/simulation.log 2>&1 & sim=$$!; \
+	$(GO) test -count=1 -timeout 20m -run '$(HYBRID_NORACE)' ./hybrid >.run/simulation.log 2>&1 & sim=$$!; \
 	for m in $(MODULES); do \
 		echo "== $$m: go vet ./..."; \
 		(cd "$$m" && $(GO) vet ./...) || failed+=("go vet in $$m"); \
 		echo "== $$m: go test -race -count=1 -timeout 20m ./..."; \
 		(cd "$$m" && $(GO) test -race -count=1 -timeout 20m ./...) || failed+=("go test in $$m"); \
 	done; \
-	echo "== .: go test -count=1 -run '^TestSimulation' ./hybrid (the simulation, without -race)"; \
+	echo "== .: go test -count=1 -run '$(HYBRID_NORACE)' ./hybrid (the simulation and the allocation check, without -race)"; \
 	wait $$sim || failed+=("the hybrid simulation"); cat .run/simulation.log; \
 	echo "== .: go test -count=1 -run '$(NORACE_TESTS)' ./local (what the race detector's own allocations hide)"; \
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./local || failed+=("go test ./local without -race"); \
