@@ -158,24 +158,25 @@ func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
 // rule's lease, else by the rule's failure policy, recording in the lease
 // what the policy admitted. e is key's entry, which the caller holds locked.
 func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) local.Decision {
-	if m.fail.policy == Fallback && m.l.gossip != nil && !m.l.shut.Load() {
-		if d, ok := m.gossipLease(e, lr, now, n); ok {
-			return d
-		}
-	} else if m.fail.policy == FailLocal || m.fail.policy == Fallback || m.l.shut.Load() {
-		part := max(m.rs.limit.Load().Params().Limit/max(lr.Nodes(), 1), 1)
-		if d, ok := m.fallbackLease(e, lr, now, n, part); ok {
-			return d
-		}
-	}
 	// The nodes: as the last lease exchange counted them, or as the Config
 	// says until one did.
 	nodes := m.l.expectedNodes()
 	if c := lr.Nodes(); c > 0 {
 		nodes = c
 	}
+	shut := m.l.shut.Load()
+	if m.fail.policy == Fallback && m.l.gossip != nil && !shut {
+		if d, ok := m.gossipLease(e, lr, now, n); ok {
+			return d
+		}
+	} else if m.fail.policy == FailLocal || m.fail.policy == Fallback || shut {
+		part := max(m.rs.limit.Load().Params().Limit/nodes, 1)
+		if d, ok := m.fallbackLease(e, lr, now, n, part); ok {
+			return d
+		}
+	}
 	d := m.fail.decide(nodes, now, key, n)
-	if d.Allowed() && e.Value.Charge(lr, now, n) && !m.l.shut.Load() {
+	if d.Allowed() && e.Value.Charge(lr, now, n) && !shut {
 		// Recorded in the lease: the next exchange reports it, and Redis
 		// counts it once it answers again.
 		lr.Notify(e)

@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"errors"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -215,12 +214,12 @@ func (m *Middleware) decide(r *http.Request, sc *scratch, shadow bool) (admitted
 			}
 		}
 	}
-	if err != nil && !errors.Is(err, hybrid.ErrUnavailable) {
+	if err != nil {
 		m.met.errors.Add(r.Context(), 1)
 		m.logger.Error("httplimit: the limiter could not decide; the request passes", "err", err)
 		return true, false
 	}
-	if err != nil || m.degraded(sc, shadow) {
+	if m.degraded(sc, shadow) {
 		m.met.degraded.Add(r.Context(), 1)
 	}
 	return admitted, true

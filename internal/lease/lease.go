@@ -282,7 +282,7 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, low || k.flags&flagSynced == 0
 	}
-	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && !k.Recovering(r, now) && k.used+n <= k.reported()+a &&
+	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && !k.Recovering(r, now) && k.used+n <= k.granted+a &&
 		k.roomFor(r, min(n+a*max(r.Nodes(), 1), r.limit)) {
 		// The allowance: a key without a lease (new to this node, or new in
 		// this window, or whose grant is used up) admits up to the
@@ -291,7 +291,7 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		// an outage touched this window (Recovering). Once Redis has
 		// counted the debt, its room says whether more may come.
 		k.used += n
-		if k.flags&flagSynced == 0 || k.used-k.reported() >= a/2+1 {
+		if k.flags&flagSynced == 0 || k.used-k.granted >= a/2+1 {
 			k.flags |= flagUrgent
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, true
@@ -310,12 +310,6 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 	return Verdict{Reason: local.ReasonNoLease, Remaining: held, Reset: end, Retry: r.minGap}, true
 }
 
-// reported is what the allowance counts from in the current window: the
-// node's grant. (Renewing it once Redis acknowledged the debt, even only
-// for a node without a grant, over-admitted busy keys under the Zipf
-// simulation: renewed debt races the others' grants.)
-func (k *Lease) reported() int64 { return k.granted }
-
 // roomFor reports whether, by what the last reply said, the window has room
 // for x more beyond what is committed: the allowance is for keys far from
 // their limit. For a window with no reply yet, the previous window tells:
@@ -325,7 +319,7 @@ func (k *Lease) reported() int64 { return k.granted }
 func (k *Lease) roomFor(r *Rule, x int64) bool {
 	switch {
 	case k.room >= 0:
-		return k.room-max(k.used-k.reported(), 0) >= x
+		return k.room-max(k.used-k.granted, 0) >= x
 	case r.counter || r.sub:
 		return k.prevR+max(k.used, k.granted)+x <= r.limit
 	default:
