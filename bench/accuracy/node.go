@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -69,6 +71,7 @@ func RunNode(spec Spec, node int, out string) error {
 		sum    *NodeSummary
 		recs   []Record
 		lat    Slices
+		onCPU  Slices     // the same decisions' time on the CPU (not central)
 		mu     sync.Mutex // central: guards lat
 		errs   atomic.Int64
 		unav   atomic.Int64 // made without Redis by a failure policy: Degraded, or an error wrapping ErrUnavailable
@@ -188,9 +191,16 @@ func RunNode(spec Spec, node int, out string) error {
 	decideAt := func(a Arrival, central bool) []Record {
 		var out [8]Record
 		for j, r := range rules {
+			var c0 time.Duration
+			if !central {
+				c0 = threadCPU()
+			}
 			t0 := time.Now()
 			ok, reason, reset, err := r.decide(a.Key, t0.UnixMicro())
 			t1 := time.Now()
+			if !central {
+				r.onCPU.Add(t0.UnixMicro()-T0, threadCPU()-c0)
+			}
 			// Central: the reply's time (Redis decided between the call
 			// and now); otherwise the call's.
 			t := t0.UnixMicro()
@@ -252,6 +262,10 @@ func RunNode(spec Spec, node int, out string) error {
 			r.recs = r.recs[:n]
 		}
 	} else {
+		// One goroutine decides every arrival, on one thread, so that the
+		// thread's CPU clock times its decisions (threadCPU).
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		for _, r := range rules {
 			r.recs = make([]Record, 0, len(sched))
 		}
@@ -301,6 +315,8 @@ func RunNode(spec Spec, node int, out string) error {
 		sum.Redis = cc.snapshot()
 		r.lat.Trim()
 		sum.Latency = r.lat
+		r.onCPU.Trim()
+		sum.OnCPU = r.onCPU
 		base := out
 		if len(algos) > 1 {
 			base += "." + r.algo
@@ -329,6 +345,17 @@ func keyNames(sched []Arrival) []string {
 }
 
 // cpuTime returns the process's CPU time so far (user + sys), in seconds.
+// threadCPU returns the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID):
+// around a decision, the time its thread ran on a CPU, which leaves out
+// what it waited for one while the scheduler ran other processes.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
 func cpuTime() float64 {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {

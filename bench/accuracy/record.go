@@ -118,6 +118,9 @@ type NodeSummary struct {
 	// Latency holds the decisions' latencies as the node measured them
 	// around each call, one histogram per second since T0.
 	Latency Slices
+	// OnCPU holds the same decisions' time on the CPU (the deciding
+	// thread's CPU clock), local, hybrid and naive modes only.
+	OnCPU Slices
 }
 
 // WriteSummary writes s as JSON to path.

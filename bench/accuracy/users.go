@@ -284,9 +284,14 @@ type LatencyStats struct {
 	DownP50, DownP99, DownMax Float
 	DownDecided               int64
 	AfterP99                  Float
+	// OnCPUP50 and OnCPUP99 are over the decisions' time on the CPU (the
+	// deciding thread's CPU clock; NaN in central mode, whose decisions
+	// wait on Redis): what a decision costs when its thread is not made to
+	// wait for a core.
+	OnCPUP50, OnCPUP99 Float
 }
 
-func latencyStats(spec Spec, lat Slices) LatencyStats {
+func latencyStats(spec Spec, lat, onCPU Slices) LatencyStats {
 	var all, down, after Hist
 	nan := Float(math.NaN())
 	st := LatencyStats{WorstP99: nan, DownP50: nan, DownP99: nan, DownMax: nan, AfterP99: nan}
@@ -309,6 +314,14 @@ func latencyStats(spec Spec, lat Slices) LatencyStats {
 	}
 	q := func(h Hist, p float64) Float { return Float(h.Quantile(p)) }
 	st.P50, st.P99, st.P999, st.Max = q(all, 0.5), q(all, 0.99), q(all, 0.999), q(all, 1)
+	st.OnCPUP50, st.OnCPUP99 = nan, nan
+	var cpu Hist
+	for _, h := range onCPU {
+		cpu.merge(h)
+	}
+	if cpu.Count() > 0 {
+		st.OnCPUP50, st.OnCPUP99 = q(cpu, 0.5), q(cpu, 0.99)
+	}
 	if spec.Outage() {
 		st.DownP50, st.DownP99, st.DownMax = q(down, 0.5), q(down, 0.99), q(down, 1)
 		st.DownDecided = down.Count()
