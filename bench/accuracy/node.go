@@ -42,6 +42,10 @@ func RunNode(spec Spec, node int, out string) error {
 	algos := spec.RuleAlgos()
 	sched := spec.Schedule(node)
 	names := keyNames(sched)
+	// A key no arrival uses, decided back to back after the schedule: the
+	// same decisions with warm caches (warmProbe).
+	warmKey := uint32(len(names))
+	names = append(names, "warm-probe")
 	rs := &rounds{t0: spec.T0}
 	cc := &cmdCounter{}
 	ctx := context.Background()
@@ -72,6 +76,7 @@ func RunNode(spec Spec, node int, out string) error {
 		recs   []Record
 		lat    Slices
 		onCPU  Slices     // the same decisions' time on the CPU (not central)
+		warm   Slices     // warmProbe's decisions (hybrid and local)
 		mu     sync.Mutex // central: guards lat
 		errs   atomic.Int64
 		unav   atomic.Int64 // made without Redis by a failure policy: Degraded, or an error wrapping ErrUnavailable
@@ -290,6 +295,18 @@ func RunNode(spec Spec, node int, out string) error {
 		}
 	}
 	cpu := cpuTime() - cpu0
+	if spec.Mode == ModeHybrid || spec.Mode == ModeLocal {
+		// warmProbe: one key decided back to back, the caches warm, for
+		// comparison with the schedule's decisions, each of which follows
+		// a sleep in which the machine's other processes ran.
+		for _, r := range rules {
+			for range warmProbe {
+				t0 := time.Now()
+				r.decide(warmKey, t0.UnixMicro())
+				r.warm.Add(0, time.Since(t0))
+			}
+		}
+	}
 	for _, stop := range stops {
 		stop()
 	}
@@ -317,6 +334,8 @@ func RunNode(spec Spec, node int, out string) error {
 		sum.Latency = r.lat
 		r.onCPU.Trim()
 		sum.OnCPU = r.onCPU
+		r.warm.Trim()
+		sum.Warm = r.warm
 		base := out
 		if len(algos) > 1 {
 			base += "." + r.algo
@@ -345,6 +364,9 @@ func keyNames(sched []Arrival) []string {
 }
 
 // cpuTime returns the process's CPU time so far (user + sys), in seconds.
+// warmProbe is how many decisions the warm probe makes per rule.
+const warmProbe = 20000
+
 // threadCPU returns the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID):
 // around a decision, the time its thread ran on a CPU, which leaves out
 // what it waited for one while the scheduler ran other processes.

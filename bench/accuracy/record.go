@@ -121,6 +121,9 @@ type NodeSummary struct {
 	// OnCPU holds the same decisions' time on the CPU (the deciding
 	// thread's CPU clock), local, hybrid and naive modes only.
 	OnCPU Slices
+	// Warm holds the latencies of decisions on one key made back to back
+	// after the schedule (hybrid and local modes): warm caches.
+	Warm Slices
 }
 
 // WriteSummary writes s as JSON to path.

@@ -289,9 +289,12 @@ type LatencyStats struct {
 	// wait on Redis): what a decision costs when its thread is not made to
 	// wait for a core.
 	OnCPUP50, OnCPUP99 Float
+	// WarmP50 and WarmP99 are over decisions on one key made back to back
+	// in the same nodes after the schedule, caches warm (NaN when none).
+	WarmP50, WarmP99 Float
 }
 
-func latencyStats(spec Spec, lat, onCPU Slices) LatencyStats {
+func latencyStats(spec Spec, lat, onCPU, warm Slices) LatencyStats {
 	var all, down, after Hist
 	nan := Float(math.NaN())
 	st := LatencyStats{WorstP99: nan, DownP50: nan, DownP99: nan, DownMax: nan, AfterP99: nan}
@@ -321,6 +324,14 @@ func latencyStats(spec Spec, lat, onCPU Slices) LatencyStats {
 	}
 	if cpu.Count() > 0 {
 		st.OnCPUP50, st.OnCPUP99 = q(cpu, 0.5), q(cpu, 0.99)
+	}
+	st.WarmP50, st.WarmP99 = nan, nan
+	var w Hist
+	for _, h := range warm {
+		w.merge(h)
+	}
+	if w.Count() > 0 {
+		st.WarmP50, st.WarmP99 = q(w, 0.5), q(w, 0.99)
 	}
 	if spec.Outage() {
 		st.DownP50, st.DownP99, st.DownMax = q(down, 0.5), q(down, 0.99), q(down, 1)

@@ -189,6 +189,9 @@ func UsersTargets(results []*Result) []Check {
 			if !math.IsNaN(float64(r.Latency.OnCPUP99)) {
 				lnote = strings.TrimSpace(fmt.Sprintf("on the CPU: p99 %s µs %s", us(r.Latency.OnCPUP99), note))
 			}
+			if !math.IsNaN(float64(r.Latency.WarmP99)) {
+				lnote = fmt.Sprintf("%s; one key back to back in the same nodes: p50 %s, p99 %s µs", lnote, us(r.Latency.WarmP50), us(r.Latency.WarmP99))
+			}
 			add("decision latency p99 ≤ 2 µs: "+what, us(r.Latency.P99)+" µs", float64(r.Latency.P99) <= 2, lnote)
 			if c := centralOf(results, r); c != nil && c.RedisCPUusPerDecision > 0 {
 				ratio := r.RedisCPUusPerDecision / c.RedisCPUusPerDecision
