@@ -294,6 +294,20 @@ type LatencyStats struct {
 	WarmP50, WarmP99 Float
 }
 
+// medianP99 returns the median and p99 over every histogram of s, NaN when
+// they hold nothing.
+func medianP99(s Slices) (p50, p99 Float) {
+	var all Hist
+	for _, h := range s {
+		all.merge(h)
+	}
+	if all.Count() == 0 {
+		nan := Float(math.NaN())
+		return nan, nan
+	}
+	return Float(all.Quantile(0.5)), Float(all.Quantile(0.99))
+}
+
 func latencyStats(spec Spec, lat, onCPU, warm Slices) LatencyStats {
 	var all, down, after Hist
 	nan := Float(math.NaN())
@@ -317,22 +331,8 @@ func latencyStats(spec Spec, lat, onCPU, warm Slices) LatencyStats {
 	}
 	q := func(h Hist, p float64) Float { return Float(h.Quantile(p)) }
 	st.P50, st.P99, st.P999, st.Max = q(all, 0.5), q(all, 0.99), q(all, 0.999), q(all, 1)
-	st.OnCPUP50, st.OnCPUP99 = nan, nan
-	var cpu Hist
-	for _, h := range onCPU {
-		cpu.merge(h)
-	}
-	if cpu.Count() > 0 {
-		st.OnCPUP50, st.OnCPUP99 = q(cpu, 0.5), q(cpu, 0.99)
-	}
-	st.WarmP50, st.WarmP99 = nan, nan
-	var w Hist
-	for _, h := range warm {
-		w.merge(h)
-	}
-	if w.Count() > 0 {
-		st.WarmP50, st.WarmP99 = q(w, 0.5), q(w, 0.99)
-	}
+	st.OnCPUP50, st.OnCPUP99 = medianP99(onCPU)
+	st.WarmP50, st.WarmP99 = medianP99(warm)
 	if spec.Outage() {
 		st.DownP50, st.DownP99, st.DownMax = q(down, 0.5), q(down, 0.99), q(down, 1)
 		st.DownDecided = down.Count()
