@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -311,4 +312,53 @@ func BenchmarkCentralBreakerOpen(b *testing.B) {
 	for b.Loop() {
 		l.Allow(ctx, r, "k")
 	}
+}
+
+// TestBreakerRoundStrikes: one sync round in which Redis answers nothing
+// leaves the breaker closed (a busy machine misses a deadline now and
+// then, and a policy's admissions would come on top of Redis's counts);
+// the third in a row opens it, and a round Redis answers closes it.
+func TestBreakerRoundStrikes(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	l := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), redistest.Prefix(t), clk, "a", 1))
+	r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(10, time.Hour), Policy: hybrid.FailOpen}, hybrid.Hybrid)
+	d, err := l.Allow(ctx, r, "warm")
+	require.NoError(t, err)
+	require.True(t, d.Allowed())
+	syncOK(t, l, clk)
+
+	// degraded reports whether a new key, past its cold-start allowance of
+	// one, is decided by the policy (FailOpen: admitted, Degraded).
+	fresh := 0
+	degraded := func() bool {
+		fresh++
+		key := fmt.Sprintf("new-%d", fresh)
+		var d hybrid.Decision
+		for range 3 {
+			d, err = l.Allow(ctx, r, key)
+			require.NoError(t, err)
+		}
+		return d.Degraded()
+	}
+	require.False(t, degraded(), "Redis answering")
+
+	srv.Pause()
+	defer srv.Resume()
+	for i := 1; i <= 3; i++ {
+		clk.Add(10 * time.Millisecond)
+		c, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+		_, err := l.SyncAt(c, clk.Now())
+		cancel()
+		require.ErrorIs(t, err, hybrid.ErrUnavailable, "round %d", i)
+		if i < 3 {
+			assert.False(t, degraded(), "after %d failed round(s): the breaker opened", i)
+		}
+	}
+	assert.True(t, degraded(), "after three failed rounds in a row: the breaker is closed")
+
+	srv.Resume()
+	syncUntilOK(t, l, clk, 10*time.Millisecond)
+	assert.False(t, degraded(), "after a round Redis answered: the breaker is open")
 }

@@ -241,6 +241,9 @@ type Limiter struct {
 	// calls go to the failure policy without asking Redis, and a probe
 	// (probeLoop) PINGs Redis until it answers. Shutdown sets it for good.
 	unavailable atomic.Int64
+	// strikes counts the sync rounds in a row in which Redis answered
+	// nothing (roundFailed).
+	strikes atomic.Int32
 	// outageAt is the wall time (µs) Redis was first seen failing in the
 	// current or last outage, for the hand-back's span.
 	outageAt atomic.Int64
@@ -506,6 +509,22 @@ func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (Dec
 
 func (l *Limiter) nowMicro() int64 { return l.clock.Now().UnixMicro() }
 
+// roundStrikes is how many sync rounds in a row must fail, Redis
+// answering nothing in them, before the breaker opens. One round that
+// timed out is as likely a busy machine (the node's own process not run in
+// time) as a Redis gone, and opening the breaker hands every key without a
+// lease to its failure policy, whose admissions come on top of what Redis
+// counts. A central call that fails opens it at once: it cannot wait.
+const roundStrikes = 3
+
+// roundFailed takes the error of a sync round in which Redis answered
+// nothing: the third in a row opens the breaker.
+func (l *Limiter) roundFailed(now int64, err error) {
+	if l.strikes.Add(1) >= roundStrikes {
+		l.markUnavailable(now, err)
+	}
+}
+
 // markUnavailable opens the circuit breaker: failure policies decide for
 // central rules, and for hybrid keys without a lease, until a probe, a sync
 // round or Ping finds Redis again.
@@ -524,6 +543,7 @@ func (l *Limiter) markUnavailable(now int64, err error) {
 
 // markAvailable closes the circuit breaker.
 func (l *Limiter) markAvailable() {
+	l.strikes.Store(0)
 	if l.shut.Load() {
 		return
 	}
@@ -612,10 +632,11 @@ type observer struct {
 
 func (o observer) Round(st syncer.RoundStats) {
 	switch {
-	case st.Err != nil && errors.Is(st.Err, syncer.ErrUnavailable):
-		o.l.markUnavailable(o.l.nowMicro(), st.Err)
 	case st.Synced > 0 || st.Registered:
+		// Redis answered, if not every pipeline of the round.
 		o.l.markAvailable()
+	case st.Err != nil && errors.Is(st.Err, syncer.ErrUnavailable):
+		o.l.roundFailed(o.l.nowMicro(), st.Err)
 	}
 	o.l.metrics.round(st)
 	o.l.traceRound(st)

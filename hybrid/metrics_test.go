@@ -193,13 +193,15 @@ func TestMetrics(t *testing.T) {
 	}
 	noUserKeys(t, c, keys)
 
-	// Redis goes away: a round fails, the policy decides, and the gauge
-	// says so.
+	// Redis goes away: rounds fail (three in a row open the breaker), the
+	// policy decides, and the gauge says so.
 	srv.Kill()
 	l.Allow(ctx, rules[0], "new-key")
-	clk.Add(10 * time.Millisecond)
-	if _, err := l.SyncAt(ctx, clk.Now()); err == nil {
-		t.Fatal("SyncAt with Redis killed: no error")
+	for range 3 {
+		clk.Add(10 * time.Millisecond)
+		if _, err := l.SyncAt(ctx, clk.Now()); err == nil {
+			t.Fatal("SyncAt with Redis killed: no error")
+		}
 	}
 	// A new key: its cold-start allowance, then the policy.
 	var byPolicy int64
@@ -214,7 +216,7 @@ func TestMetrics(t *testing.T) {
 	}
 	c = collect(t, reader)
 	if up := int64Points(t, c, "hybridlimit.redis.available")[""]; up != 0 {
-		t.Errorf("redis.available = %d after a failed round", up)
+		t.Errorf("redis.available = %d after three failed rounds", up)
 	}
 	if n := int64Points(t, c, "hybridlimit.sync.errors")[""]; n < 1 {
 		t.Errorf("sync.errors = %d after a failed round", n)

@@ -115,7 +115,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 	var all []Record
 	var gaps []float64
 	modes := map[string]bool{}
-	var lat Slices
+	var lat, onCPU, warm Slices
 	for n := range spec.Nodes {
 		base := spec.File(dir, n, spec.Algo)
 		sum, err := ReadSummary(base + ".json")
@@ -137,6 +137,18 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 				lat = append(lat, nil)
 			}
 			lat[i].merge(h)
+		}
+		for i, h := range sum.Warm {
+			for len(warm) <= i {
+				warm = append(warm, nil)
+			}
+			warm[i].merge(h)
+		}
+		for i, h := range sum.OnCPU {
+			for len(onCPU) <= i {
+				onCPU = append(onCPU, nil)
+			}
+			onCPU[i].merge(h)
 		}
 		if res.FirstErr == "" {
 			res.FirstErr = sum.FirstErr
@@ -185,7 +197,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		late[i] = (float64(r.Actual) - float64(r.Sched)) / 1000
 	}
 	res.Lateness = dist(late)
-	res.Latency = latencyStats(spec, lat)
+	res.Latency = latencyStats(spec, lat, onCPU, warm)
 
 	// The exact replay: every decided arrival, in the order of the times
 	// they were decided at, through one local limiter. Fixed window: a

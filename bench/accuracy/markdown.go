@@ -302,7 +302,8 @@ func usersText(results []*Result) string {
 		"(a Pareto of shape %.1f truncated there: most near %.0f), 1%% (every hundredth key) for %.0f × the limit. Each user comes for one session of %.0f window at a uniformly random time, "+
 		"so users keep arriving cold; each request goes to one of N = %d node processes at random. One warm-up window, then %d measured windows; offered about %s requests per second in total "+
 		"(the rate central mode serves on time here, two rules per request). "+
-		"Latency: each decision's, measured around the Allow call in the node (it includes one clock read). Under the limit: the requests of users under their limit in the measured windows; "+
+		"Latency: each decision's, measured around the Allow call in the node (it includes one clock read); on-CPU: the same decisions' time on a CPU, by the deciding thread's CPU clock, "+
+		"which leaves out the time the thread waited for a core while the machine's other processes (the other nodes, Redis, the driver) ran. Under the limit: the requests of users under their limit in the measured windows; "+
 		"false rejections are those the exact replay admits. Over-admission: per user over the limit and window, admitted ÷ L − 1 (fixed window), or the largest excess of an interval "+
 		"ending in the window over the arrival curve (burst + rate × interval) ÷ L (GCRA); first window: the window the user's session starts in (the node holds no lease for it yet); later: the others. "+
 		"Redis CPU µs/dec: the server's CPU time per decision; vs central: that against central's.",

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -40,6 +42,10 @@ func RunNode(spec Spec, node int, out string) error {
 	algos := spec.RuleAlgos()
 	sched := spec.Schedule(node)
 	names := keyNames(sched)
+	// A key no arrival uses, decided back to back after the schedule: the
+	// same decisions with warm caches (warmProbe).
+	warmKey := uint32(len(names))
+	names = append(names, "warm-probe")
 	rs := &rounds{t0: spec.T0}
 	cc := &cmdCounter{}
 	ctx := context.Background()
@@ -69,6 +75,8 @@ func RunNode(spec Spec, node int, out string) error {
 		sum    *NodeSummary
 		recs   []Record
 		lat    Slices
+		onCPU  Slices     // the same decisions' time on the CPU (not central)
+		warm   Slices     // warmProbe's decisions (hybrid and local)
 		mu     sync.Mutex // central: guards lat
 		errs   atomic.Int64
 		unav   atomic.Int64 // made without Redis by a failure policy: Degraded, or an error wrapping ErrUnavailable
@@ -188,9 +196,16 @@ func RunNode(spec Spec, node int, out string) error {
 	decideAt := func(a Arrival, central bool) []Record {
 		var out [8]Record
 		for j, r := range rules {
+			var c0 time.Duration
+			if !central {
+				c0 = threadCPU()
+			}
 			t0 := time.Now()
 			ok, reason, reset, err := r.decide(a.Key, t0.UnixMicro())
 			t1 := time.Now()
+			if !central {
+				r.onCPU.Add(t0.UnixMicro()-T0, threadCPU()-c0)
+			}
 			// Central: the reply's time (Redis decided between the call
 			// and now); otherwise the call's.
 			t := t0.UnixMicro()
@@ -252,6 +267,10 @@ func RunNode(spec Spec, node int, out string) error {
 			r.recs = r.recs[:n]
 		}
 	} else {
+		// One goroutine decides every arrival, on one thread, so that the
+		// thread's CPU clock times its decisions (threadCPU).
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		for _, r := range rules {
 			r.recs = make([]Record, 0, len(sched))
 		}
@@ -276,6 +295,18 @@ func RunNode(spec Spec, node int, out string) error {
 		}
 	}
 	cpu := cpuTime() - cpu0
+	if spec.Mode == ModeHybrid || spec.Mode == ModeLocal {
+		// warmProbe: one key decided back to back, the caches warm, for
+		// comparison with the schedule's decisions, each of which follows
+		// a sleep in which the machine's other processes ran.
+		for _, r := range rules {
+			for range warmProbe {
+				t0 := time.Now()
+				r.decide(warmKey, t0.UnixMicro())
+				r.warm.Add(0, time.Since(t0))
+			}
+		}
+	}
 	for _, stop := range stops {
 		stop()
 	}
@@ -301,6 +332,10 @@ func RunNode(spec Spec, node int, out string) error {
 		sum.Redis = cc.snapshot()
 		r.lat.Trim()
 		sum.Latency = r.lat
+		r.onCPU.Trim()
+		sum.OnCPU = r.onCPU
+		r.warm.Trim()
+		sum.Warm = r.warm
 		base := out
 		if len(algos) > 1 {
 			base += "." + r.algo
@@ -329,6 +364,20 @@ func keyNames(sched []Arrival) []string {
 }
 
 // cpuTime returns the process's CPU time so far (user + sys), in seconds.
+// warmProbe is how many decisions the warm probe makes per rule.
+const warmProbe = 20000
+
+// threadCPU returns the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID):
+// around a decision, the time its thread ran on a CPU, which leaves out
+// what it waited for one while the scheduler ran other processes.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
 func cpuTime() float64 {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {

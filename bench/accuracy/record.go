@@ -118,6 +118,12 @@ type NodeSummary struct {
 	// Latency holds the decisions' latencies as the node measured them
 	// around each call, one histogram per second since T0.
 	Latency Slices
+	// OnCPU holds the same decisions' time on the CPU (the deciding
+	// thread's CPU clock), local, hybrid and naive modes only.
+	OnCPU Slices
+	// Warm holds the latencies of decisions on one key made back to back
+	// after the schedule (hybrid and local modes): warm caches.
+	Warm Slices
 }
 
 // WriteSummary writes s as JSON to path.

@@ -284,9 +284,31 @@ type LatencyStats struct {
 	DownP50, DownP99, DownMax Float
 	DownDecided               int64
 	AfterP99                  Float
+	// OnCPUP50 and OnCPUP99 are over the decisions' time on the CPU (the
+	// deciding thread's CPU clock; NaN in central mode, whose decisions
+	// wait on Redis): what a decision costs when its thread is not made to
+	// wait for a core.
+	OnCPUP50, OnCPUP99 Float
+	// WarmP50 and WarmP99 are over decisions on one key made back to back
+	// in the same nodes after the schedule, caches warm (NaN when none).
+	WarmP50, WarmP99 Float
 }
 
-func latencyStats(spec Spec, lat Slices) LatencyStats {
+// medianP99 returns the median and p99 over every histogram of s, NaN when
+// they hold nothing.
+func medianP99(s Slices) (p50, p99 Float) {
+	var all Hist
+	for _, h := range s {
+		all.merge(h)
+	}
+	if all.Count() == 0 {
+		nan := Float(math.NaN())
+		return nan, nan
+	}
+	return Float(all.Quantile(0.5)), Float(all.Quantile(0.99))
+}
+
+func latencyStats(spec Spec, lat, onCPU, warm Slices) LatencyStats {
 	var all, down, after Hist
 	nan := Float(math.NaN())
 	st := LatencyStats{WorstP99: nan, DownP50: nan, DownP99: nan, DownMax: nan, AfterP99: nan}
@@ -309,6 +331,8 @@ func latencyStats(spec Spec, lat Slices) LatencyStats {
 	}
 	q := func(h Hist, p float64) Float { return Float(h.Quantile(p)) }
 	st.P50, st.P99, st.P999, st.Max = q(all, 0.5), q(all, 0.99), q(all, 0.999), q(all, 1)
+	st.OnCPUP50, st.OnCPUP99 = medianP99(onCPU)
+	st.WarmP50, st.WarmP99 = medianP99(warm)
 	if spec.Outage() {
 		st.DownP50, st.DownP99, st.DownMax = q(down, 0.5), q(down, 0.99), q(down, 1)
 		st.DownDecided = down.Count()
