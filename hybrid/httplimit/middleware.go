@@ -294,7 +294,8 @@ func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Lim
 	case r.Policy > hybrid.Fallback:
 		return bad("policy", fmt.Sprintf("%d: unknown", r.Policy), nil)
 	}
-	lim, err := hybrid.NewLimit(hybrid.Params{Algorithm: algo, Limit: r.Limit, Window: r.Window, Burst: r.Burst})
+	params := hybrid.Params{Algorithm: algo, Limit: r.Limit, Window: r.Window, Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored}
+	lim, err := hybrid.NewLimit(params)
 	if err != nil {
 		return bad(limitField(err), "invalid", err)
 	}
@@ -308,7 +309,9 @@ func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Lim
 		if burst > 0 {
 			burst = max(1, burst*n/r.Limit) // the burst keeps its ratio to the limit
 		}
-		ol, err := hybrid.NewLimit(hybrid.Params{Algorithm: algo, Limit: n, Window: r.Window, Burst: burst})
+		op := params
+		op.Limit, op.Burst = n, burst
+		ol, err := hybrid.NewLimit(op)
 		if err != nil {
 			return bad(field, "invalid", err)
 		}
@@ -340,6 +343,10 @@ func limitField(err error) string {
 			return "burst"
 		case "Algorithm":
 			return "algorithm"
+		case "SubWindows":
+			return "sub_windows"
+		case "Anchored":
+			return "anchored"
 		}
 	}
 	return "max_requests"
