@@ -49,6 +49,9 @@ type scratch struct {
 
 // Handler returns next behind the middleware. The method value m.Handler
 // is a func(http.Handler) http.Handler, as routers take middleware.
+// Responses share the slices of the rate-limit header values that do not
+// change per request: next may replace them (Set, Add, Del), not write into
+// them.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 }
