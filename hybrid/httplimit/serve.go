@@ -382,14 +382,14 @@ func (sc *scratch) end(name string) {
 // once per rule set; a single one is shared as it is.
 func (m *Middleware) policy(hdr http.Header, sc *scratch, admitted bool) {
 	var one *item
-	decided := 0
+	count := 0
 	for i := range sc.items {
 		if it := &sc.items[i]; it.decided(admitted) {
 			one = it
-			decided++
+			count++
 		}
 	}
-	if decided == 1 && one.d.Limit() == one.t.limit {
+	if count == 1 && one.d.Limit() == one.t.limit {
 		hdr[hdrPolicy] = one.t.item
 		return
 	}
@@ -423,9 +423,9 @@ func appendItem(b []byte, c *compiledRule, q int64) []byte {
 
 // headerBlock1, headerBlock3 and headerBlock6 hold a response's rate-limit
 // header values: their bytes, and the backing array of their one-element
-// slices, in one allocation. headerBlock1 (32 bytes) fits a number of up to
-// 16 digits, the X-RateLimit-* fields' when the others are small; three
-// such numbers fit headerBlock3 (80 bytes).
+// slices, in one allocation. headerBlock1 (32 bytes) fits one number of up
+// to 16 digits, the X-RateLimit-* fields' own when the others are shared;
+// headerBlock3 (80 bytes), up to three values in 32 bytes.
 type headerBlock1 struct {
 	vals [1]string
 	buf  [16]byte
@@ -441,9 +441,9 @@ type headerBlock6 struct {
 	buf  [112]byte
 }
 
-// smallInts holds the header values of 0 to maxSmallInt, read-only: one
-// string of their digits, and one-element slices of it that header maps
-// share (see target).
+// smallInts returns the header values of 0 to maxSmallInt, read-only,
+// their digits in one string; header maps share one-element slices of it
+// (see target).
 var smallInts = sync.OnceValue(func() []string {
 	const n = maxSmallInt + 1
 	var b []byte
