@@ -99,11 +99,47 @@ func parseHost(s string) (netip.Addr, string, bool) {
 	case i >= 0 && strings.IndexByte(s[:i], ':') < 0:
 		t = s[:i] // IPv4 and a port
 	}
+	if a, ok := parseIPv4(t); ok {
+		return a, t, true
+	}
 	a, err := netip.ParseAddr(t)
 	if err != nil {
 		return netip.Addr{}, "", false
 	}
 	return a.Unmap(), t, true
+}
+
+// parseIPv4 parses s as a dotted-decimal IPv4 address in the form
+// netip.ParseAddr accepts (four fields, 0 to 255, no leading zeros), in one
+// pass: the common client address, parsed without ParseAddr's scan for the
+// address family. It returns false for anything else, which ParseAddr then
+// decides.
+func parseIPv4(s string) (netip.Addr, bool) {
+	var ip [4]byte
+	field, val, digits := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			if digits == 1 && val == 0 {
+				return netip.Addr{}, false // a leading zero
+			}
+			val = val*10 + int(c-'0')
+			digits++
+			if val > 255 {
+				return netip.Addr{}, false
+			}
+		case c == '.' && digits > 0 && field < 3:
+			ip[field] = byte(val)
+			field, val, digits = field+1, 0, 0
+		default:
+			return netip.Addr{}, false
+		}
+	}
+	if field != 3 || digits == 0 {
+		return netip.Addr{}, false
+	}
+	ip[3] = byte(val)
+	return netip.AddrFrom4(ip), true
 }
 
 // key returns the key of client address a, read from text: the canonical

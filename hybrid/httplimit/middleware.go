@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +43,9 @@ type Middleware struct {
 	mu  sync.Mutex            // serializes SetRules; guards reg
 	reg map[string]registered // every hybrid rule this Middleware registered, by name
 
-	set  atomic.Pointer[ruleSet]
-	pool sync.Pool // of *scratch
+	set   atomic.Pointer[ruleSet]
+	pool  sync.Pool // of *scratch
+	small []string  // smallInts()
 }
 
 // registered is a hybrid rule the Middleware registered and the figures it
@@ -68,9 +70,32 @@ type compiledRule struct {
 	tier   string
 	cost   int64
 	shadow bool
-	window int64                   // the window in whole seconds, rounded up, for RateLimit-Policy's w
-	base   *hybrid.Rule            // the rule's limit
-	over   map[string]*hybrid.Rule // overridden limits, by single key or tier; nil without
+	window int64              // the window in whole seconds, rounded up, for RateLimit-Policy's w
+	base   *target            // the rule's limit
+	over   map[string]*target // overridden limits, by single key or tier; nil without
+}
+
+// target is a hybrid rule a compiled rule decides with, and the header
+// values that do not change from one request to the next, formatted once
+// per rule set.
+type target struct {
+	rule  *hybrid.Rule
+	limit int64    // the decisions' Limit the values are formatted for
+	xLim  []string // X-RateLimit-Limit's value
+	item  []string // this limit's RateLimit-Policy item: "id";q=limit;w=window
+}
+
+// newTarget returns the target of rule c deciding by hr, whose limit is lim.
+// Its slices have one element and no spare capacity, so that they can be
+// shared by every response's header: net/http only reads a response's
+// header values, and an append to one (Header.Add) copies it.
+func newTarget(c *compiledRule, hr *hybrid.Rule, lim hybrid.Limit) *target {
+	n := lim.MaxCost()
+	return &target{
+		rule: hr, limit: n,
+		xLim: []string{strconv.FormatInt(n, 10)},
+		item: []string{string(appendItem(nil, c, n))},
+	}
 }
 
 // New returns a Middleware deciding with l, configured by cfg, which it
@@ -106,6 +131,7 @@ func New(l *hybrid.Limiter, cfg Config) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
 	}
 	m.pool.New = func() any { return new(scratch) }
+	m.small = smallInts()
 	m.cfg.Rules = nil
 	if err := m.SetRules(cfg.Rules); err != nil {
 		return nil, err
@@ -184,19 +210,21 @@ func (m *Middleware) SetRules(rules []Rule) error {
 		case reg.limit != w.limit:
 			changed = append(changed, w)
 		}
+		t := newTarget(w.c, reg.rule, w.limit)
 		if w.over == "" {
-			w.c.base = reg.rule
+			w.c.base = t
 		} else {
 			if w.c.over == nil {
-				w.c.over = map[string]*hybrid.Rule{}
+				w.c.over = map[string]*target{}
 			}
-			w.c.over[w.over] = reg.rule
+			w.c.over[w.over] = t
 		}
 	}
 	for _, w := range wants {
-		if (m.l.Mode(w.c.base) == hybrid.Local) != (m.l.Mode(wants[0].c.base) == hybrid.Local) {
+		mode, first := m.l.Mode(w.c.base.rule), m.l.Mode(wants[0].c.base.rule)
+		if (mode == hybrid.Local) != (first == hybrid.Local) {
 			return &RuleError{ID: w.r.ID, Field: "mode", Reason: fmt.Sprintf("runs %s while rule %q runs %s: rules must all run local, or none",
-				m.l.Mode(w.c.base), wants[0].r.ID, m.l.Mode(wants[0].c.base))}
+				mode, wants[0].r.ID, first)}
 		}
 	}
 	for _, w := range changed {
@@ -266,7 +294,8 @@ func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Lim
 	case r.Policy > hybrid.Fallback:
 		return bad("policy", fmt.Sprintf("%d: unknown", r.Policy), nil)
 	}
-	lim, err := hybrid.NewLimit(hybrid.Params{Algorithm: algo, Limit: r.Limit, Window: r.Window, Burst: r.Burst})
+	params := hybrid.Params{Algorithm: algo, Limit: r.Limit, Window: r.Window, Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored}
+	lim, err := hybrid.NewLimit(params)
 	if err != nil {
 		return bad(limitField(err), "invalid", err)
 	}
@@ -280,7 +309,9 @@ func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Lim
 		if burst > 0 {
 			burst = max(1, burst*n/r.Limit) // the burst keeps its ratio to the limit
 		}
-		ol, err := hybrid.NewLimit(hybrid.Params{Algorithm: algo, Limit: n, Window: r.Window, Burst: burst})
+		op := params
+		op.Limit, op.Burst = n, burst
+		ol, err := hybrid.NewLimit(op)
 		if err != nil {
 			return bad(field, "invalid", err)
 		}
@@ -312,6 +343,10 @@ func limitField(err error) string {
 			return "burst"
 		case "Algorithm":
 			return "algorithm"
+		case "SubWindows":
+			return "sub_windows"
+		case "Anchored":
+			return "anchored"
 		}
 	}
 	return "max_requests"

@@ -14,22 +14,26 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 )
 
-// TestAllocs holds the admitted path's allocations: one for the header
-// values (their bytes and backing array together), none without headers,
-// two when the values are too long for one block.
+// TestAllocs holds the admitted path's allocations: none when every value
+// is shared (a rule's limit, numbers to 3600); one for the values formatted
+// per request (their bytes and backing array together), as the 13-digit
+// remaining of a 2^40 limit; none without headers.
 func TestAllocs(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  httplimit.Config
-		max  float64
+		name  string
+		cfg   httplimit.Config
+		limit int64
+		max   float64
 	}{
-		{"x-ratelimit", httplimit.Config{}, 1},
-		{"both families", httplimit.Config{RateLimitHeaders: true}, 1},
-		{"no headers", httplimit.Config{DisableXRateLimit: true}, 0},
-		{"trusted proxy", httplimit.Config{TrustedProxies: []string{"10.0.0.0/8"}}, 1},
+		{"x-ratelimit", httplimit.Config{}, 1 << 40, 1},
+		{"x-ratelimit, small limit", httplimit.Config{}, 3000, 0},
+		{"reset as a time", httplimit.Config{ResetUnix: true}, 3000, 1},
+		{"both families", httplimit.Config{RateLimitHeaders: true}, 1 << 40, 1},
+		{"no headers", httplimit.Config{DisableXRateLimit: true}, 1 << 40, 0},
+		{"trusted proxy", httplimit.Config{TrustedProxies: []string{"10.0.0.0/8"}}, 1 << 40, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Rules = []httplimit.Rule{perIP("ip", "GET /api/", 1<<40, time.Hour)}
+			tc.cfg.Rules = []httplimit.Rule{perIP("ip", "GET /api/", tc.limit, time.Hour)}
 			m, err := httplimit.New(newLimiter(t, newClock()), tc.cfg)
 			require.NoError(t, err)
 			h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))

@@ -76,11 +76,14 @@ func (p *pattern) match(r *http.Request) bool {
 	if p.host != "" && !strings.EqualFold(p.host, stripPort(r.Host)) {
 		return false
 	}
+	if len(p.segs) == 0 && p.prefix {
+		return true // "/": every path
+	}
 	pth := r.URL.Path
 	if pth == "" || pth[0] != '/' {
 		pth = "/" + pth
 	}
-	if strings.Contains(pth, "//") || strings.Contains(pth, "/.") {
+	if unclean(pth) {
 		// Match what the path means, however it is written.
 		c := path.Clean(pth)
 		if strings.HasSuffix(pth, "/") && c != "/" {
@@ -111,6 +114,21 @@ func (p *pattern) match(r *http.Request) bool {
 		return more
 	}
 	return !more
+}
+
+// unclean reports whether path p has an empty segment or one starting with
+// a dot, which path.Clean may change: "//" or "/.".
+func unclean(p string) bool {
+	for {
+		i := strings.IndexByte(p, '/')
+		if i < 0 || i+1 == len(p) {
+			return false
+		}
+		if c := p[i+1]; c == '/' || c == '.' {
+			return true
+		}
+		p = p[i+1:]
+	}
 }
 
 // stripPort returns host without its port.

@@ -83,6 +83,8 @@ type fileRule struct {
 	MaxRequests int64            `json:"max_requests"`
 	Window      string           `json:"window"`
 	Burst       int64            `json:"burst,omitempty"`
+	SubWindows  int64            `json:"sub_windows,omitempty"`
+	Anchored    bool             `json:"anchored,omitempty"`
 	Tier        string           `json:"tier,omitempty"`
 	Cost        int64            `json:"cost,omitempty"`
 	Mode        string           `json:"mode,omitempty"`
@@ -116,6 +118,10 @@ func (r *fileRule) field(name string) any {
 		return &r.Window
 	case "burst":
 		return &r.Burst
+	case "sub_windows":
+		return &r.SubWindows
+	case "anchored":
+		return &r.Anchored
 	case "tier":
 		return &r.Tier
 	case "cost":
@@ -319,9 +325,9 @@ func strictJSON(data []byte, v any) error {
 // typeReason says what type a field takes, for a value of the wrong type.
 func typeReason(name string) string {
 	switch name {
-	case "max_requests", "burst", "cost":
+	case "max_requests", "burst", "sub_windows", "cost":
 		return "must be an integer"
-	case "shadow":
+	case "shadow", "anchored":
 		return "must be true or false"
 	case "overrides":
 		return "must map tier names or keys to integer limits"
@@ -423,7 +429,8 @@ func (r *fileRule) rule(i int) (Rule, error) {
 	fail := func(field, reason string) (Rule, error) { return Rule{}, ruleError(i, r.ID, field, reason) }
 	out := Rule{
 		ID: r.ID, Key: KeyType(r.Key), Endpoint: r.Endpoint, Algorithm: r.Algorithm, Limit: r.MaxRequests,
-		Burst: r.Burst, Tier: r.Tier, Cost: r.Cost, Shadow: r.Shadow, Overrides: r.Overrides,
+		Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored, Tier: r.Tier, Cost: r.Cost, Shadow: r.Shadow,
+		Overrides: r.Overrides,
 	}
 	if len(out.Overrides) == 0 {
 		out.Overrides = nil // "overrides: {}" is no overrides, as MarshalRules writes it
@@ -504,8 +511,8 @@ func MarshalRules(rules []Rule) ([]byte, error) {
 	for i, r := range rules {
 		fr := fileRule{
 			ID: r.ID, Key: string(r.Key), Endpoint: r.Endpoint, Algorithm: r.Algorithm, MaxRequests: r.Limit,
-			Window: formatWindow(r.Window), Burst: r.Burst, Tier: r.Tier, Cost: r.Cost, Shadow: r.Shadow,
-			Overrides: r.Overrides,
+			Window: formatWindow(r.Window), Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored,
+			Tier: r.Tier, Cost: r.Cost, Shadow: r.Shadow, Overrides: r.Overrides,
 		}
 		if r.Mode != hybrid.ModeDefault {
 			fr.Mode = r.Mode.String()

@@ -50,6 +50,13 @@ rules:
     algorithm: token-bucket
     max_requests: 10
     window: 1.5s
+  - id: api-key-anchored
+    key: api_key
+    algorithm: sub_window_counter
+    max_requests: 60
+    window: 1m
+    sub_windows: 6
+    anchored: true
 `
 
 const fullJSON = `{"version": 1, "rules": [
@@ -57,7 +64,9 @@ const fullJSON = `{"version": 1, "rules": [
    "max_requests": 100, "window": "1m", "tier": "free", "overrides": {"pro": 1000, "user-42": 5}},
   {"id": "login-ip", "key": "ip", "endpoint": "POST example.com/login", "algorithm": "GCRA",
    "max_requests": 5, "window": "1d", "burst": 2, "cost": 2, "mode": "central", "policy": "fail_closed", "shadow": true},
-  {"id": "7", "key": "api_key", "endpoint": "/", "algorithm": "token-bucket", "max_requests": 10, "window": "1.5s"}
+  {"id": "7", "key": "api_key", "endpoint": "/", "algorithm": "token-bucket", "max_requests": 10, "window": "1.5s"},
+  {"id": "api-key-anchored", "key": "api_key", "algorithm": "sub_window_counter", "max_requests": 60, "window": "1m",
+   "sub_windows": 6, "anchored": true}
 ]}`
 
 var fullRules = []Rule{
@@ -66,6 +75,8 @@ var fullRules = []Rule{
 	{ID: "login-ip", Key: KeyIP, Endpoint: "POST example.com/login", Algorithm: "gcra", Limit: 5,
 		Window: 24 * time.Hour, Burst: 2, Cost: 2, Mode: hybrid.Central, Policy: hybrid.FailClosed, Shadow: true},
 	{ID: "7", Key: KeyAPIKey, Endpoint: "/", Algorithm: "token_bucket", Limit: 10, Window: 1500 * time.Millisecond},
+	{ID: "api-key-anchored", Key: KeyAPIKey, Algorithm: "sub_window_counter", Limit: 60, Window: time.Minute,
+		SubWindows: 6, Anchored: true},
 }
 
 func TestParseRules(t *testing.T) {
@@ -103,6 +114,7 @@ func TestMarshalRules(t *testing.T) {
 	data, err := MarshalRules(fullRules)
 	require.NoError(t, err)
 	assert.Contains(t, string(data), `"window":"1d"`, "days stay days")
+	assert.Contains(t, string(data), `"sub_windows":6,"anchored":true`)
 	back, err := ParseRules(data)
 	require.NoError(t, err)
 	assert.Equal(t, fullRules, back)
@@ -167,6 +179,14 @@ func TestParseRulesErrors(t *testing.T) {
 		{"fractional days", strings.Replace(yamlDoc(""), "window: 10s", "window: 1.5d", 1), 0, "r1", "window", "whole number"},
 		{"burst on a window", yamlDoc("    burst: 5\n"), 0, "r1", "burst", "bucket"},
 		{"negative burst", strings.Replace(yamlDoc("    burst: -1\n"), "fixed_window", "gcra", 1), 0, "r1", "burst", "must not be negative"},
+		{"sub_windows on a fixed window", yamlDoc("    sub_windows: 4\n"), 0, "r1", "sub_windows", "only the sub-window counter"},
+		{"too many sub_windows", strings.Replace(yamlDoc("    sub_windows: 65\n"), "fixed_window", "sub_window_counter", 1), 0, "r1", "sub_windows", "from 1 to 64"},
+		{"negative sub_windows", strings.Replace(yamlDoc("    sub_windows: -1\n"), "fixed_window", "sub_window_counter", 1), 0, "r1", "sub_windows", "from 1 to 64"},
+		{"uneven sub_windows", strings.Replace(yamlDoc("    sub_windows: 3\n"), "fixed_window", "sub_window_counter", 1), 0, "r1", "sub_windows", "whole microseconds"},
+		{"sub_windows text", yamlDoc("    sub_windows: six\n"), 0, "r1", "sub_windows", "integer"},
+		{"anchored bucket", strings.Replace(yamlDoc("    anchored: true\n"), "fixed_window", "gcra", 1), 0, "r1", "anchored", "only the fixed window and the sub-window counter"},
+		{"anchored yes", yamlDoc("    anchored: maybe\n"), 0, "r1", "anchored", "true or false"},
+		{"json anchored text", `{"version": 1, "rules": [` + json1 + `, "anchored": "true"}]}`, 0, "r1", "anchored", "true or false"},
 		{"negative cost", yamlDoc("    cost: -1\n"), 0, "r1", "cost", "must not be negative"},
 		{"cost above the limit", yamlDoc("    cost: 11\n"), 0, "r1", "cost", "above 10"},
 		{"bad mode", yamlDoc("    mode: global\n"), 0, "r1", "mode", "local, central or hybrid"},

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -28,6 +29,7 @@ const ProblemType = "https://iana.org/assignments/http-problem-types#quota-excee
 // item is one matched rule of a request and its decision.
 type item struct {
 	c      *compiledRule
+	t      *target // c's limit that decides the request: its own or an override
 	req    hybrid.Request
 	shadow bool
 	d      hybrid.Decision
@@ -40,11 +42,16 @@ type scratch struct {
 	reqs  []hybrid.Request
 	out   []hybrid.Decision
 	buf   []byte
-	vals  [6]int // ends of the header values in buf
+	names [6]string // the headers whose values are in buf, in order
+	ends  [6]int    // where their values end in buf
+	n     int       // how many values buf holds
 }
 
 // Handler returns next behind the middleware. The method value m.Handler
 // is a func(http.Handler) http.Handler, as routers take middleware.
+// Responses share the slices of the rate-limit header values that do not
+// change per request: next may replace them (Set, Add, Del), not write into
+// them.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 }
@@ -91,23 +98,23 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 		if !ok {
 			continue
 		}
-		hr := c.base
+		t := c.base
 		if c.tier != "" || c.over != nil {
 			tier := m.tier(&q)
 			if c.tier != "" && tier != c.tier {
 				continue
 			}
 			if o := c.over[key]; o != nil {
-				hr = o
+				t = o
 			} else if o := c.over[tier]; o != nil && tier != "" {
-				hr = o
+				t = o
 			}
 		}
 		n := c.cost
 		if cost > 0 {
 			n = cost
 		}
-		sc.items = append(sc.items, item{c: c, req: hybrid.Request{Rule: hr, Key: key, N: n}, shadow: c.shadow || m.cfg.Shadow})
+		sc.items = append(sc.items, item{c: c, t: t, req: hybrid.Request{Rule: t.rule, Key: key, N: n}, shadow: c.shadow || m.cfg.Shadow})
 	}
 	if len(sc.items) == 0 {
 		return true
@@ -288,69 +295,53 @@ func headline(sc *scratch, admitted bool) *item {
 }
 
 // writeHeaders sets the rate-limit headers of the decided items, and
-// Retry-After on a refusal. All values are built in one buffer, then
-// copied into a header block: one allocation (two when they are too long
-// for one).
+// Retry-After on a refusal. The values formatted once per rule set (the
+// limit, a single policy item) are shared; the others are built in one
+// buffer, then copied into a header block: one allocation (two when they
+// are too long for one).
 func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted bool) {
 	h := headline(sc, admitted)
-	b := sc.buf[:0]
-	var names [6]string
-	n := 0
-	end := func(name string) {
-		names[n], sc.vals[n] = name, len(b)
-		n++
-	}
+	hdr := w.Header()
+	sc.buf, sc.n = sc.buf[:0], 0
 	if !m.cfg.DisableXRateLimit {
-		b = strconv.AppendInt(b, h.d.Limit(), 10)
-		end(hdrXLimit)
-		b = strconv.AppendInt(b, h.d.Remaining(), 10)
-		end(hdrXRemaining)
+		if lim := h.d.Limit(); lim == h.t.limit {
+			hdr[hdrXLimit] = h.t.xLim
+		} else {
+			m.setInt(hdr, sc, hdrXLimit, lim)
+		}
+		m.setInt(hdr, sc, hdrXRemaining, h.d.Remaining())
 		t := h.reset()
 		if m.cfg.ResetUnix {
 			t += m.clock.Now().Unix()
 		}
-		b = strconv.AppendInt(b, t, 10)
-		end(hdrXReset)
+		m.setInt(hdr, sc, hdrXReset, t)
 	}
 	if m.cfg.RateLimitHeaders {
-		first := true
-		for i := range sc.items {
-			it := &sc.items[i]
-			if !it.decided(admitted) {
-				continue
-			}
-			if !first {
-				b = append(b, ", "...)
-			}
-			first = false
-			b = appendName(b, it.c.id)
-			b = append(b, ";q="...)
-			b = strconv.AppendInt(b, it.d.Limit(), 10)
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, it.c.window, 10)
-		}
-		end(hdrPolicy)
-		b = appendName(b, h.c.id)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, h.d.Remaining(), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, h.reset(), 10)
-		end(hdrRateLimit)
+		m.policy(hdr, sc, admitted)
+		sc.buf = appendName(sc.buf, h.c.id)
+		sc.buf = append(sc.buf, ";r="...)
+		sc.buf = strconv.AppendInt(sc.buf, h.d.Remaining(), 10)
+		sc.buf = append(sc.buf, ";t="...)
+		sc.buf = strconv.AppendInt(sc.buf, h.reset(), 10)
+		sc.end(hdrRateLimit)
 	}
 	if !admitted {
-		b = strconv.AppendInt(b, m.retryAfter(sc), 10)
-		end(hdrRetryAfter)
+		m.setInt(hdr, sc, hdrRetryAfter, m.retryAfter(sc))
 	}
-	sc.buf = b
-	if n == 0 {
+	if sc.n == 0 {
 		return
 	}
+	b, n := sc.buf, sc.n
 	var vals []string
 	var str string
 	// One allocation: the values' bytes and the backing array of their
 	// slices together, in the smaller block they fit; the bytes are never
 	// written again, so the strings may point into them.
 	switch {
+	case n == 1 && len(b) <= len(headerBlock1{}.buf):
+		blk := new(headerBlock1)
+		copy(blk.buf[:], b)
+		str, vals = unsafe.String(&blk.buf[0], len(b)), blk.vals[:]
 	case n <= 3 && len(b) <= len(headerBlock3{}.buf):
 		blk := new(headerBlock3)
 		copy(blk.buf[:], b)
@@ -362,18 +353,84 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 	default:
 		str, vals = string(b), make([]string, n)
 	}
-	hdr := w.Header()
 	start := 0
 	for i := range n {
-		vals[i] = str[start:sc.vals[i]]
-		start = sc.vals[i]
-		hdr[names[i]] = vals[i : i+1 : i+1]
+		vals[i] = str[start:sc.ends[i]]
+		start = sc.ends[i]
+		hdr[sc.names[i]] = vals[i : i+1 : i+1]
 	}
 }
 
-// headerBlock3 and headerBlock6 hold a response's rate-limit header values:
-// their bytes, and the backing array of their one-element slices, in one
-// allocation. headerBlock3 (80 bytes) fits the X-RateLimit-* fields.
+// setInt sets header name to v: a shared value when v is small, else one
+// formatted in sc.buf.
+func (m *Middleware) setInt(hdr http.Header, sc *scratch, name string, v int64) {
+	if v >= 0 && v < int64(len(m.small)) {
+		hdr[name] = m.small[v : v+1 : v+1]
+		return
+	}
+	sc.buf = strconv.AppendInt(sc.buf, v, 10)
+	sc.end(name)
+}
+
+// end ends the value of header name in sc.buf.
+func (sc *scratch) end(name string) {
+	sc.names[sc.n], sc.ends[sc.n] = name, len(sc.buf)
+	sc.n++
+}
+
+// policy sets RateLimit-Policy: one item per decided item, each formatted
+// once per rule set; a single one is shared as it is.
+func (m *Middleware) policy(hdr http.Header, sc *scratch, admitted bool) {
+	var one *item
+	count := 0
+	for i := range sc.items {
+		if it := &sc.items[i]; it.decided(admitted) {
+			one = it
+			count++
+		}
+	}
+	if count == 1 && one.d.Limit() == one.t.limit {
+		hdr[hdrPolicy] = one.t.item
+		return
+	}
+	first := true
+	for i := range sc.items {
+		it := &sc.items[i]
+		if !it.decided(admitted) {
+			continue
+		}
+		if !first {
+			sc.buf = append(sc.buf, ", "...)
+		}
+		first = false
+		if it.d.Limit() == it.t.limit {
+			sc.buf = append(sc.buf, it.t.item[0]...)
+			continue
+		}
+		sc.buf = appendItem(sc.buf, it.c, it.d.Limit())
+	}
+	sc.end(hdrPolicy)
+}
+
+// appendItem appends rule c's RateLimit-Policy item for limit q.
+func appendItem(b []byte, c *compiledRule, q int64) []byte {
+	b = appendName(b, c.id)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, q, 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, c.window, 10)
+}
+
+// headerBlock1, headerBlock3 and headerBlock6 hold a response's rate-limit
+// header values: their bytes, and the backing array of their one-element
+// slices, in one allocation. headerBlock1 (32 bytes) fits one number of up
+// to 16 digits, the X-RateLimit-* fields' own when the others are shared;
+// headerBlock3 (80 bytes), up to three values in 32 bytes.
+type headerBlock1 struct {
+	vals [1]string
+	buf  [16]byte
+}
+
 type headerBlock3 struct {
 	vals [3]string
 	buf  [32]byte
@@ -383,6 +440,29 @@ type headerBlock6 struct {
 	vals [6]string
 	buf  [112]byte
 }
+
+// smallInts returns the header values of 0 to maxSmallInt, read-only,
+// their digits in one string; header maps share one-element slices of it
+// (see target).
+var smallInts = sync.OnceValue(func() []string {
+	const n = maxSmallInt + 1
+	var b []byte
+	var ends [n]int
+	for i := range n {
+		b = strconv.AppendInt(b, int64(i), 10)
+		ends[i] = len(b)
+	}
+	str, vals, start := string(b), make([]string, n), 0
+	for i := range n {
+		vals[i], start = str[start:ends[i]], ends[i]
+	}
+	return vals
+})
+
+// maxSmallInt is the largest number with a shared header value: an hour in
+// seconds, so that Reset and Retry-After of windows up to an hour, and
+// what is left of limits up to 3600, are not formatted per response.
+const maxSmallInt = 3600
 
 // appendName appends a rule ID as a Structured Field string; IDs are rule
 // names, which need no escaping.
