@@ -65,6 +65,7 @@ type Lease struct {
 	Digest [DigestSize]byte // the user key's digest, which names it in Redis
 
 	flags uint16
+	woke  uint32 // Cluster.woken + 1 when the key last signalled an early round
 }
 
 const (
