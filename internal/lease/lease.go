@@ -177,8 +177,7 @@ func (k *Lease) Charge(r *Rule, now, n int64) bool {
 	if r.buckets {
 		k.debt += n
 	} else {
-		rnow := now + k.offset
-		k.roll(r, rnow-rnow%r.w)
+		k.windowNow(r, now)
 		k.used += n
 	}
 	return true
