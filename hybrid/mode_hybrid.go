@@ -192,8 +192,8 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 		}
 	} else if m.fail.policy == FailLocal || m.fail.policy == Fallback || shut {
 		part := max(m.rs.limit.Load().Params().Limit/nodes, 1)
-		if d, ok := m.fallbackLease(e, lr, now, n, part); ok {
-			return d
+		if v, ok := e.Value.Fallback(lr, now, n, part); ok {
+			return m.fallbackLease(e, lr, v)
 		}
 	}
 	d := m.fail.decide(nodes, now, key, n)
@@ -215,20 +215,17 @@ func (m *hybridRule) lockedEntry(key string, now int64) *keyed.Entry[lease.Lease
 	return e
 }
 
-// fallbackLease decides on a window rule's lease, in e, which the caller
-// holds locked, with part the node's part of the window's limit (see
-// lease.Lease.Fallback); ok is false for bucket rules.
-func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now, n, part int64) (d local.Decision, ok bool) {
-	v, ok := e.Value.Fallback(lr, now, n, part)
-	if !ok {
-		return local.Decision{}, false
-	}
+// fallbackLease turns v, a window rule's lease decision on the node's part
+// of the window's limit (lease.Lease.Fallback), into a degraded Decision,
+// handing an admission to the syncer. e is the key's entry, which the
+// caller holds locked.
+func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, v lease.Verdict) local.Decision {
 	if v.Reason == local.ReasonOK && !m.l.shut.Load() {
 		lr.Notify(e)
 	}
 	m.counts.fallback.Add(1)
 	m.counts.count(v.Reason)
-	return dress(v, lr.MaxCost()).AsDegraded(), true
+	return dress(v, lr.MaxCost()).AsDegraded()
 }
 
 // idle is the store's eviction test: a key is forgotten once its lease is
