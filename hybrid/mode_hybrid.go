@@ -59,31 +59,52 @@ func (m *hybridRule) kind() Mode { return Hybrid }
 // decision, its lease, and a hand to the syncer when the lease asks for it.
 // A key without a lease while Redis is out of reach is decided by the
 // failure policy (degraded), under the same lock; one whose rule waits for
-// its lease waits for the next round (waitLease).
+// its lease waits for the next round (waitLease). Both, and bad costs, are
+// decided out of line (noLease, refuseCost), so that the usual case, a
+// decision on the lease, admitted or refused, stays short.
 func (m *hybridRule) allow(ctx context.Context, now int64, key string, n int64) (local.Decision, error) {
 	lr := m.lease.Load()
-	if v, bad := badCost(lr, n); bad {
-		m.counts.count(v.Reason)
-		return dress(v, lr.MaxCost()), nil
+	if uint64(n) > uint64(lr.MaxCost()) { // n < 0 as well
+		return m.refuseCost(lr, n), nil
 	}
-	e := m.lockedEntry(key, now)
+	e := m.store.Lock(key, now) // lockedEntry, written out: one call fewer
 	if e == nil {
 		m.counts.count(local.ReasonOverflow)
 		return dress(lease.Verdict{Reason: local.ReasonOverflow}, lr.MaxCost()), nil
 	}
+	m.l.setDigest(&e.Value, key)
 	v, signal := e.Value.Decide(lr, now, n)
 	if signal {
 		lr.Notify(e)
 	}
 	if v.Reason == local.ReasonNoLease {
-		switch {
-		case m.l.breakerOpen() || e.Value.Recovering(lr, now):
-			d := m.degraded(e, lr, now, key, n)
-			e.Unlock()
-			return d, nil
-		case lr.WaitsFirst():
-			return m.waitLease(ctx, e, lr, key, n)
-		}
+		return m.noLease(ctx, e, lr, now, key, n, v)
+	}
+	e.Unlock()
+	m.counts.count(v.Reason)
+	return dress(v, lr.MaxCost()), nil
+}
+
+// refuseCost refuses, charging nothing, a cost no lease of lr can admit.
+func (m *hybridRule) refuseCost(lr *lease.Rule, n int64) local.Decision {
+	v, _ := badCost(lr, n)
+	m.counts.count(v.Reason)
+	return dress(v, lr.MaxCost())
+}
+
+// noLease decides a request that key's lease refused for want of one, v:
+// by the failure policy while Redis is out of reach or the key recovers
+// from an outage (degraded), after the next rounds for a rule that waits
+// for its leases (waitLease), else as a refusal. e is key's entry, which
+// the caller holds locked, and noLease unlocks.
+func (m *hybridRule) noLease(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64, v lease.Verdict) (local.Decision, error) {
+	switch {
+	case e.Value.Recovering(lr, now) || m.l.breakerOpen():
+		d := m.degraded(e, lr, now, key, n)
+		e.Unlock()
+		return d, nil
+	case lr.WaitsFirst():
+		return m.waitLease(ctx, e, lr, key, n)
 	}
 	e.Unlock()
 	v = refusal(lr, v)
@@ -171,8 +192,8 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 		}
 	} else if m.fail.policy == FailLocal || m.fail.policy == Fallback || shut {
 		part := max(m.rs.limit.Load().Params().Limit/nodes, 1)
-		if d, ok := m.fallbackLease(e, lr, now, n, part); ok {
-			return d
+		if v, ok := e.Value.Fallback(lr, now, n, part); ok {
+			return m.fallbackLease(e, lr, v)
 		}
 	}
 	d := m.fail.decide(nodes, now, key, n)
@@ -194,20 +215,17 @@ func (m *hybridRule) lockedEntry(key string, now int64) *keyed.Entry[lease.Lease
 	return e
 }
 
-// fallbackLease decides on a window rule's lease, in e, which the caller
-// holds locked, with part the node's part of the window's limit (see
-// lease.Lease.Fallback); ok is false for bucket rules.
-func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now, n, part int64) (d local.Decision, ok bool) {
-	v, ok := e.Value.Fallback(lr, now, n, part)
-	if !ok {
-		return local.Decision{}, false
-	}
+// fallbackLease turns v, a window rule's lease decision on the node's part
+// of the window's limit (lease.Lease.Fallback), into a degraded Decision,
+// handing an admission to the syncer. e is the key's entry, which the
+// caller holds locked.
+func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, v lease.Verdict) local.Decision {
 	if v.Reason == local.ReasonOK && !m.l.shut.Load() {
 		lr.Notify(e)
 	}
 	m.counts.fallback.Add(1)
 	m.counts.count(v.Reason)
-	return dress(v, lr.MaxCost()).AsDegraded(), true
+	return dress(v, lr.MaxCost()).AsDegraded()
 }
 
 // idle is the store's eviction test: a key is forgotten once its lease is

@@ -136,7 +136,8 @@ func (m *hybridRule) gossipLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, no
 		return local.Decision{}, false
 	}
 	est := m.l.gossip.node.Estimate(gossipDigest(&e.Value.Digest, &m.salt))
-	return m.fallbackLease(e, lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Limit))
+	v := e.Value.FallbackIn(lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Limit))
+	return m.fallbackLease(e, lr, v), true
 }
 
 // gossipNodes is the count of nodes a bucket or central rule's limit is

@@ -378,6 +378,7 @@ func (s *Syncer) loop() {
 			early.ran()
 			run(regular)
 		case <-s.cluster.Wake():
+			s.cluster.WakeTaken()
 			// After a failure, keys that want leases would wake the loop at
 			// every gap and resend, piling work on a server that is down or
 			// overloaded: the next tick retries.

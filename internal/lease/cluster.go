@@ -31,6 +31,9 @@ type Cluster struct {
 	first     queue // keys for the next first-lease round
 	wake      chan struct{}
 	wakeFirst chan struct{}
+	// woken counts the takings of wake's signal (Wanted, WakeTaken): a
+	// key signals once between two (Lease.woke), not at every refusal.
+	woken atomic.Uint32
 }
 
 // NewCluster returns a Cluster that assumes at least least live nodes.
@@ -58,7 +61,17 @@ func (c *Cluster) Wake() <-chan struct{} { return c.wake }
 func (c *Cluster) WakeFirst() <-chan struct{} { return c.wakeFirst }
 
 // Wanted reports, and clears, whether a key asked for an early round.
-func (c *Cluster) Wanted() bool { return wanted(c.wake) }
+func (c *Cluster) Wanted() bool {
+	if !wanted(c.wake) {
+		return false
+	}
+	c.WakeTaken()
+	return true
+}
+
+// WakeTaken records that the signal of Wake was received: the keys that
+// want an early round signal again at their next decision.
+func (c *Cluster) WakeTaken() { c.woken.Add(1) }
 
 // WantedFirst reports, and clears, whether a key asked for a first-lease
 // round.
@@ -150,7 +163,12 @@ func (r *Rule) Notify(e *keyed.Entry[Lease]) {
 			signal(c.wakeFirst)
 		}
 	case k.flags&flagUrgent != 0:
-		signal(c.wake)
+		// Once until the signal is taken: a key refused at every request
+		// of a flood would otherwise signal each time.
+		if w := c.woken.Load() + 1; k.woke != w {
+			k.woke = w
+			signal(c.wake)
+		}
 	}
 }
 

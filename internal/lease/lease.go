@@ -65,6 +65,7 @@ type Lease struct {
 	Digest [DigestSize]byte // the user key's digest, which names it in Redis
 
 	flags uint16
+	woke  uint32 // Cluster.woken + 1 when the key last signalled an early round
 }
 
 const (
@@ -176,8 +177,7 @@ func (k *Lease) Charge(r *Rule, now, n int64) bool {
 	if r.buckets {
 		k.debt += n
 	} else {
-		rnow := now + k.offset
-		k.roll(r, rnow-rnow%r.w)
+		k.windowNow(r, now)
 		k.used += n
 	}
 	return true
@@ -195,15 +195,23 @@ func (k *Lease) Fallback(r *Rule, now, n, part int64) (v Verdict, ok bool) {
 	if r.buckets {
 		return Verdict{}, false
 	}
+	k.windowNow(r, now)
+	return k.FallbackIn(r, now, n, part), true
+}
+
+// FallbackIn is Fallback for a window rule's key whose window state Window
+// has just rolled forward to now (the gossip's part depends on the
+// window): it does not roll it again.
+func (k *Lease) FallbackIn(r *Rule, now, n, part int64) Verdict {
 	k.lastUse, k.span = now, r.w
-	rnow := k.windowNow(r, now)
+	rnow := max(now+k.offset, k.wid) // windowNow, rolled
 	end := k.wid + r.w - rnow
 	budget := max(k.granted, part)
 	if k.used+n > budget {
-		return Verdict{Reason: local.ReasonUnavailable, Remaining: max(budget-k.used, 0), Reset: end, Retry: end}, true
+		return Verdict{Reason: local.ReasonUnavailable, Remaining: max(budget-k.used, 0), Reset: end, Retry: end}
 	}
 	k.used += n
-	return Verdict{Remaining: budget - k.used, Reset: end}, true
+	return Verdict{Remaining: budget - k.used, Reset: end}
 }
 
 // Check decides a request of cost n at node time now as Decide would,

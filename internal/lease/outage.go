@@ -29,8 +29,7 @@ func (k *Lease) Tapped(r *Rule, now int64) {
 	}
 	var window, used int64
 	if !r.buckets {
-		rnow := now + k.offset
-		k.roll(r, rnow-rnow%r.w)
+		k.windowNow(r, now)
 		window, used = k.wid/r.w, max(k.used, k.granted)
 	}
 	asked := k.asked

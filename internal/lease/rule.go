@@ -26,9 +26,10 @@ type Params struct {
 // concurrent use.
 type Rule struct {
 	lim     local.Limit
-	buckets bool // rate shares (token/leaky bucket, GCRA); windows otherwise
-	counter bool // the sliding window counter
-	sub     bool // the sub-window counter: leased per sub-window (w), ws of them to a window
+	maxCost int64 // lim.MaxCost(), read on every decision without copying lim
+	buckets bool  // rate shares (token/leaky bucket, GCRA); windows otherwise
+	counter bool  // the sliding window counter
+	sub     bool  // the sub-window counter: leased per sub-window (w), ws of them to a window
 
 	w, limit, burst int64 // window (µs; the sub-window counter's sub-window), limit per window, burst (buckets)
 	step, ws        int64 // the counter's steps; the sub-window counter's sub-window and sub-windows
@@ -73,7 +74,7 @@ func NewRule(lim local.Limit, p Params, c *Cluster, ref any) (*Rule, error) {
 	}
 	lp := lim.Params()
 	r := &Rule{
-		lim: lim, w: lp.Window.Microseconds(), limit: lp.Limit, burst: lp.Burst,
+		lim: lim, maxCost: lim.MaxCost(), w: lp.Window.Microseconds(), limit: lp.Limit, burst: lp.Burst,
 		interval: p.Interval.Microseconds(), horizon: p.Horizon.Microseconds(),
 		safety: p.Safety.Microseconds(), minGap: max(p.MinGap.Microseconds(), 1),
 		paceGap: max(p.PaceGap.Microseconds(), 1), idleRelease: p.IdleRelease.Microseconds(),
@@ -140,7 +141,7 @@ func (r *Rule) SetWaitFirst() { r.waitFirst = true }
 func (r *Rule) WaitsFirst() bool { return r.waitFirst }
 
 // MaxCost is the largest cost a request can have: the limit, or the burst.
-func (r *Rule) MaxCost() int64 { return r.lim.MaxCost() }
+func (r *Rule) MaxCost() int64 { return r.maxCost }
 
 // Nodes returns the number of live nodes (Cluster.Nodes).
 func (r *Rule) Nodes() int64 { return r.cluster.Nodes() }
