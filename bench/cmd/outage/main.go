@@ -88,7 +88,7 @@ func main() {
 	for _, fault := range []string{"kill", "stop"} {
 		for _, algo := range []string{"fixed window", "token bucket"} {
 			for _, load := range []float64{1.5, 5} {
-				if *onlyFault != "" && *onlyFault != fault || *onlyAlgo != "" && !strings.HasPrefix(algo, *onlyAlgo) || *onlyLoad != 0 && *onlyLoad != load {
+				if *onlyFault != "" && *onlyFault != fault || *onlyAlgo != "" && !strings.Contains(algo, *onlyAlgo) || *onlyLoad != 0 && *onlyLoad != load {
 					continue
 				}
 				group := make([]*scenario, len(workloads))
