@@ -198,3 +198,33 @@ func TestFallbackBucketShareGrows(t *testing.T) {
 	t.Logf("admitted %d of %d asked in 0.5s", admitted, L/2)
 	assert.Greater(t, admitted, int64(L/2*85/100), "the only node asking takes most of the rate, not half")
 }
+
+// TestAllowNoAllocsFallbackBucket: a bucket rule's decision by its demand
+// share while Redis is down allocates nothing.
+func TestAllowNoAllocsFallbackBucket(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	l := gossipClusterWith(t, srv, redistest.Prefix(t), clk, steadyMembers, "a")[0]
+	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 10})
+	r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: lim}, hybrid.Hybrid)
+	srv.Kill()
+	markUnavailable(t, l, r, clk)
+	for range 20 {
+		l.Allow(ctx, r, "k")
+	}
+	c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	l.SyncAt(c, clk.Now()) // the key is in the syncer's hands: no queueing below
+	cancel()
+	d, err := l.Allow(ctx, r, "k")
+	require.NoError(t, err)
+	require.True(t, d.Degraded(), "decided by the policy")
+	allocs := testing.AllocsPerRun(100, func() {
+		clk.Add(time.Millisecond)
+		l.Allow(ctx, r, "k")
+	})
+	assert.Zero(t, allocs)
+}
