@@ -43,6 +43,13 @@ func gossipConfig(name string, seeds ...string) *fallback.Config {
 // clk, each with a gossip node, joined to the first one's.
 func gossipCluster(t *testing.T, srv *redistest.Server, prefix string, clk *fakeClock, names ...string) []*hybrid.Limiter {
 	t.Helper()
+	return gossipClusterWith(t, srv, prefix, clk, nil, names...)
+}
+
+// gossipClusterWith is gossipCluster with tune, if not nil, applied to each
+// node's gossip Config.
+func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *fakeClock, tune func(*fallback.Config), names ...string) []*hybrid.Limiter {
+	t.Helper()
 	var out []*hybrid.Limiter
 	for i, name := range names {
 		cfg := nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, name, len(names))
@@ -51,6 +58,9 @@ func gossipCluster(t *testing.T, srv *redistest.Server, prefix string, clk *fake
 			seeds = []string{out[0].Gossip().Addr()}
 		}
 		cfg.Gossip = gossipConfig(name, seeds...)
+		if tune != nil {
+			tune(cfg.Gossip)
+		}
 		out = append(out, newNode(t, cfg))
 	}
 	for _, l := range out {

@@ -175,9 +175,10 @@ func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
 
 // degraded decides for a key without a lease while Redis is out of reach,
 // back in a window the outage touched (lease.Lease.Recovering), or after
-// Shutdown: by Fallback's gossip estimate or FailLocal's part on a window
-// rule's lease, else by the rule's failure policy, recording in the lease
-// what the policy admitted. e is key's entry, which the caller holds locked.
+// Shutdown: by Fallback's gossip estimate (on a window rule's lease, or a
+// bucket rule's demand share) or FailLocal's part on a window rule's lease,
+// else by the rule's failure policy, recording in the lease what the policy
+// admitted. e is key's entry, which the caller holds locked.
 func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) local.Decision {
 	// The nodes: as the last lease exchange counted them, or as the Config
 	// says until one did.
@@ -186,7 +187,8 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 		nodes = c
 	}
 	shut := m.l.shut.Load()
-	if m.fail.policy == Fallback && m.l.gossip != nil && !shut {
+	gossip := m.fail.policy == Fallback && m.l.gossip != nil && !shut
+	if gossip {
 		if d, ok := m.gossipLease(e, lr, now, n); ok {
 			return d
 		}
@@ -196,7 +198,12 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 			return m.fallbackLease(e, lr, v)
 		}
 	}
-	d := m.fail.decide(nodes, now, key, n)
+	var d local.Decision
+	if gossip {
+		d = m.gossipBucket(e, now, key, n)
+	} else {
+		d = m.fail.decide(nodes, now, key, n)
+	}
 	if d.Allowed() && e.Value.Charge(lr, now, n) && !shut {
 		// Recorded in the lease: the next exchange reports it, and Redis
 		// counts it once it answers again.

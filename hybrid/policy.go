@@ -1,6 +1,7 @@
 package hybrid
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/local"
@@ -13,12 +14,16 @@ type failover struct {
 	rs     *ruleState
 	policy Policy
 	// part is this node's part of the limit, the limiter of FailLocal and
-	// of every policy after Shutdown.
+	// of every policy after Shutdown; under Fallback with gossip, a hybrid
+	// bucket rule's limit scaled for its demand shares (byShare).
 	part *local.Limiter
+	// scale is the limit part runs on for byShare, nil before its first
+	// use.
+	scale *atomic.Pointer[shareScaled]
 }
 
 func newFailover(rs *ruleState, lim local.Limit) (failover, error) {
-	f := failover{rs: rs, policy: rs.policy}
+	f := failover{rs: rs, policy: rs.policy, scale: new(atomic.Pointer[shareScaled])}
 	var err error
 	f.part, err = local.New(lim, rs.l.localConfig())
 	return f, err
@@ -27,10 +32,9 @@ func newFailover(rs *ruleState, lim local.Limit) (failover, error) {
 // decide decides by the policy, or on this node's part of the limit once
 // the Limiter is shut down; nodes is how many nodes share the limit.
 func (f *failover) decide(nodes int64, now int64, key string, n int64) local.Decision {
-	rs := f.rs
-	rs.counts.fallback.Add(1)
+	f.rs.counts.fallback.Add(1)
 	policy := f.policy
-	if rs.l.shut.Load() {
+	if f.rs.l.shut.Load() {
 		policy = FailLocal
 	}
 	var d local.Decision
@@ -42,6 +46,12 @@ func (f *failover) decide(nodes int64, now int64, key string, n int64) local.Dec
 	default:
 		d = f.local(nodes, now, key, n)
 	}
+	return f.counted(d)
+}
+
+// counted counts d, a decision of the policy's, and marks it Degraded.
+func (f *failover) counted(d local.Decision) local.Decision {
+	rs := f.rs
 	if d.Allowed() {
 		rs.counts.count(local.ReasonOK) // FailOpen's ReasonUnavailable included
 	} else {

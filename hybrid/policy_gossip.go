@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -138,6 +140,77 @@ func (m *hybridRule) gossipLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, no
 	est := m.l.gossip.node.Estimate(gossipDigest(&e.Value.Digest, &m.salt))
 	v := e.Value.FallbackIn(lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Limit))
 	return m.fallbackLease(e, lr, v), true
+}
+
+// gossipBucket decides by the gossip estimate for a bucket rule's key,
+// whose entry e the caller holds locked: on the node's demand-weighted
+// share of the rule's rate and burst (an even split while no node has
+// gossiped the key).
+func (m *hybridRule) gossipBucket(e *keyed.Entry[lease.Lease], now int64, key string, n int64) local.Decision {
+	est := m.l.gossip.node.Estimate(gossipDigest(&e.Value.Digest, &m.salt))
+	return m.fail.byShare(now, key, n, est.Share)
+}
+
+// shareScale is how finely byShare divides a bucket by share: part runs on
+// the rule's rate and burst × shareScale (or the largest power of two below
+// it that the limit's bounds take), and a request of cost n is charged
+// ⌈n × scale ÷ share⌉, within 1/scale of its exact cost.
+const shareScale = 1024
+
+// shareScaled is the limit byShare's part runs on: base, the rule's limit,
+// with rate and burst × k.
+type shareScaled struct {
+	base *local.Limit
+	lim  local.Limit
+	k    int64
+}
+
+// byShare decides a request of cost n for key at now on share (in (0, 1])
+// of the rule's rate and burst: a bucket of rate r and burst b charged
+// n ÷ share per request admits r × share and b × share, so each key gets
+// its own share with no state beyond part's, and a new share applies at
+// once to the tokens the key holds. A refusal, a cost above the share's
+// burst included, is ReasonUnavailable; Limit is the rule's, Remaining in
+// requests at this share.
+func (f *failover) byShare(now int64, key string, n int64, share float64) local.Decision {
+	f.rs.counts.fallback.Add(1)
+	lim := f.rs.limit.Load()
+	sc := f.scale.Load()
+	if sc == nil || sc.base != lim || f.part.Limit() != sc.lim {
+		sc = f.rescale(lim)
+	}
+	limit := lim.MaxCost()
+	cost := math.Ceil(float64(n*sc.k) / share)
+	if !(cost <= float64(sc.lim.MaxCost())) {
+		// Beyond the share's burst (or no share at all): never admitted at
+		// this share, which the next snapshot may raise.
+		return f.counted(local.NewDecision(false, local.ReasonUnavailable, limit, 0, 0, time.Second))
+	}
+	d := f.part.AllowNAt(time.UnixMicro(now), key, int64(cost))
+	reason := d.Reason()
+	if reason == local.ReasonLimited {
+		reason = local.ReasonUnavailable
+	}
+	remaining := min(int64(float64(d.Remaining())*share/float64(sc.k)), limit)
+	return f.counted(local.NewDecision(d.Allowed(), reason, limit, remaining, d.ResetAfter(), d.RetryAfter()))
+}
+
+// rescale sets part to lim with its rate and burst scaled by shareScale, or
+// by the largest power of two below it that the limit's bounds take.
+func (f *failover) rescale(lim *local.Limit) *shareScaled {
+	sc := &shareScaled{base: lim, lim: *lim, k: 1}
+	p := lim.Params()
+	for k := int64(shareScale); k > 1; k /= 2 {
+		q := p
+		q.Limit, q.Burst = p.Limit*k, p.Burst*k
+		if nl, err := local.NewLimit(q); err == nil {
+			sc.lim, sc.k = nl, k
+			break
+		}
+	}
+	f.part.SetLimit(sc.lim)
+	f.scale.Store(sc)
+	return sc
 }
 
 // gossipNodes is the count of nodes a bucket or central rule's limit is

@@ -61,9 +61,9 @@ const (
 	// Fallback decides on this node from the counts the nodes gossip
 	// (Config.Gossip): a window rule's key may admit its node's own count
 	// plus its demand-weighted share of what the window has left; a bucket
-	// rule splits the limit among the gossip's members. Skewed traffic keeps
-	// about the limit, where FailLocal would starve the busy nodes. Without
-	// Config.Gossip it is FailLocal.
+	// rule's key, that share of the rate and of the burst. Skewed traffic
+	// keeps about the limit, where FailLocal would starve the busy nodes.
+	// Without Config.Gossip it is FailLocal.
 	Fallback
 )
 
