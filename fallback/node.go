@@ -43,8 +43,8 @@ type Node struct {
 
 	// ownPast are this node's past record sets, oldest first, so that a
 	// snapshot counts its own records as old as the peers' it holds (see
-	// rebuild); lag is the moving average of how long peers' records take
-	// to arrive (ns). Both belong to the loop, but lag, which delegates
+	// rebuild and peerAge); lag is the moving average of how long peers'
+	// records take to arrive (ns). Both belong to the loop, but lag, which delegates
 	// update under mu.
 	ownPast []ownAt
 	lag     float64
@@ -458,12 +458,16 @@ func (n *Node) rebuild(now time.Time) {
 	// only for members, so a dead node's share goes to the living while
 	// what it admitted in the window still counts.
 	accs := map[Digest]*acc{}
-	add := func(r *record, self, member bool) {
+	acc0 := func(r *record) *acc {
 		a := accs[r.key]
 		if a == nil {
 			a = &acc{window: r.window}
 			accs[r.key] = a
 		}
+		return a
+	}
+	count := func(r *record, self bool) {
+		a := acc0(r)
 		if r.window > a.window {
 			a.window, a.total, a.own = r.window, 0, 0
 		}
@@ -473,25 +477,46 @@ func (n *Node) rebuild(now time.Time) {
 				a.own = r.consumed
 			}
 		}
-		if member {
-			a.sum += r.demand
-			if self {
-				a.ownDemand = r.demand
-			}
+	}
+	demand := func(r *record, self bool) {
+		a := acc0(r)
+		a.sum += r.demand
+		if self {
+			a.ownDemand = r.demand
 		}
 	}
+	// This node's counts are taken as old as the peers' latest are now
+	// (peerAge), and its demands as old as the peers' took to arrive
+	// (lag): a count fresher than the peers' would take a share of what
+	// they have admitted since, while the demands, moving averages, change
+	// little while a record waits for the snapshot.
+	nowNs := now.UnixNano()
 	n.mu.Lock()
-	lag := int64(n.lag)
+	lag, age := int64(n.lag), n.peerAge(nowNs)
 	n.mu.Unlock()
-	if own := n.ownAsOf(now.UnixNano() - lag); own != nil {
-		for i := range *own {
-			add(&(*own)[i], true, true)
+	older := n.ownAsOf(nowNs - max(lag, age)) // first: ownAsOf forgets what is older than its time
+	newer := n.ownAsOf(nowNs - min(lag, age))
+	counts, demands := older, newer
+	if age < lag {
+		counts, demands = newer, older
+	}
+	if counts != nil {
+		for i := range *counts {
+			count(&(*counts)[i], true)
+		}
+	}
+	if demands != nil {
+		for i := range *demands {
+			demand(&(*demands)[i], true)
 		}
 	}
 	n.mu.Lock()
 	for _, peers := range n.remote {
 		for _, p := range peers {
-			add(&p.record, false, members[p.origin])
+			count(&p.record, false)
+			if members[p.origin] {
+				demand(&p.record, false)
+			}
 		}
 	}
 	n.mu.Unlock()
@@ -510,13 +535,42 @@ func (n *Node) rebuild(now time.Time) {
 	n.snap.Store(s)
 }
 
+// peerAge returns how old, on average, the latest record of each peer that
+// is sending is at now (unix ns): the age of the peers' counts this
+// snapshot sums, which this node's own count must match. It is more than
+// the records' delay in transit (lag): a record waits for the next
+// snapshot after it arrives, and peers queue theirs on their own ticks. A
+// peer whose latest record is older than two intervals past the delay is
+// idle (its count has not moved) and not counted; with none sending, it is
+// lag. The caller holds n.mu.
+func (n *Node) peerAge(now int64) int64 {
+	latest := map[string]int64{}
+	for _, peers := range n.remote {
+		for _, p := range peers {
+			latest[p.origin] = max(latest[p.origin], int64(p.seq))
+		}
+	}
+	idle := int64(n.lag) + 2*int64(n.cfg.Interval)
+	var sum, cnt int64
+	for _, seq := range latest {
+		if a := now - seq; a >= 0 && a <= idle {
+			sum += a
+			cnt++
+		}
+	}
+	if cnt == 0 {
+		return int64(n.lag)
+	}
+	return sum / cnt
+}
+
 // maxLag bounds the delay of peers' records that the lag average takes in,
 // and how far back this node's own records are kept.
 const maxLag = 2 * time.Second
 
 // ownAsOf returns this node's record set as queued at or before t (unix
 // ns), or the oldest one kept, and forgets the ones before it. A snapshot
-// counts this node's records as old as its peers' arrive: were its own
+// counts this node's records as old as its peers' (peerAge): were its own
 // fresher, each node would take its share of a remainder that the others
 // have already eaten into since their records left, and the cluster would
 // admit about (1 − share) × rate × that delay over the limit.

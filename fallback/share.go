@@ -13,9 +13,9 @@ type Estimate struct {
 	// Window is the window id the counts are of (the caller's, as passed to
 	// Observe; 0 for the bucket algorithms).
 	Window int64
-	// Own is this node's count in Window as it gossiped it about as long
-	// ago as the peers' records take to arrive, so that Own and the
-	// others' counts in Total are of about the same time.
+	// Own is this node's count in Window as it gossiped it as long ago as
+	// the peers' latest records were queued, on average, so that Own and
+	// the others' counts in Total are of about the same time.
 	Own int64
 	// Total is the sum of every node's count in Window in the snapshot, Own
 	// included, and the counts of nodes that have died since.

@@ -377,9 +377,10 @@ const docNotes = `
   round and a snapshot rebuild later), each node would take its share of a remainder the
   others have already eaten into: about (1 − share) × rate × that delay over L, which grows
   with the offered rate and with the delay (a loaded machine delays gossip). A snapshot
-  therefore counts the node's own records as old as its peers' take to arrive (a moving
-  average of their delay; records carry the sender's clock, so skewed clocks across hosts
-  bias it). What remains is the error of that average.
+  therefore counts the node's own count as old as the peers' latest records are at that
+  moment (their mean age by the senders' clocks, so skewed clocks across hosts bias it):
+  a record waits in transit, then for the next snapshot, and peers queue theirs on their
+  own ticks. What remains is the spread of those ages.
 - A node joining during the outage counts in every node's member count once memberlist has
   gossiped its join, and its demand once its first record arrives; a killed node's share goes
   to the others once memberlist declares it dead (suspected members still count, so a
