@@ -66,9 +66,10 @@
 // fail when Redis does not answer. When Redis answers again, each node
 // reports what it admitted without it once (reports are absolute per
 // window), and, under Fallback, replies in a window the outage touched
-// grant nothing on top of what the node held for a while, so no lease comes
-// on top of use Redis does not know yet. After Shutdown every rule decides locally, on
-// this node's part of its limit.
+// grant nothing on top of what the node held for a while (a bucket rule's,
+// none of Redis's burst), so no lease comes on top of use Redis does not
+// know yet. After Shutdown every rule decides locally, on this node's part
+// of its limit.
 //
 // # Lifecycle and metrics
 //

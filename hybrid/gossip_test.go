@@ -17,6 +17,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
@@ -236,15 +237,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	const L = 1000
 	W := time.Second
 	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
-	nodes := []*hybrid.Limiter{
-		newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "a", 2)),
-		newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "b", 2)),
-	}
-	rules := make([]*hybrid.Rule, 2)
-	for i, l := range nodes {
-		// Fallback without gossip: FailLocal's even split, and the hand-back.
-		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W), Policy: hybrid.Fallback}, hybrid.Hybrid)
-	}
+	nodes, rules := handBackNodes(t, srv.Addr, prefix, clk, fixed(L, W))
 	var total int64
 	allow := func(i int) bool {
 		d, _ := nodes[i].Allow(ctx, rules[i], "k")
@@ -333,4 +326,69 @@ func TestGossipMetrics(t *testing.T) {
 	assert.Contains(t, c, "hybridlimit.gossip.records.dropped")
 	changes := int64Points(t, c, "hybridlimit.mode.changes")
 	assert.Equal(t, map[string]int64{"to=policy": 1}, changes)
+}
+
+// TestNoBurstOnUnknownUse: a token bucket drained by the failure policies
+// while Redis was down, and Redis restarted full. For a while after it
+// answers again, the nodes refill at their share of the rate only: Redis's
+// fresh burst, which the nodes spent without it, is not handed out again.
+func TestNoBurstOnUnknownUse(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	const L, B = 1000, 200
+	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: L, Window: time.Second, Burst: B})
+	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	nodes, rules := handBackNodes(t, srv.Addr, prefix, clk, lim)
+	var total int64
+	drain := func(i int) {
+		for {
+			d, err := nodes[i].Allow(ctx, rules[i], "k")
+			require.NoError(t, err)
+			if !d.Allowed() {
+				return
+			}
+			total++
+		}
+	}
+	for i := range nodes {
+		drain(i)
+		syncOK(t, nodes[i], clk)
+	}
+	srv.Kill()
+	for i := range nodes {
+		markUnavailable(t, nodes[i], rules[i], clk)
+		drain(i)
+	}
+	srv.Restart()
+	for i := range nodes {
+		syncBack(t, nodes[i], clk)
+	}
+	// 300 ms with Redis back, both nodes asking for all they can get.
+	total = 0
+	const span = 300 * time.Millisecond
+	for end := clk.Now().Add(span); clk.Now().Before(end); clk.Add(10 * time.Millisecond) {
+		for i := range nodes {
+			drain(i)
+			nodes[i].SyncAt(ctx, clk.Now())
+		}
+	}
+	rate := int64(L * span / time.Second)
+	t.Logf("admitted in the %v after Redis came back: %d (the rate alone: %d; burst %d)", span, total, rate, B)
+	assert.LessOrEqual(t, total, rate+B/4, "a burst handed out on top of what the nodes spent without Redis")
+	assert.Greater(t, total, rate/2, "the nodes' shares of the rate refill them")
+}
+
+// handBackNodes returns two nodes, a and b, each with rule "r" of lim under
+// Fallback without gossip: FailLocal's even split, and the hand-back.
+func handBackNodes(t *testing.T, addr, prefix string, clk *fakeClock, lim local.Limit) ([]*hybrid.Limiter, []*hybrid.Rule) {
+	nodes := []*hybrid.Limiter{
+		newNode(t, nodeConfig(redistest.Client(t, addr), prefix, clk, "a", 2)),
+		newNode(t, nodeConfig(redistest.Client(t, addr), prefix, clk, "b", 2)),
+	}
+	rules := make([]*hybrid.Rule, 2)
+	for i, l := range nodes {
+		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: lim, Policy: hybrid.Fallback}, hybrid.Hybrid)
+	}
+	return nodes, rules
 }

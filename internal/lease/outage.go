@@ -2,8 +2,8 @@ package lease
 
 // What a lease does around a Redis outage: it feeds the gossip fallback
 // with the key's figures at each sync round, and, once Redis answers again,
-// takes no new grant in a window the outage touched, since Redis does not
-// yet know what every node admitted there without it.
+// takes no new grant in a window the outage touched, nor a bucket's burst,
+// since Redis does not yet know what every node admitted without it.
 
 // Tap receives a key's figures at each sync round that looks after it:
 // window is the id of the key's current window (its start ÷ the window; 0
@@ -17,7 +17,8 @@ type Tap func(k *Lease, window, asked, used int64)
 // receives each key's figures at every round; handBack makes a window
 // rule's keys take no new grant, once Redis answers again, in a window an
 // outage touched (Recovering): the failure policy goes on deciding them
-// until the window ends. Call it before r is used.
+// until the window ends; and a bucket rule's keys take no tokens out of
+// the pool for a while (grantAfterOutage). Call it before r is used.
 func (r *Rule) SetOutage(tap Tap, handBack bool) { r.tap, r.handBack = tap, handBack }
 
 // Tapped hands k's figures at node time now to r's Tap, if r has one. The
@@ -88,3 +89,18 @@ func (c *Cluster) NoteOutage(rnow int64) { c.outage.Store(max(rnow, 1)) }
 // Outage returns the Redis time of the last round that found Redis
 // unreachable, 0 before any.
 func (c *Cluster) Outage() int64 { return c.outage.Load() }
+
+// grantAfterOutage is what a bucket reply at Redis time rnow may add to
+// k's tokens out of the pool: nothing within recoverSpan intervals of an
+// outage (Fallback's hand-back), when Redis, restarted full or not yet told
+// of every node's debt, would hand out a burst the nodes already spent
+// without it; the node's share of the rate still refills it. Else grant.
+func (k *Lease) grantAfterOutage(r *Rule, grant, rnow int64) int64 {
+	if !r.handBack {
+		return grant
+	}
+	if out := r.cluster.Outage(); out != 0 && rnow < out+recoverSpan*r.interval {
+		return 0
+	}
+	return grant
+}

@@ -330,7 +330,7 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	k.epoch = v.Epoch
 	k.debtSent += q.Debt
 	k.rate, k.burst, k.expiry = v.Rate, v.Burst, v.Expiry
-	k.tokens = min(k.tokens+v.Grant, v.Burst)
+	k.tokens = min(k.tokens+k.grantAfterOutage(r, v.Grant, v.Now), v.Burst)
 	if k.tokens >= v.Burst {
 		k.rem = 0
 	}

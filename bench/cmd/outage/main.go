@@ -395,6 +395,9 @@ const docNotes = `
   each node held for ten sync intervals, while every node reports what it admitted without
   Redis (absolute per-window reports: once, whatever the retries); the process test
   internal/outage checks that Redis's count of that window equals what the nodes admitted.
+  Bucket rules take no tokens from Redis's pool for those ten intervals, only their share of
+  the rate: Redis, restarted full or not yet told every node's debt, would hand out again a
+  burst the nodes spent without it.
 - "alone" admits N × L throughout: no coordination at all.
 `
 
