@@ -53,3 +53,7 @@ func FirstPending(s *Syncer) int {
 func SyncWithin(s *Syncer, ctx context.Context, now int64, budget time.Duration) (RoundStats, error) {
 	return s.round(ctx, now, false, budget)
 }
+
+// OutageNoted returns the Redis time of the last round that found Redis
+// unreachable (lease.Cluster.Outage), 0 before any.
+func OutageNoted(s *Syncer) int64 { return s.cluster.Outage() }
