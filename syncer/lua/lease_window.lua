@@ -58,127 +58,67 @@ local gk, uk = 'g.' .. node, 'u.' .. node
 
 local wt = now - fmod(now, W)
 
--- Each hash is read at most once into a table and written back once, at
--- the end, with the fields that changed: Redis calls, not Lua, are
--- most of a call's cost.
---
--- The slots: per key, the fields read (f; all of them once full), whether
--- it held another window (stale: deleted before it is written), and the
--- fields to write (dirty, in order; id and R first for an emptied slot),
--- written only if the call changed it (changed).
-local slots = {}
+-- slot returns the key of window x's slot, emptied if it held another window.
 local slot_id = {} -- the window of each slot key
-
--- slot returns the key of window x's slot, emptied if it held another
--- window. A first look reads the node's fields and R only.
 local function slot(x)
   local k = KEYS[2 + fmod(fdiv(x, W), 3)]
-  if slots[k] then return k end
   slot_id[k] = x
-  local v = redis.call('HMGET', k, 'id', 'R', gk, uk)
-  local s = {dirty = {}, ord = {}}
-  if tonumber(v[1]) ~= x then
-    s.f, s.full, s.stale = {id = fmt(x), R = '0'}, true, v[1] ~= false
-    s.dirty, s.ord = {id = true, R = true}, {'id', 'R'}
-  else
-    s.f = {id = v[1], R = v[2] or nil}
-    s.f[gk], s.f[uk] = v[3] or nil, v[4] or nil
+  if tonumber(redis.call('HGET', k, 'id')) ~= x then
+    redis.call('DEL', k)
+    redis.call('HSET', k, 'id', fmt(x), 'R', '0')
   end
-  slots[k] = s
   return k
-end
-
--- put sets field f of slot k to v.
-local function put(k, f, v)
-  local s = slots[k]
-  s.f[f], s.grants, s.changed = v, nil, true
-  if not s.dirty[f] then
-    s.dirty[f] = true
-    s.ord[#s.ord + 1] = f
-  end
-end
-
--- fields returns every field of slot k, reading them at the first call.
-local function fields(k)
-  local s = slots[k]
-  if not s.full then
-    local v = redis.call('HGETALL', k)
-    local f = {}
-    for i = 1, #v, 2 do f[v[i]] = v[i + 1] end
-    for _, x in ipairs(s.ord) do f[x] = s.f[x] end -- what this call changed
-    s.f, s.full = f, true
-  end
-  return s.f
-end
-
--- The meta hash: its fields (mf), their order in Redis (mord: a new field
--- goes last, as HSET appends it), and the fields changed (mdirty) and
--- deleted (mdel).
-local mall = redis.call('HGETALL', m)
-local mf, mord, mdirty, mdel, mstale = {}, {}, {}, {}, false
-for i = 1, #mall, 2 do
-  mf[mall[i]] = mall[i + 1]
-  mord[#mord + 1] = mall[i]
-end
-local mknown = {}
-for _, f in ipairs(mord) do mknown[f] = true end
-local function mput(f, v)
-  if not mknown[f] then
-    mknown[f] = true
-    mord[#mord + 1] = f
-  end
-  mf[f], mdirty[f], mdel[f] = v, true, nil
-end
-local function mdrop(f)
-  mf[f], mdirty[f], mdel[f] = nil, nil, true
 end
 
 -- node's grant and use in the slot k, and the slot's R
 local function state(k)
-  local f = slots[k].f
-  return tonumber(f[gk]) or 0, tonumber(f[uk]) or 0, tonumber(f.R) or 0
+  local v = redis.call('HMGET', k, gk, uk, 'R')
+  return tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
 end
 
 local function set(k, g, u, oldg, oldu, R)
   local nr = R - math.max(oldg, oldu) + math.max(g, u)
-  put(k, gk, fmt(g))
-  put(k, uk, fmt(u))
-  put(k, 'R', fmt(nr))
-  if sub then mput('h.' .. fmt(slot_id[k]), fmt(nr)) end
+  redis.call('HSET', k, gk, fmt(g), uk, fmt(u), 'R', fmt(nr))
+  if sub then redis.call('HSET', m, 'h.' .. fmt(slot_id[k]), fmt(nr)) end
   return nr
 end
 
-local ofp = mf.fp
-if ofp and bucket_alg(tonumber(string.match(ofp, '^(%d+)'))) then
+local meta = redis.call('HMGET', m, 'fp', 'ep')
+if meta[1] and bucket_alg(tonumber(string.match(meta[1], '^(%d+)'))) then
   -- another family's state (a bucket's) under this name: start afresh
-  mf, mord, mknown, mdirty, mdel, mstale = {}, {}, {}, {}, {}, true
-  ofp = nil
+  redis.call('DEL', m)
+  meta = {false, false}
 end
-local ep = tonumber(mf.ep)
+local ep = tonumber(meta[2])
 if not ep then
   ep = now
-  mput('ep', fmt(ep))
-  mput('fp', p.fp)
+  redis.call('HSET', m, 'ep', fmt(ep), 'fp', p.fp)
 end
 local revoked = 0
 local kprev, kcur, knext = slot(wt - W), slot(wt), slot(wt + W)
-if ofp and ofp ~= p.fp then
+if meta[1] and meta[1] ~= p.fp then
   -- The limit changed: every grant not yet used is revoked.
   revoked = 1
   for _, k in ipairs({kcur, knext}) do
-    local f = fields(k)
+    local all = redis.call('HGETALL', k)
     local R = 0
-    local used, gs = {}, {}
-    for name, v in pairs(f) do
-      if string.sub(name, 1, 2) == 'u.' then used[string.sub(name, 3)] = tonumber(v) end
-      if string.sub(name, 1, 2) == 'g.' then gs[#gs + 1] = name end
+    local used = {}
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if string.sub(f, 1, 2) == 'u.' then used[string.sub(f, 3)] = tonumber(all[i + 1]) end
     end
-    for _, name in ipairs(gs) do put(k, name, fmt(used[string.sub(name, 3)] or 0)) end
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if string.sub(f, 1, 2) == 'g.' then
+        local u = used[string.sub(f, 3)] or 0
+        redis.call('HSET', k, f, fmt(u))
+      end
+    end
     for _, u in pairs(used) do R = R + u end
-    put(k, 'R', fmt(R))
-    if sub then mput('h.' .. fmt(slot_id[k]), fmt(R)) end
+    redis.call('HSET', k, 'R', fmt(R))
+    if sub then redis.call('HSET', m, 'h.' .. fmt(slot_id[k]), fmt(R)) end
   end
-  mput('fp', p.fp)
+  redis.call('HSET', m, 'fp', p.fp)
 end
 
 -- Reports: the node's absolute use of the previous, current or next window.
@@ -208,23 +148,23 @@ end
 -- key sends that one within guess_ttl, so an unknown demand older than that
 -- counts as none.
 local guess = demand < 0
-mput('d.' .. node, fmt(demand))
-mput('t.' .. node, fmt(now))
+redis.call('HSET', m, 'd.' .. node, fmt(demand), 't.' .. node, fmt(now))
+local all = redis.call('HGETALL', m)
 local live = 0
 local demands = {} -- the live nodes' demands, -1 where unknown
 local seen = {} -- and when each last exchanged
-for _, f in ipairs(mord) do
-  if string.sub(f, 1, 2) == 't.' and mf[f] then
+for i = 1, #all, 2 do
+  local f = all[i]
+  if string.sub(f, 1, 2) == 't.' then
     local id = string.sub(f, 3)
-    local t = tonumber(mf[f])
+    local t = tonumber(all[i + 1])
     if t + demand_ttl >= now then
-      local d = tonumber(mf['d.' .. id]) or 0
+      local d = tonumber(redis.call('HGET', m, 'd.' .. id)) or 0
       if d < 0 and t + guess_ttl < now then d = 0 end
       demands[id], seen[id] = d, t
       live = live + 1
     else
-      mdrop(f)
-      mdrop('d.' .. id)
+      redis.call('HDEL', m, f, 'd.' .. id)
     end
   end
 end
@@ -234,13 +174,14 @@ local total, known, avg = demand_total(demands, 0)
 -- (hist1), and of the K - 2 before it (hist2); older ones are dropped.
 local hist1, hist2 = 0, 0
 if sub then
-  for _, f in ipairs(mord) do
-    if string.sub(f, 1, 2) == 'h.' and mf[f] then
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 'h.' then
       local x = tonumber(string.sub(f, 3))
       if x < wt - (K - 1) * W then
-        mdrop(f)
+        redis.call('HDEL', m, f)
       elseif x < wt then
-        local v = tonumber(mf[f])
+        local v = tonumber(all[i + 1])
         hist1 = hist1 + v
         if x >= wt - (K - 2) * W then hist2 = hist2 + v end
       end
@@ -285,16 +226,13 @@ end
 -- grants returns, for every node with a field in slot k, what it was
 -- granted there and what it reported using: two tables by node id.
 local function grants(k)
-  local s = slots[k]
-  if not s.grants then
-    local g, u = {}, {}
-    for name, v in pairs(fields(k)) do
-      local kind, id = string.match(name, '^([gu])%.(.+)$')
-      if kind == 'g' then g[id] = tonumber(v) elseif kind == 'u' then u[id] = tonumber(v) end
-    end
-    s.grants = {g, u}
+  local v = redis.call('HGETALL', k)
+  local g, u = {}, {}
+  for i = 1, #v, 2 do
+    local kind, id = string.match(v[i], '^([gu])%.(.+)$')
+    if kind == 'g' then g[id] = tonumber(v[i + 1]) elseif kind == 'u' then u[id] = tonumber(v[i + 1]) end
   end
-  return s.grants[1], s.grants[2]
+  return g, u
 end
 
 -- unclaimed is what the other live nodes may count on in slot k and have
@@ -441,34 +379,11 @@ else
   gnext = state(knext)
 end
 
--- Write back what changed. Every key has a TTL: a window's slot lives
--- until it stops being the previous one, x + 2W, a time that changes only
--- with the window it holds, so a slot's TTL is set when it is written; the
--- meta hash lives as long as the demands it holds, from now.
-for k, s in pairs(slots) do
-  if s.changed then
-    if s.stale then redis.call('DEL', k) end
-    local args = {}
-    for _, f in ipairs(s.ord) do
-      args[#args + 1] = f
-      args[#args + 1] = s.f[f]
-    end
-    redis.call('HSET', k, unpack(args))
-    expire(k, slot_id[k] + 2 * W - now)
-  end
-end
-if mstale then redis.call('DEL', m) end
-local dels = {}
-for f, _ in pairs(mdel) do dels[#dels + 1] = f end
-if #dels > 0 and not mstale then redis.call('HDEL', m, unpack(dels)) end
-local args = {}
-for _, f in ipairs(mord) do
-  if mdirty[f] then
-    args[#args + 1] = f
-    args[#args + 1] = mf[f]
-  end
-end
-redis.call('HSET', m, unpack(args))
+-- Every key has a TTL: a window's slot lives until it stops being the
+-- previous one; the meta hash as long as the demands it holds.
+expire(kprev, wt + W - now)
+expire(kcur, wt + 2 * W - now)
+expire(knext, wt + 3 * W - now)
 expire(m, math.max(3 * W, demand_ttl, K * W))
 
 local _, ucur = state(kcur)
