@@ -237,15 +237,10 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	const L = 1000
 	W := time.Second
 	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
-	nodes, rules := handBackNodes(t, srv.Addr, prefix, clk, fixed(L, W))
-	var total int64
-	allow := func(i int) bool {
-		d, _ := nodes[i].Allow(ctx, rules[i], "k")
-		if d.Allowed() {
-			total++
-		}
-		return d.Allowed()
-	}
+	// Fallback without gossip: FailLocal's even split, and the hand-back.
+	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, fixed(L, W), hybrid.Fallback)
+	var tl tally
+	allow := func(i int) bool { return tl.allow(t, nodes[i], rules[i]) }
 	for range 10 {
 		allow(0)
 		allow(1)
@@ -254,7 +249,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	syncOK(t, nodes[1], clk)
 	clk.Set(time.UnixMicro(clk.window(W)).Add(W + 10*time.Millisecond))
 	wid := clk.window(W)
-	total = 0
+	tl.total = 0
 	srv.Kill()
 	for i := range nodes {
 		markUnavailable(t, nodes[i], rules[i], clk)
@@ -262,7 +257,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 			allow(i)
 		}
 	}
-	require.Equal(t, int64(800), total, "each node admits 400 by the even split (L/2 each)")
+	require.Equal(t, int64(800), tl.total, "each node admits 400 by the even split (L/2 each)")
 	srv.Restart()
 	syncBack(t, nodes[0], clk)
 	// Node a alone for a while: Redis knows only its 400.
@@ -283,9 +278,9 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	}
 	require.Equal(t, wid, clk.window(W))
 	st := readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, "r", "k", W, wid)
-	t.Logf("admitted in the window: %d; Redis used %v", total, st.u)
-	assert.LessOrEqual(t, total, int64(L), "no grant on top of the use Redis did not know yet")
-	assert.Equal(t, total, st.sumU(), "Redis's count equals what was admitted")
+	t.Logf("admitted in the window: %d; Redis used %v", tl.total, st.u)
+	assert.LessOrEqual(t, tl.total, int64(L), "no grant on top of the use Redis did not know yet")
+	assert.Equal(t, tl.total, st.sumU(), "Redis's count equals what was admitted")
 }
 
 // TestGossipMetrics: the gossip's figures and each switch of mode are
@@ -339,7 +334,7 @@ func TestNoBurstOnUnknownUse(t *testing.T) {
 	const L, B = 1000, 200
 	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: L, Window: time.Second, Burst: B})
 	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
-	nodes, rules := handBackNodes(t, srv.Addr, prefix, clk, lim)
+	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, lim, hybrid.Fallback)
 	var total int64
 	drain := func(i int) {
 		for {
@@ -377,18 +372,4 @@ func TestNoBurstOnUnknownUse(t *testing.T) {
 	t.Logf("admitted in the %v after Redis came back: %d (the rate alone: %d; burst %d)", span, total, rate, B)
 	assert.LessOrEqual(t, total, rate+B/4, "a burst handed out on top of what the nodes spent without Redis")
 	assert.Greater(t, total, rate/2, "the nodes' shares of the rate refill them")
-}
-
-// handBackNodes returns two nodes, a and b, each with rule "r" of lim under
-// Fallback without gossip: FailLocal's even split, and the hand-back.
-func handBackNodes(t *testing.T, addr, prefix string, clk *fakeClock, lim local.Limit) ([]*hybrid.Limiter, []*hybrid.Rule) {
-	nodes := []*hybrid.Limiter{
-		newNode(t, nodeConfig(redistest.Client(t, addr), prefix, clk, "a", 2)),
-		newNode(t, nodeConfig(redistest.Client(t, addr), prefix, clk, "b", 2)),
-	}
-	rules := make([]*hybrid.Rule, 2)
-	for i, l := range nodes {
-		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: lim, Policy: hybrid.Fallback}, hybrid.Hybrid)
-	}
-	return nodes, rules
 }

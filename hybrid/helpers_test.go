@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -197,4 +198,40 @@ func exhaust(t testing.TB, l *hybrid.Limiter, r *hybrid.Rule, key string, max in
 func syncWanted(l *hybrid.Limiter) bool {
 	early, first := l.SyncWanted(), l.SyncFirstWanted()
 	return early || first
+}
+
+// twoNodes returns nodes a and b (two nodes in all) on one Redis, each with
+// rule "r" of lim under policy.
+func twoNodes(t *testing.T, addr, prefix string, clk *fakeClock, lim local.Limit, policy hybrid.Policy) ([]*hybrid.Limiter, []*hybrid.Rule) {
+	t.Helper()
+	nodes := []*hybrid.Limiter{
+		newNode(t, nodeConfig(redistest.Client(t, addr), prefix, clk, "a", 2)),
+		newNode(t, nodeConfig(redistest.Client(t, addr), prefix, clk, "b", 2)),
+	}
+	rules := make([]*hybrid.Rule, 2)
+	for i, l := range nodes {
+		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: lim, Policy: policy}, hybrid.Hybrid)
+	}
+	return nodes, rules
+}
+
+// tally counts what a test's nodes admit of key "k", and how much of it
+// their failure policies decided.
+type tally struct{ total, byPolicy int64 }
+
+// allow decides one request for "k" on l's rule r and counts it; a decision
+// returns no error, Redis down or not.
+func (c *tally) allow(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule) bool {
+	t.Helper()
+	d, err := l.Allow(context.Background(), r, "k")
+	if err != nil {
+		t.Fatalf("%+v, %v: decisions return no error while Redis is down", d, err)
+	}
+	if d.Allowed() {
+		c.total++
+		if d.Degraded() {
+			c.byPolicy++
+		}
+	}
+	return d.Allowed()
 }

@@ -326,28 +326,9 @@ func TestOutageAdmissionsReconciled(t *testing.T) {
 	W := time.Second
 	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
 	wid := clk.window(W)
-	nodes := []*hybrid.Limiter{
-		newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "a", 2)),
-		newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "b", 2)),
-	}
-	rules := make([]*hybrid.Rule, 2)
-	for i, l := range nodes {
-		rules[i] = mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W), Policy: hybrid.FailLocal}, hybrid.Hybrid)
-	}
-	var total, byPolicy int64
-	allow := func(i int) bool {
-		d, err := nodes[i].Allow(ctx, rules[i], "k")
-		if err != nil {
-			t.Fatalf("node %d: %+v, %v: decisions return no error while Redis is down", i, d, err)
-		}
-		if d.Allowed() {
-			total++
-			if d.Degraded() {
-				byPolicy++
-			}
-		}
-		return d.Allowed()
-	}
+	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, fixed(L, W), hybrid.FailLocal)
+	var tl tally
+	allow := func(i int) bool { return tl.allow(t, nodes[i], rules[i]) }
 	for range 10 {
 		allow(0)
 		allow(1)
@@ -360,14 +341,14 @@ func TestOutageAdmissionsReconciled(t *testing.T) {
 	// The next window, where neither node holds a grant yet.
 	clk.Set(time.UnixMicro(wid).Add(W + 10*time.Millisecond))
 	wid = clk.window(W)
-	total, byPolicy = 0, 0
+	tl = tally{}
 	// Outage: node a admits what FailLocal lets it.
 	srv.Pause()
 	markUnavailable(t, nodes[0], rules[0], clk)
 	for range 2 * L {
 		allow(0)
 	}
-	outage := total
+	outage := tl.total
 	srv.Resume()
 	clk.Add(10 * time.Millisecond)
 	syncUntilOK(t, nodes[0], clk, 10*time.Millisecond)
@@ -381,12 +362,12 @@ func TestOutageAdmissionsReconciled(t *testing.T) {
 		clk.Add(10 * time.Millisecond)
 	}
 	a := int64(float64(L) * 0.05 / 2)
-	t.Logf("admitted in the window: %d (%d by the end of the outage, %d of them by FailLocal); Redis R = %d", total, outage, byPolicy, readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, "r", "k", W, wid).R)
-	if byPolicy == 0 {
+	t.Logf("admitted in the window: %d (%d by the end of the outage, %d of them by FailLocal); Redis R = %d", tl.total, outage, tl.byPolicy, readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, "r", "k", W, wid).R)
+	if tl.byPolicy == 0 {
 		t.Fatal("FailLocal admitted nothing during the outage")
 	}
-	if total > L+2*(a+1) {
-		t.Errorf("bug: the window admitted %d, the limit is %d (+ allowance %d): the %d FailLocal admitted during the outage were not counted when Redis came back", total, L, 2*(a+1), byPolicy)
+	if tl.total > L+2*(a+1) {
+		t.Errorf("bug: the window admitted %d, the limit is %d (+ allowance %d): the %d FailLocal admitted during the outage were not counted when Redis came back", tl.total, L, 2*(a+1), tl.byPolicy)
 	}
 }
 
