@@ -18,12 +18,21 @@ type failover struct {
 	// bucket rule's limit scaled for its demand shares (byShare).
 	part *local.Limiter
 	// scale is the limit part runs on for byShare, nil before its first
-	// use.
+	// use; even, the one it runs on for local, nil before its first use.
 	scale *atomic.Pointer[shareScaled]
+	even  *atomic.Pointer[evenSplit]
+}
+
+// evenSplit is the limit local's part runs on: base, the rule's limit,
+// divided by nodes.
+type evenSplit struct {
+	base  *local.Limit
+	nodes int64
+	lim   local.Limit
 }
 
 func newFailover(rs *ruleState, lim local.Limit) (failover, error) {
-	f := failover{rs: rs, policy: rs.policy, scale: new(atomic.Pointer[shareScaled])}
+	f := failover{rs: rs, policy: rs.policy, scale: new(atomic.Pointer[shareScaled]), even: new(atomic.Pointer[evenSplit])}
 	var err error
 	f.part, err = local.New(lim, rs.l.localConfig())
 	return f, err
@@ -76,19 +85,13 @@ func (f *failover) closed() local.Decision {
 func (f *failover) local(nodes int64, now int64, key string, n int64) local.Decision {
 	nodes = f.gossipNodes(nodes) // Fallback: the gossip's members
 	lim := f.rs.limit.Load()
-	part := *lim
-	if nodes > 1 {
-		p := lim.Params()
-		p.Limit = max(p.Limit/nodes, 1)
-		if p.Burst > 0 {
-			p.Burst = max(p.Burst/nodes, 1)
-		}
-		if nl, perr := local.NewLimit(p); perr == nil {
-			part = nl
-		}
+	sp := f.even.Load()
+	if sp == nil || sp.base != lim || sp.nodes != nodes {
+		sp = evenPart(lim, nodes)
+		f.even.Store(sp)
 	}
-	if f.part.Limit() != part {
-		f.part.SetLimit(part)
+	if f.part.Limit() != sp.lim {
+		f.part.SetLimit(sp.lim)
 	}
 	d := f.part.AllowNAt(time.UnixMicro(now), key, n)
 	if !d.Allowed() && d.Reason() == local.ReasonLimited {
@@ -97,6 +100,23 @@ func (f *failover) local(nodes int64, now int64, key string, n int64) local.Deci
 		d = o.Decision()
 	}
 	return d
+}
+
+// evenPart returns lim divided by nodes: its limit and burst each at least
+// one, lim itself for one node (or a part its bounds refuse).
+func evenPart(lim *local.Limit, nodes int64) *evenSplit {
+	sp := &evenSplit{base: lim, nodes: nodes, lim: *lim}
+	if nodes > 1 {
+		p := lim.Params()
+		p.Limit = max(p.Limit/nodes, 1)
+		if p.Burst > 0 {
+			p.Burst = max(p.Burst/nodes, 1)
+		}
+		if nl, err := local.NewLimit(p); err == nil {
+			sp.lim = nl
+		}
+	}
+	return sp
 }
 
 func (f *failover) sweep(now time.Time) int { return f.part.SweepAt(now) }
