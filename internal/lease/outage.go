@@ -71,11 +71,7 @@ const recoverSpan = 10
 // far; the other nodes report theirs at their next rounds, and a grant made
 // before they do would come on top of it.
 func (k *Lease) capAfterOutage(r *Rule, held, rnow int64) {
-	if !r.handBack || k.wid == 0 {
-		return
-	}
-	out := r.cluster.Outage()
-	if out == 0 || out < k.wid || rnow >= out+recoverSpan*r.interval {
+	if k.wid == 0 || r.handingBack(rnow) < k.wid {
 		return
 	}
 	k.granted = min(k.granted, held)
@@ -96,11 +92,21 @@ func (c *Cluster) Outage() int64 { return c.outage.Load() }
 // of every node's debt, would hand out a burst the nodes already spent
 // without it; the node's share of the rate still refills it. Else grant.
 func (k *Lease) grantAfterOutage(r *Rule, grant, rnow int64) int64 {
-	if !r.handBack {
-		return grant
-	}
-	if out := r.cluster.Outage(); out != 0 && rnow < out+recoverSpan*r.interval {
+	if r.handingBack(rnow) != 0 {
 		return 0
 	}
 	return grant
+}
+
+// handingBack returns the Redis time of the outage whose hand-back a reply
+// at Redis time rnow falls in (handBack set, within recoverSpan intervals
+// of the last round that found Redis unreachable), or 0.
+func (r *Rule) handingBack(rnow int64) int64 {
+	if !r.handBack {
+		return 0
+	}
+	if out := r.cluster.Outage(); out != 0 && rnow < out+recoverSpan*r.interval {
+		return out
+	}
+	return 0
 }
