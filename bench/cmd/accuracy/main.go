@@ -178,6 +178,14 @@ func run() error {
 		}
 		results = append(results, rs...)
 		for _, r := range rs {
+			if u := r.Users; u != nil {
+				// The api-users table's own measures: users under their
+				// limit, and users over it after their first window.
+				fmt.Fprintf(os.Stderr, "[%d/%d] %s %s ran %s: users under the limit false rej %.3f%%, over later max %s, first window max %s, lat p99 %.2f µs, load %.1f: %s (%.0f s)\n",
+					i+1, len(specs), s.ID, r.Spec.Algo, r.ModeRun, u.UnderFalseRejPct, accuracy.Pct(u.OverLater.Max), accuracy.Pct(u.OverFirst.Max),
+					float64(r.Latency.P99), r.LoadAvg, r.Verdict(), time.Since(t).Seconds())
+				continue
+			}
 			fmt.Fprintf(os.Stderr, "[%d/%d] %s %s ran %s: over max %s, false rej %.2f%%, lost %.2f%%, scripts/dec %s, lat p99 %.2f µs, sync p99 %.0f ms, rate off %.2f%%, load %.1f: %s (%.0f s)\n",
 				i+1, len(specs), s.ID, r.Spec.Algo, r.ModeRun, accuracy.Pct(r.Over.Max), r.FalseRejPct, r.LostPct, accuracy.Num(r.ScriptsPerDecision),
 				float64(r.Latency.P99), r.Sync.P99, 100*r.RateOff, r.LoadAvg, r.Verdict(), time.Since(t).Seconds())
