@@ -75,6 +75,7 @@ func main() {
 	onlyFault := flag.String("fault", "", "run only this fault (kill, stop)")
 	onlyAlgo := flag.String("algo", "", "run only this algorithm (fixed, bucket)")
 	onlyLoad := flag.Float64("load", 0, "run only this load (1.5, 5)")
+	onlyWorkload := flag.String("workload", "", "run only this workload (uniform, 90% on one, all on one, 6th joins, 1 killed)")
 	verbose := flag.Bool("v", false, "print every window's admitted ÷ L, mode by mode")
 	flag.Parse()
 	if *node == "" {
@@ -91,9 +92,15 @@ func main() {
 				if *onlyFault != "" && *onlyFault != fault || *onlyAlgo != "" && !strings.Contains(algo, *onlyAlgo) || *onlyLoad != 0 && *onlyLoad != load {
 					continue
 				}
-				group := make([]*scenario, len(workloads))
-				for i, wl := range workloads {
-					group[i] = &scenario{fault: fault, algo: algo, load: load, wl: wl}
+				var group []*scenario
+				for _, wl := range workloads {
+					if *onlyWorkload == "" || *onlyWorkload == wl {
+						group = append(group, &scenario{fault: fault, algo: algo, load: load, wl: wl})
+					}
+				}
+				if len(group) == 0 {
+					fmt.Fprintf(os.Stderr, "outage: no workload %q\n", *onlyWorkload)
+					os.Exit(2)
 				}
 				if err := runGroup(*node, group, *limit, W); err != nil {
 					fmt.Fprintln(os.Stderr, "outage:", err)
