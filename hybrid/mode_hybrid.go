@@ -180,7 +180,12 @@ func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
 // else by the rule's failure policy, recording in the lease what the policy
 // admitted. e is key's entry, which the caller holds locked.
 func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) local.Decision {
-	nodes := m.policyNodes(lr)
+	// The nodes: as the last lease exchange counted them, or as the Config
+	// says until one did.
+	nodes := m.l.expectedNodes()
+	if c := lr.Nodes(); c > 0 {
+		nodes = c
+	}
 	shut := m.l.shut.Load()
 	gossip := m.fail.policy == Fallback && m.l.gossip != nil && !shut
 	if gossip {
@@ -205,16 +210,6 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 		lr.Notify(e)
 	}
 	return d
-}
-
-// policyNodes is the count of nodes the failure policy splits lr's limit
-// among: as the last lease exchange counted them, or as the Config says
-// until one did.
-func (m *hybridRule) policyNodes(lr *lease.Rule) int64 {
-	if c := lr.Nodes(); c > 0 {
-		return c
-	}
-	return m.l.expectedNodes()
 }
 
 // lockedEntry returns key's entry, locked and with its digest set; nil when

@@ -110,29 +110,23 @@ func gossipDigest(d *[lease.DigestSize]byte, salt *fallback.Digest) fallback.Dig
 
 // setOutage sets what lr's leases do around an outage: under Fallback with
 // gossip, each key's figures go to the gossip node at every sync round (off
-// the hot path); under Fallback, no grant is taken on top of use in a
-// window an outage touched, and the policy decides there, and a bucket
-// key's share is cut to the policy's part for a while, as nodes that have
-// not reached Redis again go on admitting theirs. FailLocal keeps its
-// leases as they come: a round that merely timed out would otherwise hand
-// its node's decisions to the even split while the others hold leases.
+// the hot path), and for a while after an outage a bucket key's share is no
+// more than its gossip share, as nodes that have not reached Redis again go
+// on admitting theirs; under Fallback, no grant is taken on top of use in a
+// window an outage touched, and the policy decides there. FailLocal keeps
+// its leases as they come: a round that merely timed out would otherwise
+// hand its node's decisions to the even split while the others hold leases.
 func (m *hybridRule) setOutage(lr *lease.Rule) {
 	var tap lease.Tap
-	if m.fail.policy != Fallback {
-		lr.SetOutage(nil, false)
-		return
-	}
-	if g := m.l.gossip; g != nil {
+	if g := m.l.gossip; g != nil && m.fail.policy == Fallback {
 		salt := gossipSalt(m.rs.name)
 		tap = func(k *lease.Lease, window, asked, used int64) {
 			g.node.Report(gossipDigest(&k.Digest, &salt), window, asked, used)
 		}
 		lr.SetShare(func(k *lease.Lease) float64 { return g.node.Estimate(gossipDigest(&k.Digest, &salt)).Share })
 		m.salt = salt
-	} else {
-		lr.SetShare(func(*lease.Lease) float64 { return 1 / float64(m.policyNodes(lr)) })
 	}
-	lr.SetOutage(tap, true)
+	lr.SetOutage(tap, m.fail.policy == Fallback)
 }
 
 // gossipLease decides by the gossip estimate on a window rule's lease, in
