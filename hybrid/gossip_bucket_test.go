@@ -78,12 +78,9 @@ func TestFallbackBucketOutage(t *testing.T) {
 					}
 				}
 			}
-			c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			l.SyncAt(c, clk.Now())
-			cancel()
+			trySync(l, clk)
 		}
-		clk.Add(10 * time.Millisecond)
-		time.Sleep(5 * time.Millisecond) // the gossip runs on real time
+		gossipStep(clk)
 	}
 	// With Redis: every key's demand reaches the gossip.
 	for range 30 {
@@ -182,11 +179,8 @@ func TestFallbackBucketShareGrows(t *testing.T) {
 				admitted++
 			}
 		}
-		c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		nodes[0].SyncAt(c, clk.Now())
-		cancel()
-		clk.Add(10 * time.Millisecond)
-		time.Sleep(5 * time.Millisecond) // the gossip runs on real time
+		trySync(nodes[0], clk)
+		gossipStep(clk)
 	}
 	for range 20 {
 		step()

@@ -110,7 +110,9 @@ func gossipDigest(d *[lease.DigestSize]byte, salt *fallback.Digest) fallback.Dig
 
 // setOutage sets what lr's leases do around an outage: under Fallback with
 // gossip, each key's figures go to the gossip node at every sync round (off
-// the hot path); under Fallback, no grant is taken on top of use in a
+// the hot path), and for a while after an outage a bucket key's share is no
+// more than its gossip share, as nodes that have not reached Redis again go
+// on admitting theirs; under Fallback, no grant is taken on top of use in a
 // window an outage touched, and the policy decides there. FailLocal keeps
 // its leases as they come: a round that merely timed out would otherwise
 // hand its node's decisions to the even split while the others hold leases.
@@ -121,6 +123,7 @@ func (m *hybridRule) setOutage(lr *lease.Rule) {
 		tap = func(k *lease.Lease, window, asked, used int64) {
 			g.node.Report(gossipDigest(&k.Digest, &salt), window, asked, used)
 		}
+		lr.SetShare(func(k *lease.Lease) float64 { return g.node.Estimate(gossipDigest(&k.Digest, &salt)).Share })
 		m.salt = salt
 	}
 	lr.SetOutage(tap, m.fail.policy == Fallback)

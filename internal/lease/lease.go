@@ -81,6 +81,7 @@ const (
 	flagFirst                     // on the syncer's list for the next first-lease round
 	flagPaced                     // the last reply paced the current window's grant, or the next's ahead (SyncConfig.PaceGap)
 	flagRecover                   // Redis answered again in a window an outage touched: no grant on top of use (capAfterOutage)
+	flagCut                       // a bucket share cut to the policy's part in an outage's hand-back (shareAfterOutage)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease

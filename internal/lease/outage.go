@@ -98,6 +98,38 @@ func (k *Lease) grantAfterOutage(r *Rule, grant, rnow int64) int64 {
 	return grant
 }
 
+// Share returns the part, in [0, 1], of a bucket rule's rate and burst
+// that the failure policy gives this node for k's key. It runs under the
+// key's lock and must not block.
+type Share func(k *Lease) float64
+
+// SetShare sets share, the failure policy's part of a bucket rule for
+// this node: within an outage's hand-back (SetOutage), a share Redis
+// grants is cut to it. Redis splits the rate by the demand of the nodes
+// that reached it again, as if the others wanted none, while those (their
+// connection back later, or joined during the outage and never known to
+// Redis) go on admitting their part by the policy. Call it before r is
+// used.
+func (r *Rule) SetShare(share Share) { r.share = share }
+
+// shareAfterOutage is the share, rate per window and burst, a bucket key
+// holds of what a reply at Redis time rnow granted: within an outage's
+// hand-back, no more than the policy's part (SetShare), and the key asks
+// for the whole share once the hand-back ends (Due).
+func (k *Lease) shareAfterOutage(r *Rule, rate, burst, rnow int64) (int64, int64) {
+	k.flags &^= flagCut
+	if r.share == nil || r.handingBack(rnow) == 0 {
+		return rate, burst
+	}
+	s := r.share(k)
+	cr := min(rate, max(int64(s*float64(r.limit)), 1))
+	cb := min(burst, max(int64(s*float64(r.burst)), 1))
+	if cr < rate || cb < burst {
+		k.flags |= flagCut
+	}
+	return cr, cb
+}
+
 // handingBack returns the Redis time of the outage whose hand-back a reply
 // at Redis time rnow falls in (handBack set, within recoverSpan intervals
 // of the last round that found Redis unreachable), or 0.

@@ -127,6 +127,8 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 		switch {
 		case k.debt > k.debtSent:
 			return regular || urgent
+		case k.flags&flagCut != 0 && r.handingBack(rnow) == 0:
+			return regular || urgent // the hand-back is over: the whole share
 		case idle:
 			return regular && (k.rate > 0 || k.burst > 0)
 		default:
@@ -329,9 +331,10 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	}
 	k.epoch = v.Epoch
 	k.debtSent += q.Debt
-	k.rate, k.burst, k.expiry = v.Rate, v.Burst, v.Expiry
-	k.tokens = min(k.tokens+k.grantAfterOutage(r, v.Grant, v.Now), v.Burst)
-	if k.tokens >= v.Burst {
+	k.rate, k.burst = k.shareAfterOutage(r, v.Rate, v.Burst, v.Now)
+	k.expiry = v.Expiry
+	k.tokens = min(k.tokens+k.grantAfterOutage(r, v.Grant, v.Now), k.burst)
+	if k.tokens >= k.burst {
 		k.rem = 0
 	}
 	k.last = max(k.last, v.Now)

@@ -46,8 +46,9 @@ type Rule struct {
 	cluster *Cluster // counts the live nodes
 	ref     any      // the caller's (the syncer's Redis form of the rule); opaque here
 
-	tap      Tap  // receives each key's figures at every round (SetOutage)
-	handBack bool // no new grant in a window an outage touched (SetOutage)
+	tap      Tap   // receives each key's figures at every round (SetOutage)
+	handBack bool  // no new grant in a window an outage touched (SetOutage)
+	share    Share // the policy's part of a bucket rule for a key (SetShare)
 
 	next atomic.Pointer[Rule] // the rule that replaced this one (a limit changed)
 }
