@@ -34,7 +34,10 @@
 // SetLimit, SweepAt, Shutdown, the metrics) call it without asking which
 // mode it is. AllowMulti groups its requests by mode, since each mode
 // combines rules its own way (ordered entry locks, one script, or reserve
-// then commit). Config.WithDefaults holds every default of a Config.
+// then commit), and joins the groups: local and hybrid rules are checked,
+// central ones decided, then local and hybrid ones charged, the local keys
+// locked while the hybrid ones are decided. Config.WithDefaults holds every
+// default of a Config.
 //
 // # Decisions
 //

@@ -92,11 +92,6 @@ func (m *centralRule) failed(now int64, key string, n int64) local.Decision {
 	return m.fail.decide(m.rs.l.expectedNodes(), now, key, n)
 }
 
-func (m *centralRule) join(b *multiBatch, i int, q Request) {
-	b.central = append(b.central, syncer.Request{Rule: m.redis.Load(), Key: q.Key, N: q.N})
-	b.centralAt = append(b.centralAt, centralRequest{m: m, i: i})
-}
-
 func (m *centralRule) setLimit(lim local.Limit) error {
 	sr, err := syncer.NewRule(m.rs.name, lim)
 	if err != nil {

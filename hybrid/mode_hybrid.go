@@ -241,14 +241,6 @@ func (m *hybridRule) idle(v *lease.Lease, now int64) bool {
 	return v.Idle(now) && now-v.LastUse() >= m.rs.keyTTL
 }
 
-func (m *hybridRule) join(b *multiBatch, i int, _ Request) {
-	if b.hybrid == nil {
-		b.hybrid = make([]*hybridRule, b.n)
-	}
-	b.hybrid[i] = m
-	b.nHybrid++
-}
-
 func (m *hybridRule) setLimit(lim local.Limit) error {
 	sr, err := syncer.NewRule(m.rs.name, lim)
 	if err != nil {

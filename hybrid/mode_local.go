@@ -32,10 +32,6 @@ func (m *localRule) allow(_ context.Context, now int64, key string, n int64) (lo
 	return d, nil
 }
 
-func (m *localRule) join(b *multiBatch, _ int, q Request) {
-	b.local = append(b.local, local.Request{Limiter: m.lim, Key: q.Key, N: q.N})
-}
-
 func (m *localRule) setLimit(lim local.Limit) error { return m.lim.SetLimit(lim) }
 
 func (m *localRule) sweep(now time.Time) int { return m.lim.SweepAt(now) }

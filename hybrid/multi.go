@@ -2,7 +2,6 @@ package hybrid
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,11 +10,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
-
-// ErrMixedModes is returned by AllowMulti for requests that mix rules in
-// Local mode with rules in Central or Hybrid mode: a local rule cannot be
-// charged and refunded together with a distributed one. Decide them apart.
-var ErrMixedModes = errors.New("hybrid: AllowMulti: local rules cannot be combined with central or hybrid ones")
 
 // Request is one rule of a multi-rule decision.
 type Request struct {
@@ -28,20 +22,26 @@ type Request struct {
 // or none is charged. It writes one Decision per request into out (at least
 // as long as reqs) and reports whether all were admitted; the Decisions
 // follow local.AllowMultiAt's conventions (when refused, Allowed is false
-// everywhere and ReasonOK marks a rule that had room).
+// everywhere and ReasonOK marks a rule that had room). Rules of every mode
+// combine.
 //
-// Among hybrid rules the decision is exact: the keys' entries are locked in
-// one global order, checked, and charged together. Among central rules it is
-// syncer.Central.AllowMulti's. Hybrid and central rules together: the hybrid
-// rules are checked, then the central ones decided in Redis, then the hybrid
-// ones charged; if they refuse by then (another request took what was left),
-// the central charge is refunded. A concurrent request may be refused on
-// account of a charge about to be refunded; none is admitted past a limit.
-// Local rules combine only with local rules (ErrMixedModes).
+// Among local rules, and among hybrid ones, the decision is exact: the
+// keys' entries are locked in one global order, checked, and charged
+// together. Among central rules it is syncer.Central.AllowMulti's. Local
+// and hybrid rules together: the local keys stay locked while the hybrid
+// ones are decided, and all are charged, or none. With central rules, the
+// local and hybrid rules are checked, then the central ones decided in
+// Redis, then the local and hybrid ones charged; if they refuse by then
+// (another request took what was left), the central charge is refunded. A
+// concurrent request may be refused on account of a charge about to be
+// refunded; none is admitted past a limit.
 //
 // When Redis cannot decide, or the circuit breaker is open, each central
 // rule's failure policy decides its request (Degraded, as AllowN says), and
 // the error is nil; errors mean misuse, as for AllowN.
+//
+// Without central rules, AllowMulti allocates nothing for up to eight
+// requests.
 func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision) (bool, error) {
 	if len(out) < len(reqs) {
 		panic("hybrid: AllowMulti: out is shorter than reqs")
@@ -49,34 +49,41 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 	if len(reqs) == 0 {
 		return true, nil
 	}
-	b := multiBatch{n: len(reqs)}
-	for i, q := range reqs {
-		rs, err := l.state(q.Rule)
-		if err != nil {
-			return false, err
-		}
-		rs.mode.join(&b, i, q)
+	// The batch's slices start in arrays on the stack: no allocation for up
+	// to multiInline requests without central rules.
+	var lbuf [multiInline]local.Request
+	var labuf [multiInline]int
+	var lobuf [multiInline]local.Decision
+	var hbuf [multiInline]*hybridRule
+	b, err := l.batch(reqs, multiBatch{local: lbuf[:0], localAt: labuf[:0], lout: lobuf[:], hybrid: hbuf[:]})
+	if err != nil {
+		return false, err
 	}
 	now := l.nowMicro()
 	switch {
 	case len(b.local) == len(reqs):
 		return local.AllowMultiAt(time.UnixMicro(now), b.local, out), nil
-	case len(b.local) > 0:
-		return false, ErrMixedModes
 	case b.nHybrid == len(reqs):
 		ok := l.hybridMulti(now, reqs, b.hybrid, out, true)
 		if !ok {
-			for i := range reqs {
-				out[i] = out[i].Refused()
-			}
+			refuseAll(out[:len(reqs)])
+		}
+		return ok, nil
+	case len(b.central) == 0:
+		// Local and hybrid rules.
+		ok := l.commitMulti(now, reqs, &b, out)
+		if !ok {
+			refuseAll(out[:len(reqs)])
 		}
 		return ok, nil
 	}
-	// Central rules, alone or with hybrid ones.
-	cr, ci, nHybrid := b.central, b.centralAt, b.nHybrid
+	// Central rules, alone or with local and hybrid ones.
+	cr, ci := b.central, b.centralAt
+	others := len(cr) < len(reqs)
 	cout := make([]local.Decision, len(cr))
-	if nHybrid > 0 && !l.hybridMulti(now, reqs, b.hybrid, out, false) {
-		// The hybrid rules refuse: report the central ones as they stand.
+	if others && !l.checkMulti(now, reqs, &b, out) {
+		// A local or hybrid rule refuses: report the central ones as they
+		// stand.
 		for j := range cr {
 			cr[j].N = 0
 		}
@@ -89,16 +96,15 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 		}
 		for j, c := range ci {
 			out[c.i] = cout[j]
-			out[c.i] = out[c.i].Refused()
 		}
+		refuseAll(out[:len(reqs)])
 		return false, nil
 	}
 	var charge *syncer.Charge
 	var ok, degraded bool
-	var err error
 	if degraded = l.breakerOpen(); !degraded {
 		// Redis is not known down: ask it.
-		charge, ok, err = l.centralMulti(ctx, now, cr, cout, nHybrid > 0)
+		charge, ok, err = l.centralMulti(ctx, now, cr, cout, others)
 		for j, c := range ci {
 			out[c.i] = cout[j]
 		}
@@ -116,7 +122,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 			ok = ok && d.Allowed()
 		}
 	}
-	if ok && nHybrid > 0 && !l.hybridMulti(now, reqs, b.hybrid, out, true) {
+	if ok && others && !l.commitMulti(now, reqs, &b, out) {
 		// Taken in between: give the central charge back. A refund that
 		// fails leaves a charge that was not used: false rejections until
 		// the window ends, never over-admission.
@@ -128,9 +134,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 		ok = false
 	}
 	if !ok {
-		for i := range reqs {
-			out[i] = out[i].Refused()
-		}
+		refuseAll(out[:len(reqs)])
 	}
 	if err != nil {
 		return ok, fmt.Errorf("hybrid: AllowMulti: %w", err)
@@ -138,17 +142,116 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 	return ok, nil
 }
 
-// multiBatch is a multi-rule decision's requests grouped by mode; each
-// mode's join adds its rules' requests to its group.
+// refuseAll marks every Decision in out refused, as a refused multi-rule
+// decision reports them.
+func refuseAll(out []Decision) {
+	for i := range out {
+		out[i] = out[i].Refused()
+	}
+}
+
+// checkMulti checks the local and hybrid requests among reqs, charging
+// nothing, writes their Decisions into out, and reports whether all have
+// room.
+func (l *Limiter) checkMulti(now int64, reqs []Request, b *multiBatch, out []Decision) bool {
+	ok := true
+	if len(b.local) > 0 {
+		ok = local.CheckMultiAt(time.UnixMicro(now), b.local, b.localOut())
+		b.scatterLocal(out)
+	}
+	if b.nHybrid > 0 {
+		ok = l.hybridMulti(now, reqs, b.hybrid, out, false) && ok
+	}
+	return ok
+}
+
+// commitMulti decides and charges the local and hybrid requests among reqs
+// as one, writes their Decisions into out, and reports whether all were
+// admitted. The local keys stay locked while the hybrid ones are decided,
+// so that no concurrent request takes their room in between; the lock
+// orders agree (local entries, then hybrid ones), so calls cannot deadlock.
+func (l *Limiter) commitMulti(now int64, reqs []Request, b *multiBatch, out []Decision) bool {
+	if len(b.local) == 0 {
+		return l.hybridMulti(now, reqs, b.hybrid, out, true)
+	}
+	hybridDecided := b.nHybrid == 0
+	ok := local.AllowMultiIfAt(time.UnixMicro(now), b.local, b.localOut(), func() bool {
+		hybridDecided = true
+		return b.nHybrid == 0 || l.hybridMulti(now, reqs, b.hybrid, out, true)
+	})
+	b.scatterLocal(out)
+	if !hybridDecided {
+		// A local rule refused first: report the hybrid ones as they stand.
+		l.hybridMulti(now, reqs, b.hybrid, out, false)
+	}
+	return ok
+}
+
+// multiInline is how many requests AllowMulti groups without allocating.
+const multiInline = 8
+
+// multiBatch is a multi-rule decision's requests grouped by mode.
 type multiBatch struct {
 	local     []local.Request
+	localAt   []int            // local[j]'s index in the requests
+	lout      []local.Decision // local[j]'s Decision, in a mixed decision
 	central   []syncer.Request
 	centralAt []centralRequest // central[j]'s rule and index in the requests
 	// hybrid[i] is request i's rule when it is a hybrid one: hybridMulti
 	// takes the requests by index. nil without hybrid requests.
 	hybrid  []*hybridRule
 	nHybrid int
-	n       int // the requests
+}
+
+// batch groups reqs by mode into b, whose slices are the caller's room
+// (hybrid as long as it is, and nil; it gets one of its own when too
+// short). It takes and returns b by value, and switches on the modes'
+// types rather than calling a method of modeRule, so that a batch on the
+// caller's stack stays there.
+func (l *Limiter) batch(reqs []Request, b multiBatch) (multiBatch, error) {
+	room := b.hybrid
+	b.hybrid = nil
+	for i, q := range reqs {
+		rs, err := l.state(q.Rule)
+		if err != nil {
+			return b, err
+		}
+		switch m := rs.mode.(type) {
+		case *localRule:
+			b.local = append(b.local, local.Request{Limiter: m.lim, Key: q.Key, N: q.N})
+			b.localAt = append(b.localAt, i)
+		case *centralRule:
+			b.central = append(b.central, syncer.Request{Rule: m.redis.Load(), Key: q.Key, N: q.N})
+			b.centralAt = append(b.centralAt, centralRequest{m: m, i: i})
+		case *hybridRule:
+			if b.hybrid == nil {
+				if b.hybrid = room; len(room) < len(reqs) {
+					b.hybrid = make([]*hybridRule, len(reqs))
+				}
+				b.hybrid = b.hybrid[:len(reqs)]
+			}
+			b.hybrid[i] = m
+			b.nHybrid++
+		default:
+			panic("hybrid: AllowMulti: unknown mode")
+		}
+	}
+	return b, nil
+}
+
+// localOut returns the local requests' Decisions, len(local) long.
+func (b *multiBatch) localOut() []local.Decision {
+	if len(b.lout) < len(b.local) {
+		b.lout = make([]local.Decision, len(b.local))
+	}
+	return b.lout[:len(b.local)]
+}
+
+// scatterLocal copies the local requests' Decisions to their places in out.
+func (b *multiBatch) scatterLocal(out []Decision) {
+	for j, i := range b.localAt {
+		out[i] = b.lout[j]
+	}
 }
 
 type centralRequest struct {

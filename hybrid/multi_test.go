@@ -2,13 +2,14 @@ package hybrid_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -131,7 +132,7 @@ func (h *armedHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // TestAllowMultiMixed: a central rule (a limit too small to lease) and a
 // hybrid rule decided as one: never past either limit, the central charge
 // refunded when the hybrid rule refuses (also when it refuses between the
-// central charge and its own), and local rules refused with ErrMixedModes.
+// central charge and its own), and local rules combined with both.
 func TestAllowMultiMixed(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
@@ -281,23 +282,21 @@ func TestAllowMultiMixed(t *testing.T) {
 		}
 	})
 
-	t.Run("ErrMixedModes", func(t *testing.T) {
+	t.Run("local rules combine", func(t *testing.T) {
+		// Local rules decide with central and hybrid ones, each charged.
 		loc := mustRegister(t, n.l, hybrid.Rule{Name: "loc", Limit: fixed(10, W), Mode: hybrid.Local}, hybrid.Local)
-		for name, reqs := range map[string][]hybrid.Request{
-			"local+hybrid":  {{Rule: loc, Key: "m", N: 1}, {Rule: n.hyb, Key: "m", N: 1}},
-			"central+local": {{Rule: n.cen, Key: "m", N: 1}, {Rule: loc, Key: "m", N: 1}},
+		for i, reqs := range [][]hybrid.Request{
+			{{Rule: loc, Key: "m", N: 1}, {Rule: n.hyb, Key: "m", N: 1}},
+			{{Rule: n.cen, Key: "m", N: 1}, {Rule: loc, Key: "m", N: 1}},
 		} {
 			ok, err := n.l.AllowMulti(ctx, reqs, out)
-			if ok || !errors.Is(err, hybrid.ErrMixedModes) {
-				t.Errorf("%s: %v, %v; want ErrMixedModes", name, ok, err)
-			}
+			require.NoError(t, err)
+			assert.True(t, ok, "%v: %v", reqs, out[:2])
+			d, err := n.l.AllowN(ctx, loc, "m", 0)
+			require.NoError(t, err)
+			assert.Equal(t, int64(10-i-1), d.Remaining(), "local rule after %d admitted", i+1)
 		}
-		if d, _ := n.l.AllowN(ctx, loc, "m", 0); d.Remaining() != 10 {
-			t.Errorf("local rule charged by a refused multi: %d left", d.Remaining())
-		}
-		if left := centralLeft(n, "m"); left != LC {
-			t.Errorf("central rule charged by a refused multi: %d left", left)
-		}
+		assert.Equal(t, int64(LC-1), centralLeft(n, "m"), "central rule")
 	})
 
 	t.Run("edges", func(t *testing.T) {
@@ -342,6 +341,9 @@ func TestAllowMultiRefusedDecisions(t *testing.T) {
 		"hybrid":         {{Rule: wide, Key: "k", N: 1}, {Rule: tight, Key: "k", N: 1}},
 		"central+hybrid": {{Rule: cen, Key: "k", N: 1}, {Rule: tight, Key: "k", N: 1}},
 		"local":          {{Rule: loc1, Key: "k", N: 1}, {Rule: loc2, Key: "k", N: 1}},
+		"hybrid+local":   {{Rule: wide, Key: "k", N: 1}, {Rule: loc2, Key: "k", N: 1}},
+		"local+hybrid":   {{Rule: loc1, Key: "k", N: 1}, {Rule: tight, Key: "k", N: 1}},
+		"central+local":  {{Rule: cen, Key: "k", N: 1}, {Rule: loc2, Key: "k", N: 1}},
 	} {
 		out := make([]local.Decision, 2)
 		ok, err := l.AllowMulti(ctx, reqs, out)

@@ -130,15 +130,14 @@ type ruleState struct {
 // modeRule is a rule's mode: localRule, centralRule or hybridRule, each
 // with its own state and, for the distributed ones, its failure policy.
 // Register builds one per rule; the Limiter reaches the modes only through
-// it.
+// it, but for AllowMulti, which groups its requests by the mode's type
+// (Limiter.batch), so that the batch stays on the stack.
 type modeRule interface {
 	// kind is the mode the rule runs in.
 	kind() Mode
 	// allow decides a request of cost n for key at now (µs) and charges it
 	// if admitted.
 	allow(ctx context.Context, now int64, key string, n int64) (local.Decision, error)
-	// join adds request i of a multi-rule decision to its mode's group.
-	join(b *multiBatch, i int, q Request)
 	// setLimit moves the mode's state to a new limit.
 	setLimit(lim local.Limit) error
 	// sweep forgets the keys back in their initial state at now.

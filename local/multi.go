@@ -19,7 +19,7 @@ func AllowMulti(reqs []Request, out []Decision) bool {
 	if len(reqs) == 0 {
 		return true
 	}
-	return allowMulti(reqs[0].Limiter.nowMicro(), reqs, out)
+	return allowMulti(reqs[0].Limiter.nowMicro(), reqs, out, nil)
 }
 
 // AllowMultiAt decides several requests as one: it admits them all, charging
@@ -37,13 +37,40 @@ func AllowMulti(reqs []Request, out []Decision) bool {
 // overlapping keys cannot deadlock. AllowMultiAt allocates nothing for up to
 // eight requests.
 func AllowMultiAt(now time.Time, reqs []Request, out []Decision) bool {
-	return allowMulti(now.UnixMicro(), reqs, out)
+	return allowMulti(now.UnixMicro(), reqs, out, nil)
+}
+
+// CheckMultiAt reports whether AllowMultiAt would admit reqs at now, and
+// charges nothing. It writes into out the Decisions of a refusal: Allowed
+// false everywhere, ReasonOK for a rule with room, and why the others
+// refuse.
+func CheckMultiAt(now time.Time, reqs []Request, out []Decision) bool {
+	room := false
+	allowMulti(now.UnixMicro(), reqs, out, func() bool {
+		room = true
+		return false
+	})
+	return room
+}
+
+// AllowMultiIfAt is AllowMultiAt with one more condition: when every
+// request has room, it calls commit, the keys still locked, and charges
+// them only if commit returns true. It decides local requests as one with
+// requests kept elsewhere: commit decides and charges those, and no
+// concurrent request can take the room of these keys in between. commit
+// is called at most once; it must not block, nor decide any of these keys
+// (it would deadlock). AllowMultiIfAt allocates nothing for up to eight
+// requests, when commit does not escape.
+func AllowMultiIfAt(now time.Time, reqs []Request, out []Decision, commit func() bool) bool {
+	return allowMulti(now.UnixMicro(), reqs, out, commit)
 }
 
 // multiInline is how many requests AllowMultiAt handles without allocating.
 const multiInline = 8
 
-func allowMulti(now int64, reqs []Request, out []Decision) bool {
+// allowMulti decides reqs as one; commit, when not nil, is the last
+// condition, called with the keys locked when all have room.
+func allowMulti(now int64, reqs []Request, out []Decision, commit func() bool) bool {
 	if len(out) < len(reqs) {
 		panic("local: AllowMulti: out is shorter than reqs")
 	}
@@ -67,6 +94,9 @@ func allowMulti(now int64, reqs []Request, out []Decision) bool {
 		}
 		m.hold(lk)
 		ok = m.check(lk) && ok
+		if ok && commit != nil {
+			ok = commit()
+		}
 		m.finish(lk, ok)
 		lk.Unlock()
 		if !ok {

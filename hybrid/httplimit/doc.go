@@ -4,8 +4,9 @@
 // "[METHOD ][HOST]/path"), keys each matched rule by the client IP, an API
 // key header or the application's user, and decides all of them at once
 // with hybrid.Limiter.AllowMulti: a request refused by one rule is charged
-// to none. Responses carry the rate-limit headers (X-RateLimit-* by
-// default; RateLimit-Policy and RateLimit of
+// to none, whatever the rules' modes (a per-IP Local rule and a per-user
+// Hybrid quota make one rule set). Responses carry the rate-limit headers
+// (X-RateLimit-* by default; RateLimit-Policy and RateLimit of
 // draft-ietf-httpapi-ratelimit-headers-11 when enabled); a refusal is 429
 // with Retry-After and an application/problem+json body.
 //

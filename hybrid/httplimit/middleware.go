@@ -157,8 +157,8 @@ func (m *Middleware) Rules() []Rule {
 // goes through hybrid.Limiter.SetLimit, which keeps consumption. A rule
 // removed stays registered with the Limiter, idle (its keys are swept),
 // and comes back with its state if added again. A rule may not change its
-// Mode or Policy under the same ID, and all rules must run Local, or none:
-// AllowMulti cannot combine them.
+// Mode or Policy under the same ID. Rules of different modes mix freely:
+// a per-IP Local rule and a per-user Hybrid quota decide as one.
 //
 // The error is a *RuleError naming the rule and the field, or one from
 // the Limiter (Register).
@@ -218,13 +218,6 @@ func (m *Middleware) SetRules(rules []Rule) error {
 				w.c.over = map[string]*target{}
 			}
 			w.c.over[w.over] = t
-		}
-	}
-	for _, w := range wants {
-		mode, first := m.l.Mode(w.c.base.rule), m.l.Mode(wants[0].c.base.rule)
-		if (mode == hybrid.Local) != (first == hybrid.Local) {
-			return &RuleError{ID: w.r.ID, Field: "mode", Reason: fmt.Sprintf("runs %s while rule %q runs %s: rules must all run local, or none",
-				mode, wants[0].r.ID, first)}
 		}
 	}
 	for _, w := range changed {
