@@ -249,7 +249,16 @@ func (k *Lease) roll(r *Rule, w int64) {
 			k.prevR = k.others + max(k.used, k.granted)
 		}
 		k.pused, k.packed = k.used, k.acked
-		k.granted, k.used, k.acked, k.next = k.next, 0, 0, 0
+		carry := k.next
+		if r.counter && k.room >= 0 {
+			// The counter's grant unused in the window just over carries
+			// into this one: Redis moves it at the next exchange
+			// (lease_window.lua) and weighs it in full until then. Only a
+			// grant Redis told of in that window: a carry not yet moved
+			// carries no further.
+			carry = max(k.granted-k.used, 0)
+		}
+		k.granted, k.used, k.acked, k.next = carry, 0, 0, 0
 		k.others, k.room = 0, -1
 		k.flags &^= flagExhaustedPrev
 		if k.flags&flagExhausted != 0 {

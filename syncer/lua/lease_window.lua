@@ -24,6 +24,11 @@
 -- MinGap), [15] how long a paced grant lasts at the node's demand (us; 3 ×
 -- PaceGap), [16..] the rule's parameters.
 --
+-- The sliding window counter's node carries what it holds unused as a
+-- window ends into the next one, and its first report there moves it in
+-- Redis: until then the previous window's grants unused weigh in full on
+-- the current one's budget (see the reports, below).
+--
 -- The sub-window counter is leased per sub-window: W below is a
 -- sub-window, and its budget what the window's K - 1 earlier sub-windows
 -- left (and, while the next one holds grants, what the K - 2 before it,
@@ -99,7 +104,10 @@ local kprev, kcur, knext = slot(wt - W), slot(wt), slot(wt + W)
 if meta[1] and meta[1] ~= p.fp then
   -- The limit changed: every grant not yet used is revoked.
   revoked = 1
-  for _, k in ipairs({kcur, knext}) do
+  local ks = {kcur, knext}
+  -- the counter's unused grant of the previous window, which a node would carry
+  if counter then ks[3] = kprev end
+  for _, k in ipairs(ks) do
     local all = redis.call('HGETALL', k)
     local R = 0
     local used = {}
@@ -122,12 +130,25 @@ if meta[1] and meta[1] ~= p.fp then
 end
 
 -- Reports: the node's absolute use of the previous, current or next window.
-for _, r in ipairs(reports) do
+-- A counter's window that a node reports with the one after it is over for
+-- the node: its use there is final. What it was granted there beyond moves
+-- to the window after, where the node carries it (lease.go: roll): the
+-- counter's next window weighs this one at full weight as it opens, so the
+-- grant is as safe there, and the node does not open the window dry.
+for i, r in ipairs(reports) do
   local x, used = r[1], r[2]
   if x == wt - W or x == wt or x == wt + W then
     local k = slot(x)
     local g, u, R = state(k)
-    if used > u then set(k, g, used, g, u, R) end
+    local u2 = math.max(used, u)
+    if counter and i == 1 and reports[2][1] == x + W and x < wt + W and g > u2 then
+      set(k, u2, u2, g, u, R)
+      local k2 = slot(x + W)
+      local g2, uu2, R2 = state(k2)
+      set(k2, math.max(g2, uu2) + g - u2, uu2, g2, uu2, R2)
+    elseif used > u then
+      set(k, g, used, g, u, R)
+    end
   end
 end
 
@@ -240,13 +261,31 @@ end
 -- average demand); and of it, the part that is a guess: the claims of
 -- unknown demands and of the nodes yet to ask, which their exchanges are
 -- about to correct.
+--
+-- The counter's budget grows through its window, and what the nodes used
+-- of it is spent whatever their parts: there a claim is a part of what the
+-- budget has left beyond the uses reported (free), on top of the node's
+-- use, so that a node whose arrivals ran ahead of its part is not held to
+-- it.
+local function sum(t)
+  local s = 0
+  for _, x in pairs(t) do s = s + x end
+  return s
+end
+
+local function free(u, budget) return math.max(budget - sum(u), 0) end
+
 local function unclaimed(k, budget)
   local g, u = grants(k)
-  local soft = unseen * claim(-1, budget)
+  local base = budget
+  if counter then base = free(u, budget) end
+  local soft = unseen * claim(-1, base)
   local r = soft
   for id, d in pairs(demands) do
     if id ~= node then
-      local c = math.max(claim(d, budget) - math.max(g[id] or 0, u[id] or 0), 0)
+      local c = claim(d, base) - math.max(g[id] or 0, u[id] or 0)
+      if counter then c = c + (u[id] or 0) end
+      c = math.max(c, 0)
       r = r + c
       if d < 0 then soft = soft + c end
     end
@@ -325,8 +364,16 @@ local function grant(k, target, avail, budget, reserve, start)
     local ex = target > have + x and avail - x <= 0
     return have + x, R, ex, not ex
   end
-  local own = claim(demand, budget)
-  if guess then own = math.ceil(own / 4) end
+  local own
+  if counter then
+    local _, us = grants(k)
+    own = claim(demand, free(us, budget))
+    if guess then own = math.ceil(own / 4) end
+    own = own + u
+  else
+    own = claim(demand, budget)
+    if guess then own = math.ceil(own / 4) end
+  end
   local kept, soft = 0, 0
   if reserve then kept, soft = unclaimed(k, budget) end
   -- A node is granted up to its claim when it asks, so a key lasts its
@@ -352,8 +399,12 @@ if counter then
   -- current window grows as the previous one weighs less. A grant is safe
   -- from the moment it is made. The next window starts with this one as
   -- its previous at full weight: the two together stay within L.
+  -- What a node holds unused in the previous window it may carry into
+  -- this one (the reports above): that part weighs in full.
   local left = p.ws - fdiv(now - wt, p.step)
-  budget = math.min(fdiv(math.max(L * p.ws - Rprev * left, 0), p.ws), L - Rnext)
+  local _, up = grants(kprev)
+  local Uprev = sum(up)
+  budget = math.min(fdiv(math.max(L * p.ws - Uprev * left, 0), p.ws) - (Rprev - Uprev), L - Rnext)
 elseif sub then
   budget = L - hist1
   if K >= 2 then budget = math.min(budget, L - hist2 - Rnext) end
@@ -366,7 +417,8 @@ gcur, Rcur, exhausted, is_paced = grant(kcur, want_cur, budget - Rcur, budget, n
 -- The next window is granted ahead, as the current one ends, so that it
 -- does not open with a gap: the fixed window only. The counter's next window
 -- opens with this one at full weight, where a grant ahead would only move
--- budget from this window's end to the next one's start.
+-- budget from this window's end to the next one's start; a node opens it
+-- with what it holds unused of this one instead (the reports above).
 local gnext = 0
 if want_next > 0 and not counter and now >= wt + W - horizon then
   local nbudget = L
