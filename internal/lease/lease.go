@@ -82,6 +82,7 @@ const (
 	flagPaced                     // the last reply paced the current window's grant, or the next's ahead (SyncConfig.PaceGap)
 	flagRecover                   // Redis answered again in a window an outage touched: no grant on top of use (capAfterOutage)
 	flagCut                       // a bucket share cut to the policy's part in an outage's hand-back (shareAfterOutage)
+	flagCarried                   // the counter's grant is carried from the window before, not yet moved in Redis (roll)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease
@@ -250,6 +251,7 @@ func (k *Lease) roll(r *Rule, w int64) {
 		}
 		k.pused, k.packed = k.used, k.acked
 		carry := k.next
+		k.flags &^= flagExhaustedPrev | flagCarried
 		if r.counter && k.room >= 0 {
 			// The counter's grant unused in the window just over carries
 			// into this one: Redis moves it at the next exchange
@@ -257,10 +259,12 @@ func (k *Lease) roll(r *Rule, w int64) {
 			// grant Redis told of in that window: a carry not yet moved
 			// carries no further.
 			carry = max(k.granted-k.used, 0)
+			if carry > 0 {
+				k.flags |= flagCarried
+			}
 		}
 		k.granted, k.used, k.acked, k.next = carry, 0, 0, 0
 		k.others, k.room = 0, -1
-		k.flags &^= flagExhaustedPrev
 		if k.flags&flagExhausted != 0 {
 			k.flags |= flagExhaustedPrev
 		}
@@ -278,7 +282,7 @@ func (k *Lease) roll(r *Rule, w int64) {
 			k.prevR = 0
 		}
 		k.others, k.room = 0, -1
-		k.flags &^= flagExhaustedPrev
+		k.flags &^= flagExhaustedPrev | flagCarried
 	}
 	k.wid = w
 	k.flags &^= flagExhausted | flagRecover
@@ -293,8 +297,12 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		// when a grant made on a guess is half used or MinGap old: that
 		// exchange measures the key's demand, which the others' grants
 		// wait for (the scripts count an unknown demand for 2 × MinGap).
+		// And once a carried grant is used: until the exchange moves it,
+		// Redis holds it in the window before, which the next window no
+		// longer weighs, so its use must not wait for the window's end.
 		low := k.granted-k.used < k.demand*r.interval/r.w+1 ||
-			k.flags&flagGuess != 0 && (2*k.used >= k.granted || now-k.lastSync >= r.minGap)
+			k.flags&flagGuess != 0 && (2*k.used >= k.granted || now-k.lastSync >= r.minGap) ||
+			k.flags&flagCarried != 0
 		if low {
 			k.flags |= flagUrgent
 		}

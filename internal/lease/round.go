@@ -285,7 +285,7 @@ func (k *Lease) ApplyWindow(r *Rule, q *Request, v *WindowReply, recv int64) {
 		k.granted, k.next = v.Granted, v.NextGranted
 		k.others = v.Committed - max(v.Granted, v.Used)
 		k.room = v.Room
-		k.flags &^= flagExhausted | flagPaced
+		k.flags &^= flagExhausted | flagPaced | flagCarried
 		if v.Exhausted {
 			k.flags |= flagExhausted
 		}
@@ -296,7 +296,9 @@ func (k *Lease) ApplyWindow(r *Rule, q *Request, v *WindowReply, recv int64) {
 		// The node's clock is ahead: Redis's current window is the node's
 		// previous one, and its next the node's current.
 		if q.Cur.Window == k.wid {
+			// Its report of the window before moved the carried grant.
 			k.acked = max(k.acked, q.Cur.Used)
+			k.flags &^= flagCarried
 		}
 		k.packed = max(k.packed, min(v.Used, k.pused))
 		k.granted = max(k.granted, v.NextGranted)
