@@ -58,8 +58,8 @@ func CheckMultiAt(now time.Time, reqs []Request, out []Decision) bool {
 // them only if commit returns true. It decides local requests as one with
 // requests kept elsewhere: commit decides and charges those, and no
 // concurrent request can take the room of these keys in between. commit
-// is called at most once; it must not block, nor decide any of these keys
-// (it would deadlock). AllowMultiIfAt allocates nothing for up to eight
+// is called at most once; it must not wait on anything but other keys'
+// locks, nor decide any of these keys (it would deadlock). AllowMultiIfAt allocates nothing for up to eight
 // requests, when commit does not escape.
 func AllowMultiIfAt(now time.Time, reqs []Request, out []Decision, commit func() bool) bool {
 	return allowMulti(now.UnixMicro(), reqs, out, commit)
