@@ -546,6 +546,53 @@ func TestQuietBucketKey(t *testing.T) {
 	}
 }
 
+// TestQuietNodeAfterShare: a small bucket limit (100 per 10 s, burst 10)
+// whose key a busy node held a share of. Node b, quiet, sees the key about
+// once a second and admits on the allowance, against the pool; its replies
+// come while a holds its share. Shares leave the pool a floor, refilled
+// while a holds the rest, so b's view of the pool refills too, and b is
+// never refused: the key stays far under its limit. (Were a's share the
+// whole rate and burst, b's last reply would show an empty pool that never
+// refills, and b would refuse until its next exchange.)
+func TestQuietNodeAfterShare(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Client(t, redistest.Addr(t))
+	prefix := redistest.Prefix(t)
+	clk := newFakeClock(epoch2030)
+	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: 10 * time.Second, Burst: 10})
+	a := newNode(t, nodeConfig(c, prefix, clk, "a", 2))
+	b := newNode(t, nodeConfig(c, prefix, clk, "b", 2))
+	ra := mustRegister(t, a, hybrid.Rule{Name: "q", Limit: lim}, hybrid.Hybrid)
+	rb := mustRegister(t, b, hybrid.Rule{Name: "q", Limit: lim}, hybrid.Hybrid)
+	refused := map[string]int{}
+	// 6 seconds in steps of 10ms: a asks every 150ms for its first
+	// second, b every 1.1 s; both run a round every 100ms.
+	for step := range 600 {
+		if step < 100 && step%15 == 0 {
+			d, err := a.Allow(ctx, ra, "k")
+			require.NoError(t, err)
+			if !d.Allowed() {
+				refused["a"]++
+			}
+		}
+		if step%110 == 50 {
+			d, err := b.Allow(ctx, rb, "k")
+			require.NoError(t, err)
+			if !d.Allowed() {
+				refused[fmt.Sprintf("b at %v", time.Duration(step)*10*time.Millisecond)]++
+			}
+		}
+		if step%10 == 0 {
+			syncOK(t, a, clk)
+		}
+		if step%10 == 5 {
+			syncOK(t, b, clk)
+		}
+		clk.Add(10 * time.Millisecond)
+	}
+	assert.Empty(t, refused, "a key far under its limit must not be refused")
+}
+
 // TestReleaseReturnsTokens: a node that goes idle hands the tokens of its
 // bucket share back to the pool, where another node finds them: a key's
 // burst is not lost in the buckets of nodes that stopped using it. Node b

@@ -329,17 +329,28 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 		}
 	}
 	switch alg := lim.Algorithm(); {
-	case w.users > 0:
-		// Per key and window after its first: admitted beyond what the
-		// limit admits in one window (plus the burst, for the buckets), as
-		// a fraction of the limit.
-		most := float64(lim.Limit())
-		if alg == local.TokenBucket || alg == local.LeakyBucket || alg == local.GCRA {
-			most += float64(lim.Burst())
+	case w.users > 0 && (alg == local.TokenBucket || alg == local.LeakyBucket || alg == local.GCRA):
+		// Per key, as the api-users benchmark measures it: the largest
+		// excess over the arrival curve (burst + rate × interval) of an
+		// interval ending after the key's first window, as a fraction of
+		// the limit.
+		for _, ts := range admittedTimes {
+			for i := range ts {
+				for j := i; j < len(ts) && ts[j]-ts[i] <= 2*W; j++ {
+					if ts[j] < first+W {
+						continue
+					}
+					excess := float64(j-i+1) - float64(lim.Burst()) - float64(lim.Limit())*float64(ts[j]-ts[i])/float64(W)
+					res.worstOver = math.Max(res.worstOver, excess/float64(lim.Limit()))
+				}
+			}
 		}
+	case w.users > 0:
+		// Per key and window after its first: admitted beyond the limit,
+		// as a fraction of it.
 		for k, n := range admitted {
 			if k.window > first {
-				res.worstOver = math.Max(res.worstOver, (float64(n)-most)/float64(lim.Limit()))
+				res.worstOver = math.Max(res.worstOver, float64(n)/float64(lim.Limit())-1)
 			}
 		}
 	case alg == local.TokenBucket || alg == local.LeakyBucket || alg == local.GCRA:
@@ -481,8 +492,9 @@ func TestSimulation(t *testing.T) {
 // user (a time-scaled 100 per minute), over many keys with heavy-tailed
 // rates, each request sent to a random node of 8. Every key leases: no
 // decision waits on Redis. After a key's first window, over-admission per
-// window within 5% of the limit; in its first, the cold-start bound: the
-// limit (and burst) plus each node's allowance, max(1, ⌈ε × limit ÷
+// window (the buckets: over the arrival curve, as the api-users benchmark
+// measures it) within 5% of the limit; in its first, the cold-start bound:
+// the limit (and burst) plus each node's allowance, max(1, ⌈ε × limit ÷
 // nodes⌉). Keys under their limit lose at most 0.1% of what an exact
 // limiter admits. Bounds derived in docs/accuracy.md.
 func TestSimulationSmallLimits(t *testing.T) {
@@ -508,15 +520,7 @@ func TestSimulationSmallLimits(t *testing.T) {
 				lim, 100*r.worstOver, r.coldMax, coldBound, r.falseRejPct, r.exact, r.falseBy, r.requests, r.scripts, float64(r.scripts)/float64(r.requests))
 			assert.LessOrEqual(t, r.worstOver, 0.05, "over-admission per window after a key's first")
 			assert.LessOrEqual(t, r.coldMax, coldBound, "a key's first window within the cold-start bound")
-			// The target is 0.1%. The buckets miss it: 0.08-0.16% over
-			// runs (the order of a round's scripts varies), refusals of a
-			// quiet key whose node's last reply saw the pool held by
-			// others' shares; the bound holds them to that range.
-			maxFalse := 0.1
-			if lim.Algorithm() == local.GCRA {
-				maxFalse = 0.25
-			}
-			assert.LessOrEqual(t, r.falseRejPct, maxFalse, "false rejections of keys under their limit, %")
+			assert.LessOrEqual(t, r.falseRejPct, 0.1, "false rejections of keys under their limit, %")
 			assert.Positive(t, r.exact)
 		})
 	}

@@ -5,7 +5,8 @@
 -- b_i, until its lease's expiry x_i. Redis keeps the rest as a pool, refilled
 -- at the rate nobody holds, L - sum(l), up to B - sum(b); tokens a node gains
 -- when its share grows come out of the pool. Tokens are thus conserved:
--- admitted over any interval stays within B + (L/W) * interval.
+-- admitted over any interval stays within B + (L/W) * interval. Shares
+-- leave the pool a floor of rate and capacity, for the nodes without one.
 --
 -- A share that shrinks stays committed (counted as held) until the old
 -- lease's expiry: the node may go on using it until it hears of the change,
@@ -184,7 +185,19 @@ for id, _ in pairs(nodes) do
     ocl, ocb = ocl + l, ocb + b
   end
 end
-local l, b = math.max(math.min(lt, L - ocl), 0), math.max(math.min(bt, B - ocb), 0)
+-- Shares leave the pool a floor, for the nodes without one: a quiet node
+-- admits against the pool, and one whose last reply saw every token held
+-- would refuse until its next exchange, long after the shares have gone.
+-- The floor is a node's allowance of the burst, at most its part (B ÷
+-- nodes), refilled in half the time the bucket takes to fill, but no more
+-- than once per horizon: the nodes with shares draw what the pool holds
+-- only at their exchanges, and a pool full between them would lose rate.
+local fb, fl = 0, 0
+if cluster > 1 and quiet > 0 then
+  fb = math.min(quiet, math.floor(B / cluster))
+  if fb > 0 then fl = math.max(math.min(math.floor(2 * L * fb / B), math.floor(fb * W / math.max(horizon, 1))), 1) end
+end
+local l, b = math.max(math.min(lt, L - ocl - fl), 0), math.max(math.min(bt, B - ocb - fb), 0)
 -- Shrinking: what the node holds stays committed until its expiry, as the
 -- node uses it until it hears of this reply. (It applied every earlier
 -- reply before sending this request: older commitments are over.)
