@@ -293,7 +293,11 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		// when a grant made on a guess is half used or MinGap old: that
 		// exchange measures the key's demand, which the others' grants
 		// wait for (the scripts count an unknown demand for 2 × MinGap).
-		low := k.granted-k.used < k.demand*r.interval/r.w+1 ||
+		ahead := r.interval
+		if r.sub {
+			ahead = min(ahead, end) // a sub-window's grant lasts its sub-window (Request)
+		}
+		low := k.granted-k.used < k.demand*ahead/r.w+1 ||
 			k.flags&flagGuess != 0 && (2*k.used >= k.granted || now-k.lastSync >= r.minGap)
 		if low {
 			k.flags |= flagUrgent
