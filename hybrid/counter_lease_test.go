@@ -1,15 +1,12 @@
 package hybrid_test
 
 import (
-	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -32,24 +29,7 @@ func TestCounterCarry(t *testing.T) {
 	ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
 	clk := newFakeClock(epoch2030.Add(w / 3))
 	const nodes = 2
-	ls, rs := make([]*hybrid.Limiter, nodes), make([]*hybrid.Rule, nodes)
-	for i := range ls {
-		cfg := nodeConfig(client, ks.Prefix, clk, fmt.Sprintf("n%d", i), nodes)
-		cfg.Sync.NoColdStart = true
-		ls[i] = newNode(t, cfg)
-		rs[i] = mustRegister(t, ls[i], hybrid.Rule{Name: "carry", Limit: lim}, hybrid.Hybrid)
-	}
-	allow := func(i, n int) (admitted int) {
-		t.Helper()
-		for range n {
-			d, err := ls[i].Allow(context.Background(), rs[i], "k")
-			require.NoError(t, err)
-			if d.Allowed() {
-				admitted++
-			}
-		}
-		return admitted
-	}
+	ls, _, allow := leasingNodes(t, client, ks.Prefix, clk, "carry", lim, nodes)
 	minGap := testInterval / 10
 
 	// The first window: both nodes lease, at 200 a second each.

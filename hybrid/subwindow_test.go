@@ -1,15 +1,19 @@
 package hybrid_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
 // TestSubWindowLeases: three nodes lease a sub-window counter, each lease
@@ -76,4 +80,77 @@ func TestAnchoredRunsCentral(t *testing.T) {
 		r := mustRegister(t, l, hybrid.Rule{Name: "anchored-" + p.Algorithm.String(), Limit: local.MustLimit(p)}, hybrid.ModeDefault)
 		assert.Equal(t, hybrid.Central, l.Mode(r), "%v", p)
 	}
+}
+
+// TestSubWindowRelease: a node's exchange in a sub-window makes its use of
+// the one before final, and Redis releases what the node held there
+// unused: the later sub-windows' budget counts that sub-window's use, not
+// its grants. Under the limit, grants left unused in the window's earlier
+// sub-windows would otherwise cut the budget of every sub-window until
+// they leave the window.
+func TestSubWindowRelease(t *testing.T) {
+	client := redistest.Client(t, redistest.Addr(t))
+	ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
+	const L, K = 1000, 10
+	W := time.Second
+	sub := W / K
+	lim := local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: L, Window: W, SubWindows: K})
+	clk := newFakeClock(epoch2030.Add(sub / 10))
+	const nodes = 2
+	ls, _, allow := leasingNodes(t, client, ks.Prefix, clk, "release", lim, nodes)
+
+	// The first sub-window: both nodes lease, and use a part of it.
+	x := clk.window(sub)
+	var used int // n0's admissions there
+	for range 5 {
+		for i := range nodes {
+			if a := allow(i, 3); i == 0 {
+				used += a
+			}
+			syncOK(t, ls[i], clk)
+		}
+		clk.Add(sub / 10)
+	}
+	st := readWindow(t, client, ks, "release", "k", sub, x)
+	require.True(t, st.ok)
+	require.Greater(t, st.g["n0"], st.u["n0"], "n0 holds a grant unused in the sub-window: %+v", st)
+	require.Greater(t, st.g["n1"], st.u["n1"], "n1 too: %+v", st)
+
+	// The next sub-window: n0's exchange there releases its grant unused in
+	// the first; n1's, not sent yet, stays.
+	clk.Set(time.UnixMicro(x + sub.Microseconds() + sub.Microseconds()/10))
+	allow(0, 1)
+	syncOK(t, ls[0], clk)
+	after := readWindow(t, client, ks, "release", "k", sub, x)
+	require.True(t, after.ok)
+	assert.Equal(t, after.u["n0"], after.g["n0"], "n0's grant there is its use: %+v", after)
+	assert.Equal(t, int64(used), after.u["n0"], "n0's use there, reported: %+v", after)
+	assert.Equal(t, st.g["n1"], after.g["n1"], "n1's grant stays until n1 reports: %+v", after)
+	assert.Equal(t, after.u["n0"]+max(after.g["n1"], after.u["n1"]), after.R, "R: %+v", after)
+}
+
+// leasingNodes starts n nodes with no cold-start allowance, each with a
+// hybrid rule of lim named name. allow decides count requests of the key
+// "k" on node i and returns how many were admitted.
+func leasingNodes(t *testing.T, client redis.UniversalClient, prefix string, clk *fakeClock, name string, lim local.Limit, n int) ([]*hybrid.Limiter, []*hybrid.Rule, func(i, count int) int) {
+	t.Helper()
+	ls, rs := make([]*hybrid.Limiter, n), make([]*hybrid.Rule, n)
+	for i := range ls {
+		cfg := nodeConfig(client, prefix, clk, fmt.Sprintf("n%d", i), n)
+		cfg.Sync.NoColdStart = true
+		ls[i] = newNode(t, cfg)
+		rs[i] = mustRegister(t, ls[i], hybrid.Rule{Name: name, Limit: lim}, hybrid.Hybrid)
+	}
+	allow := func(i, count int) (admitted int) {
+		t.Helper()
+		for range count {
+			d, err := ls[i].Allow(context.Background(), rs[i], "k")
+			require.NoError(t, err)
+			if d.Allowed() {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	return ls, rs, allow
 }

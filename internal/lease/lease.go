@@ -300,7 +300,11 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		// And once a carried grant is used: until the exchange moves it,
 		// Redis holds it in the window before, which the next window no
 		// longer weighs, so its use must not wait for the window's end.
-		low := k.granted-k.used < k.demand*r.interval/r.w+1 ||
+		ahead := r.interval
+		if r.sub {
+			ahead = min(ahead, end) // a sub-window's grant lasts its sub-window (Request)
+		}
+		low := k.granted-k.used < k.demand*ahead/r.w+1 ||
 			k.flags&flagGuess != 0 && (2*k.used >= k.granted || now-k.lastSync >= r.minGap) ||
 			k.flags&flagCarried != 0
 		if low {

@@ -238,11 +238,21 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 	}
 	k.roll(r, rnow-rnow%r.w)
 	need := max(usec.CeilDiv(max(demand, 0)*r.horizon, r.w), 1)
+	needNext := need
+	if left := k.wid + r.w - rnow; r.sub && left < r.horizon {
+		// A sub-window's grant need last only until the sub-window ends
+		// (and half an interval more, so that it does not run low at
+		// once); the rest of the horizon is the next one's. A horizon in
+		// each would hold twice what the key needs, out of the thin room
+		// the earlier sub-windows leave under the limit.
+		need = max(usec.CeilDiv(max(demand, 0)*min(left+r.interval/2, r.horizon), r.w), 1)
+		needNext = max(usec.CeilDiv(max(demand, 0)*min(r.horizon-left, r.w), r.w), 1)
+	}
 	q.WantCur = k.used + need
 	if release {
 		q.WantCur = 0
 	} else if rnow >= k.wid+r.w-r.horizon {
-		q.WantNext = need
+		q.WantNext = needNext
 	}
 	q.Prev, q.Cur = Report{k.wid - r.w, k.pused}, Report{k.wid, k.used}
 	q.GuessTTL, q.PaceSpan = 2*r.minGap, 3*r.paceGap

@@ -34,7 +34,10 @@
 -- left (and, while the next one holds grants, what the K - 2 before it,
 -- this one and the next leave), so that any K consecutive sub-windows stay
 -- within the limit. The meta hash keeps R of those earlier sub-windows
--- (h.<start>), written with each slot's R.
+-- (h.<start>), written with each slot's R. A node's report of a sub-window
+-- with the one after it is final, and what it held unused there is
+-- released (see the reports, below): the earlier sub-windows then weigh
+-- with their uses, not their grants.
 --
 -- Returns {now, current window, epoch, granted to the node in it (what it
 -- used beyond is debt, not grant), its used there as stored, R there,
@@ -134,18 +137,24 @@ end
 -- the node: its use there is final. What it was granted there beyond moves
 -- to the window after, where the node carries it (lease.go: roll): the
 -- counter's next window weighs this one at full weight as it opens, so the
--- grant is as safe there, and the node does not open the window dry.
+-- grant is as safe there, and the node does not open the window dry. A
+-- sub-window counter's node drops what it held unused in a sub-window as
+-- the next begins (lease.go: roll): Redis releases it, so that it no
+-- longer cuts the budget of the sub-windows after it.
 for i, r in ipairs(reports) do
   local x, used = r[1], r[2]
   if x == wt - W or x == wt or x == wt + W then
     local k = slot(x)
     local g, u, R = state(k)
     local u2 = math.max(used, u)
-    if counter and i == 1 and reports[2][1] == x + W and x < wt + W and g > u2 then
+    local final = i == 1 and reports[2][1] == x + W and x < wt + W
+    if counter and final and g > u2 then
       set(k, u2, u2, g, u, R)
       local k2 = slot(x + W)
       local g2, uu2, R2 = state(k2)
       set(k2, math.max(g2, uu2) + g - u2, uu2, g2, uu2, R2)
+    elseif sub and final and g > u2 then
+      set(k, u2, u2, g, u, R)
     elseif used > u then
       set(k, g, used, g, u, R)
     end
