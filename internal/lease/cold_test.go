@@ -111,6 +111,62 @@ func TestAllowanceRenews(t *testing.T) {
 	assert.LessOrEqual(t, v.Remaining, int64(100))
 }
 
+// TestCounterUsedUpGrant: a sliding window counter's key whose grant in the
+// window is used up admits nothing on the allowance, however much room its
+// last reply told of (Redis never says the counter's window is exhausted,
+// and that room is being granted to the others), until a top-up comes; a
+// fixed window's key, which Redis tells when its window is spent, still
+// may. A counter key without a grant in the window keeps its allowance.
+func TestCounterUsedUpGrant(t *testing.T) {
+	const w = int64(1e6)
+	start := int64(1_900_000_000) * w
+	for _, tc := range []struct {
+		alg       local.Algorithm
+		allowance bool // admits past its used-up grant
+	}{
+		{local.SlidingWindowCounter, false},
+		{local.FixedWindow, true},
+	} {
+		t.Run(tc.alg.String(), func(t *testing.T) {
+			lim := local.MustLimit(local.Params{Algorithm: tc.alg, Limit: 10000, Window: time.Second})
+			r := coldRule(t, lim, 8, false)
+			require.Equal(t, int64(63), r.allowance())
+			var k Lease
+			now := start + 1000
+			reply := func(granted, committed int64) {
+				q := k.Request(r, now, false)
+				k.Answered()
+				k.ApplyWindow(r, &q, &WindowReply{
+					Now: now, Window: start, Epoch: 1, Granted: granted, Used: q.Cur.Used, Committed: committed,
+					Live: 8, Room: 10000 - committed,
+				}, now)
+			}
+			reply(0, 0)
+			v, _ := k.Decide(r, now, 1)
+			require.Equal(t, local.ReasonOK, v.Reason, "no grant in the window: the allowance admits")
+
+			reply(50, 2000) // a stale reply: room 8000, far more than the allowance needs
+			for i := range 49 {
+				v, _ = k.Decide(r, now, 1)
+				require.Equal(t, local.ReasonOK, v.Reason, "request %d, within the grant", i)
+			}
+			require.Equal(t, k.granted, k.used, "the grant is used up")
+			v, signal := k.Decide(r, now, 1)
+			assert.True(t, signal, "a used-up grant asks for its top-up")
+			if !tc.allowance {
+				assert.Equal(t, local.ReasonNoLease, v.Reason, "a used-up grant waits for its top-up")
+				assert.Equal(t, k.granted, k.used, "nothing admitted as debt")
+			} else {
+				assert.Equal(t, local.ReasonOK, v.Reason, "the fixed window's allowance, bounded by exhausted")
+			}
+
+			reply(100, 2100)
+			v, _ = k.Decide(r, now, 1)
+			assert.Equal(t, local.ReasonOK, v.Reason, "the top-up admits")
+		})
+	}
+}
+
 // TestVerdictsAgree: whatever the replies, a verdict's figures agree with
 // its reason: a refusal says less than its cost remains, and its retry is
 // positive; an admission's remaining is within what the rule can admit.

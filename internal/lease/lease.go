@@ -312,14 +312,19 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, low || k.flags&flagSynced == 0
 	}
-	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && !k.Recovering(r, now) && k.used+n <= k.granted+a &&
-		k.roomFor(r, min(n+a*max(r.Nodes(), 1), r.limit)) {
+	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && !(r.counter && k.granted > 0) &&
+		!k.Recovering(r, now) && k.used+n <= k.granted+a && k.roomFor(r, min(n+a*max(r.Nodes(), 1), r.limit)) {
 		// The allowance: a key without a lease (new to this node, or new in
-		// this window, or whose grant is used up) admits up to the
-		// allowance unreported, as debt reported at the next exchange,
-		// unless the node saw it exhausted in this window or the last, or
-		// an outage touched this window (Recovering). Once Redis has
-		// counted the debt, its room says whether more may come.
+		// this window, or, but for the counter, whose grant is used up)
+		// admits up to the allowance unreported, as debt reported at the
+		// next exchange, unless the node saw it exhausted in this window or
+		// the last, or an outage touched this window (Recovering). Once
+		// Redis has counted the debt, its room says whether more may come.
+		// The counter's window is never said to be exhausted (its budget
+		// grows with every step), so a used-up grant of it waits for its
+		// top-up: the room its last reply told is being granted to the
+		// other nodes, and every node spending it again would admit up to
+		// nodes × allowance past the limit.
 		k.used += n
 		if k.flags&flagSynced == 0 || k.used-k.granted >= a/2+1 {
 			k.flags |= flagUrgent
