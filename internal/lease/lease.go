@@ -81,7 +81,7 @@ const (
 	flagFirst                     // on the syncer's list for the next first-lease round
 	flagPaced                     // the last reply paced the current window's grant, or the next's ahead (SyncConfig.PaceGap)
 	flagRecover                   // Redis answered again in a window an outage touched: no grant on top of use (capAfterOutage)
-	flagCut                       // a bucket share cut to the policy's part in an outage's hand-back (shareAfterOutage)
+	flagCut                       // a bucket share cut to the policy's part in an outage's hand-back (afterOutage)
 	flagCarried                   // the counter's grant is carried from the window before, not yet moved in Redis (roll)
 )
 

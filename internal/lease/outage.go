@@ -18,7 +18,7 @@ type Tap func(k *Lease, window, asked, used int64)
 // rule's keys take no new grant, once Redis answers again, in a window an
 // outage touched (Recovering): the failure policy goes on deciding them
 // until the window ends; and a bucket rule's keys take no tokens out of
-// the pool for a while (grantAfterOutage). Call it before r is used.
+// the pool for a while (afterOutage). Call it before r is used.
 func (r *Rule) SetOutage(tap Tap, handBack bool) { r.tap, r.handBack = tap, handBack }
 
 // Tapped hands k's figures at node time now to r's Tap, if r has one. The
@@ -86,18 +86,6 @@ func (c *Cluster) NoteOutage(rnow int64) { c.outage.Store(max(rnow, 1)) }
 // unreachable, 0 before any.
 func (c *Cluster) Outage() int64 { return c.outage.Load() }
 
-// grantAfterOutage is what a bucket reply at Redis time rnow may add to
-// k's tokens out of the pool: nothing within recoverSpan intervals of an
-// outage (Fallback's hand-back), when Redis, restarted full or not yet told
-// of every node's debt, would hand out a burst the nodes already spent
-// without it; the node's share of the rate still refills it. Else grant.
-func (k *Lease) grantAfterOutage(r *Rule, grant, rnow int64) int64 {
-	if r.handingBack(rnow) != 0 {
-		return 0
-	}
-	return grant
-}
-
 // Share returns the part, in [0, 1], of a bucket rule's rate and burst
 // that the failure policy gives this node for k's key. It runs under the
 // key's lock and must not block.
@@ -112,22 +100,29 @@ type Share func(k *Lease) float64
 // used.
 func (r *Rule) SetShare(share Share) { r.share = share }
 
-// shareAfterOutage is the share, rate per window and burst, a bucket key
-// holds of what a reply at Redis time rnow granted: within an outage's
-// hand-back, no more than the policy's part (SetShare), and the key asks
-// for the whole share once the hand-back ends (Due).
-func (k *Lease) shareAfterOutage(r *Rule, rate, burst, rnow int64) (int64, int64) {
+// afterOutage is what a bucket key holds of reply v: its share's rate per
+// window and burst, and the tokens v adds out of the pool. Within an
+// outage's hand-back (Fallback), the share is no more than the policy's
+// part (SetShare), as the nodes not yet back go on admitting theirs, and
+// the key asks for the whole share once the hand-back ends (Due); and the
+// pool adds nothing, since Redis, restarted full or not yet told of every
+// node's debt, would hand out a burst the nodes already spent without it
+// (the share's rate still refills the key).
+func (k *Lease) afterOutage(r *Rule, v *BucketReply) (rate, burst, grant int64) {
 	k.flags &^= flagCut
-	if r.share == nil || r.handingBack(rnow) == 0 {
-		return rate, burst
+	rate, burst = v.Rate, v.Burst
+	if r.handingBack(v.Now) == 0 {
+		return rate, burst, v.Grant
 	}
-	s := r.share(k)
-	cr := min(rate, max(int64(s*float64(r.limit)), 1))
-	cb := min(burst, max(int64(s*float64(r.burst)), 1))
-	if cr < rate || cb < burst {
-		k.flags |= flagCut
+	if r.share != nil {
+		s := r.share(k)
+		rate = min(rate, max(int64(s*float64(r.limit)), 1))
+		burst = min(burst, max(int64(s*float64(r.burst)), 1))
+		if rate < v.Rate || burst < v.Burst {
+			k.flags |= flagCut
+		}
 	}
-	return cr, cb
+	return rate, burst, 0
 }
 
 // handingBack returns the Redis time of the outage whose hand-back a reply

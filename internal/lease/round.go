@@ -343,9 +343,9 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	}
 	k.epoch = v.Epoch
 	k.debtSent += q.Debt
-	k.rate, k.burst = k.shareAfterOutage(r, v.Rate, v.Burst, v.Now)
-	k.expiry = v.Expiry
-	k.tokens = min(k.tokens+k.grantAfterOutage(r, v.Grant, v.Now), k.burst)
+	rate, burst, grant := k.afterOutage(r, v)
+	k.rate, k.burst, k.expiry = rate, burst, v.Expiry
+	k.tokens = min(k.tokens+grant, k.burst)
 	if k.tokens >= k.burst {
 		k.rem = 0
 	}

@@ -373,16 +373,14 @@ local function grant(k, target, avail, budget, reserve, start)
     local ex = target > have + x and avail - x <= 0
     return have + x, R, ex, not ex
   end
-  local own
+  local base = budget
   if counter then
     local _, us = grants(k)
-    own = claim(demand, free(us, budget))
-    if guess then own = math.ceil(own / 4) end
-    own = own + u
-  else
-    own = claim(demand, budget)
-    if guess then own = math.ceil(own / 4) end
+    base = free(us, budget)
   end
+  local own = claim(demand, base)
+  if guess then own = math.ceil(own / 4) end
+  if counter then own = own + u end
   local kept, soft = 0, 0
   if reserve then kept, soft = unclaimed(k, budget) end
   -- A node is granted up to its claim when it asks, so a key lasts its
