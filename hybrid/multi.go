@@ -63,14 +63,8 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 	switch {
 	case len(b.local) == len(reqs):
 		return local.AllowMultiAt(time.UnixMicro(now), b.local, out), nil
-	case b.nHybrid == len(reqs):
-		ok := l.hybridMulti(now, reqs, b.hybrid, out, true)
-		if !ok {
-			refuseAll(out[:len(reqs)])
-		}
-		return ok, nil
 	case len(b.central) == 0:
-		// Local and hybrid rules.
+		// Hybrid rules, alone or with local ones.
 		ok := l.commitMulti(now, reqs, &b, out)
 		if !ok {
 			refuseAll(out[:len(reqs)])

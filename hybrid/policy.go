@@ -41,7 +41,6 @@ func newFailover(rs *ruleState, lim local.Limit) (failover, error) {
 // decide decides by the policy, or on this node's part of the limit once
 // the Limiter is shut down; nodes is how many nodes share the limit.
 func (f *failover) decide(nodes int64, now int64, key string, n int64) local.Decision {
-	f.rs.counts.fallback.Add(1)
 	policy := f.policy
 	if f.rs.l.shut.Load() {
 		policy = FailLocal
@@ -61,6 +60,7 @@ func (f *failover) decide(nodes int64, now int64, key string, n int64) local.Dec
 // counted counts d, a decision of the policy's, and marks it Degraded.
 func (f *failover) counted(d local.Decision) local.Decision {
 	rs := f.rs
+	rs.counts.fallback.Add(1)
 	if d.Allowed() {
 		rs.counts.count(local.ReasonOK) // FailOpen's ReasonUnavailable included
 	} else {

@@ -176,7 +176,6 @@ type shareScaled struct {
 // burst included, is ReasonUnavailable; Limit is the rule's, Remaining in
 // requests at this share.
 func (f *failover) byShare(now int64, key string, n int64, share float64) local.Decision {
-	f.rs.counts.fallback.Add(1)
 	lim := f.rs.limit.Load()
 	sc := f.scale.Load()
 	if sc == nil || sc.base != lim || f.part.Limit() != sc.lim {
