@@ -41,7 +41,7 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 	if rs.waitLease {
 		lr.SetWaitFirst()
 	}
-	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts}
+	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts, salt: gossipSalt(rs.name)}
 	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}

@@ -119,12 +119,11 @@ func gossipDigest(d *[lease.DigestSize]byte, salt *fallback.Digest) fallback.Dig
 func (m *hybridRule) setOutage(lr *lease.Rule) {
 	var tap lease.Tap
 	if g := m.l.gossip; g != nil && m.fail.policy == Fallback {
-		salt := gossipSalt(m.rs.name)
+		salt := m.salt // set once, in newHybridRule: the hot path reads it
 		tap = func(k *lease.Lease, window, asked, used int64) {
 			g.node.Report(gossipDigest(&k.Digest, &salt), window, asked, used)
 		}
 		lr.SetShare(func(k *lease.Lease) float64 { return g.node.Estimate(gossipDigest(&k.Digest, &salt)).Share })
-		m.salt = salt
 	}
 	lr.SetOutage(tap, m.fail.policy == Fallback)
 }
