@@ -40,8 +40,9 @@ local demand, tokens, debt = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV
 local lease_ttl, demand_ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
 local held_l, held_b, held_x = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local cluster, horizon, quiet = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
-local p = params(16)
-local W, L, B = p.w, p.L, p.burst
+-- Of the rule's parameters (see params.lua), the fingerprint, L, W and B:
+-- read as they are, without params' table of all eleven.
+local pfp, L, W, B = ARGV[16], tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20])
 local m, me = KEYS[1], 'n.' .. node
 local max, min, floor = math.max, math.min, math.floor
 local NODE = '<ddddddddd' -- l, b, x, ol, ob, ox, d, t, q
@@ -67,7 +68,7 @@ for i = 1, #all, 2 do
 end
 
 local ep, pt, pr, pn
-if (fp and fp ~= p.fp and not bucket_alg(tonumber(string.match(fp, '^(%d+)')))) or not h then
+if (fp and fp ~= pfp and not bucket_alg(tonumber(string.match(fp, '^(%d+)')))) or not h then
   -- Nothing, another family's state under this name or another layout:
   -- start afresh.
   if #all > 0 then redis.call('DEL', m) end
@@ -78,7 +79,7 @@ end
 -- The limit changed: every share is revoked; what was held stays committed
 -- until its expiry.
 local revoked = 0
-if fp and fp ~= p.fp then revoked = 1 end
+if fp and fp ~= pfp then revoked = 1 end
 if not recs[me] then recs[me] = struct.pack(NODE, 0, 0, 0, 0, 0, 0, 0, 0, 0) end
 
 -- One pass over the nodes. cl, cb: what all hold committed, expired
@@ -227,9 +228,9 @@ if pt > pcap then pt, pr = pcap, 0 end
 
 -- Only what changed is written: the pool, this node, the nodes whose
 -- leases, commitments or demands ended, and a new fingerprint.
-if fp ~= p.fp then
+if fp ~= pfp then
   writes[#writes + 1] = 'fp'
-  writes[#writes + 1] = p.fp
+  writes[#writes + 1] = pfp
 end
 redis.call('HSET', m, 'h', struct.pack('<dddd', ep, pt, pr, pn), me,
   struct.pack(NODE, l, b, x, ol, ob, ox, hd, ht, hq), unpack(writes))
