@@ -15,12 +15,14 @@
 --
 -- KEYS[1] hash: fp (the rule's fingerprint, as text), h (the epoch and the
 -- pool: ep, pt tokens, pr remainder in units of 1/W token, pn time) and, per
--- node, n.<node>: l, b, x (share and expiry), ol, ob, ox (an old, larger
--- share still committed until ox), d, t (demand per W and when reported), q
--- (the last sequence number applied). h and n.<node> are little-endian
--- doubles (struct's '<d'; each an integer below 2^53, so exact): parsing and
--- writing them costs Redis a fraction of as many fields as text. A hash
--- without h (another layout) starts afresh, under a new epoch.
+-- node, n.<node>: l, b, x (share and expiry), d, t (demand per W and when
+-- reported), q (the last sequence number applied), then, while it holds
+-- one, ol, ob, ox (an old, larger share still committed until ox). h and
+-- n.<node> are little-endian doubles (struct's '<d'; each an integer below
+-- 2^53, so exact): parsing and writing them costs Redis a fraction of as
+-- many fields as text. A field without a commitment, 48 bytes, keeps the
+-- hash in Redis's compact encoding (values up to 64 bytes). A hash without
+-- h (another layout) starts afresh, under a new epoch.
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] sequence number, [4]
 -- flags (1: release), [5] demand (requests per W; -1: unknown), [6] the node's tokens
 -- now (on a release: the tokens it hands back), [7] debt (tokens it admitted without a share, applied once per
@@ -45,7 +47,12 @@ local cluster, horizon, quiet = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber
 local pfp, L, W, B = ARGV[16], tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20])
 local m, me = KEYS[1], 'n.' .. node
 local max, min, floor = math.max, math.min, math.floor
-local NODE = '<ddddddddd' -- l, b, x, ol, ob, ox, d, t, q
+-- A node's field: l, b, x, d, t, q, and ol, ob, ox unless all three are 0.
+local SHORT, LONG = '<dddddd', '<ddddddddd'
+local function pack_node(l, b, x, ol, ob, ox, d, t, q)
+  if ol == 0 and ob == 0 and ox == 0 then return struct.pack(SHORT, l, b, x, d, t, q) end
+  return struct.pack(LONG, l, b, x, d, t, q, ol, ob, ox)
+end
 
 -- The key is the central mode's too: a rule that ran central holds a string
 -- here (a bucket's state), which starts afresh.
@@ -80,7 +87,7 @@ end
 -- until its expiry.
 local revoked = 0
 if fp and fp ~= pfp then revoked = 1 end
-if not recs[me] then recs[me] = struct.pack(NODE, 0, 0, 0, 0, 0, 0, 0, 0, 0) end
+if not recs[me] then recs[me] = pack_node(0, 0, 0, 0, 0, 0, 0, 0, 0) end
 
 -- One pass over the nodes. cl, cb: what all hold committed, expired
 -- commitments still counted (the pool refills no faster than it may); then
@@ -91,7 +98,13 @@ local live, known, dsum = 0, 0, 0
 local hl, hb, hq, hd, ht -- the node's share after expiries, last sequence number, demand
 local writes = {}
 for k, v in pairs(recs) do
-  local l, b, x, ol, ob, ox, d, t, q = struct.unpack(NODE, v)
+  local l, b, x, d, t, q, ol, ob, ox
+  if #v == 48 then
+    l, b, x, d, t, q = struct.unpack(SHORT, v)
+    ol, ob, ox = 0, 0, 0
+  else
+    l, b, x, d, t, q, ol, ob, ox = struct.unpack(LONG, v)
+  end
   if ox >= now then
     cl, cb = cl + max(l, ol), cb + max(b, ob)
   else
@@ -124,7 +137,7 @@ for k, v in pairs(recs) do
     end
     if dirty then
       writes[#writes + 1] = k
-      writes[#writes + 1] = struct.pack(NODE, l, b, x, ol, ob, ox, d, t, q)
+      writes[#writes + 1] = pack_node(l, b, x, ol, ob, ox, d, t, q)
     end
   end
 end
@@ -233,7 +246,7 @@ if fp ~= pfp then
   writes[#writes + 1] = pfp
 end
 redis.call('HSET', m, 'h', struct.pack('<dddd', ep, pt, pr, pn), me,
-  struct.pack(NODE, l, b, x, ol, ob, ox, hd, ht, hq), unpack(writes))
+  pack_node(l, b, x, ol, ob, ox, hd, ht, hq), unpack(writes))
 -- The state lives while a lease or a demand may matter, and until the pool
 -- would be full again.
 local refill = 0
