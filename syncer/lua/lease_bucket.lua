@@ -13,10 +13,17 @@
 -- so nobody else gets it before then. Nodes stop using a share at its expiry,
 -- by Redis's clock.
 --
--- KEYS[1] meta hash: fp, ep (epoch), pool (pt tokens, pr remainder in units
--- of 1/W token, pn time), and per node: l, b, x (share and expiry), ol, ob,
--- ox (an old, larger share still committed until ox), d, t (demand per W and
--- when reported), q (the last sequence number applied).
+-- KEYS[1] hash: fp (the rule's fingerprint, as text), h (the epoch and the
+-- pool: ep, pt tokens, pr remainder in units of 1/W token, pn time) and, per
+-- node, n.<node>: l, b, x (share and expiry), d, t (demand per W and when
+-- reported), q (the last sequence number applied), then, while it holds
+-- one, ol, ob, ox (an old, larger share still committed until ox). h and
+-- n.<node> are little-endian doubles (struct's '<d'; each an integer below
+-- 2^53, so exact): a few packed fields cost Redis a fraction of what nine
+-- text numbers per node cost to parse and format. A field without a
+-- commitment, 48 bytes, keeps the hash in Redis's compact encoding (values
+-- up to 64 bytes). A hash without h (another layout) starts afresh, under a
+-- new epoch.
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] sequence number, [4]
 -- flags (1: release), [5] demand (requests per W; -1: unknown), [6] the node's tokens
 -- now (on a release: the tokens it hands back), [7] debt (tokens it admitted without a share, applied once per
@@ -36,9 +43,24 @@ local demand, tokens, debt = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV
 local lease_ttl, demand_ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
 local held_l, held_b, held_x = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local cluster, horizon, quiet = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
-local p = params(16)
-local W, L, B = p.w, p.L, p.burst
-local m = KEYS[1]
+-- Of the rule's parameters (see params.lua), the fingerprint, L, W and B:
+-- read as they are, without params' table of all eleven.
+local pfp, L, W, B = ARGV[16], tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20])
+local m, me = KEYS[1], 'n.' .. node
+local max, min, floor = math.max, math.min, math.floor
+-- A node's field: l, b, x, d, t, q, and ol, ob, ox unless all three are 0.
+local SHORT, LONG = '<dddddd', '<ddddddddd'
+local function pack_node(l, b, x, ol, ob, ox, d, t, q)
+  if ol == 0 and ob == 0 and ox == 0 then return struct.pack(SHORT, l, b, x, d, t, q) end
+  return struct.pack(LONG, l, b, x, d, t, q, ol, ob, ox)
+end
+
+-- committed is what a node holding the share l, b and the old one ol, ob
+-- until ox has committed: the larger of the two until ox.
+local function committed(l, b, ol, ob, ox)
+  if ox >= now then return max(l, ol), max(b, ob) end
+  return l, b
+end
 
 -- The key is the central mode's too: a rule that ran central holds a string
 -- here (a bucket's state), which starts afresh.
@@ -47,107 +69,111 @@ if all.err then
   other_family(all, m)
   all = {}
 end
-local f = {}
-for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
-local function num(k) return tonumber(f[k]) or 0 end
+local fp, h
+local recs = {} -- n.<node> -> its packed numbers
+for i = 1, #all, 2 do
+  local k = all[i]
+  if k == 'h' then
+    h = all[i + 1]
+  elseif k == 'fp' then
+    fp = all[i + 1]
+  else
+    recs[k] = all[i + 1]
+  end
+end
 
+local ep, pt, pr, pn
+if (fp and fp ~= pfp and not bucket_alg(tonumber(string.match(fp, '^(%d+)')))) or not h then
+  -- Nothing, another family's state under this name or another layout:
+  -- start afresh.
+  if #all > 0 then redis.call('DEL', m) end
+  ep, pt, pr, pn, fp, recs = now, B, 0, now, nil, {}
+else
+  ep, pt, pr, pn = struct.unpack('<dddd', h)
+end
+-- The limit changed: every share is revoked; what was held stays committed
+-- until its expiry.
 local revoked = 0
-if f.fp and f.fp ~= p.fp and not bucket_alg(tonumber(string.match(f.fp, '^(%d+)'))) then
-  f = {} -- another family's state under this name: start afresh
-  redis.call('DEL', m)
-end
-local ep = tonumber(f.ep)
-if not ep then
-  ep = now
-  f = {ep = fmt(now), fp = p.fp, pt = fmt(B), pr = '0', pn = fmt(now)}
-end
+if fp and fp ~= pfp then revoked = 1 end
+if not recs[me] then recs[me] = pack_node(0, 0, 0, 0, 0, 0, 0, 0, 0) end
 
--- The nodes, and what each holds committed.
-local nodes = {}
-for k, _ in pairs(f) do
-  local id = string.match(k, '^t%.(.+)$') or string.match(k, '^x%.(.+)$') or string.match(k, '^ox%.(.+)$')
-  if id then nodes[id] = true end
-end
-nodes[node] = true
-local function committed(id)
-  local l, b = num('l.' .. id), num('b.' .. id)
-  if num('ox.' .. id) >= now then
-    l, b = math.max(l, num('ol.' .. id)), math.max(b, num('ob.' .. id))
+-- One pass over the nodes. cl, cb: what all hold committed, expired
+-- commitments still counted (the pool refills no faster than it may); then
+-- the revocation and expiries; ocl, ocb: what the others hold committed
+-- after them; the live demands.
+local cl, cb, ocl, ocb = 0, 0, 0, 0
+local live, known, dsum = 0, 0, 0
+local hl, hb, hq, hd, ht -- the node's share after expiries, last sequence number, demand
+local writes = {}
+for k, v in pairs(recs) do
+  local l, b, x, d, t, q, ol, ob, ox
+  if #v == 48 then
+    l, b, x, d, t, q = struct.unpack(SHORT, v)
+    ol, ob, ox = 0, 0, 0
+  else
+    l, b, x, d, t, q, ol, ob, ox = struct.unpack(LONG, v)
   end
-  return l, b
-end
-local function sums()
-  local cl, cb = 0, 0
-  for id, _ in pairs(nodes) do
-    local l, b = committed(id)
-    cl, cb = cl + l, cb + b
+  local cl1, cb1 = committed(l, b, ol, ob, ox)
+  cl, cb = cl + cl1, cb + cb1
+  local dirty = revoked == 1
+  if dirty then
+    if l > 0 or b > 0 then ol, ob, ox = max(l, ol), max(b, ob), max(x, ox) end
+    l, b = 0, 0
   end
-  return cl, cb
+  -- Expired leases hold nothing.
+  if x < now and (l ~= 0 or b ~= 0) then l, b, dirty = 0, 0, true end
+  if ox < now and (ol ~= 0 or ob ~= 0 or ox ~= 0) then ol, ob, ox, dirty = 0, 0, 0, true end
+  if k == me then
+    hl, hb, hq, d, t = l, b, q, demand, now
+  end
+  if t + demand_ttl >= now then
+    live = live + 1
+    if d >= 0 then known, dsum = known + 1, dsum + d end
+  elseif d ~= 0 or t ~= 0 then
+    d, t, dirty = 0, 0, true
+  end
+  if k == me then
+    hd, ht = d, t
+  else
+    cl1, cb1 = committed(l, b, ol, ob, ox)
+    ocl, ocb = ocl + cl1, ocb + cb1
+    if dirty then
+      writes[#writes + 1] = k
+      writes[#writes + 1] = pack_node(l, b, x, ol, ob, ox, d, t, q)
+    end
+  end
 end
 
 -- Refill the pool up to now at the rate nobody held since its last update.
--- Commitments that expired in between are still counted: the pool refills
--- no faster than it may.
-local pt, pr, pn = num('pt'), num('pr'), num('pn')
-local cl, cb = sums()
 local prate, pcap = L - cl, B - cb
 if now > pn and prate > 0 and pt < pcap then
-  local elapsed = math.min(now - pn, cdiv((pcap - pt) * W - pr, prate))
+  local elapsed = min(now - pn, cdiv((pcap - pt) * W - pr, prate))
   local n = pr + elapsed * prate
   local add = fdiv(n, W)
   pt, pr = pt + add, n - add * W
   if pt >= pcap then pt, pr = pcap, 0 end
 end
-pn = math.max(pn, now)
-
-if f.fp ~= p.fp then
-  -- The limit changed: every share is revoked; what was held stays
-  -- committed until its expiry.
-  revoked = 1
-  for id, _ in pairs(nodes) do
-    local l, b = num('l.' .. id), num('b.' .. id)
-    if l > 0 or b > 0 then
-      f['ol.' .. id], f['ob.' .. id] = fmt(math.max(l, num('ol.' .. id))), fmt(math.max(b, num('ob.' .. id)))
-      f['ox.' .. id] = fmt(math.max(num('x.' .. id), num('ox.' .. id)))
-    end
-    f['l.' .. id], f['b.' .. id] = '0', '0'
-  end
-  f.fp = p.fp
-end
-
--- Expired leases hold nothing.
-for id, _ in pairs(nodes) do
-  if num('x.' .. id) < now then f['l.' .. id], f['b.' .. id] = '0', '0' end
-  if num('ox.' .. id) < now then f['ol.' .. id], f['ob.' .. id], f['ox.' .. id] = nil, nil, nil end
-end
+pn = max(pn, now)
 
 -- Debt, once per sequence number: tokens the node admitted without a
 -- share (its allowance) come out of the pool; a node releasing its share
 -- hands its tokens back to it (capped below at the pool's capacity).
-if seq > num('q.' .. node) then
+if seq > hq then
   pt = pt - debt
   if flags % 2 == 1 then pt = pt + tokens end
-  f['q.' .. node] = fmt(seq)
+  hq = seq
 end
 
 -- Demand: the node's share follows its part of the live demand. A demand
 -- of -1 is unknown: the node's first exchange of a new key came too soon
 -- after its first request to measure one. It counts as the average of the
 -- demands known (all alike when none is), and the node gets a quarter of
--- that share (guess) until its next exchange measures it.
+-- that share (guess) until its next exchange measures it. (As
+-- demand_total, over the live nodes.)
 local guess = demand < 0
-f['d.' .. node], f['t.' .. node] = fmt(demand), fmt(now)
-local live = 0
-local demands = {} -- the live nodes' demands, -1 where unknown
-for id, _ in pairs(nodes) do
-  if num('t.' .. id) + demand_ttl >= now then
-    live = live + 1
-    demands[id] = num('d.' .. id)
-  else
-    f['d.' .. id], f['t.' .. id] = nil, nil
-  end
-end
-local total, _, avg = demand_total(demands, 1)
+local avg = 1
+if known > 0 then avg = dsum / known end
+local total = dsum + (live - known) * avg
 if guess then demand = avg end
 local lt, bt = 0, 0
 -- A quiet node, whose demand over a horizon fits in its allowance, gets no
@@ -162,29 +188,21 @@ if flags % 2 == 0 and demand > 0 and total > 0 and (guess or cdiv(demand * horiz
   -- short of tokens still draws on the pool, up to its burst share, at
   -- each exchange.)
   if live < cluster and now - ep < demand_ttl then total = total * cluster / live end
-  lt = math.max(math.floor(L * demand / total), 1)
-  bt = math.max(math.floor(B * demand / total), 1)
+  lt = max(floor(L * demand / total), 1)
+  bt = max(floor(B * demand / total), 1)
   if guess then
-    lt, bt = math.max(math.floor(lt / 4), 1), math.max(math.floor(bt / 4), 1)
+    lt, bt = max(floor(lt / 4), 1), max(floor(bt / 4), 1)
   else
     -- Demand estimates are noisy: a share moves only when its target is
     -- off by more than a sixteenth. Every shrink keeps the old share
     -- committed until its expiry, idle for everyone; churn would waste
     -- capacity.
-    local hl, hb = num('l.' .. node), num('b.' .. node)
     if math.abs(lt - hl) <= hl / 16 then lt = hl end
     if math.abs(bt - hb) <= hb / 16 then bt = hb end
   end
 end
 
 -- What the others hold bounds what the node may have.
-local ocl, ocb = 0, 0
-for id, _ in pairs(nodes) do
-  if id ~= node then
-    local l, b = committed(id)
-    ocl, ocb = ocl + l, ocb + b
-  end
-end
 -- Shares leave the pool a floor, for the nodes without one: a quiet node
 -- admits against the pool, and one whose last reply saw every token held
 -- would refuse until its next exchange, long after the shares have gone.
@@ -194,46 +212,44 @@ end
 -- only at their exchanges, and a pool full between them would lose rate.
 local fb, fl = 0, 0
 if cluster > 1 and quiet > 0 then
-  fb = math.min(quiet, math.floor(B / cluster))
-  if fb > 0 then fl = math.max(math.min(math.floor(2 * L * fb / B), math.floor(fb * W / math.max(horizon, 1))), 1) end
+  fb = min(quiet, floor(B / cluster))
+  if fb > 0 then fl = max(min(floor(2 * L * fb / B), floor(fb * W / max(horizon, 1))), 1) end
 end
-local l, b = math.max(math.min(lt, L - ocl - fl), 0), math.max(math.min(bt, B - ocb - fb), 0)
+local l, b = max(min(lt, L - ocl - fl), 0), max(min(bt, B - ocb - fb), 0)
 -- Shrinking: what the node holds stays committed until its expiry, as the
 -- node uses it until it hears of this reply. (It applied every earlier
 -- reply before sending this request: older commitments are over.)
-f['ol.' .. node], f['ob.' .. node], f['ox.' .. node] = nil, nil, nil
-held_l, held_b = math.min(held_l, L), math.min(held_b, B) -- a changed limit: no more than it now allows
-if (l < held_l or b < held_b) and held_x >= now then
-  f['ol.' .. node], f['ob.' .. node], f['ox.' .. node] = fmt(held_l), fmt(held_b), fmt(held_x)
-end
+local ol, ob, ox = 0, 0, 0
+held_l, held_b = min(held_l, L), min(held_b, B) -- a changed limit: no more than it now allows
+if (l < held_l or b < held_b) and held_x >= now then ol, ob, ox = held_l, held_b, held_x end
 local x = now
 if l > 0 or b > 0 then x = now + lease_ttl end
-f['l.' .. node], f['b.' .. node], f['x.' .. node] = fmt(l), fmt(b), fmt(x)
 
 -- Tokens for the node's share, from the pool; then the pool holds what
 -- nobody holds, and tokens beyond its new capacity go. (In this order: the
 -- capacity a grown share takes from the pool comes with its tokens.)
 local grant = 0
 if b > tokens and pt > 0 then
-  grant = math.min(b - tokens, pt)
+  grant = min(b - tokens, pt)
   pt = pt - grant
 end
-cl, cb = sums()
+cl, cb = committed(l, b, ol, ob, ox)
+cl, cb = ocl + cl, ocb + cb
 prate, pcap = L - cl, B - cb
 if pt > pcap then pt, pr = pcap, 0 end
-f.pt, f.pr, f.pn = fmt(pt), fmt(pr), fmt(pn)
 
-redis.call('DEL', m)
-local args = {}
-for k, v in pairs(f) do
-  args[#args + 1] = k
-  args[#args + 1] = v
+-- Only what changed is written: the pool, this node, the nodes whose
+-- leases, commitments or demands ended, and a new fingerprint.
+if fp ~= pfp then
+  writes[#writes + 1] = 'fp'
+  writes[#writes + 1] = pfp
 end
-redis.call('HSET', m, unpack(args))
+redis.call('HSET', m, 'h', struct.pack('<dddd', ep, pt, pr, pn), me,
+  pack_node(l, b, x, ol, ob, ox, hd, ht, hq), unpack(writes))
 -- The state lives while a lease or a demand may matter, and until the pool
 -- would be full again.
 local refill = 0
 if prate > 0 and pt < pcap then refill = cdiv((pcap - pt) * W, prate) end
-expire(m, math.max(lease_ttl, demand_ttl, refill))
+expire(m, max(lease_ttl, demand_ttl, refill))
 
 return {now, ep, l, b, x, grant, pt, prate, pcap, revoked, live}
