@@ -11,15 +11,15 @@
 -- Reports are absolute (what a node used in a window, in total), and so are
 -- the targets it asks for: a retried sync changes nothing.
 --
--- KEYS[1] the key's state, a hash: fp, ep (the epoch, text), and fields
--- packed with cmsgpack, so that a call reads and writes each in one piece:
--- n, the nodes' demands {d, t} (per node: requests per window, and when it
--- reported them); s0, s1, s2, the three window slots, window x in slot
--- (x / W) mod 3, each {x, R, g, u} (per node: granted, reported used): the
--- previous, current and next windows; h, the sub-window counter's history
--- (below). KEYS[2..4] held the slots in an earlier layout, one hash each: a
--- state in that layout (a hash without n) is deleted with them, and starts
--- afresh under a new epoch.
+-- KEYS[1] the key's state, a string of seven values packed with cmsgpack,
+-- read with one GET and written with one SET ... PX: fp (the rule's
+-- fingerprint), ep (the epoch), n, the nodes' demands {d, t} (per node:
+-- requests per window, and when it reported them), h, the sub-window
+-- counter's history (below), and the three window slots, window x in slot
+-- (x / W) mod 3, each {x, R, g, u} (per node: granted, reported used), or
+-- nil: the previous, current and next windows. KEYS[2..4] held the slots in
+-- an earlier layout, a hash each, beside a hash at KEYS[1]: a state in that
+-- layout is deleted and starts afresh under a new epoch.
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] flags (1: release
 -- what is unused), [4] demand (requests per window; -1: unknown), [5] target for the
 -- current window (the total the node wants granted in it), [6] target for
@@ -61,40 +61,54 @@ local reports = {{tonumber(ARGV[8]), tonumber(ARGV[9])}, {tonumber(ARGV[10]), to
 local demand_ttl = tonumber(ARGV[12])
 local cluster = tonumber(ARGV[13])
 local guess_ttl, pace_span = tonumber(ARGV[14]), tonumber(ARGV[15])
-local p = params(16)
-local W, L = p.w, p.L
-local sub, K = p.alg == 7, 1
-if sub then W, K = p.step, p.ws end
+-- the rule's parameters (params.lua) this script uses
+local rule_fp, alg, L, W = ARGV[16], tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
+local step, ws = tonumber(ARGV[21]), tonumber(ARGV[22])
+local sub, K = alg == 7, 1
+if sub then W, K = step, ws end
 demand_ttl = math.max(demand_ttl, 2 * W)
-local counter = p.alg == 3
+local counter = alg == 3
 local m = KEYS[1]
 
 local wt = now - fmod(now, W)
 
-local st = redis.call('HMGET', m, 'fp', 'ep', 'n', 'h', 's0', 's1', 's2')
-local fp, ep = st[1], tonumber(st[2])
-if fp and (bucket_alg(tonumber(string.match(fp, '^(%d+)'))) or not st[3]) then
-  -- another family's state (a bucket's) under this name, or this one's in
-  -- the earlier layout: start afresh
-  redis.call('DEL', m, KEYS[2], KEYS[3], KEYS[4])
-  st, fp, ep = {}, false, nil
+local st = redis.pcall('GET', m)
+local fp, ep, nd, hist
+if type(st) == 'table' then
+  -- a hash: the earlier layout's state (its slots' keys too), or the other
+  -- family's under this name: start afresh
+  other_family(st, m)
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+  st = {}
+elseif st then
+  st = {pcall(cmsgpack.unpack, st)}
+  if not st[1] or type(st[2]) ~= 'string' then
+    error('lease_window: ' .. m .. ' holds a string that is not its state')
+  end
+  fp, ep, nd, hist = st[2], st[3], st[4], st[5]
+else
+  st = {}
 end
-local fresh = not ep
-if fresh then ep = now end
-local unpack_mp = cmsgpack.unpack
+if not ep then ep = now end
 
--- The sub-window counter's history, start -> R, and whether it changed.
-local hist, hist_dirty = {}, false
-if sub and st[4] then hist = unpack_mp(st[4]) end
+-- The sub-window counter's history, start -> R.
+if not sub then
+  hist = nil
+elseif not hist then
+  hist = {}
+end
 
 -- slots[x] is window x's slot {x, R, g, u}, empty if it held another
--- window; dirty[x] when it changed, to be written. An empty slot is not:
--- it reads the same as one that holds another window.
-local slots, dirty = {}, {}
+-- window; kept[x] when it holds state, to be written back. An empty slot
+-- is not: it reads the same as one that holds another window.
+local slots, kept = {}, {}
 for x = wt - W, wt + W, W do
-  local v = st[5 + fmod(fdiv(x, W), 3)]
-  local s = v and unpack_mp(v)
-  if not s or s[1] ~= x then s = {x, 0, {}, {}} end
+  local s = st[6 + fmod(fdiv(x, W), 3)]
+  if s and s[1] == x then
+    kept[x] = true
+  else
+    s = {x, 0, {}, {}}
+  end
   slots[x] = s
 end
 local kprev, kcur, knext = slots[wt - W], slots[wt], slots[wt + W]
@@ -107,8 +121,8 @@ end
 local function set(s, g, u, oldg, oldu, R)
   local nr = R - math.max(oldg, oldu) + math.max(g, u)
   s[3][node], s[4][node], s[2] = g, u, nr
-  dirty[s[1]] = true
-  if sub then hist[s[1]], hist_dirty = nr, true end
+  kept[s[1]] = true
+  if sub then hist[s[1]] = nr end
   return nr
 end
 
@@ -119,7 +133,7 @@ local function sum(t)
 end
 
 local revoked = 0
-if fp and fp ~= p.fp then
+if fp and fp ~= rule_fp then
   -- The limit changed: every grant not yet used is revoked.
   revoked = 1
   local ss = {kcur, knext}
@@ -129,8 +143,8 @@ if fp and fp ~= p.fp then
     local g, u = s[3], s[4]
     for id in pairs(g) do g[id] = u[id] or 0 end
     s[2] = sum(u)
-    dirty[s[1]] = true
-    if sub then hist[s[1]], hist_dirty = s[2], true end
+    kept[s[1]] = true
+    if sub then hist[s[1]] = s[2] end
   end
 end
 
@@ -180,8 +194,7 @@ end
 -- key sends that one within guess_ttl, so an unknown demand older than that
 -- counts as none.
 local guess = demand < 0
-local nd = {{}, {}}
-if st[3] then nd = unpack_mp(st[3]) end
+nd = nd or {{}, {}}
 local ds, seen = nd[1], nd[2] -- each node's demand, and when it reported it
 ds[node], seen[node] = demand, now
 local live = 0
@@ -204,7 +217,7 @@ local hist1, hist2 = 0, 0
 if sub then
   for x, v in pairs(hist) do
     if x < wt - (K - 1) * W then
-      hist[x], hist_dirty = nil, true
+      hist[x] = nil
     elseif x < wt then
       hist1 = hist1 + v
       if x >= wt - (K - 2) * W then hist2 = hist2 + v end
@@ -381,9 +394,9 @@ if counter then
   -- its previous at full weight: the two together stay within L.
   -- What a node holds unused in the previous window it may carry into
   -- this one (the reports above): that part weighs in full.
-  local left = p.ws - fdiv(now - wt, p.step)
+  local left = ws - fdiv(now - wt, step)
   local Uprev = sum(kprev[4])
-  budget = math.min(fdiv(math.max(L * p.ws - Uprev * left, 0), p.ws) - (Rprev - Uprev), L - Rnext)
+  budget = math.min(fdiv(math.max(L * ws - Uprev * left, 0), ws) - (Rprev - Uprev), L - Rnext)
 elseif sub then
   budget = L - hist1
   if K >= 2 then budget = math.min(budget, L - hist2 - Rnext) end
@@ -410,18 +423,14 @@ else
   gnext = state(knext)
 end
 
--- Write back what changed, in one call. The state lives as long as the
--- demands and the windows it holds.
-local pack_mp = cmsgpack.pack
-local w = {'n', pack_mp(nd)}
-if fresh or revoked == 1 then w[3], w[4] = 'fp', p.fp end
-if fresh then w[#w + 1], w[#w + 2] = 'ep', fmt(ep) end
-if hist_dirty then w[#w + 1], w[#w + 2] = 'h', pack_mp(hist) end
+-- Write the state back, in one call. It lives as long as the demands and
+-- the windows it holds, plus a second of grace (as expire does).
+local w = {}
 for x, s in pairs(slots) do
-  if dirty[x] then w[#w + 1], w[#w + 2] = 's' .. fmod(fdiv(x, W), 3), pack_mp(s) end
+  if kept[x] then w[1 + fmod(fdiv(x, W), 3)] = s end
 end
-redis.call('HSET', m, unpack(w))
-expire(m, math.max(3 * W, demand_ttl, K * W))
+redis.call('SET', m, cmsgpack.pack(rule_fp, ep, nd, hist, w[1], w[2], w[3]),
+  'PX', cdiv(math.max(3 * W, demand_ttl, K * W), 1000) + 1000)
 
 local _, ucur = state(kcur)
 -- Exhausted means until the window ends: true of the fixed window only. The
