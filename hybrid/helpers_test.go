@@ -131,11 +131,8 @@ func redisKeyBase(ks syncer.Keyspace, rule, key string) string {
 // counter rule's key, from its slot among the three Redis keeps.
 func readWindow(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace, rule, key string, w time.Duration, wid int64) winState {
 	t.Helper()
-	name := redisKeyBase(ks, rule, key) + "w" + strconv.FormatInt((wid/w.Microseconds())%3, 10)
-	h, err := c.HGetAll(context.Background(), name).Result()
-	if err != nil {
-		t.Fatalf("HGETALL %s: %v", name, err)
-	}
+	part := "w" + strconv.FormatInt((wid/w.Microseconds())%3, 10)
+	h := redistest.WindowLease(t, c, redisKeyBase(ks, rule, key)+"m")[part]
 	st := winState{g: map[string]int64{}, u: map[string]int64{}}
 	if h["id"] != strconv.FormatInt(wid, 10) {
 		return st
@@ -144,7 +141,7 @@ func readWindow(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace, rule,
 	for f, v := range h {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			t.Fatalf("%s %s = %q", name, f, v)
+			t.Fatalf("%s %s = %q", part, f, v)
 		}
 		switch {
 		case f == "R":
@@ -162,16 +159,7 @@ func readWindow(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace, rule,
 // slots), for comparisons.
 func snapshot(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace, rule, key string) map[string]map[string]string {
 	t.Helper()
-	out := map[string]map[string]string{}
-	base := redisKeyBase(ks, rule, key)
-	for _, part := range []string{"m", "w0", "w1", "w2"} {
-		h, err := c.HGetAll(context.Background(), base+part).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[part] = h
-	}
-	return out
+	return redistest.WindowLease(t, c, redisKeyBase(ks, rule, key)+"m")
 }
 
 // exhaust admits requests of cost 1 for key on l at the clock's time until

@@ -1,7 +1,6 @@
 package outage_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/outage"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
@@ -222,9 +222,7 @@ func redisUsed(t *testing.T, addr string, ks syncer.Keyspace, wid int64, w time.
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	name := ks.Prefix + ":{r:" + ks.Digest("k") + "}:w" + strconv.FormatInt(wid%3, 10)
-	h, err := c.HGetAll(context.Background(), name).Result()
-	require.NoError(t, err)
+	h := redistest.WindowLease(t, c, ks.Prefix+":{r:"+ks.Digest("k")+"}:m")["w"+strconv.FormatInt(wid%3, 10)]
 	require.Equal(t, strconv.FormatInt(wid*w.Microseconds(), 10), h["id"], "Redis still holds window %d", wid)
 	var sum int64
 	for f, v := range h {

@@ -11,9 +11,15 @@
 -- Reports are absolute (what a node used in a window, in total), and so are
 -- the targets it asks for: a retried sync changes nothing.
 --
--- KEYS[1] meta hash (fp, ep = epoch, demands d.<node>/t.<node>);
--- KEYS[2..4] the three window slots, window x in slot (x / W) mod 3, each a
--- hash (id, R, g.<node>, u.<node>): the previous, current and next windows.
+-- KEYS[1] the key's state, a string of seven values packed with cmsgpack,
+-- read with one GET and written with one SET ... PX: fp (the rule's
+-- fingerprint), ep (the epoch), n, the nodes' demands {d, t} (per node:
+-- requests per window, and when it reported them), h, the sub-window
+-- counter's history (below), and the three window slots, window x in slot
+-- (x / W) mod 3, each {x, R, g, u} (per node: granted, reported used), or
+-- nil: the previous, current and next windows. KEYS[2..4] held the slots in
+-- an earlier layout, a hash each, beside a hash at KEYS[1]: a state in that
+-- layout is deleted and starts afresh under a new epoch.
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] flags (1: release
 -- what is unused), [4] demand (requests per window; -1: unknown), [5] target for the
 -- current window (the total the node wants granted in it), [6] target for
@@ -33,8 +39,8 @@
 -- sub-window, and its budget what the window's K - 1 earlier sub-windows
 -- left (and, while the next one holds grants, what the K - 2 before it,
 -- this one and the next leave), so that any K consecutive sub-windows stay
--- within the limit. The meta hash keeps R of those earlier sub-windows
--- (h.<start>), written with each slot's R. A node's report of a sub-window
+-- within the limit. The state keeps R of those earlier sub-windows (h:
+-- start -> R), written with each slot's R. A node's report of a sub-window
 -- with the one after it is final, and what it held unused there is
 -- released (see the reports, below): the earlier sub-windows then weigh
 -- with their uses, not their grants.
@@ -55,81 +61,91 @@ local reports = {{tonumber(ARGV[8]), tonumber(ARGV[9])}, {tonumber(ARGV[10]), to
 local demand_ttl = tonumber(ARGV[12])
 local cluster = tonumber(ARGV[13])
 local guess_ttl, pace_span = tonumber(ARGV[14]), tonumber(ARGV[15])
-local p = params(16)
-local W, L = p.w, p.L
-local sub, K = p.alg == 7, 1
-if sub then W, K = p.step, p.ws end
+-- the rule's parameters (params.lua) this script uses
+local rule_fp, alg, L, W = ARGV[16], tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
+local step, ws = tonumber(ARGV[21]), tonumber(ARGV[22])
+local sub, K = alg == 7, 1
+if sub then W, K = step, ws end
 demand_ttl = math.max(demand_ttl, 2 * W)
-local counter = p.alg == 3
+local counter = alg == 3
 local m = KEYS[1]
-local gk, uk = 'g.' .. node, 'u.' .. node
 
 local wt = now - fmod(now, W)
 
--- slot returns the key of window x's slot, emptied if it held another window.
-local slot_id = {} -- the window of each slot key
-local function slot(x)
-  local k = KEYS[2 + fmod(fdiv(x, W), 3)]
-  slot_id[k] = x
-  if tonumber(redis.call('HGET', k, 'id')) ~= x then
-    redis.call('DEL', k)
-    redis.call('HSET', k, 'id', fmt(x), 'R', '0')
+local st = redis.pcall('GET', m)
+local fp, ep, nd, hist
+if type(st) == 'table' then
+  -- a hash: the earlier layout's state (its slots' keys too), or the other
+  -- family's under this name: start afresh
+  other_family(st, m)
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+  st = {}
+elseif st then
+  st = {pcall(cmsgpack.unpack, st)}
+  if not st[1] or type(st[2]) ~= 'string' then
+    error('lease_window: ' .. m .. ' holds a string that is not its state')
   end
-  return k
+  fp, ep, nd, hist = st[2], st[3], st[4], st[5]
+else
+  st = {}
+end
+if not ep then ep = now end
+
+-- The sub-window counter's history, start -> R.
+if not sub then
+  hist = nil
+elseif not hist then
+  hist = {}
 end
 
--- node's grant and use in the slot k, and the slot's R
-local function state(k)
-  local v = redis.call('HMGET', k, gk, uk, 'R')
-  return tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+-- slots[x] is window x's slot {x, R, g, u}, empty if it held another
+-- window; kept[x] when it holds state, to be written back. An empty slot
+-- is not: it reads the same as one that holds another window.
+local slots, kept = {}, {}
+for x = wt - W, wt + W, W do
+  local s = st[6 + fmod(fdiv(x, W), 3)]
+  if s and s[1] == x then
+    kept[x] = true
+  else
+    s = {x, 0, {}, {}}
+  end
+  slots[x] = s
+end
+local kprev, kcur, knext = slots[wt - W], slots[wt], slots[wt + W]
+
+-- node's grant and use in slot s, and the slot's R
+local function state(s)
+  return s[3][node] or 0, s[4][node] or 0, s[2]
 end
 
-local function set(k, g, u, oldg, oldu, R)
+local function set(s, g, u, oldg, oldu, R)
   local nr = R - math.max(oldg, oldu) + math.max(g, u)
-  redis.call('HSET', k, gk, fmt(g), uk, fmt(u), 'R', fmt(nr))
-  if sub then redis.call('HSET', m, 'h.' .. fmt(slot_id[k]), fmt(nr)) end
+  s[3][node], s[4][node], s[2] = g, u, nr
+  kept[s[1]] = true
+  if sub then hist[s[1]] = nr end
   return nr
 end
 
-local meta = redis.call('HMGET', m, 'fp', 'ep')
-if meta[1] and bucket_alg(tonumber(string.match(meta[1], '^(%d+)'))) then
-  -- another family's state (a bucket's) under this name: start afresh
-  redis.call('DEL', m)
-  meta = {false, false}
+local function sum(t)
+  local n = 0
+  for _, x in pairs(t) do n = n + x end
+  return n
 end
-local ep = tonumber(meta[2])
-if not ep then
-  ep = now
-  redis.call('HSET', m, 'ep', fmt(ep), 'fp', p.fp)
-end
+
 local revoked = 0
-local kprev, kcur, knext = slot(wt - W), slot(wt), slot(wt + W)
-if meta[1] and meta[1] ~= p.fp then
+if fp and fp ~= rule_fp then
   -- The limit changed: every grant not yet used is revoked.
   revoked = 1
-  local ks = {kcur, knext}
+  local ss = {kcur, knext}
   -- the counter's unused grant of the previous window, which a node would carry
-  if counter then ks[3] = kprev end
-  for _, k in ipairs(ks) do
-    local all = redis.call('HGETALL', k)
-    local R = 0
-    local used = {}
-    for i = 1, #all, 2 do
-      local f = all[i]
-      if string.sub(f, 1, 2) == 'u.' then used[string.sub(f, 3)] = tonumber(all[i + 1]) end
-    end
-    for i = 1, #all, 2 do
-      local f = all[i]
-      if string.sub(f, 1, 2) == 'g.' then
-        local u = used[string.sub(f, 3)] or 0
-        redis.call('HSET', k, f, fmt(u))
-      end
-    end
-    for _, u in pairs(used) do R = R + u end
-    redis.call('HSET', k, 'R', fmt(R))
-    if sub then redis.call('HSET', m, 'h.' .. fmt(slot_id[k]), fmt(R)) end
+  if counter then ss[3] = kprev end
+  for _, s in ipairs(ss) do
+    local g, u = s[3], s[4]
+    for id in pairs(g) do g[id] = u[id] or 0 end
+    s[2] = sum(u)
+    kept[s[1]] = true
+    if sub then hist[s[1]] = s[2] end
   end
-  redis.call('HSET', m, 'fp', p.fp)
 end
 
 -- Reports: the node's absolute use of the previous, current or next window.
@@ -144,13 +160,13 @@ end
 for i, r in ipairs(reports) do
   local x, used = r[1], r[2]
   if x == wt - W or x == wt or x == wt + W then
-    local k = slot(x)
+    local k = slots[x]
     local g, u, R = state(k)
     local u2 = math.max(used, u)
     local final = i == 1 and reports[2][1] == x + W and x < wt + W
     if counter and final and g > u2 then
       set(k, u2, u2, g, u, R)
-      local k2 = slot(x + W)
+      local k2 = slots[x + W]
       local g2, uu2, R2 = state(k2)
       set(k2, math.max(g2, uu2) + g - u2, uu2, g2, uu2, R2)
     elseif sub and final and g > u2 then
@@ -178,24 +194,19 @@ end
 -- key sends that one within guess_ttl, so an unknown demand older than that
 -- counts as none.
 local guess = demand < 0
-redis.call('HSET', m, 'd.' .. node, fmt(demand), 't.' .. node, fmt(now))
-local all = redis.call('HGETALL', m)
+nd = nd or {{}, {}}
+local ds, seen = nd[1], nd[2] -- each node's demand, and when it reported it
+ds[node], seen[node] = demand, now
 local live = 0
 local demands = {} -- the live nodes' demands, -1 where unknown
-local seen = {} -- and when each last exchanged
-for i = 1, #all, 2 do
-  local f = all[i]
-  if string.sub(f, 1, 2) == 't.' then
-    local id = string.sub(f, 3)
-    local t = tonumber(all[i + 1])
-    if t + demand_ttl >= now then
-      local d = tonumber(redis.call('HGET', m, 'd.' .. id)) or 0
-      if d < 0 and t + guess_ttl < now then d = 0 end
-      demands[id], seen[id] = d, t
-      live = live + 1
-    else
-      redis.call('HDEL', m, f, 'd.' .. id)
-    end
+for id, t in pairs(seen) do
+  if t + demand_ttl >= now then
+    local d = ds[id] or 0
+    if d < 0 and t + guess_ttl < now then d = 0 end
+    demands[id] = d
+    live = live + 1
+  else
+    ds[id], seen[id] = nil, nil
   end
 end
 local total, known, avg = demand_total(demands, 0)
@@ -204,17 +215,12 @@ local total, known, avg = demand_total(demands, 0)
 -- (hist1), and of the K - 2 before it (hist2); older ones are dropped.
 local hist1, hist2 = 0, 0
 if sub then
-  for i = 1, #all, 2 do
-    local f = all[i]
-    if string.sub(f, 1, 2) == 'h.' then
-      local x = tonumber(string.sub(f, 3))
-      if x < wt - (K - 1) * W then
-        redis.call('HDEL', m, f)
-      elseif x < wt then
-        local v = tonumber(all[i + 1])
-        hist1 = hist1 + v
-        if x >= wt - (K - 2) * W then hist2 = hist2 + v end
-      end
+  for x, v in pairs(hist) do
+    if x < wt - (K - 1) * W then
+      hist[x] = nil
+    elseif x < wt then
+      hist1 = hist1 + v
+      if x >= wt - (K - 2) * W then hist2 = hist2 + v end
     end
   end
 end
@@ -253,18 +259,6 @@ local function claim(d, budget)
   return math.min(math.floor(budget * fraction(d)), math.floor(d * span))
 end
 
--- grants returns, for every node with a field in slot k, what it was
--- granted there and what it reported using: two tables by node id.
-local function grants(k)
-  local v = redis.call('HGETALL', k)
-  local g, u = {}, {}
-  for i = 1, #v, 2 do
-    local kind, id = string.match(v[i], '^([gu])%.(.+)$')
-    if kind == 'g' then g[id] = tonumber(v[i + 1]) elseif kind == 'u' then u[id] = tonumber(v[i + 1]) end
-  end
-  return g, u
-end
-
 -- unclaimed is what the other live nodes may count on in slot k and have
 -- not taken yet, the nodes yet to ask a new key included (each at the
 -- average demand); and of it, the part that is a guess: the claims of
@@ -276,16 +270,10 @@ end
 -- budget has left beyond the uses reported (free), on top of the node's
 -- use, so that a node whose arrivals ran ahead of its part is not held to
 -- it.
-local function sum(t)
-  local s = 0
-  for _, x in pairs(t) do s = s + x end
-  return s
-end
-
 local function free(u, budget) return math.max(budget - sum(u), 0) end
 
 local function unclaimed(k, budget)
-  local g, u = grants(k)
+  local g, u = k[3], k[4]
   local base = budget
   if counter then base = free(u, budget) end
   local soft = unseen * claim(-1, base)
@@ -333,7 +321,7 @@ local function paced(k, avail, start, wend)
   if counter or total <= 0 or avail <= 0 then return nil end
   -- what is held only lengthens it: the budget left alone may settle it
   if math.max(now, start) + avail * W / total >= wend then return nil end
-  local g, u = grants(k)
+  local g, u = k[3], k[4]
   local held, own = 0, 0
   for id, d in pairs(demands) do
     if d < 0 then d = avg end
@@ -375,8 +363,7 @@ local function grant(k, target, avail, budget, reserve, start)
   end
   local base = budget
   if counter then
-    local _, us = grants(k)
-    base = free(us, budget)
+    base = free(k[4], budget)
   end
   local own = claim(demand, base)
   if guess then own = math.ceil(own / 4) end
@@ -398,8 +385,7 @@ local function grant(k, target, avail, budget, reserve, start)
   return have + x, R, sure and target > have + x and avail - x <= kept, false
 end
 
-local _, _, Rprev = state(kprev)
-local _, _, Rnext = state(knext)
+local Rprev, Rnext = kprev[2], knext[2]
 local budget = L
 if counter then
   -- The counter admits while prev * left / ws + cur <= L: the budget of the
@@ -408,16 +394,15 @@ if counter then
   -- its previous at full weight: the two together stay within L.
   -- What a node holds unused in the previous window it may carry into
   -- this one (the reports above): that part weighs in full.
-  local left = p.ws - fdiv(now - wt, p.step)
-  local _, up = grants(kprev)
-  local Uprev = sum(up)
-  budget = math.min(fdiv(math.max(L * p.ws - Uprev * left, 0), p.ws) - (Rprev - Uprev), L - Rnext)
+  local left = ws - fdiv(now - wt, step)
+  local Uprev = sum(kprev[4])
+  budget = math.min(fdiv(math.max(L * ws - Uprev * left, 0), ws) - (Rprev - Uprev), L - Rnext)
 elseif sub then
   budget = L - hist1
   if K >= 2 then budget = math.min(budget, L - hist2 - Rnext) end
   budget = math.max(budget, 0)
 end
-local _, _, Rcur = state(kcur)
+local Rcur = kcur[2]
 local gcur, exhausted, is_paced
 gcur, Rcur, exhausted, is_paced = grant(kcur, want_cur, budget - Rcur, budget, now < wt + W - horizon, wt)
 
@@ -431,19 +416,21 @@ if want_next > 0 and not counter and now >= wt + W - horizon then
   local nbudget = L
   if counter then nbudget = L - Rcur end
   if sub and K >= 2 then nbudget = math.max(L - hist2 - Rcur, 0) end
-  local paced_next
+  local paced_next, _
   gnext, Rnext, _, paced_next = grant(knext, want_next, nbudget - Rnext, nbudget, true, wt + W)
   is_paced = is_paced or paced_next
 else
   gnext = state(knext)
 end
 
--- Every key has a TTL: a window's slot lives until it stops being the
--- previous one; the meta hash as long as the demands it holds.
-expire(kprev, wt + W - now)
-expire(kcur, wt + 2 * W - now)
-expire(knext, wt + 3 * W - now)
-expire(m, math.max(3 * W, demand_ttl, K * W))
+-- Write the state back, in one call. It lives as long as the demands and
+-- the windows it holds, plus a second of grace (as expire does).
+local w = {}
+for x, s in pairs(slots) do
+  if kept[x] then w[1 + fmod(fdiv(x, W), 3)] = s end
+end
+redis.call('SET', m, cmsgpack.pack(rule_fp, ep, nd, hist, w[1], w[2], w[3]),
+  'PX', cdiv(math.max(3 * W, demand_ttl, K * W), 1000) + 1000)
 
 local _, ucur = state(kcur)
 -- Exhausted means until the window ends: true of the fixed window only. The
