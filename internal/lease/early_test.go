@@ -94,24 +94,27 @@ func smallWindow(t *testing.T) (r *Rule, start, now int64) {
 	return r, start, start + r.w/10
 }
 
-// TestWindowKeepsSmallGrant: an idle key gives back what it holds unused
-// when the window's room, by its last reply, is short of what every node
-// holding as much would take; a grant the room leaves no one short of
-// ends with its window, without an exchange.
+// TestWindowKeepsSmallGrant: an idle key keeps what it holds unused, to
+// end with its window without an exchange, when that is within its
+// allowance and the window's room, by its last reply, leaves every node
+// holding as much no one short; otherwise it gives it back.
 func TestWindowKeepsSmallGrant(t *testing.T) {
 	r, start, now := smallWindow(t)
+	require.Equal(t, int64(1), r.allowance())
 	for _, tc := range []struct {
-		name string
-		room int64
-		due  bool
+		name    string
+		granted int64
+		room    int64
+		due     bool
 	}{
-		{"ample room", 90, false},
-		{"room for every node's grant", 24, false},
-		{"room short of every node's grant", 23, true},
-		{"no reply in the window", -1, true},
+		{"ample room", 2, 90, false},
+		{"room for every node's grant", 2, 8, false},
+		{"room short of every node's grant", 2, 7, true},
+		{"no reply in the window", 2, -1, true},
+		{"above the allowance", 4, 90, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := Lease{flags: flagSynced | flagSent, epoch: 1, wid: start, granted: 4, used: 1, acked: 1, room: tc.room,
+			k := Lease{flags: flagSynced | flagSent, epoch: 1, wid: start, granted: tc.granted, used: 1, acked: 1, room: tc.room,
 				lastSync: now, lastUse: now, span: r.w}
 			idle := now + r.idleRelease + r.interval
 			assert.Equal(t, tc.due, k.Due(r, idle), "due to give its grant back")

@@ -146,13 +146,14 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 	preGrant := busy && k.next == 0 && rnow >= k.wid+r.w-r.horizon
 	// An idle key gives back a grant worth giving back: in a window longer
 	// than a claim's span (5 horizons: shorter windows end soon enough), a
-	// sizable one, with time left, in a window whose room, by the last
-	// reply, is short of what the nodes would hold were each to keep as
-	// much unused. A small one, or one the room leaves no one short of,
-	// ends with its window: a key seen once would take two exchanges.
+	// sizable one, with time left. A small one ends with its window, and so
+	// does one within the allowance whose window's room, by the last reply,
+	// leaves no one short were every node to keep as much: the nodes then
+	// hold back at most the allowances, which the room kept for them
+	// anyway, and a key seen once takes one exchange, not two.
 	unused, nodes := k.granted-k.used, max(r.Nodes(), 1)
 	release := idle && r.w > 5*r.horizon && unused >= max(r.limit/(100*nodes), 1) &&
-		rnow < k.wid+r.w-2*r.interval && (k.room < 0 || k.room < unused*nodes)
+		rnow < k.wid+r.w-2*r.interval && (k.room < 0 || k.room < unused*nodes || unused > r.allowance())
 	if k.flags&flagExhausted != 0 {
 		return regular && (debt || preGrant)
 	}
