@@ -98,20 +98,21 @@ func TestDecideOffsetBack(t *testing.T) {
 }
 
 // TestApplyBucket: a bucket reply sets the share and the tokens granted,
-// counts the debt sent as reported, asks for an early exchange when the
-// share shrank (Redis keeps the old one committed until told), and drops
-// the tokens held when Redis's state was lost (a new epoch) or revoked.
+// counts the debt sent as reported, asks for an exchange at the next
+// regular round, not an early one, when the share shrank (Redis keeps the
+// old one committed until told), and drops the tokens held when Redis's
+// state was lost (a new epoch) or revoked.
 func TestApplyBucket(t *testing.T) {
 	lr := testRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}))
 	const now = int64(1_900_000_000_000_000)
 	held := func() Lease {
-		return Lease{flags: flagSynced, epoch: 1, rate: 500, burst: 50, expiry: now + 1e6, tokens: 20, last: now, debt: 3}
+		return Lease{flags: flagSynced, epoch: 1, rate: 500, burst: 50, expiry: now + 1e6, tokens: 20, last: now, debt: 3, lastSync: now, lastUse: now}
 	}
 	for _, tc := range []struct {
 		name   string
 		reply  BucketReply
 		tokens int64
-		urgent bool
+		shrunk bool
 	}{
 		{"renewed", BucketReply{Now: now, Epoch: 1, Rate: 500, Burst: 50, Expiry: now + 2e6, Grant: 10, Pool: 40}, 30, false},
 		{"shrunk", BucketReply{Now: now, Epoch: 1, Rate: 250, Burst: 25, Expiry: now + 2e6, Pool: 40}, 20, true},
@@ -124,7 +125,9 @@ func TestApplyBucket(t *testing.T) {
 			q := &Request{Bucket: true, SentAt: now, Debt: 3}
 			k.ApplyBucket(lr, q, &tc.reply, now)
 			assert.Equal(t, tc.tokens, k.tokens, "tokens")
-			assert.Equal(t, tc.urgent, k.flags&flagUrgent != 0, "asks for an early exchange")
+			assert.Zero(t, k.flags&flagUrgent, "asks for no early exchange")
+			assert.False(t, k.Due(lr, now+testParams.MinGap.Microseconds()), "not due a MinGap on")
+			assert.Equal(t, tc.shrunk, k.Due(lr, now+testParams.Interval.Microseconds()), "due at the next regular round")
 			assert.Equal(t, tc.reply.Rate, k.rate)
 			assert.Equal(t, tc.reply.Burst, k.burst)
 			assert.Equal(t, tc.reply.Expiry, k.expiry)

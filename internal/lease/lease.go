@@ -83,6 +83,8 @@ const (
 	flagRecover                   // Redis answered again in a window an outage touched: no grant on top of use (capAfterOutage)
 	flagCut                       // a bucket share cut to the policy's part in an outage's hand-back (afterOutage)
 	flagCarried                   // the counter's grant is carried from the window before, not yet moved in Redis (roll)
+	flagNext                      // wants a sync at the next regular round: a bucket share shrank (ApplyBucket)
+	flagDry                       // the last bucket reply neither grew the share nor granted tokens (ApplyBucket)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease
@@ -296,7 +298,9 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		// Sync early when what is left lasts less than a sync interval, or
 		// when a grant made on a guess is half used or MinGap old: that
 		// exchange measures the key's demand, which the others' grants
-		// wait for (the scripts count an unknown demand for 2 × MinGap).
+		// wait for (the scripts count an unknown demand for 2 × MinGap;
+		// after that, the guess is an ordinary grant, renewed as it runs
+		// low, and a key seen again long after pays no exchange for it).
 		// And once a carried grant is used: until the exchange moves it,
 		// Redis holds it in the window before, which the next window no
 		// longer weighs, so its use must not wait for the window's end.
@@ -305,7 +309,7 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 			ahead = min(ahead, end) // a sub-window's grant lasts its sub-window (Request)
 		}
 		low := k.granted-k.used < k.demand*ahead/r.w+1 ||
-			k.flags&flagGuess != 0 && (2*k.used >= k.granted || now-k.lastSync >= r.minGap) ||
+			k.flags&flagGuess != 0 && now-k.lastSync < 2*r.minGap && (2*k.used >= k.granted || now-k.lastSync >= r.minGap) ||
 			k.flags&flagCarried != 0
 		if low {
 			k.flags |= flagUrgent
@@ -398,19 +402,39 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 	rnow := now + k.offset
 	if k.expiry-r.safety > rnow {
 		k.refill(r, rnow)
+		// A key short of tokens asks for an exchange early, unless its share
+		// is too small for one to matter: its burst within the allowance
+		// (what an exchange adds is at most that), the last reply brought
+		// nothing (no growth of the share, no tokens: a key over its limit,
+		// its rate all held in shares), and the pool, by that reply, has
+		// not refilled since. The share's renewal, at a regular round, then
+		// reports its demand: early, such a key would ask at every gap for
+		// nothing.
+		ask := uint16(flagUrgent)
+		if k.flags&flagDry != 0 && k.burst <= r.allowance() && k.poolNow(r, rnow) < max(n-k.tokens, 1) {
+			ask = 0
+		}
+		// Early in any case when the share's regular renewal was missed
+		// (Due renews it two intervals before its expiry), or a share
+		// granted on a guess runs low: that exchange measures the key's
+		// demand.
+		early := k.expiry-rnow < r.interval || k.flags&flagGuess != 0
 		if k.tokens >= n {
 			k.tokens -= n
-			// Sync early when the tokens last less than a sync interval, the
-			// share nears its expiry, or half of a share granted on a guess
-			// is used: that exchange measures the key's demand.
-			low := k.tokens < k.demand*r.interval/r.w+1 || k.expiry-rnow < 2*r.interval ||
-				k.flags&flagGuess != 0 && 2*k.tokens < k.burst
-			if low {
+			switch {
+			case early && (k.expiry-rnow < r.interval || 2*k.tokens < k.burst):
 				k.flags |= flagUrgent
+			case k.tokens < k.demand*r.interval/r.w+1: // the tokens last less than a sync interval
+				k.flags |= ask
+			default:
+				return Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}, false
 			}
-			return Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}, low
+			return Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}, true
 		}
-		k.flags |= flagUrgent
+		if early {
+			ask = flagUrgent
+		}
+		k.flags |= ask
 		retry := r.minGap
 		if k.rate > 0 {
 			retry = max(usec.CeilDiv((n-k.tokens)*r.w-k.rem, k.rate), 1)

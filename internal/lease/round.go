@@ -125,7 +125,7 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 		rnow := now + k.offset
 		renew := !idle && k.expiry-rnow < 2*r.interval
 		switch {
-		case k.debt > k.debtSent:
+		case k.debt > k.debtSent, k.flags&flagNext != 0:
 			return regular || urgent
 		case k.flags&flagCut != 0 && r.handingBack(rnow) == 0:
 			return regular || urgent // the hand-back is over: the whole share
@@ -146,9 +146,14 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 	preGrant := busy && k.next == 0 && rnow >= k.wid+r.w-r.horizon
 	// An idle key gives back a grant worth giving back: in a window longer
 	// than a claim's span (5 horizons: shorter windows end soon enough), a
-	// sizable one, with time left. A small one ends with its window.
-	release := idle && r.w > 5*r.horizon && k.granted-k.used >= max(r.limit/(100*max(r.Nodes(), 1)), 1) &&
-		rnow < k.wid+r.w-2*r.interval
+	// sizable one, with time left. A small one ends with its window, and so
+	// does one within the allowance whose window's room, by the last reply,
+	// leaves no one short were every node to keep as much: the nodes then
+	// hold back at most the allowances, which the room kept for them
+	// anyway, and a key seen once takes one exchange, not two.
+	unused, nodes := k.granted-k.used, max(r.Nodes(), 1)
+	release := idle && r.w > 5*r.horizon && unused >= max(r.limit/(100*nodes), 1) &&
+		rnow < k.wid+r.w-2*r.interval && (k.room < 0 || k.room < unused*nodes || unused > r.allowance())
 	if k.flags&flagExhausted != 0 {
 		return regular && (debt || preGrant)
 	}
@@ -212,7 +217,7 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		k.flags |= flagGuess
 	}
 	k.lastSync = now
-	k.flags = k.flags&^flagUrgent | flagSent | flagInFlight
+	k.flags = k.flags&^(flagUrgent|flagNext) | flagSent | flagInFlight
 	rnow := now + k.offset
 	q := Request{SentAt: now, Now: rnow, Release: release, Demand: demand, Nodes: r.Nodes(), Horizon: r.horizon}
 	if r.buckets {
@@ -335,8 +340,10 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	if v.Rate < k.rate || v.Burst < k.burst {
 		// The share shrank: Redis keeps the old one committed, idle for
 		// everyone, until this node's next request says it applied the new
-		// one. Send it soon.
-		k.flags |= flagUrgent
+		// one. Send it at the next regular round: shares move at most at
+		// each renewal, and an early round for each move would double a
+		// busy key's exchanges.
+		k.flags |= flagNext
 	}
 	if (k.epoch != 0 && v.Epoch != k.epoch) || v.Revoked {
 		k.tokens, k.rem = 0, 0 // what we held is gone with Redis's state, or revoked
@@ -344,6 +351,13 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	k.epoch = v.Epoch
 	k.debtSent += q.Debt
 	rate, burst, grant := k.afterOutage(r, v)
+	// A reply that neither grew the share nor granted tokens tells the key
+	// its next early exchange would bring nothing more, unless the pool
+	// refills (decideBucket).
+	k.flags &^= flagDry
+	if grant == 0 && rate <= k.rate && burst <= k.burst && k.rate > 0 {
+		k.flags |= flagDry
+	}
 	k.rate, k.burst, k.expiry = rate, burst, v.Expiry
 	k.tokens = min(k.tokens+grant, k.burst)
 	if k.tokens >= k.burst {
