@@ -21,13 +21,14 @@ type leaseConsts struct {
 	demandTTL int64  // how long a reported demand counts (µs)
 }
 
-// encodeLeaseWindow is the ARGV of lua/lease_window.lua for q, followed by
-// the rule's parameters.
-func encodeLeaseWindow(q *lease.Request, c leaseConsts, rule []any) []any {
-	args := make([]any, 0, 15+len(rule))
-	args = append(args, c.now, c.node, boolFlag(q.Release), q.Demand, q.WantCur, q.WantNext, q.Horizon,
+// encodeLeaseWindow is the ARGV of lua/lease_window.lua for q under r:
+// now, node, r's fingerprint, then q's numbers and r's packed in one
+// argument.
+func encodeLeaseWindow(q *lease.Request, c leaseConsts, r *Rule) []any {
+	b := make([]byte, 0, 8*(13+len(r.lnums)))
+	b = appendNumbers(b, int64(boolFlag(q.Release)), q.Demand, q.WantCur, q.WantNext, q.Horizon,
 		q.Prev.Window, q.Prev.Used, q.Cur.Window, q.Cur.Used, c.demandTTL, q.Nodes, q.GuessTTL, q.PaceSpan)
-	return append(args, rule...)
+	return []any{c.now, c.node, r.fp, string(appendNumbers(b, r.lnums...))}
 }
 
 // leaseWindowLen is the length of lua/lease_window.lua's reply.
@@ -47,13 +48,14 @@ func decodeLeaseWindow(v []int64) (lease.WindowReply, error) {
 	}, nil
 }
 
-// encodeLeaseBucket is the ARGV of lua/lease_bucket.lua for q, followed by
-// the rule's parameters.
-func encodeLeaseBucket(q *lease.Request, c leaseConsts, rule []any) []any {
-	args := make([]any, 0, 15+len(rule))
-	args = append(args, c.now, c.node, q.Seq, boolFlag(q.Release), q.Demand, q.Tokens, q.Debt,
+// encodeLeaseBucket is the ARGV of lua/lease_bucket.lua for q under r:
+// now, node, r's fingerprint, then q's numbers and r's packed in one
+// argument.
+func encodeLeaseBucket(q *lease.Request, c leaseConsts, r *Rule) []any {
+	b := make([]byte, 0, 8*(13+len(r.lnums)))
+	b = appendNumbers(b, q.Seq, int64(boolFlag(q.Release)), q.Demand, q.Tokens, q.Debt,
 		c.leaseTTL, c.demandTTL, q.Rate, q.Burst, q.Expiry, q.Nodes, q.Horizon, q.Allowance)
-	return append(args, rule...)
+	return []any{c.now, c.node, r.fp, string(appendNumbers(b, r.lnums...))}
 }
 
 // leaseBucketLen is the length of lua/lease_bucket.lua's reply.

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
@@ -60,23 +61,37 @@ func TestDecodeLeaseBucket(t *testing.T) {
 	}, v)
 }
 
-// TestEncodeLease: the requests' fields go to the ARGV positions the
-// scripts' headers give them (1-based there), the rule's parameters last.
+// TestEncodeLease: the requests' fields go to the positions the scripts'
+// headers give them: now, node and the rule's fingerprint, then the
+// numbers packed as little-endian doubles, the rule's last.
 func TestEncodeLease(t *testing.T) {
 	c := leaseConsts{now: "99", node: "n", leaseTTL: 500, demandTTL: 600}
-	rule := []any{"fp", 7}
+	r, err := NewRule("r", local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 7, Window: time.Second}))
+	require.NoError(t, err)
+	ruleNums := []float64{1, 7, 1e6, 0, 0, 0, 0, 0, 0, 0} // alg, L, W (µs), burst, step, ws, rl, el, tau, anchored
+	unpack := func(t *testing.T, s any) []float64 {
+		b := []byte(s.(string))
+		require.Zero(t, len(b)%8)
+		v := make([]float64, len(b)/8)
+		for i := range v {
+			v[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		return v
+	}
 	w := encodeLeaseWindow(&lease.Request{
-		Release: true, Demand: 3, WantCur: 4, WantNext: 5, Horizon: 6, Prev: lease.Report{Window: 7, Used: 8},
+		Release: true, Demand: -1, WantCur: 4, WantNext: 5, Horizon: 6, Prev: lease.Report{Window: 7, Used: 8},
 		Cur: lease.Report{Window: 9, Used: 10}, Nodes: 11, GuessTTL: 12, PaceSpan: 13,
-	}, c, rule)
-	assert.Equal(t, []any{"99", "n", 1, int64(3), int64(4), int64(5), int64(6), int64(7), int64(8), int64(9), int64(10),
-		int64(600), int64(11), int64(12), int64(13), "fp", 7}, w)
+	}, c, r)
+	require.Len(t, w, 4)
+	assert.Equal(t, []any{"99", "n", r.fp}, w[:3])
+	assert.Equal(t, append([]float64{1, -1, 4, 5, 6, 7, 8, 9, 10, 600, 11, 12, 13}, ruleNums...), unpack(t, w[3]))
 	b := encodeLeaseBucket(&lease.Request{
-		Bucket: true, Seq: 3, Demand: 5, Tokens: 6, Debt: 7, Rate: 10, Burst: 11, Expiry: 12, Nodes: 13,
+		Bucket: true, Seq: 3, Demand: 5, Tokens: 6, Debt: 7, Rate: 10, Burst: 11, Expiry: 1 << 52, Nodes: 13,
 		Horizon: 14, Allowance: 15,
-	}, c, rule)
-	assert.Equal(t, []any{"99", "n", int64(3), 0, int64(5), int64(6), int64(7), int64(500), int64(600),
-		int64(10), int64(11), int64(12), int64(13), int64(14), int64(15), "fp", 7}, b)
+	}, c, r)
+	require.Len(t, b, 4)
+	assert.Equal(t, []any{"99", "n", r.fp}, b[:3])
+	assert.Equal(t, append([]float64{3, 0, 5, 6, 7, 500, 600, 10, 11, 1 << 52, 13, 14, 15}, ruleNums...), unpack(t, b[3]))
 }
 
 // TestApplyMalformedReply: a reply of the wrong length to a key's exchange

@@ -153,10 +153,11 @@ func (ks *Keyspace) name(rule, digest, part string) string {
 type Rule struct {
 	name   string
 	limit  local.Limit
-	fp     string // the parameters joined by ':', stored with the state
-	args   []any  // fp and the parameters, as the scripts take them
-	bucket bool   // a bucket algorithm: state in a string, a script of its own
-	bargs  []any  // rl:el:tau (the bucket's fingerprint), and burst, rl, el, tau packed (packNumbers): the bucket script's arguments
+	fp     string  // the parameters joined by ':', stored with the state
+	args   []any   // fp and the parameters, as the scripts take them
+	bucket bool    // a bucket algorithm: state in a string, a script of its own
+	bargs  []any   // rl:el:tau (the bucket's fingerprint), and burst, rl, el, tau packed (packNumbers): the bucket script's arguments
+	lnums  []int64 // the parameters' numbers as the lease scripts take them, packed after the request's
 }
 
 // MaxRuleName is the longest rule name accepted, in bytes.
@@ -194,6 +195,10 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 		r.args = append(r.args, s)
 	}
 	r.args = append(r.args, anchored)
+	r.lnums = append(nums, 0)
+	if lim.Anchored() {
+		r.lnums[len(nums)] = 1
+	}
 	if a := lim.Algorithm(); a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 		r.bucket = true
 		// A bucket's state holds a fingerprint of its own, the three numbers
@@ -251,9 +256,13 @@ func slot(key string) int {
 // packNumbers packs integers as little-endian IEEE doubles (struct's '<d'
 // each), exact below 2^53, which the limit's validation keeps them under.
 func packNumbers(xs ...int64) string {
-	b := make([]byte, 0, 8*len(xs))
+	return string(appendNumbers(make([]byte, 0, 8*len(xs)), xs...))
+}
+
+// appendNumbers appends xs to b packed as packNumbers does.
+func appendNumbers(b []byte, xs ...int64) []byte {
 	for _, x := range xs {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(x)))
 	}
-	return string(b)
+	return b
 }

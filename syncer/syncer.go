@@ -789,9 +789,9 @@ func (s *Syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Re
 	r, digest := redisRule(lr), encodeDigest(d)
 	c := leaseConsts{now: s.scriptNow(q.Now), node: s.node, leaseTTL: s.cfg.LeaseTTL.Microseconds(), demandTTL: s.cfg.DemandTTL.Microseconds()}
 	if q.Bucket {
-		return call{scriptLeaseBucket, []string{s.ks.name(r.name, digest, "s")}, encodeLeaseBucket(q, c, r.args)}
+		return call{scriptLeaseBucket, []string{s.ks.name(r.name, digest, "s")}, encodeLeaseBucket(q, c, r)}
 	}
 	n := r.name
 	keys := []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
-	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r.args)}
+	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r)}
 }

@@ -24,28 +24,26 @@
 -- commitment, 48 bytes, keeps the hash in Redis's compact encoding (values
 -- up to 64 bytes). A hash without h (another layout) starts afresh, under a
 -- new epoch.
--- ARGV: [1] now ('' for Redis's clock), [2] node, [3] sequence number, [4]
--- flags (1: release), [5] demand (requests per W; -1: unknown), [6] the node's tokens
--- now (on a release: the tokens it hands back), [7] debt (tokens it admitted without a share, applied once per
--- sequence number), [8] lease TTL (us), [9] demand TTL (us), [10..12] the
--- share the node holds (rate, burst, expiry): a node sends a request only
--- once it applied the last reply, so this is what it may be using until
--- the reply to this one, [13] the live nodes of the cluster (the
--- registry's count), [14] the horizon a lease is sized for (us), [15] the
--- node's allowance (a demand over a horizon within it gets no share),
--- [16..] the rule's parameters.
+-- ARGV: [1] now ('' for Redis's clock), [2] node, [3] the rule's
+-- fingerprint, [4] numbers packed as little-endian doubles (each an integer
+-- below 2^53, so exact; one argument costs Redis less than many to pass and
+-- parse): the sequence number, flags (1: release), demand (requests per W;
+-- -1: unknown), the node's tokens now (on a release: the tokens it hands
+-- back), debt (tokens it admitted without a share, applied once per
+-- sequence number), lease TTL (us), demand TTL (us), the share the node
+-- holds (rate, burst, expiry: a node sends a request only once it applied
+-- the last reply, so this is what it may be using until the reply to this
+-- one), the live nodes of the cluster (the registry's count), the horizon a
+-- lease is sized for (us), the node's allowance (a demand over a horizon
+-- within it gets no share), then the rule's ten numbers (see params.lua).
 --
 -- Returns {now, epoch, l, b, expiry, tokens granted, pool tokens, pool rate,
 -- pool capacity, revoked, live nodes}.
 local now = clock(ARGV[1])
-local node, seq, flags = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local demand, tokens, debt = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local lease_ttl, demand_ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
-local held_l, held_b, held_x = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local cluster, horizon, quiet = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
--- Of the rule's parameters (see params.lua), the fingerprint, L, W and B:
--- read as they are, without params' table of all eleven.
-local pfp, L, W, B = ARGV[16], tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20])
+local node, pfp = ARGV[2], ARGV[3]
+-- Of the rule's numbers, L, W and B.
+local seq, flags, demand, tokens, debt, lease_ttl, demand_ttl, held_l, held_b, held_x,
+  cluster, horizon, quiet, _, L, W, B = struct.unpack('<ddddddddddddddddd', ARGV[4])
 local m, me = KEYS[1], 'n.' .. node
 local max, min, floor = math.max, math.min, math.floor
 -- A node's field: l, b, x, d, t, q, and ol, ob, ox unless all three are 0.

@@ -20,15 +20,17 @@
 -- nil: the previous, current and next windows. KEYS[2..4] held the slots in
 -- an earlier layout, a hash each, beside a hash at KEYS[1]: a state in that
 -- layout is deleted and starts afresh under a new epoch.
--- ARGV: [1] now ('' for Redis's clock), [2] node, [3] flags (1: release
--- what is unused), [4] demand (requests per window; -1: unknown), [5] target for the
--- current window (the total the node wants granted in it), [6] target for
--- the next window (0: none), [7] horizon (us: pre-grant the next window when
--- it starts within it), [8..11] two reports (window, used), window 0 for
--- none, [12] demand TTL (us), [13] the live nodes of the cluster (the
--- registry's count), [14] how long an unknown demand counts (us; 2 ×
--- MinGap), [15] how long a paced grant lasts at the node's demand (us; 3 ×
--- PaceGap), [16..] the rule's parameters.
+-- ARGV: [1] now ('' for Redis's clock), [2] node, [3] the rule's
+-- fingerprint, [4] numbers packed as little-endian doubles (each an integer
+-- below 2^53, so exact; one argument costs Redis less than many to pass and
+-- parse): flags (1: release what is unused), demand (requests per window;
+-- -1: unknown), target for the current window (the total the node wants
+-- granted in it), target for the next window (0: none), horizon (us:
+-- pre-grant the next window when it starts within it), two reports
+-- (window, used), window 0 for none, demand TTL (us), the live nodes of the
+-- cluster (the registry's count), how long an unknown demand counts (us; 2
+-- × MinGap), how long a paced grant lasts at the node's demand (us; 3 ×
+-- PaceGap), then the rule's ten numbers (see params.lua).
 --
 -- The sliding window counter's node carries what it holds unused as a
 -- window ends into the next one, and its first report there moves it in
@@ -53,17 +55,13 @@
 -- less R), paced (1 if the node's grant in the current window, or its grant
 -- ahead in the next, was paced: it asks for more as it uses it)}.
 local now = clock(ARGV[1])
-local node, flags, demand = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local want_cur, want_next, horizon = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local reports = {{tonumber(ARGV[8]), tonumber(ARGV[9])}, {tonumber(ARGV[10]), tonumber(ARGV[11])}}
--- A demand counts for at least two windows: a node refused for the rest of
--- a window syncs rarely until the next one, and still wants its part.
-local demand_ttl = tonumber(ARGV[12])
-local cluster = tonumber(ARGV[13])
-local guess_ttl, pace_span = tonumber(ARGV[14]), tonumber(ARGV[15])
--- the rule's parameters (params.lua) this script uses
-local rule_fp, alg, L, W = ARGV[16], tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
-local step, ws = tonumber(ARGV[21]), tonumber(ARGV[22])
+local node, rule_fp = ARGV[2], ARGV[3]
+-- A demand counts for at least two windows (demand_ttl, below): a node
+-- refused for the rest of a window syncs rarely until the next one, and
+-- still wants its part. Of the rule's numbers, alg, L, W, step and ws.
+local flags, demand, want_cur, want_next, horizon, w1, u1, w2, u2, demand_ttl, cluster, guess_ttl, pace_span,
+  alg, L, W, _, step, ws = struct.unpack('<ddddddddddddddddddd', ARGV[4])
+local reports = {{w1, u1}, {w2, u2}}
 local sub, K = alg == 7, 1
 if sub then W, K = step, ws end
 demand_ttl = math.max(demand_ttl, 2 * W)
