@@ -61,17 +61,7 @@ func TestBucketLeaseLayout(t *testing.T) {
 		"d.z", "1000", "t.z", us(start), "q.z", "7").Err())
 	require.NoError(t, client.Expire(ctx, name, time.Hour).Err())
 
-	for i := range 20 {
-		for range 3 {
-			d, err := l.Allow(ctx, r, "k")
-			require.NoError(t, err)
-			want, err := l.Allow(ctx, r, "new")
-			require.NoError(t, err)
-			require.Equal(t, want, d, "step %d: the key of the earlier layout decides as a new key", i)
-		}
-		syncOK(t, l, clk)
-		clk.Add(10 * time.Millisecond)
-	}
+	decidesAsNew(t, l, r, clk, "k", "new")
 	h, err := client.HGetAll(ctx, name).Result()
 	require.NoError(t, err)
 	want, err := client.HGetAll(ctx, fresh).Result()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -222,4 +223,22 @@ func (c *tally) allow(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule) bool {
 		}
 	}
 	return d.Allowed()
+}
+
+// decidesAsNew checks that key old, whose state was left in an earlier
+// layout, decides as key fresh, a new one, over 20 sync rounds of three
+// requests each.
+func decidesAsNew(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, clk *fakeClock, old, fresh string) {
+	t.Helper()
+	for i := range 20 {
+		for range 3 {
+			d, err := l.Allow(context.Background(), r, old)
+			require.NoError(t, err)
+			want, err := l.Allow(context.Background(), r, fresh)
+			require.NoError(t, err)
+			require.Equal(t, want, d, "step %d: the key of the earlier layout decides as a new key", i)
+		}
+		syncOK(t, l, clk)
+		clk.Add(10 * time.Millisecond)
+	}
 }

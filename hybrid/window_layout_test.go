@@ -48,17 +48,7 @@ func TestWindowLeaseLayout(t *testing.T) {
 		require.NoError(t, client.Expire(ctx, k, time.Hour).Err())
 	}
 
-	for i := range 20 {
-		for range 3 {
-			d, err := l.Allow(ctx, r, "k")
-			require.NoError(t, err)
-			want, err := l.Allow(ctx, r, "new")
-			require.NoError(t, err)
-			require.Equal(t, want, d, "step %d: the key of the earlier layout decides as a new key", i)
-		}
-		syncOK(t, l, clk)
-		clk.Add(10 * time.Millisecond)
-	}
+	decidesAsNew(t, l, r, clk, "k", "new")
 	typ, err := client.Type(ctx, base+"m").Result()
 	require.NoError(t, err)
 	assert.Equal(t, "string", typ)
