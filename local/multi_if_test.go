@@ -93,7 +93,10 @@ func TestAllowMultiIfAt(t *testing.T) {
 // that ran with the keys unlocked would see its room taken and be charged
 // past the limit or report an admission not charged.
 func TestAllowMultiIfAtHoldsKeys(t *testing.T) {
-	const limit = 200
+	// 600 attempts in all, 300 of each kind: the plain ones alone cannot
+	// use the limit up, so multi decisions reach commit however the
+	// goroutines are scheduled.
+	const limit = 400
 	l := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: limit, Window: time.Minute}), local.Config{})
 	other := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 20, Window: time.Minute}), local.Config{})
 	var admitted, commits atomic.Int64
@@ -122,7 +125,7 @@ func TestAllowMultiIfAtHoldsKeys(t *testing.T) {
 	}
 	wg.Wait()
 	require.Positive(t, commits.Load(), "no multi decision reached commit")
-	assert.Equal(t, int64(limit), admitted.Load(), "admitted at 3× the limit")
+	assert.Equal(t, int64(limit), admitted.Load(), "admitted other than the limit")
 	assert.Equal(t, int64(0), remaining(l, "k"))
 }
 
