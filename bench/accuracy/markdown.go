@@ -266,8 +266,8 @@ core.
 
 **Modes.** central: every decision one script in Redis (hybrid.Limiter, Mode Central).
 hybrid: hybrid.Limiter, Mode Hybrid, real clocks (no VirtualTime, no ManualSync), Sync.Interval
-100 ms, Sync.Nodes N, NodeID per node; a rule whose limit is too small to split (L × 100 ms ÷
-(1 s × N) < 10) runs central, and the table says so. naive: the peer design (gubernator
+100 ms, Sync.Nodes N, NodeID per node; every rule runs hybrid, whatever its limit (the run
+checks the mode the Limiter reports, and the table would say so). naive: the peer design (gubernator
 GLOBAL-like), built in the benchmark (bench/accuracy/naive.go): each node decides locally
 against the last global total it pulled plus its own admissions since; every 100 ms it pushes
 its deltas with one script per active key (INCRBY into a per-window counter with PEXPIRE, or,
