@@ -25,10 +25,16 @@ type leaseConsts struct {
 // now, node, r's fingerprint, then q's numbers and r's packed in one
 // argument.
 func encodeLeaseWindow(q *lease.Request, c leaseConsts, r *Rule) []any {
-	b := make([]byte, 0, 8*(13+len(r.lnums)))
-	b = appendNumbers(b, int64(boolFlag(q.Release)), q.Demand, q.WantCur, q.WantNext, q.Horizon,
+	return leaseArgs(c, r, int64(boolFlag(q.Release)), q.Demand, q.WantCur, q.WantNext, q.Horizon,
 		q.Prev.Window, q.Prev.Used, q.Cur.Window, q.Cur.Used, c.demandTTL, q.Nodes, q.GuessTTL, q.PaceSpan)
-	return []any{c.now, c.node, r.fp, string(appendNumbers(b, r.lnums...))}
+}
+
+// leaseArgs is a lease script's ARGV: now, node, r's fingerprint, then the
+// request's numbers and r's (packed once, in NewRule) in one argument.
+func leaseArgs(c leaseConsts, r *Rule, q ...int64) []any {
+	b := make([]byte, 0, 8*len(q)+len(r.lpack))
+	b = append(appendNumbers(b, q...), r.lpack...)
+	return []any{c.now, c.node, r.fp, b}
 }
 
 // leaseWindowLen is the length of lua/lease_window.lua's reply.
@@ -52,10 +58,8 @@ func decodeLeaseWindow(v []int64) (lease.WindowReply, error) {
 // now, node, r's fingerprint, then q's numbers and r's packed in one
 // argument.
 func encodeLeaseBucket(q *lease.Request, c leaseConsts, r *Rule) []any {
-	b := make([]byte, 0, 8*(13+len(r.lnums)))
-	b = appendNumbers(b, q.Seq, int64(boolFlag(q.Release)), q.Demand, q.Tokens, q.Debt,
+	return leaseArgs(c, r, q.Seq, int64(boolFlag(q.Release)), q.Demand, q.Tokens, q.Debt,
 		c.leaseTTL, c.demandTTL, q.Rate, q.Burst, q.Expiry, q.Nodes, q.Horizon, q.Allowance)
-	return []any{c.now, c.node, r.fp, string(appendNumbers(b, r.lnums...))}
 }
 
 // leaseBucketLen is the length of lua/lease_bucket.lua's reply.

@@ -70,7 +70,7 @@ func TestEncodeLease(t *testing.T) {
 	require.NoError(t, err)
 	ruleNums := []float64{1, 7, 1e6, 0, 0, 0, 0, 0, 0, 0} // alg, L, W (µs), burst, step, ws, rl, el, tau, anchored
 	unpack := func(t *testing.T, s any) []float64 {
-		b := []byte(s.(string))
+		b := s.([]byte)
 		require.Zero(t, len(b)%8)
 		v := make([]float64, len(b)/8)
 		for i := range v {

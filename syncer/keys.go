@@ -153,11 +153,11 @@ func (ks *Keyspace) name(rule, digest, part string) string {
 type Rule struct {
 	name   string
 	limit  local.Limit
-	fp     string  // the parameters joined by ':', stored with the state
-	args   []any   // fp and the parameters, as the scripts take them
-	bucket bool    // a bucket algorithm: state in a string, a script of its own
-	bargs  []any   // rl:el:tau (the bucket's fingerprint), and burst, rl, el, tau packed (packNumbers): the bucket script's arguments
-	lnums  []int64 // the parameters' numbers as the lease scripts take them, packed after the request's
+	fp     string // the parameters joined by ':', stored with the state
+	args   []any  // fp and the parameters, as the central scripts take them
+	bucket bool   // a bucket algorithm: state in a string, a script of its own
+	bargs  []any  // rl:el:tau (the bucket's fingerprint), and burst, rl, el, tau packed (packNumbers): the bucket script's arguments
+	lpack  []byte // the parameters' numbers packed as the lease scripts take them, after the request's
 }
 
 // MaxRuleName is the longest rule name accepted, in bytes.
@@ -195,10 +195,7 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 		r.args = append(r.args, s)
 	}
 	r.args = append(r.args, anchored)
-	r.lnums = append(nums, 0)
-	if lim.Anchored() {
-		r.lnums[len(nums)] = 1
-	}
+	r.lpack = appendNumbers(nil, append(nums, int64(boolFlag(lim.Anchored())))...)
 	if a := lim.Algorithm(); a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 		r.bucket = true
 		// A bucket's state holds a fingerprint of its own, the three numbers

@@ -76,7 +76,7 @@ local commit, lk = true, nil
 	scriptRefund = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter", "sub") + bucketFunc + luaSource("refund"))
 
 	// The hybrid mode's lease exchanges.
-	scriptLeaseWindow = redis.NewScript(luaSource("prelude", "params", "lease_window"))
+	scriptLeaseWindow = redis.NewScript(luaSource("prelude", "lease_window"))
 	scriptLeaseBucket = redis.NewScript(luaSource("prelude", "params", "lease_bucket"))
 	scriptRegistry    = redis.NewScript(luaSource("prelude", "params", "registry"))
 )

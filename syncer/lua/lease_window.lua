@@ -13,8 +13,8 @@
 --
 -- KEYS[1] the key's state, a string of seven values packed with cmsgpack,
 -- read with one GET and written with one SET ... PX: fp (the rule's
--- fingerprint), ep (the epoch), n, the nodes' demands {d, t} (per node:
--- requests per window, and when it reported them), h, the sub-window
+-- fingerprint), ep (the epoch), n, the nodes' demands as two tables keyed by
+-- node, {d, t} (requests per window, and when it reported them), h, the sub-window
 -- counter's history (below), and the three window slots, window x in slot
 -- (x / W) mod 3, each {x, R, g, u} (per node: granted, reported used), or
 -- nil: the previous, current and next windows. KEYS[2..4] held the slots in
@@ -73,8 +73,7 @@ local wt = now - fmod(now, W)
 local st = redis.pcall('GET', m)
 local fp, ep, nd, hist
 if type(st) == 'table' then
-  -- a hash: the earlier layout's state (its slots' keys too), or the other
-  -- family's under this name: start afresh
+  -- a hash: the earlier layout's state (its slots' keys too): start afresh
   other_family(st, m)
   redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
   st = {}
@@ -412,7 +411,6 @@ gcur, Rcur, exhausted, is_paced = grant(kcur, want_cur, budget - Rcur, budget, n
 local gnext = 0
 if want_next > 0 and not counter and now >= wt + W - horizon then
   local nbudget = L
-  if counter then nbudget = L - Rcur end
   if sub and K >= 2 then nbudget = math.max(L - hist2 - Rcur, 0) end
   local paced_next, _
   gnext, Rnext, _, paced_next = grant(knext, want_next, nbudget - Rnext, nbudget, true, wt + W)
@@ -422,13 +420,13 @@ else
 end
 
 -- Write the state back, in one call. It lives as long as the demands and
--- the windows it holds, plus a second of grace (as expire does).
+-- the windows it holds, plus a second of grace.
 local w = {}
 for x, s in pairs(slots) do
   if kept[x] then w[1 + fmod(fdiv(x, W), 3)] = s end
 end
 redis.call('SET', m, cmsgpack.pack(rule_fp, ep, nd, hist, w[1], w[2], w[3]),
-  'PX', cdiv(math.max(3 * W, demand_ttl, K * W), 1000) + 1000)
+  'PX', ttl_ms(math.max(3 * W, demand_ttl, K * W)))
 
 local _, ucur = state(kcur)
 -- Exhausted means until the window ends: true of the fixed window only. The

@@ -1,4 +1,4 @@
--- Helpers of the scripts that take a rule's parameters as a table.
+-- Helpers of the scripts that take a rule's parameters (as a table: params), and of a state's TTL and family.
 
 -- A rule's parameters: ARGV[i] is its fingerprint, the nine numbers that
 -- follow joined by ':', and ':1' when anchored; the state stores it to
@@ -23,7 +23,7 @@ end
 -- millisecond, plus a second of grace: every key has a TTL, and it outlives
 -- the state it holds.
 local function expire(key, us)
-  redis.call('PEXPIRE', key, cdiv(math.max(us, 0), 1000) + 1000)
+  redis.call('PEXPIRE', key, ttl_ms(us))
 end
 
 -- bucket_alg reports whether alg numbers a bucket algorithm, whose state

@@ -53,6 +53,10 @@ local function demand_total(ds, none)
   return total + (n - known) * avg, known, avg
 end
 
+-- ttl_ms is a TTL of us microseconds, in milliseconds rounded up, plus a
+-- second of grace: every key outlives the state it holds.
+local function ttl_ms(us) return cdiv(math.max(us, 0), 1000) + 1000 end
+
 -- now: the time passed in (tests, simulations), or Redis's clock.
 local function clock(arg)
   if arg ~= '' then return tonumber(arg) end
