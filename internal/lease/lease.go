@@ -402,39 +402,27 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 	rnow := now + k.offset
 	if k.expiry-r.safety > rnow {
 		k.refill(r, rnow)
-		// A key short of tokens asks for an exchange early, unless its share
-		// is too small for one to matter: its burst within the allowance
-		// (what an exchange adds is at most that), the last reply brought
-		// nothing (no growth of the share, no tokens: a key over its limit,
-		// its rate all held in shares), and the pool, by that reply, has
-		// not refilled since. The share's renewal, at a regular round, then
-		// reports its demand: early, such a key would ask at every gap for
-		// nothing.
-		ask := uint16(flagUrgent)
-		if k.flags&flagDry != 0 && k.burst <= r.allowance() && k.poolNow(r, rnow) < max(n-k.tokens, 1) {
-			ask = 0
-		}
-		// Early in any case when the share's regular renewal was missed
-		// (Due renews it two intervals before its expiry), or a share
-		// granted on a guess runs low: that exchange measures the key's
-		// demand.
-		early := k.expiry-rnow < r.interval || k.flags&flagGuess != 0
 		if k.tokens >= n {
 			k.tokens -= n
+			v := Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}
 			switch {
-			case early && (k.expiry-rnow < r.interval || 2*k.tokens < k.burst):
+			// Early when the share's regular renewal was missed (Due renews
+			// it two intervals before its expiry), or half of a share granted
+			// on a guess is used: that exchange measures the key's demand.
+			case k.expiry-rnow < r.interval || k.flags&flagGuess != 0 && 2*k.tokens < k.burst:
 				k.flags |= flagUrgent
 			case k.tokens < k.demand*r.interval/r.w+1: // the tokens last less than a sync interval
-				k.flags |= ask
+				k.flags |= k.askEarly(r, rnow, 1)
 			default:
-				return Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}, false
+				return v, false
 			}
-			return Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}, true
+			return v, true
 		}
-		if early {
-			ask = flagUrgent
+		if k.expiry-rnow < r.interval || k.flags&flagGuess != 0 {
+			k.flags |= flagUrgent
+		} else {
+			k.flags |= k.askEarly(r, rnow, n-k.tokens)
 		}
-		k.flags |= ask
 		retry := r.minGap
 		if k.rate > 0 {
 			retry = max(usec.CeilDiv((n-k.tokens)*r.w-k.rem, k.rate), 1)
@@ -466,6 +454,21 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 	}
 	k.flags |= flagUrgent
 	return Verdict{Reason: local.ReasonNoLease, Retry: r.minGap}, true
+}
+
+// askEarly is the flag a bucket key short of tokens sets to ask for an
+// exchange: flagUrgent, unless its share is too small for one to matter: its
+// burst within the allowance (what an exchange adds is at most that), the
+// last reply brought nothing (no growth of the share, no tokens: a key over
+// its limit, its rate all held in shares), and the pool, by that reply, has
+// not refilled the need tokens since. The share's renewal, at a regular
+// round, then reports its demand: early, such a key would ask at every gap
+// for nothing.
+func (k *Lease) askEarly(r *Rule, rnow, need int64) uint16 {
+	if k.flags&flagDry != 0 && k.burst <= r.allowance() && k.poolNow(r, rnow) < need {
+		return 0
+	}
+	return flagUrgent
 }
 
 // poolNow estimates the pool's tokens at rnow (Redis time): as the last
