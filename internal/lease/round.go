@@ -121,21 +121,20 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 	idle := now-k.lastUse > r.idleRelease
 	urgent := k.flags&flagUrgent != 0 && elapsed(gap, r.minGap)
 	regular := elapsed(gap, r.interval)
+	rnow := now + k.offset
 	if r.buckets {
-		rnow := now + k.offset
 		renew := !idle && k.expiry-rnow < 2*r.interval
 		switch {
-		case k.debt > k.debtSent, k.flags&flagNext != 0:
+		// Debt to report, a shrunk share to confirm, or a hand-back that is
+		// over (the whole share again).
+		case k.debt > k.debtSent, k.flags&flagNext != 0, k.flags&flagCut != 0 && r.handingBack(rnow) == 0:
 			return regular || urgent
-		case k.flags&flagCut != 0 && r.handingBack(rnow) == 0:
-			return regular || urgent // the hand-back is over: the whole share
 		case idle:
 			return regular && (k.rate > 0 || k.burst > 0)
 		default:
 			return urgent || (regular && renew)
 		}
 	}
-	rnow := now + k.offset
 	k.roll(r, rnow-rnow%r.w)
 	// Use within a grant needs no report: Redis counts the grant. A sync
 	// is for debt (use beyond the grant), a lease running low, or the next
@@ -144,20 +143,23 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 	debt := k.used > k.granted && k.used > k.acked || k.pused > k.packed
 	busy := !idle && usec.CeilDiv(k.demand*r.horizon, r.w) >= 2
 	preGrant := busy && k.next == 0 && rnow >= k.wid+r.w-r.horizon
-	// An idle key gives back a grant worth giving back: in a window longer
-	// than a claim's span (5 horizons: shorter windows end soon enough), a
-	// sizable one, with time left. A small one ends with its window, and so
-	// does one within the allowance whose window's room, by the last reply,
-	// leaves no one short were every node to keep as much: the nodes then
-	// hold back at most the allowances, which the room kept for them
-	// anyway, and a key seen once takes one exchange, not two.
-	unused, nodes := k.granted-k.used, max(r.Nodes(), 1)
-	release := idle && r.w > 5*r.horizon && unused >= max(r.limit/(100*nodes), 1) &&
-		rnow < k.wid+r.w-2*r.interval && (k.room < 0 || k.room < unused*nodes || unused > r.allowance())
 	if k.flags&flagExhausted != 0 {
 		return regular && (debt || preGrant)
 	}
-	return urgent || (regular && (debt || preGrant || release))
+	return urgent || (regular && (debt || preGrant || idle && k.releases(r, rnow)))
+}
+
+// releases reports whether an idle window key gives its grant back (Due):
+// in a window longer than a claim's span (5 horizons: shorter windows end
+// soon enough), a sizable one, with time left. A small one ends with its
+// window, and so does one within the allowance whose window's room, by the
+// last reply, leaves no one short were every node to keep as much: the
+// nodes then hold back at most the allowances, which the room kept for
+// them anyway, and a key seen once takes one exchange, not two.
+func (k *Lease) releases(r *Rule, rnow int64) bool {
+	unused, nodes := k.granted-k.used, max(r.Nodes(), 1)
+	return r.w > 5*r.horizon && unused >= max(r.limit/(100*nodes), 1) &&
+		rnow < k.wid+r.w-2*r.interval && (k.room < 0 || k.room < unused*nodes || unused > r.allowance())
 }
 
 // elapsed reports whether gap, a key's time since its last sync by the
@@ -242,7 +244,8 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		return q
 	}
 	k.roll(r, rnow-rnow%r.w)
-	need := max(usec.CeilDiv(max(demand, 0)*r.horizon, r.w), 1)
+	needFor := func(span int64) int64 { return max(usec.CeilDiv(max(demand, 0)*span, r.w), 1) } // the demand over span
+	need := needFor(r.horizon)
 	needNext := need
 	if left := k.wid + r.w - rnow; r.sub && left < r.horizon {
 		// A sub-window's grant need last only until the sub-window ends
@@ -250,8 +253,8 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		// once); the rest of the horizon is the next one's. A horizon in
 		// each would hold twice what the key needs, out of the thin room
 		// the earlier sub-windows leave under the limit.
-		need = max(usec.CeilDiv(max(demand, 0)*min(left+r.interval/2, r.horizon), r.w), 1)
-		needNext = max(usec.CeilDiv(max(demand, 0)*min(r.horizon-left, r.w), r.w), 1)
+		need = needFor(min(left+r.interval/2, r.horizon))
+		needNext = needFor(min(r.horizon-left, r.w))
 	}
 	q.WantCur = k.used + need
 	if release {
