@@ -153,7 +153,7 @@ func (l *Limiter) checkMulti(now int64, reqs []Request, b *multiBatch, out []Dec
 		ok = local.CheckMultiAt(time.UnixMicro(now), b.local, b.localOut())
 		b.scatterLocal(out)
 	}
-	if b.nHybrid > 0 {
+	if b.hybrid != nil {
 		ok = l.hybridMulti(now, reqs, b.hybrid, out, false) && ok
 	}
 	return ok
@@ -168,10 +168,15 @@ func (l *Limiter) commitMulti(now int64, reqs []Request, b *multiBatch, out []De
 	if len(b.local) == 0 {
 		return l.hybridMulti(now, reqs, b.hybrid, out, true)
 	}
-	hybridDecided := b.nHybrid == 0
+	if b.hybrid == nil {
+		ok := local.AllowMultiAt(time.UnixMicro(now), b.local, b.localOut())
+		b.scatterLocal(out)
+		return ok
+	}
+	hybridDecided := false
 	ok := local.AllowMultiIfAt(time.UnixMicro(now), b.local, b.localOut(), func() bool {
 		hybridDecided = true
-		return b.nHybrid == 0 || l.hybridMulti(now, reqs, b.hybrid, out, true)
+		return l.hybridMulti(now, reqs, b.hybrid, out, true)
 	})
 	b.scatterLocal(out)
 	if !hybridDecided {
@@ -193,8 +198,7 @@ type multiBatch struct {
 	centralAt []centralRequest // central[j]'s rule and index in the requests
 	// hybrid[i] is request i's rule when it is a hybrid one: hybridMulti
 	// takes the requests by index. nil without hybrid requests.
-	hybrid  []*hybridRule
-	nHybrid int
+	hybrid []*hybridRule
 }
 
 // batch groups reqs by mode into b, whose slices are the caller's room
@@ -225,7 +229,6 @@ func (l *Limiter) batch(reqs []Request, b multiBatch) (multiBatch, error) {
 				b.hybrid = b.hybrid[:len(reqs)]
 			}
 			b.hybrid[i] = m
-			b.nHybrid++
 		default:
 			panic("hybrid: AllowMulti: unknown mode")
 		}
@@ -275,8 +278,8 @@ func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Reque
 // deadlock, and decides requests on one entry together, with the sum of
 // their costs.
 func (l *Limiter) hybridMulti(now int64, reqs []Request, hrs []*hybridRule, out []local.Decision, commit bool) bool {
-	var ebuf [8]*keyed.Entry[lease.Lease]
-	var obuf [8]int
+	var ebuf [multiInline]*keyed.Entry[lease.Lease]
+	var obuf [multiInline]int
 	ents, order := ebuf[:], obuf[:]
 	if len(reqs) > len(ebuf) {
 		ents, order = make([]*keyed.Entry[lease.Lease], len(reqs)), make([]int, len(reqs))
