@@ -119,11 +119,10 @@ func gossipDigest(d *[lease.DigestSize]byte, salt *fallback.Digest) fallback.Dig
 func (m *hybridRule) setOutage(lr *lease.Rule) {
 	var tap lease.Tap
 	if g := m.l.gossip; g != nil && m.fail.policy == Fallback {
-		salt := m.salt // set once, in newHybridRule: the hot path reads it
 		tap = func(k *lease.Lease, window, asked, used int64) {
-			g.node.Report(gossipDigest(&k.Digest, &salt), window, asked, used)
+			g.node.Report(gossipDigest(&k.Digest, &m.salt), window, asked, used)
 		}
-		lr.SetShare(func(k *lease.Lease) float64 { return g.node.Estimate(gossipDigest(&k.Digest, &salt)).Share })
+		lr.SetShare(func(k *lease.Lease) float64 { return m.estimate(k).Share })
 	}
 	lr.SetOutage(tap, m.fail.policy == Fallback)
 }
@@ -139,7 +138,7 @@ func (m *hybridRule) gossipLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, no
 	if !ok {
 		return local.Decision{}, false
 	}
-	est := m.l.gossip.node.Estimate(gossipDigest(&e.Value.Digest, &m.salt))
+	est := m.estimate(&e.Value)
 	v := e.Value.FallbackIn(lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Limit))
 	return m.fallbackLease(e, lr, v), true
 }
@@ -149,8 +148,13 @@ func (m *hybridRule) gossipLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, no
 // share of the rule's rate and burst (an even split while no node has
 // gossiped the key).
 func (m *hybridRule) gossipBucket(e *keyed.Entry[lease.Lease], now int64, key string, n int64) local.Decision {
-	est := m.l.gossip.node.Estimate(gossipDigest(&e.Value.Digest, &m.salt))
-	return m.fail.byShare(now, key, n, est.Share)
+	return m.fail.byShare(now, key, n, m.estimate(&e.Value).Share)
+}
+
+// estimate is the gossip estimate of k's key. m.salt is set once, in
+// newHybridRule, so the hot path reads it without a lock.
+func (m *hybridRule) estimate(k *lease.Lease) fallback.Estimate {
+	return m.l.gossip.node.Estimate(gossipDigest(&k.Digest, &m.salt))
 }
 
 // shareScale is how finely byShare divides a bucket by share: part runs on
