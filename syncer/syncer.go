@@ -107,9 +107,9 @@ type SyncConfig struct {
 	Clock local.Clock
 	// Observer receives each round's figures. Optional.
 	Observer Observer
-	// PassTime makes the scripts take the node's clock (plus the learned
-	// offset, which is then 0) instead of Redis's: for simulations on a
-	// virtual clock. Default false: Redis's clock rules.
+	// PassTime makes the scripts take the node's clock instead of Redis's
+	// (the node then learns no offset between the two): for simulations on
+	// a virtual clock. Default false: Redis's clock rules.
 	PassTime bool
 }
 
@@ -257,7 +257,7 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	}
 	s.params = lease.Params{
 		Interval: cfg.Interval, Horizon: cfg.Horizon, MinGap: cfg.MinGap, PaceGap: cfg.PaceGap,
-		Safety: cfg.Safety, IdleRelease: cfg.IdleRelease, Epsilon: cfg.Epsilon,
+		Safety: cfg.Safety, IdleRelease: cfg.IdleRelease, Epsilon: cfg.Epsilon, Virtual: cfg.PassTime,
 	}
 	if cfg.NoColdStart {
 		s.params.Epsilon = 0
@@ -716,7 +716,9 @@ func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail fu
 			}
 			if cerr == nil {
 				s.cluster.SetNodes(v.Live)
-				s.cluster.SetOffset(v.Now - (p.req.SentAt+recv)/2)
+				if !s.cfg.PassTime {
+					s.cluster.SetOffset(v.Now - (p.req.SentAt+recv)/2)
+				}
 				st.Registered = true
 			} else {
 				s.registered = 0 // again at the next round
