@@ -350,7 +350,10 @@ func TestOneClientTwoNodes(t *testing.T) {
 				}
 				clk.Add(50 * time.Millisecond)
 			}
-			assert.Equal(t, 20, admitted)
+			// The limit; and a node's first request on the key, decided
+			// within its cold-start allowance, may come on top of it.
+			assert.GreaterOrEqual(t, admitted, 20, "no false refusal")
+			assert.LessOrEqual(t, admitted, 22, "the limit and the nodes' allowances")
 			for _, d := range refusals {
 				assert.Greater(t, d.RetryAfter(), time.Second, "a refusal in a window used up: %v", d)
 			}

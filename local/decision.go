@@ -30,8 +30,10 @@ const (
 	// for the key yet; RetryAfter is about one round trip to Redis.
 	ReasonNoLease
 	// ReasonUnavailable is used by the distributed modes: the shared store
-	// could not be reached and the failure policy decided (the Decision is
-	// Degraded).
+	// could not decide, and the failure policy decided without a limit
+	// (the Decision is Degraded): admitting everything (FailOpen), or
+	// refusing everything (FailClosed). A policy that decides on a part of
+	// the limit refuses with ReasonLimited, Degraded.
 	ReasonUnavailable
 )
 

@@ -278,7 +278,7 @@ func (k *Lease) FallbackIn(r *Rule, now, n, part int64, charge bool) Verdict {
 	budget := max(k.granted, part)
 	used := k.used + n
 	if used > budget {
-		return Verdict{Reason: local.ReasonUnavailable, Remaining: max(budget-k.used, 0), Reset: end, Retry: end}
+		return Verdict{Reason: local.ReasonLimited, Remaining: max(budget-k.used, 0), Reset: end, Retry: end}
 	}
 	if charge {
 		k.used = used
