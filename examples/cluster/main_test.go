@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // buildDemo builds the demo without the race detector (the nodes' decision
@@ -138,4 +141,200 @@ func TestDemoInterrupted(t *testing.T) {
 	require.ErrorAs(t, err, &exit, "output:\n%s", out.String())
 	assert.Equal(t, 130, exit.ExitCode())
 	assertAllGone(t, out.String())
+}
+
+// sec is a time in µs on Redis's clock, s seconds after t0.
+func sec(s float64) int64 { return t0 + int64(s*1e6) }
+
+// t0 is a window's start on Redis's clock (a multiple of a second), as the
+// driver picks one.
+const t0 = 1_700_000_000_000_000
+
+func fixedLimit(t *testing.T, algo string, limit int64) local.Limit {
+	t.Helper()
+	lim, err := demoLimit(algo, limit)
+	require.NoError(t, err)
+	return lim
+}
+
+func TestFirstWindow(t *testing.T) {
+	const w = 1_000_000
+	for _, tc := range []struct {
+		name            string
+		now, lead, want int64
+	}{
+		{"on a boundary, no lead", t0, 0, t0},
+		{"on a boundary, a lead", t0, 500_000, t0 + w},
+		{"mid-window", t0 + 123_456, 0, t0 + w},
+		{"the lead crosses a boundary", t0 + 600_000, 500_000, t0 + 2*w},
+		{"the lead ends on a boundary", t0 + 500_000, 500_000, t0 + w},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := firstWindow(tc.now, w, tc.lead)
+			assert.Equal(t, tc.want, got)
+			assert.Zero(t, got%w, "not a multiple of the window on Redis's clock")
+		})
+	}
+}
+
+func TestWindowOf(t *testing.T) {
+	const w = 1_000_000
+	for _, tc := range []struct {
+		at   int64
+		want int
+	}{
+		{t0, 0}, {t0 + w - 1, 0}, {t0 + w, 1}, {t0 + 29*w + 5, 29},
+		{t0 - 1, -1}, {t0 - w, -1}, {t0 - w - 1, -2},
+	} {
+		assert.Equal(t, tc.want, windowOf(tc.at, t0, w), "at t0%+d", tc.at-t0)
+	}
+}
+
+func TestOffsetOf(t *testing.T) {
+	_, _, ok := offsetOf(nil)
+	require.False(t, ok)
+	off, rtt, ok := offsetOf([]timeSample{
+		{sent: 1000, redis: 9000, recv: 1800}, // 800 µs: queued behind other traffic
+		{sent: 2000, redis: 10_060, recv: 2100},
+		{sent: 3000, redis: 11_500, recv: 3400},
+	})
+	require.True(t, ok)
+	assert.Equal(t, int64(100), rtt, "the shortest round trip")
+	assert.Equal(t, int64(10_060-2050), off, "Redis's reading taken at the round trip's middle")
+}
+
+func TestParseRecords(t *testing.T) {
+	var b []byte
+	b = appendRecord(b, sec(0.25), "abuser", outcomeAdmitted)
+	b = appendRecord(b, sec(0.5), "new-03", outcomeRefused)
+	b = appendRecord(b, sec(0.75), "steady-01", outcomeFailed)
+	cut := len(b) - 4 // the last line still being written
+
+	recs, rest, err := parseRecords(b[:cut], 2)
+	require.NoError(t, err)
+	assert.Equal(t, []record{
+		{at: sec(0.25), key: "abuser", node: 2, outcome: outcomeAdmitted},
+		{at: sec(0.5), key: "new-03", node: 2, outcome: outcomeRefused},
+	}, recs)
+	recs, rest, err = parseRecords(append(rest, b[cut:]...), 2)
+	require.NoError(t, err)
+	assert.Empty(t, rest)
+	assert.Equal(t, []record{{at: sec(0.75), key: "steady-01", node: 2, outcome: outcomeFailed}}, recs)
+
+	for _, bad := range []string{"12 abuser\n", "x abuser a\n", "12 abuser z\n", "12  a\n"} {
+		_, _, err := parseRecords([]byte(bad), 0)
+		assert.Error(t, err, "%q", bad)
+	}
+}
+
+// requests returns n admitted requests of key on node, spaced by 1 ms from
+// at seconds.
+func requests(key string, node int, at float64, n int, outcome byte) []record {
+	out := make([]record, n)
+	for i := range out {
+		out[i] = record{at: sec(at) + int64(i)*1000, key: key, node: node, outcome: outcome}
+	}
+	return out
+}
+
+// TestReplayBoundaryBurst holds the fixed window's boundary burst: twice the
+// limit within 200 ms across a boundary is what an exact limiter admits too,
+// and counted per window it is the limit in each.
+func TestReplayBoundaryBurst(t *testing.T) {
+	recs := slices.Concat(
+		requests("abuser", 0, 0.9, 4, outcomeAdmitted),
+		requests("abuser", 1, 0.95, 1, outcomeRefused),
+		requests("abuser", 2, 1.05, 4, outcomeAdmitted),
+		requests("abuser", 3, 1.1, 2, outcomeRefused),
+	)
+	require.NoError(t, replay(fixedLimit(t, "fixed_window", 4), recs))
+
+	var inSecond int64 // admitted in the second from 0.5 s to 1.5 s, across the boundary
+	for _, r := range recs {
+		if r.exact && r.at >= sec(0.5) && r.at < sec(1.5) {
+			inSecond++
+		}
+	}
+	assert.Equal(t, int64(8), inSecond, "the exact replay admits the boundary burst: twice the limit in a second")
+
+	ws := tally(recs, t0, 1_000_000, 2)
+	for i, w := range ws {
+		assert.Equal(t, int64(4), w.admitted[classAbuser], "window %d: the cluster", i)
+		assert.Equal(t, int64(4), w.exact[classAbuser], "window %d: the exact replay", i)
+		assert.Zero(t, w.over[classAbuser]+w.under[classAbuser], "window %d", i)
+	}
+	assert.Equal(t, int64(1), ws[0].refused[classAbuser])
+	assert.Equal(t, int64(2), ws[1].refused[classAbuser])
+}
+
+// TestReplayFollowsTheAlgorithm: the replay is the rule's algorithm; the
+// sliding window counter weighs the previous window in and refuses the
+// burst the fixed window admits.
+func TestReplayFollowsTheAlgorithm(t *testing.T) {
+	recs := slices.Concat(requests("abuser", 0, 0.9, 4, outcomeAdmitted), requests("abuser", 0, 1.1, 4, outcomeAdmitted))
+	require.NoError(t, replay(fixedLimit(t, "sliding_window_counter", 4), recs))
+	ws := tally(recs, t0, 1_000_000, 2)
+	assert.Equal(t, int64(4), ws[0].exact[classAbuser])
+	assert.Zero(t, ws[1].exact[classAbuser], "0.9 of the previous window's 4 weighed in: no room at 1.1 s")
+	assert.Equal(t, int64(4), ws[1].over[classAbuser], "what the cluster admitted beyond the exact replay")
+}
+
+// TestReplayInTimeOrder: the nodes' records interleave; the replay decides
+// them in the order they were decided, whatever the order they are read in.
+func TestReplayInTimeOrder(t *testing.T) {
+	var recs []record
+	for node := 3; node >= 0; node-- { // node 3's file read first
+		for i := range 3 {
+			at := 0.1 + float64(i*4+node)*0.01 // n0 at 0.10, n1 at 0.11, …
+			recs = append(recs, record{at: sec(at), key: "skewed", node: node, outcome: outcomeAdmitted})
+		}
+	}
+	require.NoError(t, replay(fixedLimit(t, "fixed_window", 5), recs))
+	require.True(t, slices.IsSortedFunc(recs, func(a, b record) int { return int(a.at - b.at) }))
+	for i, r := range recs {
+		assert.Equal(t, i < 5, r.exact, "request %d at %dµs", i, r.at-t0)
+	}
+}
+
+// TestCountWindowClients: several clients of a class in one window count
+// against the limit times the clients, and what one client got beyond the
+// replay is not cancelled by what another got short of it.
+func TestCountWindowClients(t *testing.T) {
+	recs := slices.Concat(
+		requests("new-01", 0, 0.1, 5, outcomeAdmitted), // one more than the replay
+		requests("new-02", 1, 0.2, 3, outcomeAdmitted),
+		requests("new-02", 1, 0.3, 3, outcomeRefused), // one the replay admits
+		requests("steady-01", 2, 0.4, 2, outcomeAdmitted),
+		requests("someone", 3, 0.5, 2, outcomeAdmitted), // not the load generator's
+	)
+	require.NoError(t, replay(fixedLimit(t, "fixed_window", 4), recs))
+	w := tally(recs, t0, 1_000_000, 1)[0]
+	assert.Equal(t, int64(2), w.clients[classNew])
+	assert.Equal(t, int64(8), w.admitted[classNew])
+	assert.Equal(t, int64(8), w.exact[classNew])
+	assert.Equal(t, int64(3), w.refused[classNew])
+	assert.Equal(t, int64(5), w.most[classNew])
+	assert.Equal(t, int64(1), w.over[classNew])
+	assert.Equal(t, int64(1), w.under[classNew])
+	assert.Equal(t, int64(5), w.nodeAdmitted[classNew][0])
+	assert.Equal(t, int64(3), w.nodeRefused[1])
+	assert.Equal(t, int64(2), w.exact[classSteady])
+	assert.Equal(t, int64(15), w.decisions, "every request recorded, the unknown client's included")
+}
+
+// TestTallyAligned: windows are counted from the start the driver picked on
+// Redis's clock; records before the first window and after the last are
+// left out.
+func TestTallyAligned(t *testing.T) {
+	recs := slices.Concat(
+		requests("abuser", 0, -0.5, 2, outcomeAdmitted),
+		requests("abuser", 0, 0.999, 1, outcomeAdmitted),
+		requests("abuser", 0, 1.0, 3, outcomeAdmitted),
+		requests("abuser", 0, 2.0, 7, outcomeAdmitted),
+	)
+	require.NoError(t, replay(fixedLimit(t, "fixed_window", 10), recs))
+	ws := tally(recs, t0, 1_000_000, 2)
+	require.Len(t, ws, 2)
+	assert.Equal(t, int64(1), ws[0].admitted[classAbuser])
+	assert.Equal(t, int64(3), ws[1].admitted[classAbuser])
 }
