@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,16 +81,25 @@ func TestDemo(t *testing.T) {
 	s := out.String()
 
 	assert.Contains(t, s, "requests failed because of Redis: 0 ")
-	// Redis is killed at t=3s and started again at t=6s.
-	assert.Regexp(t, `(?m)^t= *[4-6]s outage .*`+regexp.QuoteMeta(fallbackName), s, "no node decided by the failure policy during the outage")
-	assert.Regexp(t, `(?m)^t= *[7-9]s after .*redis \(hybrid\)`, s, "no node back on Redis after the restart")
+	// Redis is killed at t=3s and started again at t=6s: windows 3-4s to
+	// 5-6s are the outage.
+	assert.Regexp(t, `(?m)^t=[3-5]-[4-6]s +outage .*`+regexp.QuoteMeta(fallbackName), s, "no node decided by the failure policy during the outage")
+	assert.Regexp(t, `(?m)^t=[6-8]-[7-9]s +after .*redis \(hybrid\)`, s, "no node back on Redis after the restart")
+	assert.Regexp(t, `(?m)^t=0-1s +before .* abuser \d+ exact \d+`, s, "the first window's row has no exact replay")
 	for _, phase := range phaseNames {
 		assert.Contains(t, s, phase)
+	}
+	assert.Regexp(t, `(?m)^abuser: admitted ÷ exact replay +\d\.\d\d +\d\.\d\d +\d\.\d\d$`, s)
+	for i := 1; i <= 4; i++ {
+		recs, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("decisions-n%d.txt", i)))
+		require.NoError(t, err)
+		assert.NotEmpty(t, recs, "node n%d recorded no decision", i)
 	}
 	svg, err := os.ReadFile(filepath.Join(dir, "timeline.svg"))
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(string(svg), "<svg "), "timeline.svg is not an SVG")
-	assert.Equal(t, 3*(4+2), strings.Count(string(svg), "<polyline"), "three panels of four nodes, the total and the limit")
+	assert.Equal(t, 3, strings.Count(string(svg), "<polyline"), "three panels, each with its limit")
+	assert.Equal(t, 3, strings.Count(string(svg), "<path"), "three panels, each with the exact replay's caps")
 	assertAllGone(t, s)
 }
 
@@ -107,10 +118,13 @@ func TestDemoInterrupted(t *testing.T) {
 	go func() {
 		defer close(read)
 		sc := bufio.NewScanner(pr)
-		seen := false
+		killed, seen := false, false
 		for sc.Scan() {
 			out.WriteString(sc.Text() + "\n")
-			if !seen && strings.HasPrefix(sc.Text(), "t=10s: redis-server") {
+			killed = killed || strings.HasPrefix(sc.Text(), "t=10s: redis-server")
+			// The outage's first window drawn: the policy has decided a
+			// window's requests.
+			if killed && !seen && strings.HasPrefix(sc.Text(), "t=10-11s") {
 				seen = true
 				close(outage)
 			}
@@ -122,9 +136,8 @@ func TestDemoInterrupted(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 		<-read
-		t.Fatalf("Redis was not killed at t=10s:\n%s", out.String())
+		t.Fatalf("Redis was not killed at t=10s, or the outage's first window not drawn:\n%s", out.String())
 	}
-	time.Sleep(1500 * time.Millisecond) // into the outage: leases expiring, the policy deciding
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -337,4 +350,116 @@ func TestTallyAligned(t *testing.T) {
 	require.Len(t, ws, 2)
 	assert.Equal(t, int64(1), ws[0].admitted[classAbuser])
 	assert.Equal(t, int64(3), ws[1].admitted[classAbuser])
+}
+
+// TestLiveWindows runs the table's path: nodes write records, the driver
+// reads them as they come and decides them window by window; a record read
+// after its window was drawn is decided but not counted there, and the
+// final pass counts it.
+func TestLiveWindows(t *testing.T) {
+	dir := t.TempDir()
+	lim := fixedLimit(t, "fixed_window", 2)
+	var logs []*recordLog
+	var tails []*recordTail
+	for n := range 2 {
+		path := filepath.Join(dir, fmt.Sprintf("decisions-n%d.txt", n+1))
+		l, err := newRecordLog(path, 0)
+		require.NoError(t, err)
+		logs = append(logs, l)
+		tl, err := openRecordTail(path, n)
+		require.NoError(t, err)
+		tails = append(tails, tl)
+		t.Cleanup(func() { l.close(); tl.close() })
+	}
+	add := func(node int, at float64, outcome byte) {
+		logs[node].add(time.UnixMicro(sec(at)), "abuser", outcome)
+	}
+	live, err := newLiveWindows(lim, tails, t0)
+	require.NoError(t, err)
+	defer live.close()
+
+	add(0, 0.1, outcomeAdmitted)
+	add(1, 0.2, outcomeAdmitted)
+	add(0, 0.3, outcomeRefused)
+	require.NoError(t, logs[0].flush())
+	add(1, 1.05, outcomeAdmitted) // the next window's, already written
+	require.NoError(t, logs[1].flush())
+	add(0, 0.9, outcomeAdmitted) // not written out before window 0 is drawn
+	w0, err := live.window(0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), w0.decisions)
+	assert.Equal(t, int64(2), w0.admitted[classAbuser])
+	assert.Equal(t, int64(2), w0.exact[classAbuser])
+
+	require.NoError(t, logs[0].flush())
+	w1, err := live.window(1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), w1.decisions, "window 0's late record is not window 1's")
+	assert.Equal(t, int64(1), w1.admitted[classAbuser])
+	assert.Equal(t, int64(1), w1.exact[classAbuser])
+
+	all, err := live.all()
+	require.NoError(t, err)
+	require.Len(t, all, 5)
+	require.NoError(t, replay(lim, all))
+	ws := tally(all, t0, 1_000_000, 2)
+	assert.Equal(t, int64(3), ws[0].admitted[classAbuser])
+	assert.Equal(t, int64(2), ws[0].exact[classAbuser])
+	assert.Equal(t, int64(1), ws[0].over[classAbuser])
+}
+
+// TestSummaryPerWindow: the summary's figures are per window: the cluster
+// against the exact replay, and the most a client got in one window against
+// the limit.
+func TestSummaryPerWindow(t *testing.T) {
+	var s summary
+	s.limit = 400
+	for i, adm := range []int64{400, 400, 430, 380, 400} {
+		var w windowCounts
+		w.clients[classAbuser], w.admitted[classAbuser], w.exact[classAbuser], w.most[classAbuser] = 1, adm, 400, adm
+		w.over[classAbuser], w.under[classAbuser] = max(0, adm-400), max(0, 400-adm)
+		s.add(row{t: i, phase: phaseOf(i, 2, 4), win: w})
+	}
+	var out strings.Builder
+	s.write(&out)
+	t.Log("\n" + out.String())
+	assert.Regexp(t, `(?m)^windows +2 +2 +1$`, out.String())
+	assert.Regexp(t, `(?m)^abuser: admitted ÷ exact replay +1\.00 +1\.01 +1\.00$`, out.String())
+	assert.Regexp(t, `(?m)^abuser: most for a client in a window ÷ limit +1\.00 +1\.07 +1\.00$`, out.String())
+	assert.Regexp(t, `(?m)^admitted beyond the exact replay +0 +30 +0$`, out.String())
+	assert.Regexp(t, `(?m)^admitted short of the exact replay +0 +20 +0$`, out.String())
+	assert.Regexp(t, `(?m)^new: admitted ÷ exact replay +- +- +-$`, out.String(), "no new client: no ratio")
+}
+
+// textWidth estimates the width of s in a sans-serif font of size px: 0.6
+// of the size a character, a little over DejaVu Sans's average.
+func textWidth(s string, size float64) float64 {
+	return 0.6 * size * float64(utf8.RuneCountInString(s))
+}
+
+// TestTimelineFits: the plot's title lines fit its width, at the longest
+// figures the flags allow; and each panel has its bars, caps and limit.
+func TestTimelineFits(t *testing.T) {
+	o := driverOptions{nodes: maxNodes, limit: 2000, algo: "sliding_window_counter", duration: time.Minute}
+	for i, line := range timelineTitle(o, 20, 40) {
+		size := float64(svgFontSize)
+		if i == 0 {
+			size = svgTitleSize
+		}
+		assert.LessOrEqual(t, 16+textWidth(line, size), float64(svgW-8), "title line %d: %q", i+1, line)
+	}
+	s := &summary{limit: 400, wl: defaultWorkload(400)}
+	for i := range 9 {
+		var w windowCounts
+		for cl := range numClasses {
+			w.clients[cl], w.exact[cl] = 1, 400
+			w.nodeAdmitted[cl][0], w.nodeAdmitted[cl][1] = 300, 100
+		}
+		s.add(row{t: i, phase: phaseOf(i, 3, 6), win: w})
+	}
+	svg := timelineSVG(s, driverOptions{nodes: 2, limit: 400, algo: "fixed_window"}, 3, 6)
+	assert.Equal(t, 3, strings.Count(svg, "<polyline"))
+	assert.Equal(t, 3, strings.Count(svg, "<path"))
+	assert.Equal(t, 3*9*2, strings.Count(svg, `<rect x=`)-3*(1+1+2), "a bar segment per window, node and panel (beside the shade, frame and legend)")
+	assert.Contains(t, svg, "admitted per window")
 }

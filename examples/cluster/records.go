@@ -1,9 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The outcomes a node records for a request.
@@ -62,6 +71,73 @@ func parseRecords(data []byte, node int) (recs []record, rest []byte, err error)
 	}
 }
 
+// recordLog is a node's file of records: the requests it decided, appended
+// as they end and written out when the driver asks for /stats (and when the
+// node stops), so that a reply to /stats means every request decided before
+// it is in the file. Safe for concurrent use.
+type recordLog struct {
+	mu     sync.Mutex
+	f      *os.File
+	w      *bufio.Writer
+	buf    []byte
+	offset int64 // µs: Redis's clock − this node's, measured at start
+}
+
+func newRecordLog(path string, offset int64) (*recordLog, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &recordLog{f: f, w: bufio.NewWriterSize(f, 64<<10), offset: offset}, nil
+}
+
+// add records one request the node began deciding at start (its clock).
+func (l *recordLog) add(start time.Time, key string, outcome byte) {
+	l.mu.Lock()
+	l.buf = appendRecord(l.buf[:0], start.UnixMicro()+l.offset, key, outcome)
+	l.w.Write(l.buf)
+	l.mu.Unlock()
+}
+
+// flush writes the records buffered to the file.
+func (l *recordLog) flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Flush()
+}
+
+func (l *recordLog) close() error {
+	return errors.Join(l.flush(), l.f.Close())
+}
+
+// recordTail reads a node's records file as it grows.
+type recordTail struct {
+	node int
+	f    *os.File
+	rest []byte // a line not complete at the last read
+}
+
+func openRecordTail(path string, node int) (*recordTail, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return &recordTail{node: node, f: f}, nil
+}
+
+// read returns the records written since the last read.
+func (t *recordTail) read() ([]record, error) {
+	data, err := io.ReadAll(t.f)
+	if err != nil {
+		return nil, err
+	}
+	recs, rest, err := parseRecords(append(t.rest, data...), t.node)
+	t.rest = bytes.Clone(rest)
+	return recs, err
+}
+
+func (t *recordTail) close() error { return t.f.Close() }
+
 // timeSample is one TIME call to Redis: the local clock when it was sent
 // and when its reply came, and Redis's time in the reply, all µs.
 type timeSample struct {
@@ -78,4 +154,28 @@ func offsetOf(samples []timeSample) (offset, rtt int64, ok bool) {
 		}
 	}
 	return offset, rtt, ok
+}
+
+// timeSamples is how many TIME calls measureOffset makes.
+const timeSamples = 9
+
+// measureOffset measures Redis's clock − this process's (time.Now), in µs,
+// from a few TIME calls: windows are aligned to Redis's clock, so the driver
+// schedules by it and the nodes record on it.
+func measureOffset(ctx context.Context, c redis.Cmdable) (int64, error) {
+	samples := make([]timeSample, 0, timeSamples)
+	var err error
+	for range timeSamples {
+		sent := time.Now()
+		var t time.Time
+		if t, err = c.Time(ctx).Result(); err != nil {
+			continue
+		}
+		samples = append(samples, timeSample{sent: sent.UnixMicro(), redis: t.UnixMicro(), recv: time.Now().UnixMicro()})
+	}
+	off, _, ok := offsetOf(samples)
+	if !ok {
+		return 0, fmt.Errorf("ask Redis the time: %w", err)
+	}
+	return off, nil
 }

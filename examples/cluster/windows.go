@@ -179,3 +179,11 @@ func tally(recs []record, start, window int64, n int) []windowCounts {
 	}
 	return out
 }
+
+// ratio returns a ÷ b, and false when b is 0.
+func ratio(a, b int64) (float64, bool) {
+	if b == 0 {
+		return 0, false
+	}
+	return float64(a) / float64(b), true
+}
