@@ -529,6 +529,9 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		if !synced || out+n >= a/2+1 {
 			k.flags |= flagUrgent
 		}
+		if !synced {
+			pool = r.burst // nothing known of the others yet: the whole burst
+		}
 		return Verdict{Remaining: min(max(pool-out-n, 0), r.burst)}, true
 	}
 	k.flags |= flagUrgent
