@@ -698,6 +698,13 @@ func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStat
 func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail func(error)) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	// Each reply's Redis clock is read against the midpoint of send and
+	// receipt: the send is now, not when the round began (a round that
+	// looked over many keys first would put every node's clock ahead).
+	sent := s.cfg.Clock.Now().UnixMicro()
+	for i := range b.outs {
+		b.outs[i].req.SentAt = sent
+	}
 	cmds, err := runPipelined(ctx, s.cfg.Client, s.cfg.Client.Pipeline, b.calls)
 	st.Pipeline++
 	recv := s.cfg.Clock.Now().UnixMicro()
@@ -717,7 +724,7 @@ func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail fu
 			if cerr == nil {
 				s.cluster.SetNodes(v.Live)
 				if !s.cfg.PassTime {
-					s.cluster.SetOffset(v.Now - (p.req.SentAt+recv)/2)
+					s.cluster.Measure(v.Now-(p.req.SentAt+recv)/2, max(recv-p.req.SentAt, 0)/2, recv)
 				}
 				st.Registered = true
 			} else {

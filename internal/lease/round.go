@@ -17,7 +17,7 @@ type Report struct {
 // the lease scripts take, and what their reply is applied against.
 type Request struct {
 	Bucket  bool  // a bucket rule's exchange; a window rule's otherwise
-	SentAt  int64 // node time it was built at
+	SentAt  int64 // node time it was sent at: built at, until the syncer sets it as it sends (the reply's clock is measured from it)
 	Now     int64 // Redis time as the node estimates it
 	Release bool  // the node gives back what it holds unused
 	Demand  int64 // requests per window; DemandUnknown when not measured yet
@@ -280,8 +280,7 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 func (k *Lease) sync(r *Rule, q *Request, redisNow, recv int64) {
 	k.rule = r
 	if !r.virtual { // the scripts ran on the node's clock: nothing to learn
-		k.offset = redisNow - (q.SentAt+recv)/2
-		r.cluster.SetOffset(k.offset)
+		k.offset = r.cluster.Measure(redisNow-(q.SentAt+recv)/2, max(recv-q.SentAt, 0)/2, recv)
 	}
 	// The exchange answered whatever made the key urgent while it was out;
 	// the next decision asks again if the new lease runs low too. (A lease
