@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -228,9 +229,19 @@ type Syncer struct {
 	mu         sync.Mutex // one round at a time; guards active and registered
 	active     map[*keyed.Entry[lease.Lease]]*lease.Rule
 	registered int64 // node time of the last registration, 0 before any
+	// firstMu runs one first-lease round at a time, beside the other
+	// rounds: a request waiting for its key's lease must not wait for a
+	// long round over every key.
+	firstMu sync.Mutex
+	nactive atomic.Int64 // len(active), for the first-lease rounds' figures
+	obsMu   sync.Mutex   // one Observer call at a time
+	// failed reports that the last round found Redis unavailable: the
+	// loops wait for the next tick rather than answer keys that ask.
+	failed atomic.Bool
 
 	life            sync.Mutex // guards the fields below
-	stop, done      chan struct{}
+	stop            chan struct{}
+	loops           sync.WaitGroup
 	closed, flushed bool
 }
 
@@ -329,45 +340,39 @@ func (s *Syncer) register(now int64, leave bool) (call, bool) {
 
 // Start runs the sync loop in a goroutine until Close or Shutdown: a round
 // every Interval, and sooner for keys that asked (at most every MinGap);
-// between them, first-lease rounds for new keys (at most every FirstGap).
-// Calling it again, or after Close, does nothing.
+// and, in a goroutine of their own, so that no long round delays them,
+// first-lease rounds for new keys and for keys that requests wait for (at
+// most every FirstGap). Calling it again, or after Close, does nothing.
 func (s *Syncer) Start() {
 	s.life.Lock()
 	defer s.life.Unlock()
 	if s.closed || s.stop != nil {
 		return
 	}
-	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	s.stop = make(chan struct{})
+	s.loops.Add(2)
 	go s.loop()
+	go s.firstLoop()
 }
 
 func (s *Syncer) loop() {
-	defer close(s.done)
+	defer s.loops.Done()
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
-	// Each kind of round waits its own gap after the last of its kind; a
-	// round asked for sooner than that is run by its timer (nil channel:
-	// none pending).
-	var early, first gapTimer
+	// Early rounds wait MinGap after the last round; one asked for sooner
+	// than that is run by the timer (nil channel: none pending).
+	var early gapTimer
 	defer early.stop()
-	defer first.stop()
-	regular := func(ctx context.Context, now int64) (RoundStats, error) {
-		return s.round(ctx, now, false, s.cfg.Timeout)
-	}
-	firstLease := func(ctx context.Context, now int64) (RoundStats, error) {
-		return s.firstRound(ctx, now, s.cfg.Timeout)
-	}
-	failed := false // the last round failed: wait for the next tick
-	run := func(sync func(context.Context, int64) (RoundStats, error)) {
+	run := func() {
 		// A round bounds its own time (Timeout); keys it left for the
 		// next one get an early round, MinGap on.
 		for {
-			st, err := sync(context.Background(), s.cfg.Clock.Now().UnixMicro())
-			failed = errors.Is(err, ErrUnavailable)
+			st, err := s.round(context.Background(), s.cfg.Clock.Now().UnixMicro(), false, s.cfg.Timeout)
+			failed := errors.Is(err, ErrUnavailable)
+			s.failed.Store(failed)
 			if failed || st.Carried == 0 || !early.due(s.cfg.MinGap) {
 				return
 			}
-			sync = regular
 		}
 	}
 	for {
@@ -376,25 +381,46 @@ func (s *Syncer) loop() {
 			return
 		case <-tick.C:
 			early.ran()
-			run(regular)
+			run()
 		case <-s.cluster.Wake():
 			s.cluster.WakeTaken()
 			// After a failure, keys that want leases would wake the loop at
 			// every gap and resend, piling work on a server that is down or
 			// overloaded: the next tick retries.
-			if !failed && early.due(s.cfg.MinGap) {
-				run(regular)
+			if !s.failed.Load() && early.due(s.cfg.MinGap) {
+				run()
 			}
 		case <-early.c:
 			early.ran()
-			run(regular)
+			run()
+		}
+	}
+}
+
+// firstLoop runs the first-lease rounds: when a key asks, at most every
+// FirstGap; none after a round that found Redis unavailable, until the
+// loop's next round finds it again.
+func (s *Syncer) firstLoop() {
+	defer s.loops.Done()
+	var first gapTimer
+	defer first.stop()
+	run := func() {
+		_, err := s.firstRound(context.Background(), s.cfg.Clock.Now().UnixMicro(), s.cfg.Timeout)
+		if errors.Is(err, ErrUnavailable) {
+			s.failed.Store(true)
+		}
+	}
+	for {
+		select {
+		case <-s.stop:
+			return
 		case <-s.cluster.WakeFirst():
-			if !failed && first.due(s.cfg.FirstGap) {
-				run(firstLease)
+			if !s.failed.Load() && first.due(s.cfg.FirstGap) {
+				run()
 			}
 		case <-first.c:
 			first.ran()
-			run(firstLease)
+			run()
 		}
 	}
 }
@@ -448,7 +474,7 @@ func (s *Syncer) stopLoop() {
 	defer s.life.Unlock()
 	if s.stop != nil && !s.closed {
 		close(s.stop)
-		<-s.done
+		s.loops.Wait()
 	}
 	s.closed = true
 }
@@ -517,8 +543,8 @@ func (s *Syncer) SyncFirstAt(ctx context.Context, now int64) (RoundStats, error)
 // firstRound is SyncFirstAt, within budget (see batch).
 func (s *Syncer) firstRound(ctx context.Context, now int64, budget time.Duration) (RoundStats, error) {
 	start := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.firstMu.Lock()
+	defer s.firstMu.Unlock()
 	b := batch{budget: budget}
 	for _, it := range s.cluster.TakeFirst() {
 		e, r := it.Entry, it.Rule.Latest()
@@ -530,7 +556,7 @@ func (s *Syncer) firstRound(ctx context.Context, now int64, budget time.Duration
 		}
 		e.Unlock()
 	}
-	return s.exchange(ctx, &b, now, RoundStats{Keys: len(s.active), First: true}, start)
+	return s.exchange(ctx, &b, now, RoundStats{Keys: int(s.nactive.Load()), First: true}, start)
 }
 
 // batch is a round's work: the registration, if due, and the keys due,
@@ -624,6 +650,7 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.D
 		}
 		e.Unlock()
 	}
+	s.nactive.Store(int64(len(s.active)))
 	return s.exchange(ctx, &b, now, RoundStats{Keys: len(s.active)}, start)
 }
 
@@ -633,7 +660,8 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.D
 // first, starts no pipeline once the round has run b.budget, and counts the
 // keys left as carried. It applies the replies and reports the round (st)
 // to the Observer. A reply that does not decode counts as a failed
-// exchange. now is the round's node time. The caller holds mu.
+// exchange. now is the round's node time. The caller holds mu (a
+// first-lease round, firstMu).
 func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStats, start time.Time) (RoundStats, error) {
 	var roundErr error
 	fail := func(err error) {
@@ -686,7 +714,9 @@ func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStat
 		s.cluster.NoteOutage(s.cfg.Clock.Now().UnixMicro() + s.cluster.Offset())
 	}
 	if s.cfg.Observer != nil {
+		s.obsMu.Lock()
 		s.cfg.Observer.Round(st)
+		s.obsMu.Unlock()
 	}
 	s.cluster.RoundDone() // after the Observer: a waiter wakes to what it learned
 	return st, roundErr
