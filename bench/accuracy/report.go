@@ -344,7 +344,7 @@ func Sorted(results []*Result) []*Result {
 	order := func(list []string, v string) int { return slices.Index(list, v) }
 	modes := []string{ModeCentral, ModeHybrid, ModeNaive, ModeLocal}
 	algos := Algos
-	sets := []string{SetMain, SetCurve, SetUsers, SetOutage}
+	sets := []string{SetMain, SetCurve, SetUsers, SetOutage, SetPatterns}
 	out := slices.Clone(results)
 	slices.SortStableFunc(out, func(a, b *Result) int {
 		x, y := a.Spec, b.Spec
