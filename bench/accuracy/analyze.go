@@ -102,6 +102,9 @@ type Result struct {
 	// Waited counts the decisions that waited for a lease
 	// (Decision.Waited).
 	Waited int64 `json:",omitempty"`
+	// Lost counts the api-patterns retry requests that never reached the
+	// node they were for.
+	Lost int64 `json:",omitempty"`
 
 	Valid   bool
 	Invalid []string

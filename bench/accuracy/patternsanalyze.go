@@ -55,6 +55,17 @@ type PatternResult struct {
 	ChangeSpread Float
 }
 
+// MaxPolicy is the share of an api-patterns run's decisions that a
+// failure policy may make (Redis did not answer in time: a loaded machine)
+// before the run is invalid: the policy's decisions are neither exact nor
+// the mode's.
+const MaxPolicy = 0.001
+
+// MaxLost is the share of the retry pattern's requests handed between
+// nodes that may be lost (a socket that refused them for a second) before
+// the run is invalid, as for decisions made by a failure policy.
+const MaxLost = 0.001
+
 // timed is an event at the time the replay decides it.
 type timed struct {
 	Event
@@ -89,7 +100,7 @@ func AnalyzePatterns(spec Spec, dir string, rst RedisStats, wall time.Duration) 
 	var gaps []float64
 	var lat, waits Slices
 	var changes [][]int64
-	var lost int64
+	var lost, sent int64
 	modes := map[string]bool{}
 	for n := range spec.Nodes {
 		base := spec.File(dir, n, spec.Algo)
@@ -111,6 +122,7 @@ func AnalyzePatterns(spec Spec, dir string, rst RedisStats, wall time.Duration) 
 		waits = mergeSlices(waits, sum.Waits)
 		changes = append(changes, sum.Changes)
 		lost += sum.Lost
+		sent += sum.Sent
 		if res.FirstErr == "" {
 			res.FirstErr = sum.FirstErr
 		}
@@ -192,9 +204,13 @@ func AnalyzePatterns(spec Spec, dir string, rst RedisStats, wall time.Duration) 
 	if res.ModeRun == ModeHybrid && !(res.Sync.P99 <= MaxSyncP99*float64(spec.Interval.Milliseconds())) {
 		res.Invalid = append(res.Invalid, fmt.Sprintf("sync p99 %.0f ms > %.0f ms", res.Sync.P99, MaxSyncP99*float64(spec.Interval.Milliseconds())))
 	}
-	if lost > 0 {
-		res.Invalid = append(res.Invalid, fmt.Sprintf("%d retry requests lost between nodes", lost))
+	if float64(res.Unavailable) > MaxPolicy*float64(res.Decided) {
+		res.Invalid = append(res.Invalid, fmt.Sprintf("%.2f%% decided by the failure policy", 100*float64(res.Unavailable)/float64(res.Decided)))
 	}
+	if float64(lost) > MaxLost*float64(sent+lost) {
+		res.Invalid = append(res.Invalid, fmt.Sprintf("%d of %d retry requests lost between nodes", lost, sent+lost))
+	}
+	res.Lost = lost
 	res.Valid = len(res.Invalid) == 0
 	return res, nil
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -200,6 +201,7 @@ type patNode struct {
 	phase atomic.Int32
 
 	sent, received, lost atomic.Int64
+	sendErr              atomic.Pointer[string] // the first send that failed
 	unav, errs           atomic.Int64
 	firstErr             atomic.Pointer[string]
 }
@@ -380,6 +382,8 @@ func runPatternsNode(spec Spec, node int, out string) error {
 	sum.Sent, sum.Received, sum.Lost = p.sent.Load(), p.received.Load(), p.lost.Load()
 	if s := p.firstErr.Load(); s != nil {
 		sum.FirstErr = *s
+	} else if s := p.sendErr.Load(); s != nil {
+		sum.FirstErr = *s
 	}
 	sum.Rounds = rs.times()
 	sum.RoundKeys = rs.keys.Load()
@@ -428,12 +432,30 @@ func (p *patNode) send(a patArrival) {
 	}
 	var b [arrivalWire]byte
 	encodeArrival(b[:], a)
-	if _, err := p.conn.WriteToUnix(b[:], p.peers[a.Node]); err != nil {
-		p.lost.Add(1)
-		return
+	// A busy node's socket queue is short (net.unix.max_dgram_qlen, often
+	// 10): a full one refuses with EAGAIN, so try again for a while.
+	var err error
+	for range sendTries {
+		if _, err = p.conn.WriteToUnix(b[:], p.peers[a.Node]); err == nil {
+			p.sent.Add(1)
+			return
+		}
+		if !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.ENOBUFS) {
+			break
+		}
+		time.Sleep(sendBackoff)
 	}
-	p.sent.Add(1)
+	p.lost.Add(1)
+	s := "send to node " + strconv.Itoa(int(a.Node)) + ": " + err.Error()
+	p.sendErr.CompareAndSwap(nil, &s)
 }
+
+// How often, and how far apart, a node tries to send a retry request to a
+// node whose socket queue is full: up to a second in all.
+const (
+	sendTries   = 2000
+	sendBackoff = 500 * time.Microsecond
+)
 
 // change moves the limit-change streams into phase ph, every decision
 // excluded meanwhile, and returns when it was done (µs since T0).

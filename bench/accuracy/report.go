@@ -123,6 +123,9 @@ func (r *Result) Verdict() string {
 	if r.Unavailable > 0 && r.Decided > 0 {
 		v += fmt.Sprintf(" (%.2f%% decided by the failure policy)", 100*float64(r.Unavailable)/float64(r.Decided))
 	}
+	if r.Lost > 0 && r.Valid {
+		v += fmt.Sprintf(" (%d retry requests lost between nodes)", r.Lost)
+	}
 	if r.Errors > 0 && r.Decided > 0 {
 		v += fmt.Sprintf(" (%.2f%% failed with an error)", 100*float64(r.Errors)/float64(r.Decided))
 	}
