@@ -878,7 +878,7 @@ func TestFirstLeaseRoundLoop(t *testing.T) {
 		Sync: syncer.SyncConfig{Interval: 10 * time.Second, MinGap: 5 * time.Second, FirstGap: time.Millisecond,
 			NoColdStart: true, Nodes: 1},
 	})
-	r := mustRegister(t, l, hybrid.Rule{Name: "first", Limit: fixed(1000, time.Minute), WaitForLease: true}, hybrid.Hybrid)
+	r := mustRegister(t, l, hybrid.Rule{Name: "first", Limit: fixed(1000, time.Minute), Wait: hybrid.WaitFirst}, hybrid.Hybrid)
 	leased := func(key string, within time.Duration) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), within)
@@ -1076,7 +1076,7 @@ func TestWaitForLeaseContext(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(t, nodeConfig(client, redistest.Prefix(t), clk, "a", 4))
-	wait := mustRegister(t, l, hybrid.Rule{Name: "login", Limit: fixed(20, time.Minute), WaitForLease: true}, hybrid.Hybrid)
+	wait := mustRegister(t, l, hybrid.Rule{Name: "login", Limit: fixed(20, time.Minute), Wait: hybrid.WaitFirst}, hybrid.Hybrid)
 	now := mustRegister(t, l, hybrid.Rule{Name: "api", Limit: fixed(20, time.Minute)}, hybrid.Hybrid)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

@@ -52,7 +52,8 @@ const (
 	// DefaultPolicy is the rules' failure policy when neither the Rule nor
 	// the Config names one and Config.Gossip is nil; with it, Fallback.
 	DefaultPolicy = FailLocal
-	// DefaultTimeout bounds each central decision.
+	// DefaultTimeout bounds each central decision, and a hybrid decision's
+	// wait for a lease.
 	DefaultTimeout = syncer.DefaultTimeout
 	// DefaultClockResolution is the resolution of the clock a Limiter starts
 	// when Config.Clock is nil.
@@ -122,8 +123,10 @@ type Config struct {
 	// MaxKeys caps the keys each rule's table holds, enforced per shard at
 	// ⌈MaxKeys/Shards⌉. Default local.DefaultMaxKeys (1,048,576).
 	MaxKeys int
-	// Timeout bounds each central decision: its deadline is its context's
-	// or Timeout from its start, whichever comes first. Default
+	// Timeout bounds each central decision, and each hybrid decision that
+	// waits for a lease (Rule.Wait): its deadline is its context's or
+	// Timeout from its start, whichever comes first; the failure policy
+	// decides what Redis did not answer in time. Default
 	// DefaultTimeout (250ms).
 	Timeout time.Duration
 	// ManualSync leaves the syncer's rounds to the caller (SyncAt when
@@ -367,6 +370,15 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	if policy > Fallback {
 		return nil, fmt.Errorf("%w: rule %q: Policy %d: unknown", ErrInvalidRule, r.Name, policy)
 	}
+	wait := r.Wait
+	switch {
+	case wait > WaitFirst:
+		return nil, fmt.Errorf("%w: rule %q: Wait %d: unknown", ErrInvalidRule, r.Name, wait)
+	case wait == WaitDefault && l.cfg.ManualSync:
+		wait = WaitNever
+	case wait == WaitDefault:
+		wait = WaitInFlight
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -376,14 +388,14 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		if *rs.limit.Load() != r.Limit {
 			return nil, fmt.Errorf("%w: rule %q is registered with %v; use SetLimit to change it", ErrInvalidRule, r.Name, *rs.limit.Load())
 		}
-		if rs.requested != mode || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() || rs.waitLease != r.WaitForLease {
-			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy, key TTL or WaitForLease", ErrInvalidRule, r.Name)
+		if rs.requested != mode || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() || rs.wait != wait {
+			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy, key TTL or Wait", ErrInvalidRule, r.Name)
 		}
 		out := r
 		out.state = rs
 		return &out, nil
 	}
-	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), waitLease: r.WaitForLease, counts: new(counters)}
+	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), wait: wait, counts: new(counters)}
 	lim := r.Limit
 	rs.limit.Store(&lim)
 	m, err := l.newMode(rs, mode, r.Mode == Hybrid, r.Limit)
@@ -494,11 +506,11 @@ func (l *Limiter) Allow(ctx context.Context, r *Rule, key string) (Decision, err
 // central call with an error that is not about its availability (ErrRedis,
 // a misconfiguration; the policy still decided).
 //
-// In hybrid mode ctx is not used: the decision never waits on Redis, unless
-// the rule asks to (Rule.WaitForLease), when ctx bounds the wait. In
-// central mode it bounds the round trip; once the Limiter knows Redis is
-// unavailable, central decisions do not wait at all (a circuit breaker: see
-// Ping).
+// In hybrid mode a decision is made in memory, from the key's lease, and
+// waits on Redis only when the lease cannot decide it and an exchange may
+// (Rule.Wait): then ctx, and Config.Timeout, bound the wait. In central
+// mode ctx bounds the round trip. Once the Limiter knows Redis is
+// unavailable, no decision waits on it (a circuit breaker: see Ping).
 func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (Decision, error) {
 	rs, err := l.state(r)
 	if err != nil {

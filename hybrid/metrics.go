@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -22,6 +23,7 @@ const meterName = "github.com/hybridlimit/hybridlimit/hybrid"
 type counters struct {
 	stripes  [stripes]stripe
 	fallback atomic.Int64 // degraded decisions: made by the failure policy, or after Shutdown
+	other    atomic.Int64 // requests of a multi-rule decision this rule had room for, refused by another rule
 }
 
 const stripes = 8
@@ -37,6 +39,23 @@ const numReasons = int(local.ReasonUnavailable) + 1
 func (c *counters) count(r local.Reason) {
 	if int(r) < numReasons {
 		c.stripes[rand.Uint32()%stripes].n[r].Add(1)
+	}
+}
+
+// countOther counts a request this rule had room for, in a multi-rule
+// decision another rule refused.
+func (c *counters) countOther() { c.other.Add(1) }
+
+// decision counts d: admitted, or by the reason it was refused, and among
+// the degraded decisions when it is one.
+func (c *counters) decision(d local.Decision) {
+	if d.Degraded() {
+		c.fallback.Add(1)
+	}
+	if d.Allowed() {
+		c.count(local.ReasonOK) // FailOpen's ReasonUnavailable included
+	} else {
+		c.count(d.Reason())
 	}
 }
 
@@ -59,6 +78,8 @@ type metrics struct {
 	roundErrors  metric.Int64Counter
 	roundSeconds metric.Float64Histogram
 	modeChanges  metric.Int64Counter
+	waits        metric.Int64Counter
+	waitSeconds  metric.Float64Histogram
 }
 
 func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
@@ -111,6 +132,14 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 		metric.WithDescription("Duration of sync rounds."), metric.WithUnit("s")); err != nil {
 		return nil, err
 	}
+	if m.waits, err = meter.Int64Counter("hybridlimit.lease.waits",
+		metric.WithDescription("Hybrid decisions that waited for their key's exchange with Redis (Rule.Wait), by rule and result; hybridlimit.decisions counts them too."), metric.WithUnit("{decision}")); err != nil {
+		return nil, err
+	}
+	if m.waitSeconds, err = meter.Float64Histogram("hybridlimit.lease.wait.duration",
+		metric.WithDescription("How long hybrid decisions waited for their key's exchange with Redis, by rule."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
 	if m.modeChanges, err = meter.Int64Counter("hybridlimit.mode.changes",
 		metric.WithDescription("Switches between Redis deciding and failure policies deciding, by the mode switched to."), metric.WithUnit("{change}")); err != nil {
 		return nil, err
@@ -135,6 +164,9 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 					o.ObserveInt64(decisions, v, metric.WithAttributes(ra, ma, attribute.String("result", resultOf(r))))
 				}
 			}
+			if v := rs.counts.other.Load(); v > 0 {
+				o.ObserveInt64(decisions, v, metric.WithAttributes(ra, ma, attribute.String("result", resultOther)))
+			}
 			o.ObserveInt64(fallbacks, rs.counts.fallback.Load(), metric.WithAttributes(ra))
 			st := rs.mode.stats()
 			o.ObserveInt64(keys, int64(st.Keys), metric.WithAttributes(ra, ma))
@@ -148,6 +180,10 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 	}
 	return m, nil
 }
+
+// resultOther is the result of a request of a multi-rule decision that
+// its rule had room for, refused by another rule.
+const resultOther = "other_rule"
 
 // resultOf names a decision's result for the metric's attribute: "admitted"
 // or the reason it was refused.
@@ -166,6 +202,19 @@ func (m *metrics) round(st syncer.RoundStats) {
 		m.roundErrors.Add(ctx, int64(st.Failed))
 	}
 	m.roundSeconds.Record(ctx, st.Took.Seconds())
+}
+
+// waited counts d, a decision of rs that waited for its key's exchange,
+// and how long it waited. Off the hot path: only waits come here.
+func (m *metrics) waited(rs *ruleState, took time.Duration, d local.Decision) {
+	ctx := context.Background()
+	result := resultOf(d.Reason())
+	if d.Allowed() {
+		result = "admitted"
+	}
+	rule := attribute.String("rule", rs.name)
+	m.waits.Add(ctx, 1, metric.WithAttributes(rule, attribute.String("result", result)))
+	m.waitSeconds.Record(ctx, took.Seconds(), metric.WithAttributes(rule))
 }
 
 // modeChanged counts a switch to Redis available (to "redis") or to the

@@ -41,7 +41,9 @@ func (m *centralRule) allow(ctx context.Context, now int64, key string, n int64)
 			m.rs.counts.count(d.Reason())
 			return d, nil
 		}
-		return m.failed(now, key, n), nil
+		d := m.failed(now, key, n)
+		m.rs.counts.decision(d)
+		return d, nil
 	}
 	var d local.Decision
 	var err error
@@ -51,7 +53,9 @@ func (m *centralRule) allow(ctx context.Context, now int64, key string, n int64)
 		d, err = l.central.AllowN(ctx, m.redis.Load(), key, n)
 	}
 	if err != nil {
-		return m.failed(now, key, n), l.centralFailed(ctx, now, err)
+		d := m.failed(now, key, n)
+		m.rs.counts.decision(d)
+		return d, l.centralFailed(ctx, now, err)
 	}
 	m.rs.counts.count(d.Reason())
 	return d, nil
@@ -89,7 +93,7 @@ func (m *centralRule) badCost(n int64) (local.Decision, bool) {
 // among the nodes the Config expects (Sync.Nodes): a central rule holds no
 // lease that counts them.
 func (m *centralRule) failed(now int64, key string, n int64) local.Decision {
-	return m.fail.decide(m.rs.l.expectedNodes(), now, key, n)
+	return m.fail.decide(m.rs.l.expectedNodes(), now, key, n, true)
 }
 
 func (m *centralRule) setLimit(lim local.Limit) error {

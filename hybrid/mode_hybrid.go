@@ -38,7 +38,7 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 	if err != nil {
 		return nil, err
 	}
-	if rs.waitLease {
+	if rs.wait == WaitFirst {
 		lr.SetWaitFirst()
 	}
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts, salt: gossipSalt(rs.name)}
@@ -57,11 +57,11 @@ func (m *hybridRule) kind() Mode { return Hybrid }
 
 // allow is the hybrid hot path: the key's entry, locked once for the whole
 // decision, its lease, and a hand to the syncer when the lease asks for it.
-// A key without a lease while Redis is out of reach is decided by the
-// failure policy (degraded), under the same lock; one whose rule waits for
-// its lease waits for the next round (waitLease). Both, and bad costs, are
-// decided out of line (noLease, refuseCost), so that the usual case, a
-// decision on the lease, admitted or refused, stays short.
+// A request the lease cannot decide (no lease, or Verdict.Wait) is decided out of line
+// (undecided): by the failure policy while Redis is out of reach, after
+// the key's exchange for a rule that waits for it, else as a refusal; bad
+// costs too (refuseCost), so that the usual case, a decision on the lease,
+// admitted or refused, stays short.
 func (m *hybridRule) allow(ctx context.Context, now int64, key string, n int64) (local.Decision, error) {
 	lr := m.lease.Load()
 	if uint64(n) > uint64(lr.MaxCost()) { // n < 0 as well
@@ -77,8 +77,8 @@ func (m *hybridRule) allow(ctx context.Context, now int64, key string, n int64) 
 	if signal {
 		lr.Notify(e)
 	}
-	if v.Reason == local.ReasonNoLease {
-		return m.noLease(ctx, e, lr, now, key, n, v)
+	if v.Reason == local.ReasonNoLease || v.Wait {
+		return m.undecided(ctx, e, lr, now, key, n, v)
 	}
 	e.Unlock()
 	m.counts.count(v.Reason)
@@ -92,24 +92,33 @@ func (m *hybridRule) refuseCost(lr *lease.Rule, n int64) local.Decision {
 	return dress(v, lr.MaxCost())
 }
 
-// noLease decides a request that key's lease refused for want of one, v:
-// by the failure policy while Redis is out of reach or the key recovers
-// from an outage (degraded), after the next rounds for a rule that waits
-// for its leases (waitLease), else as a refusal. e is key's entry, which
-// the caller holds locked, and noLease unlocks.
-func (m *hybridRule) noLease(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64, v lease.Verdict) (local.Decision, error) {
+// undecided decides a request that key's lease could not, v: by the
+// failure policy when the key holds no lease while Redis is out of reach or
+// the key recovers from an outage (degraded); after the key's exchange
+// with Redis, when the rule waits for it (waitLease); else as a refusal.
+// e is key's entry, which the caller holds locked, and undecided unlocks.
+func (m *hybridRule) undecided(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64, v lease.Verdict) (local.Decision, error) {
 	switch {
-	case e.Value.Recovering(lr, now) || m.l.breakerOpen():
-		d := m.degraded(e, lr, now, key, n)
+	case m.byPolicy(e, lr, now, v):
+		d := m.degraded(e, lr, now, key, n, true)
 		e.Unlock()
+		m.counts.decision(d)
 		return d, nil
-	case lr.WaitsFirst():
+	case v.Wait && m.rs.wait != WaitNever && !m.l.breakerOpen():
 		return m.waitLease(ctx, e, lr, key, n)
 	}
 	e.Unlock()
 	v = refusal(lr, v)
 	m.counts.count(v.Reason)
 	return dress(v, lr.MaxCost()), nil
+}
+
+// byPolicy reports whether v, a verdict of e's lease that Redis would have
+// to settle, goes to the failure policy: the key holds no lease (a share
+// held is used to its end), and Redis is out of reach, or the key recovers
+// from an outage in its current window.
+func (m *hybridRule) byPolicy(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, v lease.Verdict) bool {
+	return v.Reason == local.ReasonNoLease && (m.l.breakerOpen() || e.Value.Recovering(lr, now))
 }
 
 // refusal names a refusal for want of a lease: ReasonNoLease only for a
@@ -119,47 +128,86 @@ func refusal(lr *lease.Rule, v lease.Verdict) lease.Verdict {
 	if v.Reason == local.ReasonNoLease && !lr.WaitsFirst() {
 		v.Reason = local.ReasonLimited
 	}
+	v.Wait = false
 	return v
 }
 
-// waitLease decides a request for key, refused for want of a lease, again
-// after each sync round until it is decided otherwise or ctx ends (then it
-// is refused with ReasonNoLease). e is key's entry, which the caller holds
-// locked, and waitLease unlocks. Off the hot path: only rules with
-// WaitForLease come here.
+// waitLease decides a request of cost n for key, which its lease could not
+// decide, again after each sync round, until it is decided otherwise, the
+// key's exchange sent after it began to wait is answered (then it is
+// refused), or the wait ends: ctx (refused with ReasonNoLease), or
+// Config.Timeout, or the breaker opening (then the failure policy decides
+// a key without a lease; one with a share is refused). e is key's entry,
+// which the caller holds locked, and waitLease unlocks. The request's cost
+// is on the key's next exchange (Await), so that the lease it brings
+// covers it. Off the hot path: only requests a lease cannot decide come
+// here.
 func (m *hybridRule) waitLease(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, key string, n int64) (local.Decision, error) {
-	v := lease.Verdict{Reason: local.ReasonNoLease}
+	start := time.Now()
+	timer := time.NewTimer(m.l.cfg.Timeout)
+	defer timer.Stop()
+	ticket := e.Value.Ticket()
 	for {
+		e.Value.Await(n)
+		lr.Notify(e)
 		round := lr.Cluster().NextRound() // taken under the lock: a reply applied after the decision wakes us
 		e.Unlock()
+		late, gone := false, false
 		select {
 		case <-ctx.Done():
-			m.counts.count(v.Reason)
-			return dress(v, lr.MaxCost()), nil
+			gone = true
+		case <-timer.C:
+			late = true
 		case <-round:
 		}
 		now := m.l.nowMicro()
-		lr = m.lease.Load() // SetLimit may have replaced it
-		if e = m.lockedEntry(key, now); e == nil {
-			m.counts.count(local.ReasonOverflow)
-			return dress(lease.Verdict{Reason: local.ReasonOverflow}, lr.MaxCost()), nil
+		if e = m.lockedEntry(key, now); e == nil { // a key waited for is not idle: never evicted
+			return m.waited(start, lease.Verdict{Reason: local.ReasonOverflow}, lr), nil
 		}
-		var signal bool
-		v, signal = e.Value.Decide(lr, now, n)
+		e.Value.Unawait(n)
+		lr = m.lease.Load() // SetLimit may have replaced it
+		v, signal := e.Value.Redecide(lr, now, n, !gone)
 		if signal {
 			lr.Notify(e)
 		}
-		if v.Reason != local.ReasonNoLease {
+		switch {
+		case gone:
+			// The caller gave up: nothing is charged.
 			e.Unlock()
-			m.counts.count(v.Reason)
-			return dress(v, lr.MaxCost()), nil
-		}
-		if m.l.breakerOpen() {
-			d := m.degraded(e, lr, now, key, n)
+			if v.Reason == local.ReasonOK || v.Wait {
+				v = lease.Verdict{Reason: local.ReasonNoLease, Remaining: v.Remaining, Reset: v.Reset, Retry: lr.MinGap()}
+			}
+			return m.waited(start, v, lr), nil
+		case m.byPolicy(e, lr, now, v) || late && v.Wait && v.Reason == local.ReasonNoLease:
+			// Redis is out of reach, or did not answer in time.
+			d := m.degraded(e, lr, now, key, n, true)
 			e.Unlock()
-			return d, nil
+			m.countWait(start, d)
+			return d.AsWaited(), nil
+		case !v.Wait:
+			e.Unlock()
+			return m.waited(start, v, lr), nil
+		case late || m.l.breakerOpen() || e.Value.Exchanged(ticket):
+			e.Unlock()
+			return m.waited(start, refusal(lr, v), lr), nil
 		}
 	}
+}
+
+// waited dresses v, the verdict of a request that waited since start for
+// its key's exchange, counts it, and marks it Waited.
+func (m *hybridRule) waited(start time.Time, v lease.Verdict, lr *lease.Rule) local.Decision {
+	v = refusal(lr, v)
+	d := dress(v, lr.MaxCost())
+	m.countWait(start, d)
+	return d.AsWaited()
+}
+
+// countWait counts d, a decision that waited since start for its key's
+// exchange.
+func (m *hybridRule) countWait(start time.Time, d local.Decision) {
+	m.counts.decision(d)
+	m.l.metrics.waited(m.rs, time.Since(start), d)
 }
 
 // badCost refuses, charging nothing, a cost no lease of lr can admit.
@@ -178,8 +226,10 @@ func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
 // Shutdown: by Fallback's gossip estimate (on a window rule's lease, or a
 // bucket rule's demand share) or FailLocal's part on a window rule's lease,
 // else by the rule's failure policy, recording in the lease what the policy
-// admitted. e is key's entry, which the caller holds locked.
-func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64) local.Decision {
+// admitted. charge false decides without charging (a multi-rule
+// decision's check). e is key's entry, which the caller holds locked. The
+// decision is not counted: the caller counts it.
+func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64, charge bool) local.Decision {
 	// The nodes: as the last lease exchange counted them, or as the Config
 	// says until one did.
 	nodes := m.l.expectedNodes()
@@ -189,22 +239,22 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 	shut := m.l.shut.Load()
 	gossip := m.fail.policy == Fallback && m.l.gossip != nil && !shut
 	if gossip {
-		if d, ok := m.gossipLease(e, lr, now, n); ok {
+		if d, ok := m.gossipLease(e, lr, now, n, charge); ok {
 			return d
 		}
 	} else if m.fail.policy == FailLocal || m.fail.policy == Fallback || shut {
 		part := max(m.rs.limit.Load().Params().Limit/nodes, 1)
-		if v, ok := e.Value.Fallback(lr, now, n, part); ok {
-			return m.fallbackLease(e, lr, v)
+		if v, ok := e.Value.Fallback(lr, now, n, part, charge); ok {
+			return m.fallbackLease(e, lr, v, charge)
 		}
 	}
 	var d local.Decision
 	if gossip {
-		d = m.gossipBucket(e, now, key, n)
+		d = m.gossipBucket(e, now, key, n, charge)
 	} else {
-		d = m.fail.decide(nodes, now, key, n)
+		d = m.fail.decide(nodes, now, key, n, charge)
 	}
-	if d.Allowed() && e.Value.Charge(lr, now, n) && !shut {
+	if charge && d.Allowed() && e.Value.Charge(lr, now, n) && !shut {
 		// Recorded in the lease: the next exchange reports it, and Redis
 		// counts it once it answers again.
 		lr.Notify(e)
@@ -224,14 +274,12 @@ func (m *hybridRule) lockedEntry(key string, now int64) *keyed.Entry[lease.Lease
 
 // fallbackLease turns v, a window rule's lease decision on the node's part
 // of the window's limit (lease.Lease.Fallback), into a degraded Decision,
-// handing an admission to the syncer. e is the key's entry, which the
-// caller holds locked.
-func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, v lease.Verdict) local.Decision {
-	if v.Reason == local.ReasonOK && !m.l.shut.Load() {
+// handing an admission to the syncer when it charged. e is the key's entry,
+// which the caller holds locked.
+func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, v lease.Verdict, charge bool) local.Decision {
+	if charge && v.Reason == local.ReasonOK && !m.l.shut.Load() {
 		lr.Notify(e)
 	}
-	m.counts.fallback.Add(1)
-	m.counts.count(v.Reason)
 	return dress(v, lr.MaxCost()).AsDegraded()
 }
 
@@ -250,7 +298,7 @@ func (m *hybridRule) setLimit(lim local.Limit) error {
 	if err != nil {
 		return fmt.Errorf("%w: rule %q: the new limit cannot be leased; register a central rule instead: %w", ErrInvalidRule, m.rs.name, err)
 	}
-	if m.rs.waitLease {
+	if m.rs.wait == WaitFirst {
 		lr.SetWaitFirst()
 	}
 	m.setOutage(lr)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/internal/keyed"
-	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -23,25 +21,29 @@ type Request struct {
 // as long as reqs) and reports whether all were admitted; the Decisions
 // follow local.AllowMultiAt's conventions (when refused, Allowed is false
 // everywhere and ReasonOK marks a rule that had room). Rules of every mode
-// combine.
+// combine, and each decides as it would alone: a hybrid rule's request
+// waits for its key's exchange as Rule.Wait says, and a rule Redis cannot
+// decide is decided by its failure policy.
 //
 // Among local rules, and among hybrid ones, the decision is exact: the
 // keys' entries are locked in one global order, checked, and charged
 // together. Among central rules it is syncer.Central.AllowMulti's. Local
-// and hybrid rules together: the local keys stay locked while the hybrid
-// ones are decided, and all are charged, or none. With central rules, the
-// local and hybrid rules are checked, then the central ones decided in
-// Redis, then the local and hybrid ones charged; if they refuse by then
-// (another request took what was left), the central charge is refunded. A
+// and hybrid rules together: the hybrid rules first wait for the leases
+// they need, then the local keys stay locked while the hybrid ones are
+// decided, and all are charged, or none. With central rules, the local and
+// hybrid rules are checked, then the central ones decided in Redis, then
+// the local and hybrid ones charged; if they refuse by then (another
+// request took what was left), the central charge is refunded. A
 // concurrent request may be refused on account of a charge about to be
 // refunded; none is admitted past a limit.
 //
 // When Redis cannot decide, or the circuit breaker is open, each central
-// rule's failure policy decides its request (Degraded, as AllowN says), and
-// the error is nil; errors mean misuse, as for AllowN.
+// rule's failure policy decides its request, and so does a hybrid rule's
+// for a key without a lease (Degraded, as AllowN says), and the error is
+// nil; errors mean misuse, as for AllowN.
 //
 // Without central rules, AllowMulti allocates nothing for up to eight
-// requests.
+// requests that do not wait.
 func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision) (bool, error) {
 	if len(out) < len(reqs) {
 		panic("hybrid: AllowMulti: out is shorter than reqs")
@@ -59,23 +61,46 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 	if err != nil {
 		return false, err
 	}
+	out = out[:len(reqs)]
 	now := l.nowMicro()
+	var ok bool
 	switch {
 	case len(b.local) == len(reqs):
-		return local.AllowMultiAt(time.UnixMicro(now), b.local, out), nil
+		ok = local.AllowMultiAt(time.UnixMicro(now), b.local, out)
+	case len(b.central) == 0 && len(b.local) == 0:
+		ok = l.hybridMulti(ctx, now, reqs, b.hybrid, out, multiCommit|multiWait)
 	case len(b.central) == 0:
-		// Hybrid rules, alone or with local ones.
-		ok := l.commitMulti(now, reqs, &b, out)
-		if !ok {
-			refuseAll(out[:len(reqs)])
+		// Hybrid rules with local ones: the hybrid leases first, waiting
+		// for them as the rules say, then all of it as one.
+		if ok = l.hybridMulti(ctx, now, reqs, b.hybrid, out, multiWait); ok {
+			now = l.nowMicro()
+			ok = l.commitMulti(now, reqs, &b, out)
+		} else {
+			local.CheckMultiAt(time.UnixMicro(now), b.local, b.localOut())
+			b.scatterLocal(out)
 		}
-		return ok, nil
+	default:
+		ok, err = l.centralAndOthers(ctx, now, reqs, &b, out)
 	}
-	// Central rules, alone or with local and hybrid ones.
+	if !ok {
+		refuseAll(out)
+	}
+	l.countMulti(reqs, out, ok)
+	if err != nil {
+		return ok, fmt.Errorf("hybrid: AllowMulti: %w", err)
+	}
+	return ok, nil
+}
+
+// centralAndOthers decides reqs, among which central rules and others
+// (local, hybrid), as AllowMulti says, and writes their Decisions into
+// out; its error is a central decision's (wrapping ErrRedis: the failure
+// policy decided).
+func (l *Limiter) centralAndOthers(ctx context.Context, now int64, reqs []Request, b *multiBatch, out []Decision) (bool, error) {
 	cr, ci := b.central, b.centralAt
 	others := len(cr) < len(reqs)
 	cout := make([]local.Decision, len(cr))
-	if others && !l.checkMulti(now, reqs, &b, out) {
+	if others && !l.checkMulti(ctx, now, reqs, b, out) {
 		// A local or hybrid rule refuses: report the central ones as they
 		// stand.
 		for j := range cr {
@@ -91,11 +116,14 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 		for j, c := range ci {
 			out[c.i] = cout[j]
 		}
-		refuseAll(out[:len(reqs)])
 		return false, nil
+	}
+	if others {
+		now = l.nowMicro() // the hybrid rules may have waited
 	}
 	var charge *syncer.Charge
 	var ok, degraded bool
+	var err error
 	if degraded = l.breakerOpen(); !degraded {
 		// Redis is not known down: ask it.
 		charge, ok, err = l.centralMulti(ctx, now, cr, cout, others)
@@ -116,7 +144,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 			ok = ok && d.Allowed()
 		}
 	}
-	if ok && others && !l.commitMulti(now, reqs, &b, out) {
+	if ok && others && !l.commitMulti(now, reqs, b, out) {
 		// Taken in between: give the central charge back. A refund that
 		// fails leaves a charge that was not used: false rejections until
 		// the window ends, never over-admission.
@@ -127,13 +155,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 		}
 		ok = false
 	}
-	if !ok {
-		refuseAll(out[:len(reqs)])
-	}
-	if err != nil {
-		return ok, fmt.Errorf("hybrid: AllowMulti: %w", err)
-	}
-	return ok, nil
+	return ok, err
 }
 
 // refuseAll marks every Decision in out refused, as a refused multi-rule
@@ -144,29 +166,52 @@ func refuseAll(out []Decision) {
 	}
 }
 
-// checkMulti checks the local and hybrid requests among reqs, charging
-// nothing, writes their Decisions into out, and reports whether all have
-// room.
-func (l *Limiter) checkMulti(now int64, reqs []Request, b *multiBatch, out []Decision) bool {
-	ok := true
-	if len(b.local) > 0 {
-		ok = local.CheckMultiAt(time.UnixMicro(now), b.local, b.localOut())
-		b.scatterLocal(out)
+// countMulti counts the Decisions of a multi-rule decision, one per
+// request under its rule: admitted, or why its rule refused, or, for a
+// rule that had room, refused by another.
+func (l *Limiter) countMulti(reqs []Request, out []Decision, ok bool) {
+	for i, q := range reqs {
+		c := q.Rule.state.counts
+		d := out[i]
+		if d.Degraded() {
+			c.fallback.Add(1)
+		}
+		switch {
+		case ok:
+			c.count(local.ReasonOK)
+		case d.Reason() == local.ReasonOK:
+			c.countOther()
+		default:
+			c.count(d.Reason())
+		}
 	}
+}
+
+// checkMulti checks the local and hybrid requests among reqs, charging
+// nothing, the hybrid ones after waiting for the leases they need, writes
+// their Decisions into out, and reports whether all have room.
+func (l *Limiter) checkMulti(ctx context.Context, now int64, reqs []Request, b *multiBatch, out []Decision) bool {
+	ok := true
 	if b.hybrid != nil {
-		ok = l.hybridMulti(now, reqs, b.hybrid, out, false) && ok
+		ok = l.hybridMulti(ctx, now, reqs, b.hybrid, out, multiWait)
+		now = l.nowMicro()
+	}
+	if len(b.local) > 0 {
+		ok = local.CheckMultiAt(time.UnixMicro(now), b.local, b.localOut()) && ok
+		b.scatterLocal(out)
 	}
 	return ok
 }
 
 // commitMulti decides and charges the local and hybrid requests among reqs
 // as one, writes their Decisions into out, and reports whether all were
-// admitted. The local keys stay locked while the hybrid ones are decided,
-// so that no concurrent request takes their room in between; the lock
-// orders agree (local entries, then hybrid ones), so calls cannot deadlock.
+// admitted. It does not wait for leases: the caller did (checkMulti). The
+// local keys stay locked while the hybrid ones are decided, so that no
+// concurrent request takes their room in between; the lock orders agree
+// (local entries, then hybrid ones), so calls cannot deadlock.
 func (l *Limiter) commitMulti(now int64, reqs []Request, b *multiBatch, out []Decision) bool {
 	if len(b.local) == 0 {
-		return l.hybridMulti(now, reqs, b.hybrid, out, true)
+		return l.hybridMulti(context.Background(), now, reqs, b.hybrid, out, multiCommit)
 	}
 	if b.hybrid == nil {
 		ok := local.AllowMultiAt(time.UnixMicro(now), b.local, b.localOut())
@@ -176,12 +221,12 @@ func (l *Limiter) commitMulti(now int64, reqs []Request, b *multiBatch, out []De
 	hybridDecided := false
 	ok := local.AllowMultiIfAt(time.UnixMicro(now), b.local, b.localOut(), func() bool {
 		hybridDecided = true
-		return l.hybridMulti(now, reqs, b.hybrid, out, true)
+		return l.hybridMulti(context.Background(), now, reqs, b.hybrid, out, multiCommit)
 	})
 	b.scatterLocal(out)
 	if !hybridDecided {
 		// A local rule refused first: report the hybrid ones as they stand.
-		l.hybridMulti(now, reqs, b.hybrid, out, false)
+		l.hybridMulti(context.Background(), now, reqs, b.hybrid, out, 0)
 	}
 	return ok
 }
@@ -270,95 +315,4 @@ func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Reque
 	}
 	ok, err := l.central.AllowMulti(ctx, cr, out)
 	return nil, ok, err
-}
-
-// hybridMulti decides the hybrid requests among reqs as one, writing their
-// Decisions into out; it charges them only if commit is true and all admit.
-// It locks the keys' entries in address order, so concurrent calls cannot
-// deadlock, and decides requests on one entry together, with the sum of
-// their costs.
-func (l *Limiter) hybridMulti(now int64, reqs []Request, hrs []*hybridRule, out []local.Decision, commit bool) bool {
-	var ebuf [multiInline]*keyed.Entry[lease.Lease]
-	var obuf [multiInline]int
-	ents, order := ebuf[:], obuf[:]
-	if len(reqs) > len(ebuf) {
-		ents, order = make([]*keyed.Entry[lease.Lease], len(reqs)), make([]int, len(reqs))
-	}
-	ents, order = ents[:len(reqs)], order[:len(reqs)]
-	for {
-		ok := l.lookupMulti(now, reqs, hrs, out, ents)
-		lk, locked := keyed.LockAll(ents, order)
-		if !locked {
-			continue // an entry was evicted since its lookup
-		}
-		// Check each entry once, for the sum of its requests' costs.
-		for k := lk.First(); k < lk.Len(); {
-			e, group, next := lk.Group(k)
-			lr, total := hrs[group[0]].lease.Load(), sumCost(reqs, group)
-			l.setDigest(&e.Value, reqs[group[0]].Key)
-			v := e.Value.Check(lr, now, min(total, lr.MaxCost()+1))
-			if total > lr.MaxCost() {
-				v = lease.Verdict{Reason: local.ReasonCostTooHigh}
-			}
-			v = refusal(lr, v)
-			for _, i := range group {
-				out[i] = dress(v, lr.MaxCost())
-			}
-			ok = ok && v.Reason == local.ReasonOK
-			k = next
-		}
-		if ok && commit {
-			for k := lk.First(); k < lk.Len(); {
-				e, group, next := lk.Group(k)
-				lr := hrs[group[0]].lease.Load()
-				v, signal := e.Value.Decide(lr, now, sumCost(reqs, group))
-				if signal {
-					lr.Notify(e)
-				}
-				v = refusal(lr, v)
-				for _, i := range group {
-					out[i] = dress(v, lr.MaxCost())
-					hrs[i].counts.count(v.Reason)
-				}
-				k = next
-			}
-		}
-		lk.Unlock()
-		return ok
-	}
-}
-
-// lookupMulti puts in ents the entry of each hybrid request among reqs
-// (hrs[i] not nil), nil for the others. A hybrid request refused without its entry (a bad cost, a
-// key the table has no room for) gets its Decision in out, and makes
-// lookupMulti report false.
-func (l *Limiter) lookupMulti(now int64, reqs []Request, hrs []*hybridRule, out []local.Decision, ents []*keyed.Entry[lease.Lease]) bool {
-	ok := true
-	for i, q := range reqs {
-		ents[i] = nil
-		m := hrs[i]
-		if m == nil {
-			continue
-		}
-		lr := m.lease.Load()
-		if v, bad := badCost(lr, q.N); bad {
-			out[i] = dress(v, lr.MaxCost())
-			ok = false
-			continue
-		}
-		if ents[i] = m.store.Get(q.Key, now); ents[i] == nil {
-			out[i] = local.Outcome{Reason: local.ReasonOverflow, Limit: lr.MaxCost()}.Decision()
-			ok = false
-		}
-	}
-	return ok
-}
-
-// sumCost is the sum of the costs of the requests in group.
-func sumCost(reqs []Request, group []int) int64 {
-	var n int64
-	for _, i := range group {
-		n += reqs[i].N
-	}
-	return n
 }

@@ -39,8 +39,10 @@ func newFailover(rs *ruleState, lim local.Limit) (failover, error) {
 }
 
 // decide decides by the policy, or on this node's part of the limit once
-// the Limiter is shut down; nodes is how many nodes share the limit.
-func (f *failover) decide(nodes int64, now int64, key string, n int64) local.Decision {
+// the Limiter is shut down; nodes is how many nodes share the limit. charge
+// false decides without charging (a multi-rule decision's check). The
+// Decision is Degraded, and not counted: the caller counts it.
+func (f *failover) decide(nodes int64, now int64, key string, n int64, charge bool) local.Decision {
 	policy := f.policy
 	if f.rs.l.shut.Load() {
 		policy = FailLocal
@@ -52,19 +54,7 @@ func (f *failover) decide(nodes int64, now int64, key string, n int64) local.Dec
 	case FailClosed:
 		d = f.closed()
 	default:
-		d = f.local(nodes, now, key, n)
-	}
-	return f.counted(d)
-}
-
-// counted counts d, a decision of the policy's, and marks it Degraded.
-func (f *failover) counted(d local.Decision) local.Decision {
-	rs := f.rs
-	rs.counts.fallback.Add(1)
-	if d.Allowed() {
-		rs.counts.count(local.ReasonOK) // FailOpen's ReasonUnavailable included
-	} else {
-		rs.counts.count(d.Reason())
+		d = f.local(nodes, now, key, n, charge)
 	}
 	return d.AsDegraded()
 }
@@ -82,7 +72,7 @@ func (f *failover) closed() local.Decision {
 
 // local decides on this node's part of the limit, the limit divided by
 // nodes (FailLocal); a rejection by that part is ReasonUnavailable.
-func (f *failover) local(nodes int64, now int64, key string, n int64) local.Decision {
+func (f *failover) local(nodes int64, now int64, key string, n int64, charge bool) local.Decision {
 	nodes = f.gossipNodes(nodes) // Fallback: the gossip's members
 	lim := f.rs.limit.Load()
 	sp := f.even.Load()
@@ -93,7 +83,7 @@ func (f *failover) local(nodes int64, now int64, key string, n int64) local.Deci
 	if f.part.Limit() != sp.lim {
 		f.part.SetLimit(sp.lim)
 	}
-	d := f.part.AllowNAt(time.UnixMicro(now), key, n)
+	d := f.partAllow(now, key, n, charge)
 	if !d.Allowed() && d.Reason() == local.ReasonLimited {
 		o := d.Outcome()
 		o.Reason = local.ReasonUnavailable
@@ -117,6 +107,22 @@ func evenPart(lim *local.Limit, nodes int64) *evenSplit {
 		}
 	}
 	return sp
+}
+
+// partAllow decides a request of cost n for key at now on part, and
+// charges it only if charge is set.
+func (f *failover) partAllow(now int64, key string, n int64, charge bool) local.Decision {
+	at := time.UnixMicro(now)
+	if charge {
+		return f.part.AllowNAt(at, key, n)
+	}
+	var out [1]local.Decision
+	if local.CheckMultiAt(at, []local.Request{{Limiter: f.part, Key: key, N: n}}, out[:]) {
+		o := out[0].Outcome()
+		o.Allowed, o.Remaining = true, max(o.Remaining-n, 0)
+		return o.Decision()
+	}
+	return out[0]
 }
 
 func (f *failover) sweep(now time.Time) int { return f.part.SweepAt(now) }

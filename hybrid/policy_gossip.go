@@ -133,22 +133,22 @@ func (m *hybridRule) setOutage(lr *lease.Rule) {
 // demand-weighted share of what the window has left, whichever is more
 // (lease.Lease.Fallback), so that a lease held when Redis failed is used to
 // its end first. ok is false for bucket rules.
-func (m *hybridRule) gossipLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now, n int64) (local.Decision, bool) {
+func (m *hybridRule) gossipLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, now, n int64, charge bool) (local.Decision, bool) {
 	w, ok := e.Value.Window(lr, now)
 	if !ok {
 		return local.Decision{}, false
 	}
 	est := m.estimate(&e.Value)
-	v := e.Value.FallbackIn(lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Limit))
-	return m.fallbackLease(e, lr, v), true
+	v := e.Value.FallbackIn(lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Limit), charge)
+	return m.fallbackLease(e, lr, v, charge), true
 }
 
 // gossipBucket decides by the gossip estimate for a bucket rule's key,
 // whose entry e the caller holds locked: on the node's demand-weighted
 // share of the rule's rate and burst (an even split while no node has
 // gossiped the key).
-func (m *hybridRule) gossipBucket(e *keyed.Entry[lease.Lease], now int64, key string, n int64) local.Decision {
-	return m.fail.byShare(now, key, n, m.estimate(&e.Value).Share)
+func (m *hybridRule) gossipBucket(e *keyed.Entry[lease.Lease], now int64, key string, n int64, charge bool) local.Decision {
+	return m.fail.byShare(now, key, n, m.estimate(&e.Value).Share, charge)
 }
 
 // estimate is the gossip estimate of k's key. m.salt is set once, in
@@ -178,7 +178,7 @@ type shareScaled struct {
 // once to the tokens the key holds. A refusal, a cost above the share's
 // burst included, is ReasonUnavailable; Limit is the rule's, Remaining in
 // requests at this share.
-func (f *failover) byShare(now int64, key string, n int64, share float64) local.Decision {
+func (f *failover) byShare(now int64, key string, n int64, share float64, charge bool) local.Decision {
 	lim := f.rs.limit.Load()
 	sc := f.scale.Load()
 	if sc == nil || sc.base != lim || f.part.Limit() != sc.lim {
@@ -189,15 +189,15 @@ func (f *failover) byShare(now int64, key string, n int64, share float64) local.
 	if !(cost <= float64(sc.lim.MaxCost())) {
 		// Beyond the share's burst (or no share at all): never admitted at
 		// this share, which the next snapshot may raise.
-		return f.counted(local.NewDecision(false, local.ReasonUnavailable, limit, 0, 0, time.Second))
+		return local.NewDecision(false, local.ReasonUnavailable, limit, 0, 0, time.Second).AsDegraded()
 	}
-	d := f.part.AllowNAt(time.UnixMicro(now), key, int64(cost))
+	d := f.partAllow(now, key, int64(cost), charge)
 	reason := d.Reason()
 	if reason == local.ReasonLimited {
 		reason = local.ReasonUnavailable
 	}
 	remaining := min(int64(float64(d.Remaining())*share/float64(sc.k)), limit)
-	return f.counted(local.NewDecision(d.Allowed(), reason, limit, remaining, d.ResetAfter(), d.RetryAfter()))
+	return local.NewDecision(d.Allowed(), reason, limit, remaining, d.ResetAfter(), d.RetryAfter()).AsDegraded()
 }
 
 // rescale sets part to lim with its rate and burst scaled by shareScale, or

@@ -66,13 +66,25 @@ func markUnavailable(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, clk *fakeC
 // TestHotPathNeverWaits: with the real sync loop and Redis paused (or
 // killed), hybrid decisions keep coming in microseconds: from the leases
 // held, then by each rule's failure policy once they run out; when Redis
-// is back, decisions are hybrid again.
+// is back, decisions are hybrid again. A rule that waits for its keys'
+// exchanges (WaitInFlight, the default) waits no longer than
+// Config.Timeout, and not once the breaker is open.
 func TestHotPathNeverWaits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real time")
 	}
-	for _, outage := range []string{"paused", "killed"} {
-		t.Run(outage, func(t *testing.T) {
+	for _, c := range []struct {
+		outage string
+		wait   hybrid.Wait
+		bound  time.Duration
+	}{
+		{"paused", hybrid.WaitNever, 50 * time.Millisecond},
+		{"killed", hybrid.WaitNever, 50 * time.Millisecond},
+		{"paused", hybrid.WaitInFlight, hybrid.DefaultTimeout + 100*time.Millisecond},
+		{"killed", hybrid.WaitInFlight, hybrid.DefaultTimeout + 100*time.Millisecond},
+	} {
+		outage := c.outage
+		t.Run(outage+"/"+c.wait.String(), func(t *testing.T) {
 			leakcheck.Check(t)
 			ctx := context.Background()
 			srv := redistest.Start(t)
@@ -91,7 +103,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 				})
 				rules[i] = map[string]*hybrid.Rule{}
 				for _, p := range policyRules {
-					rules[i][p.name] = mustRegister(t, nodes[i], hybrid.Rule{Name: p.name, Limit: lim, Policy: p.policy}, hybrid.Hybrid)
+					rules[i][p.name] = mustRegister(t, nodes[i], hybrid.Rule{Name: p.name, Limit: lim, Policy: p.policy, Wait: c.wait}, hybrid.Hybrid)
 				}
 			}
 			// Warm up: node b asks first, once, so both nodes are live; then
@@ -121,7 +133,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 				d, err := a.AllowN(ctx, r, "k", n)
 				el := time.Since(start)
 				slowest = max(slowest, el)
-				if el > 50*time.Millisecond {
+				if el > c.bound {
 					t.Fatalf("a decision took %v with Redis %s", el, outage)
 				}
 				return d, err

@@ -77,6 +77,47 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", uint8(p))
 }
 
+// Wait is whether a hybrid rule's request that only an exchange with Redis
+// can decide (its key's lease used up, or not there yet, and Redis may have
+// more) waits for that exchange or is refused at once.
+type Wait uint8
+
+const (
+	// WaitDefault takes the default: WaitInFlight, or WaitNever under
+	// Config.ManualSync, where no loop runs the exchanges a request would
+	// wait for.
+	WaitDefault Wait = iota
+	// WaitNever never waits: a key's first requests on a node are decided
+	// at once within the cold-start allowance (SyncConfig.Epsilon), and
+	// past it, until the lease arrives, refused (ReasonLimited, RetryAfter
+	// about one round trip). For hot paths where a decision's nanoseconds
+	// matter more than a refusal an exact limiter would not make.
+	WaitNever
+	// WaitInFlight decides a key's first requests on a node within the
+	// cold-start allowance, and past it waits for the exchange the key has
+	// under way with Redis, about one round trip, bounded by the request's
+	// context and Config.Timeout (the failure policy decides what Redis
+	// did not answer in time). It never waits while Redis is known
+	// unavailable. A burst on a new key, a retry at RetryAfter, a limit
+	// raised: what an exact limiter admits is admitted. The default.
+	WaitInFlight
+	// WaitFirst makes a key exact from its first request on a node: no
+	// cold-start allowance, and every request without a lease waits for it
+	// as under WaitInFlight. For limits where exactness matters more than a
+	// round trip, such as logins.
+	WaitFirst
+)
+
+var waitNames = [...]string{"default", "never", "in_flight", "first"}
+
+// String returns the wait's name, as rules files write it.
+func (w Wait) String() string {
+	if int(w) < len(waitNames) {
+		return waitNames[w]
+	}
+	return fmt.Sprintf("Wait(%d)", uint8(w))
+}
+
 // Rule is a named limit and how to run it. Register it with
 // Limiter.Register, which validates it and returns the *Rule that
 // decisions take; the fields of a registered Rule must not change (use
@@ -100,14 +141,11 @@ type Rule struct {
 	// even once it is back to its initial state (which is when keys are
 	// otherwise forgotten). Default 0. It never shortens a state's life.
 	KeyTTL time.Duration
-	// WaitForLease makes a Hybrid rule exact from a key's first request: a
-	// request for a key this node holds no lease for waits for the lease
-	// (the next sync round), bounded by the request's context, instead of
-	// using the cold-start allowance (see docs/accuracy.md). When the
-	// context ends first, it is refused with ReasonNoLease. For limits
-	// where exactness matters more than latency, such as logins. AllowMulti
-	// does not wait: it refuses with ReasonNoLease. Other modes ignore it.
-	WaitForLease bool
+	// Wait is whether a Hybrid rule's request waits for an exchange with
+	// Redis that may admit it (see Wait), in Allow, AllowN and AllowMulti.
+	// Default WaitInFlight. A request whose context ends while it waits is
+	// refused with ReasonNoLease. Other modes ignore it.
+	Wait Wait
 
 	state *ruleState // set by Register on the Rule it returns, before returning it
 }
@@ -119,7 +157,7 @@ type ruleState struct {
 	name      string
 	requested Mode // as registered (Hybrid may run Central)
 	policy    Policy
-	waitLease bool  // Rule.WaitForLease
+	wait      Wait  // Rule.Wait, its default resolved
 	keyTTL    int64 // µs
 
 	limit  atomic.Pointer[local.Limit]

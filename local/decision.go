@@ -62,7 +62,7 @@ func (r Reason) String() string {
 // Code that builds Decisions of its own (another limiter, a test) writes an
 // Outcome and calls its Decision method, or calls NewDecision.
 type Decision struct {
-	meta       uint64 // allowed in bit 0, the Reason in bits 1-8, degraded in bit 9, Limit in bits 10-63 (signed)
+	meta       uint64 // allowed in bit 0, the Reason in bits 1-7, waited in bit 8, degraded in bit 9, Limit in bits 10-63 (signed)
 	remaining  int64
 	resetAfter time.Duration
 	retryAfter time.Duration
@@ -75,7 +75,7 @@ func (d Decision) Allowed() bool { return d.meta&1 != 0 }
 // Reason tells a rejection for "try later" (ReasonLimited) from one that
 // retrying cannot fix, and marks admissions made by a policy rather than by
 // the limit (ReasonOverflow, ReasonUnavailable).
-func (d Decision) Reason() Reason { return Reason(d.meta >> 1) }
+func (d Decision) Reason() Reason { return Reason(d.meta>>1) & reasonMask }
 
 // Limit is the most Remaining can be: the limit per window for the window
 // algorithms, the burst for the bucket algorithms. It is always the rule's
@@ -95,8 +95,23 @@ func (d Decision) AsDegraded() Decision {
 	return d
 }
 
+// Waited reports whether the decision waited for the shared store: a
+// hybrid request that only an exchange with Redis could decide (its key's
+// lease used up or not there yet) and that waited for it, about one round
+// trip. Such decisions are counted apart; a local decision never waits.
+func (d Decision) Waited() bool { return d.meta&waitedBit != 0 }
+
+// AsWaited returns d marked as having waited for the shared store
+// (Waited), its figures unchanged.
+func (d Decision) AsWaited() Decision {
+	d.meta |= waitedBit
+	return d
+}
+
 // The layout of Decision.meta above the allowed bit and the Reason.
 const (
+	reasonMask  = 1<<7 - 1
+	waitedBit   = 1 << 8
 	degradedBit = 1 << 9
 	limitShift  = 10
 )
@@ -131,21 +146,24 @@ func (d Decision) Outcome() Outcome {
 	return Outcome{
 		Allowed: d.Allowed(), Reason: d.Reason(), Limit: d.Limit(),
 		Remaining: d.remaining, ResetAfter: d.resetAfter, RetryAfter: d.retryAfter,
-		Degraded: d.Degraded(),
+		Degraded: d.Degraded(), Waited: d.Waited(),
 	}
 }
 
 // String describes d on one line, as in
 // "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s", with
-// " degraded" at the end when Degraded.
+// " waited" and " degraded" at the end when Waited and Degraded.
 func (d Decision) String() string {
 	verb := "rejected"
 	if d.Allowed() {
 		verb = "allowed"
 	}
 	deg := ""
+	if d.Waited() {
+		deg = " waited"
+	}
 	if d.Degraded() {
-		deg = " degraded"
+		deg += " degraded"
 	}
 	return fmt.Sprintf("%s reason=%s limit=%d remaining=%d reset=%s retry=%s%s",
 		verb, d.Reason(), d.Limit(), d.remaining, d.resetAfter, d.retryAfter, deg)
@@ -162,6 +180,7 @@ type Outcome struct {
 	ResetAfter time.Duration
 	RetryAfter time.Duration
 	Degraded   bool
+	Waited     bool
 }
 
 // Decision returns the Decision of o's figures. A Limit beyond ±2^53 loses
@@ -171,6 +190,9 @@ func (o Outcome) Decision() Decision {
 	d := makeDecision(o.Allowed, o.Reason, o.Limit, o.Remaining, o.ResetAfter, o.RetryAfter)
 	if o.Degraded {
 		d = d.AsDegraded()
+	}
+	if o.Waited {
+		d = d.AsWaited()
 	}
 	return d
 }
@@ -188,5 +210,5 @@ func makeDecision(allowed bool, r Reason, limit, remaining int64, reset, retry t
 	if allowed {
 		a = 1
 	}
-	return Decision{meta: uint64(limit)<<limitShift | uint64(r)<<1 | a, remaining: remaining, resetAfter: reset, retryAfter: retry}
+	return Decision{meta: uint64(limit)<<limitShift | uint64(r&reasonMask)<<1 | a, remaining: remaining, resetAfter: reset, retryAfter: retry}
 }

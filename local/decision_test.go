@@ -18,8 +18,9 @@ func TestDecisionOutcome(t *testing.T) {
 		{Reason: local.ReasonLimited, Limit: 1<<53 - 1, Remaining: 1 << 53, ResetAfter: time.Hour, RetryAfter: time.Minute},
 		{Allowed: true, Reason: local.ReasonUnavailable, Limit: 1<<53 - 1, Degraded: true},
 		{Reason: local.ReasonOverflow, Limit: -1 << 53, Remaining: -1, RetryAfter: -1},
-		{Reason: 255, Limit: -1, Degraded: true},
-		{Reason: 255, Limit: -1},
+		{Reason: 127, Limit: -1, Degraded: true, Waited: true},
+		{Reason: 127, Limit: -1},
+		{Allowed: true, Limit: 3, Waited: true},
 	}
 	for r := local.ReasonOK; r <= local.ReasonUnavailable; r++ {
 		outcomes = append(outcomes, local.Outcome{Allowed: r%2 == 0, Reason: r, Limit: int64(r) + 1})
@@ -33,11 +34,14 @@ func TestDecisionOutcome(t *testing.T) {
 		if o.Degraded {
 			nd = nd.AsDegraded()
 		}
+		if o.Waited {
+			nd = nd.AsWaited()
+		}
 		if nd != d {
 			t.Errorf("Outcome %+v: NewDecision gives %v, Outcome.Decision %v", o, nd, d)
 		}
 		if d.Allowed() != o.Allowed || d.Reason() != o.Reason || d.Limit() != o.Limit || d.Remaining() != o.Remaining ||
-			d.ResetAfter() != o.ResetAfter || d.RetryAfter() != o.RetryAfter || d.Degraded() != o.Degraded {
+			d.ResetAfter() != o.ResetAfter || d.RetryAfter() != o.RetryAfter || d.Degraded() != o.Degraded || d.Waited() != o.Waited {
 			t.Errorf("Outcome %+v: the methods give %v", o, d)
 		}
 	}

@@ -65,7 +65,8 @@ func (m *manyKeys) leased(i int) (leased, inFlight bool) {
 	e := m.keys[i]
 	e.Lock()
 	defer e.Unlock()
-	v := e.Value.Check(m.lr, m.clk.Now().UnixMicro(), 1)
+	k := e.Value // a copy: the peek changes nothing
+	v, _ := k.Redecide(m.lr, m.clk.Now().UnixMicro(), 1, false)
 	return v.Reason == local.ReasonOK, e.Value.InFlight()
 }
 

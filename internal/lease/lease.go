@@ -56,6 +56,7 @@ type Lease struct {
 	lastSync int64 // node time the last request was sent, or of a new key's first request
 	lastUse  int64 // node time of the last request decided
 	hits     int64 // requests decided since the last sync
+	wait     int64 // the cost of the requests waiting for the key's next exchange (Await)
 	asked    int64 // requests decided since the last Tapped (refused ones too)
 	demand   int64 // requests per window, averaged over about one Interval (0: not measured yet)
 	span     int64 // the rule's window: how long after its last request a key is remembered
@@ -65,7 +66,11 @@ type Lease struct {
 	Digest [DigestSize]byte // the user key's digest, which names it in Redis
 
 	flags uint16
-	woke  uint32 // Cluster.woken + 1 when the key last signalled an early round
+	// sent and got count the key's requests sent and replies applied
+	// (mod 2^16): a request that waits for an exchange sent after it began
+	// to wait knows when its reply came (Exchanged).
+	sent, got uint16
+	woke      uint32 // Cluster.woken + 1 when the key last signalled an early round
 }
 
 const (
@@ -88,7 +93,8 @@ const (
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease
-// round (syncer.Syncer.SyncFirstAt): it has had none yet; or its lease was granted
+// round (syncer.Syncer.SyncFirstAt): requests wait for it (Await); it has
+// had none yet; or its lease was granted
 // on a guess, before its demand could be measured, and runs low; or its
 // grant was paced and lasts less than two PaceGaps at its demand (a paced
 // grant lasts three: the key asks as its arrivals use it, a burst sooner,
@@ -99,6 +105,8 @@ const (
 // rate, held for a lease's life.
 func (k *Lease) WantsFirst(r *Rule) bool {
 	switch {
+	case k.wait > 0:
+		return true // requests wait for its exchange
 	case k.flags&flagSent == 0:
 		return !k.quietAtFirst(r)
 	case k.flags&(flagGuess|flagUrgent) == flagGuess|flagUrgent:
@@ -118,7 +126,14 @@ func (k *Lease) quietAtFirst(r *Rule) bool { return r.buckets && k.hits <= 1 }
 // Verdict is a hybrid decision before the limiter dresses it as a
 // local.Decision; times are µs. Its four words stay in registers.
 type Verdict struct {
-	Reason    local.Reason
+	Reason local.Reason
+	// Wait marks a refusal that an exchange of the key may turn into an
+	// admission: it holds no lease (ReasonNoLease) and Redis may have room,
+	// or its bucket share is short and Redis may have more. The caller may
+	// wait for the key's next exchange (Await) rather than refuse; Reason
+	// and the figures are the refusal's otherwise. (ReasonNoLease without
+	// Wait: no lease, and by the last reply no room either.)
+	Wait      bool
 	Remaining int64
 	Reset     int64
 	Retry     int64
@@ -131,7 +146,7 @@ type Verdict struct {
 // refused for the rest of its window holds nothing, but forgetting it before
 // the window ends would hand it the allowance again, uncharged.
 func (k *Lease) Idle(now int64) bool {
-	if k.flags&(flagQueued|flagActive|flagInFlight) != 0 {
+	if k.flags&(flagQueued|flagActive|flagInFlight) != 0 || k.wait > 0 {
 		return false
 	}
 	if k.lastUse+k.span > now {
@@ -146,6 +161,42 @@ func (k *Lease) Idle(now int64) bool {
 // syncer (a sync is due soon: lease running low, first request): the caller
 // then hands it over with Rule.Notify.
 func (k *Lease) Decide(r *Rule, now, n int64) (v Verdict, signal bool) {
+	k.note(r, now, n)
+	return k.Redecide(r, now, n, true)
+}
+
+// Check decides a request of cost n at node time now as Decide would, and
+// counts it as demand, without charging it: for multi-rule decisions, which
+// charge only when every rule admits (Redecide). Its signal is Decide's: a
+// key short of a lease asks for one whether or not the other rules admit.
+func (k *Lease) Check(r *Rule, now, n int64) (v Verdict, signal bool) {
+	k.note(r, now, n)
+	return k.Redecide(r, now, n, false)
+}
+
+// Redecide decides again a request of cost n at node time now that Decide
+// or Check counted as demand before (a multi-rule decision's charge, a
+// request that waited for an exchange), and charges it if admitted and
+// charge is set.
+func (k *Lease) Redecide(r *Rule, now, n int64, charge bool) (v Verdict, signal bool) {
+	changed := k.rule != nil && k.rule != r
+	if changed {
+		// The limit changed: the lease was granted under the old one, and
+		// the next exchange revokes it. Ask for it now. What the last reply
+		// said of the window's budget spoke of the old limit.
+		k.flags |= flagUrgent
+		k.flags &^= flagExhausted | flagExhaustedPrev | flagDry
+	}
+	if r.buckets {
+		v, signal = k.decideBucket(r, now, n, charge)
+	} else {
+		v, signal = k.decideWindow(r, now, n, charge)
+	}
+	return v, signal || changed
+}
+
+// note records a request of cost n at node time now as the key's demand.
+func (k *Lease) note(r *Rule, now, n int64) {
 	k.lastUse, k.span = now, r.w
 	k.hits += n
 	k.asked += n
@@ -155,19 +206,28 @@ func (k *Lease) Decide(r *Rule, now, n int64) (v Verdict, signal bool) {
 			k.offset = r.cluster.Offset() // until its own first reply
 		}
 	}
-	changed := k.rule != nil && k.rule != r
-	if changed {
-		// The limit changed: the lease was granted under the old one, and
-		// the next exchange revokes it. Ask for it now.
-		k.flags |= flagUrgent
-	}
-	if r.buckets {
-		v, signal = k.decideBucket(r, now, n)
-	} else {
-		v, signal = k.decideWindow(r, now, n)
-	}
-	return v, signal || changed
 }
+
+// Await records that a request of cost n waits for the key's next
+// exchange: the key asks for it at once (a first-lease round), and asks
+// for enough to admit the waiting requests. The waiter calls Unawait when
+// it decides again.
+func (k *Lease) Await(n int64) {
+	k.wait += n
+	k.flags |= flagUrgent
+}
+
+// Unawait takes back a request of cost n that Await recorded.
+func (k *Lease) Unawait(n int64) { k.wait = max(k.wait-n, 0) }
+
+// Ticket returns what Exchanged compares with: a request that begins to
+// wait takes one, and its wait is over once an exchange sent after it was
+// answered.
+func (k *Lease) Ticket() uint16 { return k.sent + 1 }
+
+// Exchanged reports whether an exchange of the key sent at or after ticket
+// (Ticket) was answered.
+func (k *Lease) Exchanged(ticket uint16) bool { return int16(k.got-ticket) >= 0 }
 
 // LastUse returns the node time of the key's last request.
 func (k *Lease) LastUse() int64 { return k.lastUse }
@@ -193,39 +253,33 @@ func (k *Lease) Charge(r *Rule, now, n int64) bool {
 // admit up to part in the key's current window, counting what it admitted
 // there from its lease, so that a node cut off after using a large grant
 // does not admit part more on top of it. An admission is charged as use,
-// reported once Redis answers. It returns ok false for bucket rules, which
+// reported once Redis answers; charge false decides without charging (a
+// multi-rule decision's check). It returns ok false for bucket rules, which
 // the caller decides otherwise.
-func (k *Lease) Fallback(r *Rule, now, n, part int64) (v Verdict, ok bool) {
+func (k *Lease) Fallback(r *Rule, now, n, part int64, charge bool) (v Verdict, ok bool) {
 	if r.buckets {
 		return Verdict{}, false
 	}
 	k.windowNow(r, now)
-	return k.FallbackIn(r, now, n, part), true
+	return k.FallbackIn(r, now, n, part, charge), true
 }
 
 // FallbackIn is Fallback for a window rule's key whose window state Window
 // has just rolled forward to now (the gossip's part depends on the
 // window): it does not roll it again.
-func (k *Lease) FallbackIn(r *Rule, now, n, part int64) Verdict {
+func (k *Lease) FallbackIn(r *Rule, now, n, part int64, charge bool) Verdict {
 	k.lastUse, k.span = now, r.w
 	rnow := max(now+k.offset, k.wid) // windowNow, rolled
 	end := k.wid + r.w - rnow
 	budget := max(k.granted, part)
-	if k.used+n > budget {
+	used := k.used + n
+	if used > budget {
 		return Verdict{Reason: local.ReasonUnavailable, Remaining: max(budget-k.used, 0), Reset: end, Retry: end}
 	}
-	k.used += n
-	return Verdict{Remaining: budget - k.used, Reset: end}
-}
-
-// Check decides a request of cost n at node time now as Decide would,
-// without charging it or counting it as demand: for multi-rule decisions,
-// which charge only when every rule admits.
-func (k *Lease) Check(r *Rule, now, n int64) Verdict {
-	saved := *k
-	v, _ := k.Decide(r, now, n)
-	*k = saved
-	return v
+	if charge {
+		k.used = used
+	}
+	return Verdict{Remaining: budget - used, Reset: end}
 }
 
 // windowNow returns node time now as Redis time, with the window state
@@ -290,11 +344,13 @@ func (k *Lease) roll(r *Rule, w int64) {
 	k.flags &^= flagExhausted | flagRecover
 }
 
-func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
+func (k *Lease) decideWindow(r *Rule, now, n int64, charge bool) (Verdict, bool) {
 	rnow := k.windowNow(r, now)
 	end := k.wid + r.w - rnow
-	if k.used+n <= k.granted {
-		k.used += n
+	if used := k.used + n; used <= k.granted {
+		if charge {
+			k.used = used
+		}
 		// Sync early when what is left lasts less than a sync interval, or
 		// when a grant made on a guess is half used or MinGap old: that
 		// exchange measures the key's demand, which the others' grants
@@ -308,8 +364,8 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		if r.sub {
 			ahead = min(ahead, end) // a sub-window's grant lasts its sub-window (Request)
 		}
-		low := k.granted-k.used < k.demand*ahead/r.w+1 ||
-			k.flags&flagGuess != 0 && now-k.lastSync < 2*r.minGap && (2*k.used >= k.granted || now-k.lastSync >= r.minGap) ||
+		low := k.granted-used < k.demand*ahead/r.w+1 ||
+			k.flags&flagGuess != 0 && now-k.lastSync < 2*r.minGap && (2*used >= k.granted || now-k.lastSync >= r.minGap) ||
 			k.flags&flagCarried != 0
 		if low {
 			k.flags |= flagUrgent
@@ -329,8 +385,11 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		// top-up: the room its last reply told is being granted to the
 		// other nodes, and every node spending it again would admit up to
 		// nodes × allowance past the limit.
-		k.used += n
-		if k.flags&flagSynced == 0 || k.used-k.granted >= a/2+1 {
+		used := k.used + n
+		if charge {
+			k.used = used
+		}
+		if k.flags&flagSynced == 0 || used-k.granted >= a/2+1 {
 			k.flags |= flagUrgent
 		}
 		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, true
@@ -346,7 +405,7 @@ func (k *Lease) decideWindow(r *Rule, now, n int64) (Verdict, bool) {
 		}
 		return Verdict{Reason: local.ReasonLimited, Remaining: min(k.remaining(r, rnow), held), Reset: end, Retry: retry}, true
 	}
-	return Verdict{Reason: local.ReasonNoLease, Remaining: held, Reset: end, Retry: r.minGap}, true
+	return Verdict{Reason: local.ReasonNoLease, Wait: true, Remaining: held, Reset: end, Retry: r.minGap}, true
 }
 
 // roomFor reports whether, by what the last reply said, the window has room
@@ -398,20 +457,22 @@ func (r *Rule) counterRetry(k *Lease, rnow, n int64) int64 {
 	return max(min(at-rnow, end), 1)
 }
 
-func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
+func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool) {
 	rnow := now + k.offset
 	if k.expiry-r.safety > rnow {
 		k.refill(r, rnow)
-		if k.tokens >= n {
-			k.tokens -= n
-			v := Verdict{Remaining: min(k.tokens+max(k.others, 0), r.burst), Reset: k.fullIn(r)}
+		if left := k.tokens - n; left >= 0 {
+			if charge {
+				k.tokens = left
+			}
+			v := Verdict{Remaining: min(left+max(k.others, 0), r.burst), Reset: k.fullIn(r)}
 			switch {
 			// Early when the share's regular renewal was missed (Due renews
 			// it two intervals before its expiry), or half of a share granted
 			// on a guess is used: that exchange measures the key's demand.
-			case k.expiry-rnow < r.interval || k.flags&flagGuess != 0 && 2*k.tokens < k.burst:
+			case k.expiry-rnow < r.interval || k.flags&flagGuess != 0 && 2*left < k.burst:
 				k.flags |= flagUrgent
-			case k.tokens < k.demand*r.interval/r.w+1: // the tokens last less than a sync interval
+			case left < k.demand*r.interval/r.w+1: // the tokens last less than a sync interval
 				k.flags |= k.askEarly(r, rnow, 1)
 			default:
 				return v, false
@@ -427,7 +488,18 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 		if k.rate > 0 {
 			retry = max(usec.CeilDiv((n-k.tokens)*r.w-k.rem, k.rate), 1)
 		}
-		return Verdict{Reason: local.ReasonLimited, Remaining: k.tokens, Reset: k.fullIn(r), Retry: retry}, true
+		v := Verdict{Reason: local.ReasonLimited, Remaining: k.tokens, Reset: k.fullIn(r), Retry: retry}
+		// An exchange may admit it: the share was a guess, whose correction
+		// is on its way; or the key's arrivals are within its share's rate
+		// (a burst past the share's part of the burst) and the pool, by the
+		// last reply, holds the tokens. A key whose arrivals outrun its
+		// share is over its limit: the cluster rations it, and a refusal
+		// here is an admission elsewhere.
+		if k.flags&flagGuess != 0 || (k.rate == 0 || k.demand <= k.rate) && k.poolNow(r, rnow) >= n-k.tokens {
+			k.flags |= flagUrgent
+			v.Wait = true
+		}
+		return v, true
 	}
 	// No share, or it expired.
 	if k.rate > 0 || k.burst > 0 || k.tokens > 0 {
@@ -445,15 +517,28 @@ func (k *Lease) decideBucket(r *Rule, now, n int64) (Verdict, bool) {
 	a := r.allowance()
 	out := k.debt - k.debtSent
 	pool := k.poolNow(r, rnow)
-	if a > 0 && out+n <= a && (k.flags&flagSynced == 0 || pool-out >= n) {
-		k.debt += n
-		if k.flags&flagSynced == 0 || out+n >= a/2+1 {
+	synced := k.flags&flagSynced != 0
+	if a > 0 && out+n <= a && (!synced || pool-out >= n) {
+		if charge {
+			k.debt += n
+		}
+		if !synced || out+n >= a/2+1 {
 			k.flags |= flagUrgent
 		}
 		return Verdict{Remaining: min(max(pool-out-n, 0), r.burst)}, true
 	}
 	k.flags |= flagUrgent
-	return Verdict{Reason: local.ReasonNoLease, Retry: r.minGap}, true
+	if synced && pool-out < n {
+		// The pool, by the last reply, has not the tokens: no exchange is
+		// waited for, and the refusal holds until the pool refills them, at
+		// the rate nobody held then.
+		retry := r.minGap
+		if k.prate > 0 {
+			retry = max(usec.CeilDiv((out+n-pool)*r.w, k.prate), 1)
+		}
+		return Verdict{Reason: local.ReasonNoLease, Remaining: max(pool-out, 0), Retry: retry}, true
+	}
+	return Verdict{Reason: local.ReasonNoLease, Wait: true, Retry: r.minGap}, true
 }
 
 // askEarly is the flag a bucket key short of tokens sets to ask for an

@@ -40,6 +40,7 @@ type Request struct {
 	Burst     int64 // ... burst,
 	Expiry    int64 // ... and expiry (Redis time)
 	Allowance int64 // its cold-start allowance: a demand within it over a horizon gets no share
+	Want      int64 // the tokens requests waiting for this exchange need: the share's burst is at least that
 }
 
 // WindowReply is what the window lease script answers.
@@ -114,6 +115,9 @@ func (k *Lease) unreported() bool {
 
 // Due reports whether k needs an exchange at node time now.
 func (k *Lease) Due(r *Rule, now int64) bool {
+	if k.wait > 0 {
+		return true // requests wait for it
+	}
 	gap := now - k.lastSync
 	if k.flags&flagSynced == 0 { // a new key: fetch its first lease at once
 		return gap >= r.minGap || k.flags&flagSent == 0
@@ -219,6 +223,7 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		k.flags |= flagGuess
 	}
 	k.lastSync = now
+	k.sent++
 	k.flags = k.flags&^(flagUrgent|flagNext) | flagSent | flagInFlight
 	rnow := now + k.offset
 	q := Request{SentAt: now, Now: rnow, Release: release, Demand: demand, Nodes: r.Nodes(), Horizon: r.horizon}
@@ -240,7 +245,7 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 			k.refill(r, rnow)
 			q.Tokens = k.tokens
 		}
-		q.Rate, q.Burst, q.Expiry, q.Allowance = k.rate, k.burst, k.expiry, r.allowance()
+		q.Rate, q.Burst, q.Expiry, q.Allowance, q.Want = k.rate, k.burst, k.expiry, r.allowance(), k.wait
 		return q
 	}
 	k.roll(r, rnow-rnow%r.w)
@@ -256,7 +261,9 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		need = needFor(min(left+r.interval/2, r.horizon))
 		needNext = needFor(min(r.horizon-left, r.w))
 	}
-	q.WantCur = k.used + need
+	// What waits for this exchange (Await) is wanted at once, on top of
+	// the demand.
+	q.WantCur = k.used + k.wait + need
 	if release {
 		q.WantCur = 0
 	} else if rnow >= k.wid+r.w-r.horizon {
@@ -278,6 +285,7 @@ func (k *Lease) sync(r *Rule, q *Request, redisNow, recv int64) {
 	// granted on a guess would otherwise be corrected at once, on a handful
 	// of requests, by a first-request flag set before the reply.)
 	k.flags = k.flags&^flagUrgent | flagSynced
+	k.got = k.sent
 }
 
 // ApplyWindow takes the reply v to the window request q, made under r, into

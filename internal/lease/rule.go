@@ -141,6 +141,10 @@ func (r *Rule) SetWaitFirst() { r.waitFirst = true }
 // WaitsFirst reports whether r waits for its leases (SetWaitFirst).
 func (r *Rule) WaitsFirst() bool { return r.waitFirst }
 
+// MinGap is the least gap between two early exchanges of a key (µs): about
+// when a lease asked for now arrives.
+func (r *Rule) MinGap() int64 { return r.minGap }
+
 // MaxCost is the largest cost a request can have: the limit, or the burst.
 func (r *Rule) MaxCost() int64 { return r.maxCost }
 

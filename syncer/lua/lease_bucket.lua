@@ -35,7 +35,9 @@
 -- the last reply, so this is what it may be using until the reply to this
 -- one), the live nodes of the cluster (the registry's count), the horizon a
 -- lease is sized for (us), the node's allowance (a demand over a horizon
--- within it gets no share), then the rule's ten numbers (see params.lua).
+-- within it gets no share), the tokens requests waiting for this exchange
+-- need (the share's burst is at least that, as the pool allows), then the
+-- rule's ten numbers (see params.lua).
 --
 -- Returns {now, epoch, l, b, expiry, tokens granted, pool tokens, pool rate,
 -- pool capacity, revoked, live nodes}.
@@ -43,7 +45,7 @@ local now = clock(ARGV[1])
 local node, pfp = ARGV[2], ARGV[3]
 -- Of the rule's numbers, L, W and B.
 local seq, flags, demand, tokens, debt, lease_ttl, demand_ttl, held_l, held_b, held_x,
-  cluster, horizon, quiet, _, L, W, B = struct.unpack('<ddddddddddddddddd', ARGV[4])
+  cluster, horizon, quiet, want, _, L, W, B = struct.unpack('<dddddddddddddddddd', ARGV[4])
 local m, me = KEYS[1], 'n.' .. node
 local max, min, floor = math.max, math.min, math.floor
 -- A node's field: l, b, x, d, t, q, and ol, ob, ox unless all three are 0.
@@ -199,6 +201,9 @@ if flags % 2 == 0 and demand > 0 and total > 0 and (guess or cdiv(demand * horiz
     if math.abs(bt - hb) <= hb / 16 then bt = hb end
   end
 end
+-- Requests wait on the node for this exchange: its burst holds them, as the
+-- pool allows (below), whatever its demand says.
+if flags % 2 == 0 and want > bt then bt = min(want, B) end
 
 -- What the others hold bounds what the node may have.
 -- Shares leave the pool a floor, for the nodes without one: a quiet node
