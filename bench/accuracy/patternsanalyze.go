@@ -205,7 +205,7 @@ func AnalyzePatterns(spec Spec, dir string, rst RedisStats, wall time.Duration) 
 		res.Invalid = append(res.Invalid, fmt.Sprintf("sync p99 %.0f ms > %.0f ms", res.Sync.P99, MaxSyncP99*float64(spec.Interval.Milliseconds())))
 	}
 	if float64(res.Unavailable) > MaxPolicy*float64(res.Decided) {
-		res.Invalid = append(res.Invalid, fmt.Sprintf("%.2f%% decided by the failure policy", 100*float64(res.Unavailable)/float64(res.Decided)))
+		res.Invalid = append(res.Invalid, fmt.Sprintf("the failure policy decided more than %.1f%%", 100*MaxPolicy))
 	}
 	if float64(lost) > MaxLost*float64(sent+lost) {
 		res.Invalid = append(res.Invalid, fmt.Sprintf("%d of %d retry requests lost between nodes", lost, sent+lost))
