@@ -53,8 +53,9 @@ bench:
 
 ## demo: the cluster demo (examples/cluster): four node processes share one
 ## limit per client through a redis-server it starts (installed with apt-get
-## when missing), which it kills and starts again; a live table, a summary
-## and .run/demo/timeline.svg. About 35 s. DEMO_FLAGS passes flags to it.
+## when missing), which it kills and starts again; a row per window beside an
+## exact replay of the same requests, a summary per phase and
+## .run/demo/timeline.svg. About 35 s. DEMO_FLAGS passes flags to it.
 demo:
 	bash scripts/redis.sh ensure >&2
 	mkdir -p .run/demo

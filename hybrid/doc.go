@@ -48,10 +48,13 @@
 // cluster may still admit (its lease, plus what the others held unused at
 // the last sync); a rejection's Remaining is what the node may admit at
 // once, less than the cost. A key's first requests on a node are decided at
-// once, within the cold-start allowance (docs/accuracy.md); past it, until
-// the lease arrives, a request is refused with ReasonLimited and a short
-// RetryAfter (the next sync). A rule with WaitForLease waits for the lease
-// instead, and is refused with ReasonNoLease if its context ends first.
+// once, within the cold-start allowance (docs/accuracy.md). A request the
+// lease cannot decide, where Redis may have room (past the allowance, a
+// grant used up before the window's budget, a limit just changed), waits
+// about one round trip for the key's exchange with Redis, which decides it
+// (Rule.Wait: WaitInFlight, the default); WaitNever refuses it at once
+// instead, and WaitFirst gives a key no allowance. A refusal's RetryAfter
+// is the cluster's: a window whose budget is used up says its end.
 //
 // # When Redis fails
 //

@@ -109,14 +109,14 @@ func TestFallbackBucketOutage(t *testing.T) {
 		assert.Equal(t, even, n, "%v: a new key is split evenly, as FailLocal splits it", alg)
 		assert.InDelta(t, burst/3, n, 3, "%v: a new key admits about a third of the burst", alg)
 		assert.True(t, d.Degraded(), "%v: a policy's decision is Degraded", alg)
-		assert.Equal(t, local.ReasonUnavailable, d.Reason(), "%v: a refusal without Redis", alg)
+		assert.Equal(t, local.ReasonLimited, d.Reason(), "%v: a refusal without Redis, on the node's part", alg)
 		assert.Equal(t, int64(burst), d.Limit(), "%v: the limit is the rule's", alg)
 		// A cost the rule takes but a third of the burst does not: an
 		// ordinary refusal, not cost_too_high.
 		d, err := nodes[0].AllowN(ctx, rules[a][0], "big", burst)
 		require.NoError(t, err)
 		assert.False(t, d.Allowed(), "%v: a cost above the node's part of the burst", alg)
-		assert.Equal(t, local.ReasonUnavailable, d.Reason(), "%v: a cost the rule takes is refused as unavailable", alg)
+		assert.Equal(t, local.ReasonLimited, d.Reason(), "%v: a cost the rule takes is refused as limited, on the node's part", alg)
 	}
 
 	// The leases held when Redis died run out and the bursts drain; then

@@ -870,7 +870,7 @@ func TestSkewedNewKey(t *testing.T) {
 // lease comes in a first-lease round, FirstGap after the last one, where
 // the ordinary early rounds wait MinGap after the last round (here 5s: a
 // second new key would wait that long for its lease). The rule waits for
-// its leases (WaitForLease), within a context shorter than MinGap.
+// its leases (WaitFirst), within a context shorter than MinGap.
 func TestFirstLeaseRoundLoop(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	l := newNode(t, hybrid.Config{
@@ -1067,12 +1067,12 @@ func TestMinGapClockLag(t *testing.T) {
 	}
 }
 
-// TestWaitForLeaseContext: a rule that waits for its leases, with no round
+// TestWaitFirstContext: a rule that waits for its leases, with no round
 // to bring one (ManualSync), refuses once the request's context ends, with
 // ReasonNoLease and figures that agree; a rule that does not wait admits
 // the key's first request at once, within the cold-start allowance, and
 // refuses past it with ReasonLimited.
-func TestWaitForLeaseContext(t *testing.T) {
+func TestWaitFirstContext(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(t, nodeConfig(client, redistest.Prefix(t), clk, "a", 4))

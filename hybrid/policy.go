@@ -71,7 +71,7 @@ func (f *failover) closed() local.Decision {
 }
 
 // local decides on this node's part of the limit, the limit divided by
-// nodes (FailLocal); a rejection by that part is ReasonUnavailable.
+// nodes (FailLocal): its refusals are the part's, ReasonLimited.
 func (f *failover) local(nodes int64, now int64, key string, n int64, charge bool) local.Decision {
 	nodes = f.gossipNodes(nodes) // Fallback: the gossip's members
 	lim := f.rs.limit.Load()
@@ -83,13 +83,7 @@ func (f *failover) local(nodes int64, now int64, key string, n int64, charge boo
 	if f.part.Limit() != sp.lim {
 		f.part.SetLimit(sp.lim)
 	}
-	d := f.partAllow(now, key, n, charge)
-	if !d.Allowed() && d.Reason() == local.ReasonLimited {
-		o := d.Outcome()
-		o.Reason = local.ReasonUnavailable
-		d = o.Decision()
-	}
-	return d
+	return f.partAllow(now, key, n, charge)
 }
 
 // evenPart returns lim divided by nodes: its limit and burst each at least

@@ -176,7 +176,7 @@ type shareScaled struct {
 // n ÷ share per request admits r × share and b × share, so each key gets
 // its own share with no state beyond part's, and a new share applies at
 // once to the tokens the key holds. A refusal, a cost above the share's
-// burst included, is ReasonUnavailable; Limit is the rule's, Remaining in
+// burst included, is ReasonLimited; Limit is the rule's, Remaining in
 // requests at this share.
 func (f *failover) byShare(now int64, key string, n int64, share float64, charge bool) local.Decision {
 	lim := f.rs.limit.Load()
@@ -189,13 +189,10 @@ func (f *failover) byShare(now int64, key string, n int64, share float64, charge
 	if !(cost <= float64(sc.lim.MaxCost())) {
 		// Beyond the share's burst (or no share at all): never admitted at
 		// this share, which the next snapshot may raise.
-		return local.NewDecision(false, local.ReasonUnavailable, limit, 0, 0, time.Second).AsDegraded()
+		return local.NewDecision(false, local.ReasonLimited, limit, 0, 0, time.Second).AsDegraded()
 	}
 	d := f.partAllow(now, key, int64(cost), charge)
 	reason := d.Reason()
-	if reason == local.ReasonLimited {
-		reason = local.ReasonUnavailable
-	}
 	remaining := min(int64(float64(d.Remaining())*share/float64(sc.k)), limit)
 	return local.NewDecision(d.Allowed(), reason, limit, remaining, d.ResetAfter(), d.RetryAfter()).AsDegraded()
 }

@@ -40,8 +40,8 @@ func checkPolicy(t *testing.T, p hybrid.Policy, d local.Decision, err error) {
 			t.Fatalf("FailClosed decided %+v, want refused with ReasonUnavailable", d)
 		}
 	case hybrid.FailLocal:
-		if !d.Allowed() && d.Reason() != local.ReasonUnavailable {
-			t.Fatalf("FailLocal refused with %v, want ReasonUnavailable", d.Reason())
+		if !d.Allowed() && d.Reason() != local.ReasonLimited {
+			t.Fatalf("FailLocal refused with %v, want ReasonLimited (its part of the limit)", d.Reason())
 		}
 	}
 }

@@ -51,7 +51,8 @@ const (
 	PolicyDefault Policy = iota
 	// FailOpen admits: availability over the limit.
 	FailOpen
-	// FailClosed rejects (ReasonUnavailable): the limit over availability;
+	// FailClosed rejects (ReasonUnavailable: Redis could not decide, and
+	// nothing is admitted without it): the limit over availability;
 	// for security-critical limits such as logins.
 	FailClosed
 	// FailLocal decides on this node with the limit divided by the number of

@@ -57,7 +57,7 @@ const (
 	ReasonCostTooHigh = local.ReasonCostTooHigh // the cost is above what the rule can ever admit
 	ReasonInvalidCost = local.ReasonInvalidCost // the cost is negative
 	ReasonOverflow    = local.ReasonOverflow    // a new key, and the key table is full
-	ReasonNoLease     = local.ReasonNoLease     // hybrid, Rule.WaitForLease: no lease came before the context ended
+	ReasonNoLease     = local.ReasonNoLease     // hybrid: the request waited for its key's lease (Rule.Wait), and its context ended first
 	ReasonUnavailable = local.ReasonUnavailable // Redis could not decide; the failure policy did
 )
 

@@ -26,12 +26,16 @@ const (
 	// ReasonOverflow: the key is new and the key table is at its cap.
 	// Whether the request is admitted depends on Config.Overflow.
 	ReasonOverflow
-	// ReasonNoLease is used by the hybrid limiter: the node holds no lease
-	// for the key yet; RetryAfter is about one round trip to Redis.
+	// ReasonNoLease is used by the hybrid limiter: the request waited for
+	// its key's lease from Redis, and its context ended first (or, for a
+	// rule that waits for a key's first lease, the node holds none yet);
+	// RetryAfter is about one round trip to Redis.
 	ReasonNoLease
 	// ReasonUnavailable is used by the distributed modes: the shared store
-	// could not be reached and the failure policy decided (the Decision is
-	// Degraded).
+	// could not decide, and the failure policy decided without a limit
+	// (the Decision is Degraded): admitting everything (FailOpen), or
+	// refusing everything (FailClosed). A policy that decides on a part of
+	// the limit refuses with ReasonLimited, Degraded.
 	ReasonUnavailable
 )
 

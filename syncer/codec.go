@@ -63,18 +63,18 @@ func encodeLeaseBucket(q *lease.Request, c leaseConsts, r *Rule) []any {
 }
 
 // leaseBucketLen is the length of lua/lease_bucket.lua's reply.
-const leaseBucketLen = 11
+const leaseBucketLen = 12
 
 // decodeLeaseBucket reads lua/lease_bucket.lua's reply: {now, epoch, rate,
 // burst, expiry, tokens granted, pool tokens, pool rate, pool capacity,
-// revoked, live}.
+// revoked, live, rationed}.
 func decodeLeaseBucket(v []int64) (lease.BucketReply, error) {
 	if len(v) != leaseBucketLen {
 		return lease.BucketReply{}, replyLenError("lease_bucket", len(v), leaseBucketLen)
 	}
 	return lease.BucketReply{
 		Now: v[0], Epoch: v[1], Rate: v[2], Burst: v[3], Expiry: v[4], Grant: v[5],
-		Pool: v[6], PoolRate: v[7], PoolCap: v[8], Revoked: v[9] == 1, Live: v[10],
+		Pool: v[6], PoolRate: v[7], PoolCap: v[8], Revoked: v[9] == 1, Live: v[10], Rationed: v[11] == 1,
 	}, nil
 }
 

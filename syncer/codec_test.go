@@ -53,11 +53,11 @@ func TestDecodeLeaseWindow(t *testing.T) {
 // TestDecodeLeaseBucket: each value of the bucket script's reply lands in
 // the field its header names.
 func TestDecodeLeaseBucket(t *testing.T) {
-	v, err := decodeLeaseBucket([]int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 11})
+	v, err := decodeLeaseBucket([]int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 11, 1})
 	require.NoError(t, err)
 	assert.Equal(t, lease.BucketReply{
 		Now: 1, Epoch: 2, Rate: 3, Burst: 4, Expiry: 5, Grant: 6, Pool: 7, PoolRate: 8, PoolCap: 9,
-		Revoked: true, Live: 11,
+		Revoked: true, Live: 11, Rationed: true,
 	}, v)
 }
 

@@ -107,9 +107,9 @@ type SyncConfig struct {
 	Clock local.Clock
 	// Observer receives each round's figures. Optional.
 	Observer Observer
-	// PassTime makes the scripts take the node's clock (plus the learned
-	// offset, which is then 0) instead of Redis's: for simulations on a
-	// virtual clock. Default false: Redis's clock rules.
+	// PassTime makes the scripts take the node's clock instead of Redis's
+	// (the node then learns no offset between the two): for simulations on
+	// a virtual clock. Default false: Redis's clock rules.
 	PassTime bool
 }
 
@@ -257,7 +257,7 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	}
 	s.params = lease.Params{
 		Interval: cfg.Interval, Horizon: cfg.Horizon, MinGap: cfg.MinGap, PaceGap: cfg.PaceGap,
-		Safety: cfg.Safety, IdleRelease: cfg.IdleRelease, Epsilon: cfg.Epsilon,
+		Safety: cfg.Safety, IdleRelease: cfg.IdleRelease, Epsilon: cfg.Epsilon, Virtual: cfg.PassTime,
 	}
 	if cfg.NoColdStart {
 		s.params.Epsilon = 0
@@ -698,6 +698,13 @@ func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStat
 func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail func(error)) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	// Each reply's Redis clock is read against the midpoint of send and
+	// receipt: the send is now, not when the round began (a round that
+	// looked over many keys first would put every node's clock ahead).
+	sent := s.cfg.Clock.Now().UnixMicro()
+	for i := range b.outs {
+		b.outs[i].req.SentAt = sent
+	}
 	cmds, err := runPipelined(ctx, s.cfg.Client, s.cfg.Client.Pipeline, b.calls)
 	st.Pipeline++
 	recv := s.cfg.Clock.Now().UnixMicro()
@@ -716,7 +723,9 @@ func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail fu
 			}
 			if cerr == nil {
 				s.cluster.SetNodes(v.Live)
-				s.cluster.SetOffset(v.Now - (p.req.SentAt+recv)/2)
+				if !s.cfg.PassTime {
+					s.cluster.Measure(v.Now-(p.req.SentAt+recv)/2, max(recv-p.req.SentAt, 0)/2, recv)
+				}
 				st.Registered = true
 			} else {
 				s.registered = 0 // again at the next round

@@ -8,13 +8,26 @@
 // with -node; their gossip encrypted with a key made for the run), and sends
 // them traffic from inside the process: an abusive client far over its limit
 // spread over every node, a client whose requests mostly go to one node, new
-// clients arriving, and steady clients under their limit. Every second it
-// prints each node's admitted and refused requests, the middleware's latency
-// p99 and the node's mode, Redis's scripts and commands per second, and what
-// the cluster admitted for the watched clients against their limit. A third
-// of the way in Redis is killed (SIGKILL); two thirds in it is started again,
-// empty. At the end it prints a summary per phase and writes the timeline to
-// -out/timeline.svg.
+// clients arriving, and steady clients under their limit.
+//
+// Everything is counted per window of the rule (1 s), aligned as Redis
+// aligns them: at multiples of the window on Redis's clock. The driver asks
+// Redis for its time and begins the load at a window's start; each node
+// records every request it decides (time on Redis's clock, client, outcome)
+// in -out/decisions-nN.txt. Beside what the cluster admitted, the demo shows
+// what an exact limiter admits on the same arrivals: one local.Limiter under
+// the same rule replaying the recorded requests at their times. A fixed
+// window admits up to twice its limit in a second that straddles a boundary,
+// and a class of several clients up to the limit times the clients; the
+// replay shows those figures for what they are.
+//
+// After each window it prints each node's admitted and refused requests, the
+// middleware's latency p99 and the node's mode, Redis's scripts and commands,
+// and per class of client what the cluster admitted beside the exact replay
+// and the limit. A third of the way in Redis is killed (SIGKILL), at a
+// window's start; two thirds in it is started again, empty. At the end it
+// prints a summary per phase (admitted ÷ exact replay, the most a client got
+// in a window ÷ the limit) and writes the timeline to -out/timeline.svg.
 //
 // Every process it starts is stopped by PID when the run ends, fails or is
 // interrupted (Ctrl-C, SIGTERM); on Linux the kernel also kills them if the
@@ -51,8 +64,9 @@ func main() {
 	flag.StringVar(&no.redis, "redis", "", "node: Redis's `host:port`")
 	flag.IntVar(&no.gossipPort, "gossip-port", 0, "node: the gossip's loopback `port`")
 	seeds := flag.String("seeds", "", "node: the other nodes' gossip `addresses`, comma-separated")
+	flag.StringVar(&no.records, "records", "", "node: the `file` to record its decisions in")
 	flag.IntVar(&do.nodes, "nodes", 4, "how many nodes, 2 to 8")
-	flag.Int64Var(&do.limit, "limit", 400, "the limit per client, requests per second, 10 to 2000")
+	flag.Int64Var(&do.limit, "limit", 400, "the limit per client, requests per 1s window, 10 to 2000")
 	flag.StringVar(&do.algo, "algo", "fixed_window", "the rule's algorithm: fixed_window or sliding_window_counter")
 	flag.DurationVar(&do.duration, "duration", 30*time.Second, "how long the load runs, 6s to 60s: Redis is killed at a third and started again at two thirds")
 	flag.StringVar(&do.out, "out", ".run/demo", "`dir`ectory for the plot, the nodes' logs and Redis's files")

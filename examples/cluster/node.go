@@ -36,13 +36,14 @@ type nodeOptions struct {
 	id    int    // 1 to nodes
 	nodes int    // how many nodes the cluster has
 	redis string // host:port
-	limit int64  // requests per second per client
+	limit int64  // requests per window (ruleWindow) per client
 	algo  string // local.ParseAlgorithm's name of a window algorithm
 	// the gossip: this node's loopback port, the others' addresses, the
 	// cluster's encryption key
 	gossipPort int
 	seeds      []string
 	gossipKey  []byte
+	records    string // the file the node records its decisions in (recordLog)
 }
 
 // gossipKeyEnv passes the gossip's encryption key (hex) to the nodes.
@@ -76,20 +77,36 @@ const fallbackName = "gossip (Fallback)"
 func demoRule(algo string, limit int64) httplimit.Rule {
 	return httplimit.Rule{
 		ID: "per-client", Key: httplimit.KeyAPIKey, Endpoint: "GET /api",
-		Algorithm: algo, Limit: limit, Window: time.Second,
+		Algorithm: algo, Limit: limit, Window: ruleWindow,
 		Mode: hybrid.Hybrid, // the policy: the Limiter's default, Fallback with gossip
 	}
 }
 
 // runNode serves HTTP until SIGTERM or SIGINT, or until its standard input
-// closes (the driver is gone): /api behind the limiter, /stats for the driver.
-// It prints "listening ADDR" on standard output once it accepts connections.
+// closes (the driver is gone): /api behind the limiter, /stats and /flush for
+// the driver.
+// It records every request it decides in o.records, on Redis's clock. It
+// prints "listening ADDR" on standard output once it accepts connections.
 func runNode(o nodeOptions) error {
 	client := redis.NewClient(&redis.Options{
 		Addr: o.redis, ContextTimeoutEnabled: true, MaxRetries: -1,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
 	})
 	defer client.Close()
+	// Redis's clock places the windows: the node learns its offset from it
+	// once, at start (the nodes share Redis's host, whose clock does not
+	// drift from theirs), to record its decisions on it.
+	octx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	offset, err := measureOffset(octx, client)
+	cancel()
+	if err != nil {
+		return err
+	}
+	rlog, err := newRecordLog(o.records, offset)
+	if err != nil {
+		return err
+	}
+	defer rlog.close()
 	// The node reads the Limiter's own gauge, hybridlimit.redis.available,
 	// to tell the driver which mode it decides in.
 	reader := sdkmetric.NewManualReader()
@@ -128,10 +145,11 @@ func runNode(o nodeOptions) error {
 		return fmt.Errorf("rule %s runs %v, not hybrid", rule.Name, m)
 	}
 
-	st := &nodeStats{reader: reader}
+	st := &nodeStats{reader: reader, log: rlog}
 	mux := http.NewServeMux()
 	mux.Handle("GET /api", st.timed(mw.Handler(http.HandlerFunc(st.admit))))
 	mux.HandleFunc("GET /stats", st.serve)
+	mux.HandleFunc("GET /flush", st.flush)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -176,11 +194,12 @@ type timing struct {
 type timingKey struct{}
 
 // timed measures the middleware's decision: from just before it to the
-// handler it protects (admitted), or to its 429 (refused), which it counts;
-// admit counts the admitted.
+// handler it protects (admitted), or to its 429 (refused); and records the
+// request, at the time it began, with its client and outcome.
 func (s *nodeStats) timed(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		t := &timing{}
+		key := req.Header.Get(clientHeader)
 		req = req.WithContext(context.WithValue(req.Context(), timingKey{}, t))
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		t.start = time.Now()
@@ -188,9 +207,14 @@ func (s *nodeStats) timed(next http.Handler) http.Handler {
 		if !t.reached {
 			s.latency.record(time.Since(t.start))
 		}
-		if sw.code == http.StatusTooManyRequests {
-			s.refused.Add(1)
+		outcome := byte(outcomeFailed)
+		switch sw.code {
+		case http.StatusOK:
+			outcome = outcomeAdmitted
+		case http.StatusTooManyRequests:
+			outcome = outcomeRefused
 		}
+		s.log.add(t.start, key, outcome)
 	})
 }
 
@@ -200,7 +224,6 @@ func (s *nodeStats) admit(w http.ResponseWriter, req *http.Request) {
 		s.latency.record(time.Since(t.start))
 		t.reached = true
 	}
-	s.admitted.Add(1)
 	w.Write([]byte("ok\n"))
 }
 
@@ -216,26 +239,34 @@ func (w *statusWriter) WriteHeader(code int) {
 }
 
 // nodeStats are a node's counters since it started, served as JSON on
-// /stats; the driver takes the differences.
+// /stats (the driver takes the differences), and its record of decisions.
 type nodeStats struct {
-	admitted, refused atomic.Int64
-	latency           histogram
-	reader            *sdkmetric.ManualReader
+	latency histogram
+	reader  *sdkmetric.ManualReader
+	log     *recordLog
 }
 
 // statsReply is the JSON of /stats.
 type statsReply struct {
-	Admitted, Refused int64
-	Degraded          int64 // decisions made by the failure policy
-	Failed            int64 // requests the Limiter could not decide, let through
-	RedisAvailable    bool  // the Limiter's hybridlimit.redis.available gauge
-	Latency           []uint64
+	Degraded       int64 // decisions made by the failure policy
+	Failed         int64 // requests the Limiter could not decide, let through
+	RedisAvailable bool  // the Limiter's hybridlimit.redis.available gauge
+	Latency        []uint64
+}
+
+// flush answers /flush once the records of every request decided before it
+// are in the node's file: the driver reads them after the reply.
+func (s *nodeStats) flush(w http.ResponseWriter, req *http.Request) {
+	if err := s.log.flush(); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *nodeStats) serve(w http.ResponseWriter, req *http.Request) {
 	m := s.metrics(req.Context())
 	rep := statsReply{
-		Admitted: s.admitted.Load(), Refused: s.refused.Load(),
 		Degraded: m.degraded, Failed: m.errors,
 		RedisAvailable: m.available,
 		Latency:        s.latency.snapshot(),

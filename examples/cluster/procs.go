@@ -239,7 +239,7 @@ func startNode(ctx context.Context, o nodeOptions, logPath string) (*node, error
 	defer logf.Close() // the child holds its own descriptor
 	cmd := exec.Command(exe, "-node", strconv.Itoa(o.id), "-nodes", strconv.Itoa(o.nodes), "-redis", o.redis,
 		"-limit", strconv.FormatInt(o.limit, 10), "-algo", o.algo,
-		"-gossip-port", strconv.Itoa(o.gossipPort), "-seeds", strings.Join(o.seeds, ","))
+		"-gossip-port", strconv.Itoa(o.gossipPort), "-seeds", strings.Join(o.seeds, ","), "-records", o.records)
 	// The gossip's key goes in the environment, where ps does not show it.
 	cmd.Env = append(os.Environ(), gossipKeyEnv+"="+hex.EncodeToString(o.gossipKey))
 	cmd.Stderr = logf

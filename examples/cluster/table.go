@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 )
 
-// table draws one row per second: redrawn in place on a terminal, one plain
-// line each otherwise.
+// table draws one row per window, once the window has ended: redrawn in
+// place on a terminal, one plain line each otherwise.
 type table struct {
 	w                 io.Writer
 	live              bool
@@ -36,33 +36,6 @@ func (t *table) draw(r row) {
 	}
 }
 
-// perSec returns n per second over the row's interval.
-func perSec(n int64, r row) float64 {
-	if r.dt <= 0 {
-		return 0
-	}
-	return float64(n) / r.dt
-}
-
-// classTotals sums a class's admitted, refused and failed over the nodes.
-func classTotals(r row, cl int) (ok, limited, failed int64) {
-	for n := range maxNodes {
-		ok += r.ok[cl][n]
-		limited += r.limited[cl][n]
-		failed += r.failed[cl][n]
-	}
-	return
-}
-
-// perClient returns a class's admitted and refused per second and client.
-func perClient(r row, cl int) (ok, limited float64) {
-	o, l, _ := classTotals(r, cl)
-	if r.clientSeconds[cl] <= 0 {
-		return 0, 0
-	}
-	return float64(o) / r.clientSeconds[cl], float64(l) / r.clientSeconds[cl]
-}
-
 func modeName(n nodeRow) string {
 	switch {
 	case !n.reached:
@@ -81,18 +54,41 @@ func redisState(r row) string {
 	return "DOWN"
 }
 
+// windowName names row r's window by its start and end, in seconds since
+// the load began.
+func windowName(r row) string { return fmt.Sprintf("%d-%ds", r.t, r.t+1) }
+
+// fmtRatio formats a ÷ b with the given decimals, "-" when b is 0.
+func fmtRatio(a, b int64, decimals int) string {
+	x, ok := ratio(a, b)
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", decimals, x)
+}
+
+// drawPlain prints one line per window: the nodes' figures, then per class
+// what the cluster admitted and what the exact replay admits.
 func (t *table) drawPlain(r row) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "t=%2ds %-6s redis=%-4s scripts/s=%-5.0f cmds/s=%-5.0f|", r.t, phaseNames[r.phase], redisState(r), perSec(r.scripts, r), perSec(r.cmds, r))
+	fmt.Fprintf(&b, "t=%-6s %-6s redis=%-4s scripts/s=%-5d cmds/s=%-5d|", windowName(r), phaseNames[r.phase], redisState(r), r.scripts, r.cmds)
 	for i, n := range r.nodes {
-		fmt.Fprintf(&b, " n%d +%.0f -%.0f p99=%s %s |", i+1, perSec(n.admitted, r), perSec(n.refused, r), fmtDur(n.p99), modeName(n))
+		var ok int64
+		for cl := range numClasses {
+			ok += r.win.nodeAdmitted[cl][i]
+		}
+		fmt.Fprintf(&b, " n%d +%d -%d p99=%s %s |", i+1, ok, r.win.nodeRefused[i], fmtDur(n.p99), modeName(n))
 	}
-	for _, cl := range []int{classAbuser, classSkewed, classNew} {
-		ok, _ := perClient(r, cl)
-		fmt.Fprintf(&b, " %s %.0f/%d", classNames[cl], ok, t.o.limit)
+	for cl := range numClasses {
+		name := classNames[cl]
+		if c := r.win.clients[cl]; c != 1 {
+			name = fmt.Sprintf("%s×%d", name, c)
+		}
+		fmt.Fprintf(&b, " %s %d exact %d", name, r.win.admitted[cl], r.win.exact[cl])
+		if cl == classSteady {
+			fmt.Fprintf(&b, " refused %d", r.win.refused[cl])
+		}
 	}
-	ok, lim := perClient(r, classSteady)
-	fmt.Fprintf(&b, " steady %.0f refused %.0f", ok, lim)
 	fmt.Fprintln(t.w, b.String())
 }
 
@@ -106,27 +102,30 @@ func (t *table) drawLive(r row) {
 	if t.drawn > 0 {
 		fmt.Fprintf(&b, "\x1b[%dA", t.drawn) // back to the drawing's first line
 	}
-	line("t=%ds of %d   phase: %-6s   Redis: %-4s   scripts/s: %.0f   commands/s: %.0f", r.t, int(t.o.duration/time.Second), phaseNames[r.phase], redisState(r), perSec(r.scripts, r), perSec(r.cmds, r))
+	line("window %s of %ds   phase: %-6s   Redis: %-4s   scripts/s: %d   commands/s: %d", windowName(r), int(t.o.duration/time.Second), phaseNames[r.phase], redisState(r), r.scripts, r.cmds)
 	line("")
-	line("%-5s %11s %10s %13s  %s", "node", "admitted/s", "refused/s", "p99 "+latencyName, "mode")
+	line("%-5s %9s %8s %13s  %s", "node", "admitted", "refused", "p99 "+latencyName, "mode")
 	for i, n := range r.nodes {
-		line("%-5s %11.0f %10.0f %13s  %s", fmt.Sprintf("n%d", i+1), perSec(n.admitted, r), perSec(n.refused, r), fmtDur(n.p99), modeName(n))
+		var ok int64
+		for cl := range numClasses {
+			ok += r.win.nodeAdmitted[cl][i]
+		}
+		line("%-5s %9d %8d %13s  %s", fmt.Sprintf("n%d", i+1), ok, r.win.nodeRefused[i], fmtDur(n.p99), modeName(n))
 	}
 	line("")
-	line("%s %11s %8s %10s", pad("client (demand ÷ limit)", 28), "admitted/s", "limit/s", "refused/s")
+	line("in this window (%v, aligned to Redis's clock), beside one exact limiter deciding the same requests:", ruleWindow)
+	line("%s %7s %9s %13s %16s %8s %8s", pad("client (demand ÷ limit)", 24), "clients", "admitted", "exact replay", "limit × clients", "÷ exact", "refused")
 	l := float64(t.o.limit)
-	rows := []struct {
-		cl   int
-		name string
-	}{
-		{classAbuser, fmt.Sprintf("abuser (%g×, even)", t.wl.abuserRate/l)},
-		{classSkewed, fmt.Sprintf("skewed (%g×, %.0f%% on n1)", t.wl.skewedRate/l, 100*t.wl.skewShare)},
-		{classNew, fmt.Sprintf("new, each of %d (%g×)", r.active[classNew], t.wl.newRate/l)},
-		{classSteady, fmt.Sprintf("steady, each of %d (%g×)", r.active[classSteady], t.wl.steadyRate/l)},
+	names := [numClasses]string{
+		classAbuser: fmt.Sprintf("abuser (%g×, even)", t.wl.abuserRate/l),
+		classSkewed: fmt.Sprintf("skewed (%g×, %.0f%% on n1)", t.wl.skewedRate/l, 100*t.wl.skewShare),
+		classNew:    fmt.Sprintf("new (%g× each)", t.wl.newRate/l),
+		classSteady: fmt.Sprintf("steady (%g× each)", t.wl.steadyRate/l),
 	}
-	for _, x := range rows {
-		ok, lim := perClient(r, x.cl)
-		line("%s %11.0f %8d %10.0f", pad(x.name, 28), ok, t.o.limit, lim)
+	for cl := range numClasses {
+		w := &r.win
+		line("%s %7d %9d %13d %16d %8s %8d", pad(names[cl], 24), w.clients[cl], w.admitted[cl], w.exact[cl],
+			w.clients[cl]*t.o.limit, fmtRatio(w.admitted[cl], w.exact[cl], 2), w.refused[cl])
 	}
 	line("")
 	for _, n := range t.notes {
@@ -156,18 +155,20 @@ func fmtDur(d time.Duration) string {
 	}
 }
 
-// phaseSum adds up a phase's rows.
+// phaseSum adds up a phase's windows.
 type phaseSum struct {
-	seconds             float64
-	ok, limited, failed [numClasses]int64
-	clientSeconds       [numClasses]float64 // Σ clients active × seconds
+	windows             int
+	admitted, exact     [numClasses]int64 // by the cluster, by the exact replay
+	most                [numClasses]int64 // the most admitted for one client in one window
+	over, under         int64             // Σ per client and window, beyond and short of the exact replay
 	decisions, degraded int64
-	limiterErrors       int64 // requests the nodes' Limiter could not decide
+	lost                [numClasses]int64 // requests answered 5xx or not at all
+	limiterErrors       int64             // requests the nodes' Limiter could not decide
 	scripts, cmds       int64
 	lat                 []uint64
 }
 
-// summary is the run's figures per phase.
+// summary is the run's figures per phase, from its windows.
 type summary struct {
 	limit   int64
 	wl      workload
@@ -180,16 +181,17 @@ type summary struct {
 func (s *summary) add(r row) {
 	s.rows = append(s.rows, r)
 	p := &s.phases[r.phase]
-	p.seconds += r.dt
+	p.windows++
 	for cl := range numClasses {
-		ok, lim, f := classTotals(r, cl)
-		p.ok[cl] += ok
-		p.limited[cl] += lim
-		p.failed[cl] += f
-		p.clientSeconds[cl] += r.clientSeconds[cl]
+		p.admitted[cl] += r.win.admitted[cl]
+		p.exact[cl] += r.win.exact[cl]
+		p.most[cl] = max(p.most[cl], r.win.most[cl])
+		p.over += r.win.over[cl]
+		p.under += r.win.under[cl]
+		p.lost[cl] += r.lost[cl]
 	}
+	p.decisions += r.win.decisions
 	for _, n := range r.nodes {
-		p.decisions += n.admitted + n.refused
 		p.degraded += n.degraded
 		p.limiterErrors += n.failed
 	}
@@ -209,71 +211,61 @@ func (s *summary) failed() int64 {
 	var n int64
 	for _, p := range s.phases {
 		for cl := range numClasses {
-			n += p.failed[cl]
+			n += p.lost[cl]
 		}
 		n += p.limiterErrors
 	}
 	return n
 }
 
-// admittedOverLimit returns a class's admitted per client-second ÷ limit.
-func (p *phaseSum) admittedOverLimit(cl int, limit int64) float64 {
-	if p.clientSeconds[cl] == 0 {
-		return 0
-	}
-	return float64(p.ok[cl]) / (p.clientSeconds[cl] * float64(limit))
-}
-
 func (s *summary) write(w io.Writer) {
-	fmt.Fprint(w, pad("summary", 36))
+	const nameW = 46
+	fmt.Fprint(w, pad(fmt.Sprintf("summary, per window of %v", ruleWindow), nameW))
 	for _, n := range phaseNames {
 		fmt.Fprintf(w, " %10s", n)
 	}
 	fmt.Fprintln(w)
 	row := func(name string, f func(p *phaseSum) string) {
-		fmt.Fprint(w, pad(name, 36))
+		fmt.Fprint(w, pad(name, nameW))
 		for i := range s.phases {
 			fmt.Fprintf(w, " %10s", f(&s.phases[i]))
 		}
 		fmt.Fprintln(w)
 	}
-	row("seconds", func(p *phaseSum) string { return fmt.Sprintf("%.0f", p.seconds) })
+	row("windows", func(p *phaseSum) string { return fmt.Sprint(p.windows) })
 	for _, cl := range []int{classAbuser, classSkewed, classNew} {
-		row(classNames[cl]+": admitted ÷ limit", func(p *phaseSum) string {
-			return fmt.Sprintf("%.2f", p.admittedOverLimit(cl, s.limit))
+		row(classNames[cl]+": admitted ÷ exact replay", func(p *phaseSum) string {
+			return fmtRatio(p.admitted[cl], p.exact[cl], 2)
+		})
+		row(classNames[cl]+": most for a client in a window ÷ limit", func(p *phaseSum) string {
+			if p.admitted[cl]+p.exact[cl] == 0 {
+				return "-" // no request of the class
+			}
+			return fmtRatio(p.most[cl], s.limit, 2)
 		})
 	}
-	row("steady: admitted ÷ sent", func(p *phaseSum) string {
-		sent := p.ok[classSteady] + p.limited[classSteady] + p.failed[classSteady]
-		if sent == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.3f", float64(p.ok[classSteady])/float64(sent))
+	row("steady: admitted ÷ exact replay", func(p *phaseSum) string {
+		return fmtRatio(p.admitted[classSteady], p.exact[classSteady], 3)
 	})
+	row("admitted beyond the exact replay", func(p *phaseSum) string { return fmt.Sprint(p.over) })
+	row("admitted short of the exact replay", func(p *phaseSum) string { return fmt.Sprint(p.under) })
 	row(latencyName+" latency p50", func(p *phaseSum) string { return fmtDur(quantile(p.lat, 0.5)) })
 	row(latencyName+" latency p99", func(p *phaseSum) string { return fmtDur(quantile(p.lat, 0.99)) })
 	row("decisions", func(p *phaseSum) string { return fmt.Sprint(p.decisions) })
 	row("decisions by the failure policy", func(p *phaseSum) string { return fmt.Sprint(p.degraded) })
-	row("Redis scripts per decision", func(p *phaseSum) string {
-		if p.decisions == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.4f", float64(p.scripts)/float64(p.decisions))
-	})
-	row("Redis commands per decision", func(p *phaseSum) string {
-		if p.decisions == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.4f", float64(p.cmds)/float64(p.decisions))
-	})
+	row("Redis scripts per decision", func(p *phaseSum) string { return fmtRatio(p.scripts, p.decisions, 4) })
+	row("Redis commands per decision", func(p *phaseSum) string { return fmtRatio(p.cmds, p.decisions, 4) })
 	row("failed requests (5xx, no answer)", func(p *phaseSum) string {
 		var n int64
 		for cl := range numClasses {
-			n += p.failed[cl]
+			n += p.lost[cl]
 		}
 		return fmt.Sprint(n)
 	})
 	row("Limiter errors (let through)", func(p *phaseSum) string { return fmt.Sprint(p.limiterErrors) })
+	fmt.Fprintf(w, "\nexact replay: one local.Limiter under the same rule deciding the same requests at the times the nodes\n"+
+		"decided them, on Redis's clock. \"beyond\" and \"short of\" add up, per client and window, what the cluster\n"+
+		"admitted more and less than it.\n")
 	fmt.Fprintf(w, "\nrequests failed because of Redis: %d (of %d sent", s.failed(), s.sent)
 	if s.dropped > 0 {
 		fmt.Fprintf(w, "; %d arrivals not sent: the load generator fell behind", s.dropped)

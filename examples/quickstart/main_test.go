@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -12,9 +13,44 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-// TestRun runs the program against the test Redis.
+// TestRun runs the program against the test Redis, its keys cleared
+// first, and checks that it prints the output the README shows: five of
+// five admitted, as an exact limiter admits them.
 func TestRun(t *testing.T) {
-	require.NoError(t, run(context.Background(), redistest.Addr(t)))
+	addr := redistest.Addr(t)
+	ctx := context.Background()
+	c := redistest.Client(t, addr)
+	keys, err := redistest.Keys(ctx, c, "quickstart")
+	require.NoError(t, err)
+	if len(keys) > 0 {
+		require.NoError(t, c.Del(ctx, keys...).Err())
+	}
+	out := captureStdout(t, func() { require.NoError(t, run(ctx, addr)) })
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(readme), "it prints (its test\nchecks this output):\n\n```\n")
+	require.True(t, ok, "README.md: no expected output after the quick start")
+	want, _, _ := strings.Cut(after, "```\n")
+	assert.Equal(t, want, out)
+	assert.Equal(t, 5, strings.Count(out, "allowed"), "five requests in a row on a new key, all admitted")
+}
+
+// captureStdout returns what f writes to os.Stdout.
+func captureStdout(t *testing.T, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	saved := os.Stdout
+	os.Stdout = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	defer func() { os.Stdout = saved }()
+	f()
+	w.Close()
+	return <-done
 }
 
 // TestRunNoRedis: with RequireRedis, the program stops at New when Redis

@@ -53,6 +53,11 @@ func (e *RuleError) Unwrap() []error {
 // Config.APIKeyHeader is empty.
 const DefaultAPIKeyHeader = "X-API-Key"
 
+// DefaultUnavailableStatus is the status of a FailClosed refusal made
+// without Redis when Config.UnavailableStatus is 0: 503 Service
+// Unavailable.
+const DefaultUnavailableStatus = http.StatusServiceUnavailable
+
 // Config configures a Middleware. Every field documents its default; the
 // zero Config keys IP rules by the socket's peer address and sends the
 // X-RateLimit-* headers.
@@ -113,6 +118,13 @@ type Config struct {
 	// RetryJitter adds a random delay from 0 to RetryJitter to Retry-After,
 	// so refused clients do not all come back at once. Default 0.
 	RetryJitter time.Duration
+	// UnavailableStatus is the status of a refusal made without Redis by
+	// a FailClosed rule (hybrid.ReasonUnavailable), when no other rule
+	// refused the request for its limit: the client did nothing wrong, and
+	// a 429 would say it sent too much. Its body's problem type is
+	// UnavailableProblemType. 400 to 599. Default 503 (Service
+	// Unavailable).
+	UnavailableStatus int
 
 	// Shadow runs every rule in shadow mode: requests are counted and the
 	// headers set, but none is refused; refusals that enforcement would
@@ -158,6 +170,8 @@ func (c Config) validate() (clientIP, error) {
 		return ci, fmt.Errorf("%w: IPv6Prefix %d: must be from 1 to 128", ErrInvalidConfig, c.IPv6Prefix)
 	case c.RetryJitter < 0:
 		return ci, fmt.Errorf("%w: RetryJitter %v: must not be negative", ErrInvalidConfig, c.RetryJitter)
+	case c.UnavailableStatus != 0 && (c.UnavailableStatus < 400 || c.UnavailableStatus > 599):
+		return ci, fmt.Errorf("%w: UnavailableStatus %d: must be from 400 to 599", ErrInvalidConfig, c.UnavailableStatus)
 	case c.ClientIPHeader != "" && len(c.TrustedProxies) == 0 && c.TrustedHops == 0:
 		return ci, fmt.Errorf("%w: ClientIPHeader %q: needs TrustedProxies or TrustedHops, or anyone could set it", ErrInvalidConfig, c.ClientIPHeader)
 	case strings.ContainsAny(c.APIKeyHeader, " :\r\n"):

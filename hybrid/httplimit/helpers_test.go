@@ -88,10 +88,11 @@ func intHeader(t *testing.T, resp *http.Response, name string) int64 {
 
 // problem is a problem+json body.
 type problem struct {
-	Type     string   `json:"type"`
-	Title    string   `json:"title"`
-	Status   int      `json:"status"`
-	Violated []string `json:"violated-policies"`
+	Type        string   `json:"type"`
+	Title       string   `json:"title"`
+	Status      int      `json:"status"`
+	Violated    []string `json:"violated-policies"`
+	Unavailable []string `json:"unavailable-policies"`
 }
 
 func parseProblem(t *testing.T, resp *http.Response, body string) problem {

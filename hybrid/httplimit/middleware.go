@@ -55,6 +55,7 @@ type registered struct {
 	limit  hybrid.Limit
 	mode   hybrid.Mode
 	policy hybrid.Policy
+	wait   hybrid.Wait
 }
 
 // ruleSet is the rules in force: SetRules builds a new one and swaps it in.
@@ -112,6 +113,9 @@ func New(l *hybrid.Limiter, cfg Config) (*Middleware, error) {
 		return nil, err
 	}
 	m := &Middleware{l: l, cfg: cfg, ip: ip, clock: cfg.Clock, logger: cfg.Logger, reg: map[string]registered{}}
+	if m.cfg.UnavailableStatus == 0 {
+		m.cfg.UnavailableStatus = DefaultUnavailableStatus
+	}
 	m.apiKeyHeader = cfg.APIKeyHeader
 	if m.apiKeyHeader == "" {
 		m.apiKeyHeader = DefaultAPIKeyHeader
@@ -157,7 +161,7 @@ func (m *Middleware) Rules() []Rule {
 // goes through hybrid.Limiter.SetLimit, which keeps consumption. A rule
 // removed stays registered with the Limiter, idle (its keys are swept),
 // and comes back with its state if added again. A rule may not change its
-// Mode or Policy under the same ID. Rules of different modes mix freely:
+// Mode, Policy or Wait under the same ID. Rules of different modes mix freely:
 // a per-IP Local rule and a per-user Hybrid quota decide as one.
 //
 // The error is a *RuleError naming the rule and the field, or one from
@@ -197,16 +201,18 @@ func (m *Middleware) SetRules(rules []Rule) error {
 		reg, ok := m.reg[w.name]
 		switch {
 		case !ok:
-			hr, err := m.l.Register(hybrid.Rule{Name: w.name, Limit: w.limit, Mode: w.r.Mode, Policy: w.r.Policy})
+			hr, err := m.l.Register(hybrid.Rule{Name: w.name, Limit: w.limit, Mode: w.r.Mode, Policy: w.r.Policy, Wait: w.r.Wait})
 			if err != nil {
 				return &RuleError{ID: w.r.ID, Field: "mode", Reason: "cannot register", Err: err}
 			}
-			reg = registered{rule: hr, limit: w.limit, mode: w.r.Mode, policy: w.r.Policy}
+			reg = registered{rule: hr, limit: w.limit, mode: w.r.Mode, policy: w.r.Policy, wait: w.r.Wait}
 			m.reg[w.name] = reg
 		case reg.mode != w.r.Mode:
 			return &RuleError{ID: w.r.ID, Field: "mode", Reason: fmt.Sprintf("was %s; a rule's mode cannot change under the same ID", reg.mode)}
 		case reg.policy != w.r.Policy:
 			return &RuleError{ID: w.r.ID, Field: "policy", Reason: fmt.Sprintf("was %s; a rule's policy cannot change under the same ID", reg.policy)}
+		case reg.wait != w.r.Wait:
+			return &RuleError{ID: w.r.ID, Field: "wait", Reason: fmt.Sprintf("was %s; a rule's wait cannot change under the same ID", reg.wait)}
 		case reg.limit != w.limit:
 			changed = append(changed, w)
 		}
@@ -286,6 +292,8 @@ func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Lim
 		return bad("mode", fmt.Sprintf("%d: unknown", r.Mode), nil)
 	case r.Policy > hybrid.Fallback:
 		return bad("policy", fmt.Sprintf("%d: unknown", r.Policy), nil)
+	case r.Wait > hybrid.WaitFirst:
+		return bad("wait", fmt.Sprintf("%d: unknown", r.Wait), nil)
 	}
 	params := hybrid.Params{Algorithm: algo, Limit: r.Limit, Window: r.Window, Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored}
 	lim, err := hybrid.NewLimit(params)

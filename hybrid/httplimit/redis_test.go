@@ -29,7 +29,9 @@ func redisLimiter(t *testing.T, srv *redistest.Server, mode hybrid.Mode) *hybrid
 }
 
 // TestRedisKilled: with Redis killed under the middleware, each rule's
-// failure policy decides, and no request is answered 500.
+// failure policy decides, and no request is answered 500: FailClosed's
+// refusals are 503s of their own problem type, without figures of a limit
+// no one checked; FailLocal's, on this node's part of the limit, 429s.
 func TestRedisKilled(t *testing.T) {
 	srv := redistest.Start(t)
 	mp, read := meterReader()
@@ -39,7 +41,7 @@ func TestRedisKilled(t *testing.T) {
 		r.Policy = p
 		return r
 	}
-	m, err := httplimit.New(l, httplimit.Config{MeterProvider: mp, Rules: []httplimit.Rule{
+	m, err := httplimit.New(l, httplimit.Config{MeterProvider: mp, RateLimitHeaders: true, Rules: []httplimit.Rule{
 		rule("open", "/open", hybrid.FailOpen),
 		rule("closed", "/closed", hybrid.FailClosed),
 		rule("local", "/local", hybrid.FailLocal),
@@ -60,14 +62,29 @@ func TestRedisKilled(t *testing.T) {
 		for _, p := range []string{"/open", "/closed", "/local"} {
 			resp, body := get(t, ts, p)
 			codes[p] = append(codes[p], resp.StatusCode)
-			if resp.StatusCode == http.StatusTooManyRequests {
-				parseProblem(t, resp, body)
+			switch resp.StatusCode {
+			case http.StatusTooManyRequests:
+				pb := parseProblem(t, resp, body)
+				assert.Equal(t, httplimit.ProblemType, pb.Type)
 				assert.GreaterOrEqual(t, intHeader(t, resp, "Retry-After"), int64(1))
+			case http.StatusServiceUnavailable:
+				pb := parseProblem(t, resp, body)
+				assert.Equal(t, httplimit.UnavailableProblemType, pb.Type)
+				assert.Equal(t, http.StatusServiceUnavailable, pb.Status)
+				assert.Equal(t, []string{"closed"}, pb.Unavailable)
+				assert.GreaterOrEqual(t, intHeader(t, resp, "Retry-After"), int64(1))
+				for _, h := range []string{"RateLimit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+					assert.Empty(t, resp.Header.Values(h), "%s: no limit decided the refusal", h)
+				}
+			case http.StatusOK:
+				if p == "/open" {
+					assert.Empty(t, resp.Header.Values("X-RateLimit-Remaining"), "FailOpen admits without a limit: no figures")
+				}
 			}
 		}
 	}
 	assert.Equal(t, []int{200, 200, 200, 200, 200}, codes["/open"], "fail open")
-	assert.Equal(t, []int{429, 429, 429, 429, 429}, codes["/closed"], "fail closed")
+	assert.Equal(t, []int{503, 503, 503, 503, 503}, codes["/closed"], "fail closed")
 	for _, c := range codes["/local"] {
 		assert.Contains(t, []int{200, 429}, c, "fail local: this node's share")
 	}

@@ -34,6 +34,7 @@ type Rule struct {
 	Cost       int64            `json:"cost,omitempty" yaml:"cost,omitempty"`               // per request; default 1
 	Mode       hybrid.Mode      `json:"-" yaml:"-"`                                         // default: the Limiter's
 	Policy     hybrid.Policy    `json:"-" yaml:"-"`
+	Wait       hybrid.Wait      `json:"-" yaml:"-"` // a hybrid rule's wait for its key's exchange with Redis; default hybrid.WaitInFlight
 	Shadow     bool             `json:"shadow,omitempty" yaml:"shadow,omitempty"`
 	Overrides  map[string]int64 `json:"overrides,omitempty" yaml:"overrides,omitempty"` // limit per tier name or single key
 }

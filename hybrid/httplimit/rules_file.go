@@ -89,6 +89,7 @@ type fileRule struct {
 	Cost        int64            `json:"cost,omitempty"`
 	Mode        string           `json:"mode,omitempty"`
 	Policy      string           `json:"policy,omitempty"`
+	Wait        string           `json:"wait,omitempty"`
 	Shadow      bool             `json:"shadow,omitempty"`
 	Overrides   map[string]int64 `json:"overrides,omitempty"`
 }
@@ -130,6 +131,8 @@ func (r *fileRule) field(name string) any {
 		return &r.Mode
 	case "policy":
 		return &r.Policy
+	case "wait":
+		return &r.Wait
 	case "shadow":
 		return &r.Shadow
 	case "overrides":
@@ -452,6 +455,9 @@ func (r *fileRule) rule(i int) (Rule, error) {
 	if out.Policy, err = parseName(r.Policy, hybrid.PolicyDefault, hybrid.Fallback); err != nil {
 		return fail("policy", fmt.Sprintf("%q: must be fail_open, fail_closed, fail_local or fallback (or absent, for the Limiter's)", r.Policy))
 	}
+	if out.Wait, err = parseName(r.Wait, hybrid.WaitDefault, hybrid.WaitFirst); err != nil {
+		return fail("wait", fmt.Sprintf("%q: must be never, in_flight or first (or absent, for in_flight)", r.Wait))
+	}
 	_, lim, _, err := compile(i, &out)
 	var re *RuleError
 	if errors.As(err, &re) {
@@ -519,6 +525,9 @@ func MarshalRules(rules []Rule) ([]byte, error) {
 		}
 		if r.Policy != hybrid.PolicyDefault {
 			fr.Policy = r.Policy.String()
+		}
+		if r.Wait != hybrid.WaitDefault {
+			fr.Wait = r.Wait.String()
 		}
 		doc.Rules[i] = fr
 	}

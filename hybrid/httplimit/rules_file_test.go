@@ -50,6 +50,7 @@ rules:
     algorithm: token-bucket
     max_requests: 10
     window: 1.5s
+    wait: never
   - id: api-key-anchored
     key: api_key
     algorithm: sub_window_counter
@@ -64,7 +65,7 @@ const fullJSON = `{"version": 1, "rules": [
    "max_requests": 100, "window": "1m", "tier": "free", "overrides": {"pro": 1000, "user-42": 5}},
   {"id": "login-ip", "key": "ip", "endpoint": "POST example.com/login", "algorithm": "GCRA",
    "max_requests": 5, "window": "1d", "burst": 2, "cost": 2, "mode": "central", "policy": "fail_closed", "shadow": true},
-  {"id": "7", "key": "api_key", "endpoint": "/", "algorithm": "token-bucket", "max_requests": 10, "window": "1.5s"},
+  {"id": "7", "key": "api_key", "endpoint": "/", "algorithm": "token-bucket", "max_requests": 10, "window": "1.5s", "wait": "never"},
   {"id": "api-key-anchored", "key": "api_key", "algorithm": "sub_window_counter", "max_requests": 60, "window": "1m",
    "sub_windows": 6, "anchored": true}
 ]}`
@@ -74,7 +75,7 @@ var fullRules = []Rule{
 		Window: time.Minute, Tier: "free", Overrides: map[string]int64{"pro": 1000, "user-42": 5}},
 	{ID: "login-ip", Key: KeyIP, Endpoint: "POST example.com/login", Algorithm: "gcra", Limit: 5,
 		Window: 24 * time.Hour, Burst: 2, Cost: 2, Mode: hybrid.Central, Policy: hybrid.FailClosed, Shadow: true},
-	{ID: "7", Key: KeyAPIKey, Endpoint: "/", Algorithm: "token_bucket", Limit: 10, Window: 1500 * time.Millisecond},
+	{ID: "7", Key: KeyAPIKey, Endpoint: "/", Algorithm: "token_bucket", Limit: 10, Window: 1500 * time.Millisecond, Wait: hybrid.WaitNever},
 	{ID: "api-key-anchored", Key: KeyAPIKey, Algorithm: "sub_window_counter", Limit: 60, Window: time.Minute,
 		SubWindows: 6, Anchored: true},
 }
@@ -157,6 +158,7 @@ func TestParseRulesErrors(t *testing.T) {
 		{"list for a string", yamlDoc("    tier: [a]\n"), 0, "r1", "tier", "string"},
 		{"text for an integer", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: ten", 1), 0, "r1", "max_requests", "integer"},
 		{"shadow yes", yamlDoc("    shadow: maybe\n"), 0, "r1", "shadow", "true or false"},
+		{"bad wait", yamlDoc("    wait: always\n"), 0, "r1", "wait", "never, in_flight or first"},
 		{"overrides list", yamlDoc("    overrides: [1]\n"), 0, "r1", "overrides", "integer limits"},
 		{"no id", "version: 1\nrules:\n  - key: ip\n", 0, "", "id", "1 to 128"},
 		{"bad id", strings.Replace(yamlDoc(""), "id: r1", "id: a{b}", 1), 0, "a{b}", "id", "letters"},

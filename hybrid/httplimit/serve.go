@@ -26,6 +26,12 @@ const (
 // quota-exceeded problem type of draft-ietf-httpapi-ratelimit-headers-11.
 const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
+// UnavailableProblemType is the type of the problem+json body of a refusal
+// made without Redis by FailClosed rules (Config.UnavailableStatus): the
+// limiter could not decide, and its rules refuse rather than guess. The
+// body names those rules in "unavailable-policies".
+const UnavailableProblemType = "https://github.com/hybridlimit/hybridlimit/blob/main/docs/http.md#redis-failures"
+
 // item is one matched rule of a request and its decision.
 type item struct {
 	c      *compiledRule
@@ -135,6 +141,29 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 		m.refuse(w, sc)
 	}
 	return admitted
+}
+
+// unavailable reports whether it is a refusal made without Redis by a
+// FailClosed rule: no limit decided it.
+func (it *item) unavailable() bool {
+	return !it.d.Allowed() && it.d.Reason() == hybrid.ReasonUnavailable
+}
+
+// figures reports whether its decision has figures of a limit: not one of
+// FailOpen or FailClosed, made without Redis and without a limit.
+func (it *item) figures() bool {
+	return !(it.d.Degraded() && it.d.Reason() == hybrid.ReasonUnavailable)
+}
+
+// quotaRefused reports whether an enforced rule refused the request for
+// its limit; false when only FailClosed rules, unable to reach Redis, did.
+func quotaRefused(sc *scratch) bool {
+	for i := range sc.items {
+		if it := &sc.items[i]; !it.shadow && it.violated() && !it.unavailable() {
+			return true
+		}
+	}
+	return false
 }
 
 // key returns the key of a rule of type t, and false when the request has
@@ -271,12 +300,13 @@ func (it *item) reset() int64 {
 
 // headline returns the item the single-policy headers describe: on a
 // refusal the violated rule with the longest wait; otherwise the one with
-// the least remaining (the longest reset among equals).
+// the least remaining (the longest reset among equals); nil when no
+// decided item has figures (FailOpen or FailClosed decided them all).
 func headline(sc *scratch, admitted bool) *item {
 	var best *item
 	for i := range sc.items {
 		it := &sc.items[i]
-		if !it.decided(admitted) {
+		if !it.decided(admitted) || !it.figures() {
 			continue
 		}
 		switch {
@@ -303,6 +333,14 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 	h := headline(sc, admitted)
 	hdr := w.Header()
 	sc.buf, sc.n = sc.buf[:0], 0
+	if h == nil {
+		// No limit decided: no figures to tell, but when to come back.
+		if !admitted {
+			m.setInt(hdr, sc, hdrRetryAfter, m.retryAfter(sc))
+			m.flushHeaders(hdr, sc)
+		}
+		return
+	}
 	if !m.cfg.DisableXRateLimit {
 		if lim := h.d.Limit(); lim == h.t.limit {
 			hdr[hdrXLimit] = h.t.xLim
@@ -328,6 +366,11 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 	if !admitted {
 		m.setInt(hdr, sc, hdrRetryAfter, m.retryAfter(sc))
 	}
+	m.flushHeaders(hdr, sc)
+}
+
+// flushHeaders copies the header values built in sc.buf into hdr.
+func (m *Middleware) flushHeaders(hdr http.Header, sc *scratch) {
 	if sc.n == 0 {
 		return
 	}
@@ -384,7 +427,7 @@ func (m *Middleware) policy(hdr http.Header, sc *scratch, admitted bool) {
 	var one *item
 	count := 0
 	for i := range sc.items {
-		if it := &sc.items[i]; it.decided(admitted) {
+		if it := &sc.items[i]; it.decided(admitted) && it.figures() {
 			one = it
 			count++
 		}
@@ -396,7 +439,7 @@ func (m *Middleware) policy(hdr http.Header, sc *scratch, admitted bool) {
 	first := true
 	for i := range sc.items {
 		it := &sc.items[i]
-		if !it.decided(admitted) {
+		if !it.decided(admitted) || !it.figures() {
 			continue
 		}
 		if !first {
@@ -488,13 +531,23 @@ func (m *Middleware) retryAfter(sc *scratch) int64 {
 }
 
 // refuse answers 429 with a problem+json body naming the violated
-// policies.
+// policies; or, when only FailClosed rules refused, unable to reach Redis,
+// Config.UnavailableStatus with a body of UnavailableProblemType naming
+// them.
 func (m *Middleware) refuse(w http.ResponseWriter, sc *scratch) {
+	status, quota := http.StatusTooManyRequests, quotaRefused(sc)
 	b := sc.buf[:0]
-	b = append(b, `{"type":"`+ProblemType+`","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":[`...)
+	if quota {
+		b = append(b, `{"type":"`+ProblemType+`","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":[`...)
+	} else {
+		status = m.cfg.UnavailableStatus
+		b = append(b, `{"type":"`+UnavailableProblemType+`","title":"The rate limiter cannot decide: its shared store is unavailable","status":`...)
+		b = strconv.AppendInt(b, int64(status), 10)
+		b = append(b, `,"unavailable-policies":[`...)
+	}
 	first := true
 	for i := range sc.items {
-		if it := &sc.items[i]; !it.shadow && it.violated() {
+		if it := &sc.items[i]; !it.shadow && it.violated() && (quota || it.unavailable()) {
 			if !first {
 				b = append(b, ',')
 			}
@@ -507,6 +560,6 @@ func (m *Middleware) refuse(w http.ResponseWriter, sc *scratch) {
 	hdr := w.Header()
 	hdr["Content-Type"] = []string{"application/problem+json"}
 	hdr["X-Content-Type-Options"] = []string{"nosniff"}
-	w.WriteHeader(http.StatusTooManyRequests)
+	w.WriteHeader(status)
 	w.Write(b) //nolint:errcheck // the client is gone; nothing to do
 }

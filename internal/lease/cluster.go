@@ -15,10 +15,15 @@ import (
 type Cluster struct {
 	least int64        // the nodes to assume at least (SyncConfig.Nodes)
 	nodes atomic.Int64 // live nodes as the registry last counted them
-	// offset is Redis time − node time as the last reply measured it: a
-	// new key starts from it until its own first reply, so that its first
-	// decisions already fall in Redis's windows, not the node clock's.
+	// offset is Redis time − node time, the best measure the replies gave
+	// (clock): a new key starts from it until its own first reply, so that
+	// its first decisions already fall in Redis's windows, not the node
+	// clock's.
 	offset atomic.Int64
+	clock  struct {
+		sync.Mutex
+		offset, unc, at int64 // the best measure, its uncertainty, and the node time it was made at
+	}
 	// outage is the Redis time (µs, estimated) of the last round that
 	// found Redis unreachable; 0 before any.
 	outage atomic.Int64
@@ -48,11 +53,46 @@ func (c *Cluster) Nodes() int64 { return max(c.nodes.Load(), c.least) }
 // SetNodes records the live nodes as counted.
 func (c *Cluster) SetNodes(n int64) { c.nodes.Store(n) }
 
-// Offset returns Redis time − node time, as last measured.
+// Offset returns Redis time − node time, as best measured.
 func (c *Cluster) Offset() int64 { return c.offset.Load() }
 
-// SetOffset records Redis time − node time as measured.
-func (c *Cluster) SetOffset(o int64) { c.offset.Store(o) }
+// driftPer is how long the node's and Redis's clocks take to drift 1µs
+// apart, at most (100 ppm): a measure of their offset grows that much less
+// certain as it ages.
+const driftPer = 10_000
+
+// Measure takes a measure of Redis time − node time, offset, made at node
+// time now from a reply whose send and receipt were 2 × unc apart (the
+// midpoint of the two is taken for the time Redis read its clock, so the
+// error is at most unc), and returns the offset to use for the key it
+// came from. A measure at least as certain as the best one, aged, becomes
+// the best; a less certain one that agrees with the best within the two
+// uncertainties is replaced by it: a reply late in a long pipeline, which
+// Redis ran well after the midpoint, does not put the key's clock off. One
+// that disagrees (another master of a Cluster, with a clock of its own) is
+// the key's.
+func (c *Cluster) Measure(offset, unc, now int64) int64 {
+	b := &c.clock
+	b.Lock()
+	defer b.Unlock()
+	aged := b.unc + max(now-b.at, 0)/driftPer
+	switch {
+	case b.at == 0 || unc <= aged:
+		b.offset, b.unc, b.at = offset, unc, now
+		c.offset.Store(offset)
+		return offset
+	case abs(offset-b.offset) <= unc+aged:
+		return b.offset
+	}
+	return offset
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
 
 // Wake is signalled when a key asks for an early round.
 func (c *Cluster) Wake() <-chan struct{} { return c.wake }

@@ -65,7 +65,7 @@ type Lease struct {
 
 	Digest [DigestSize]byte // the user key's digest, which names it in Redis
 
-	flags uint16
+	flags uint32
 	// sent and got count the key's requests sent and replies applied
 	// (mod 2^16): a request that waits for an exchange sent after it began
 	// to wait knows when its reply came (Exchanged).
@@ -90,6 +90,7 @@ const (
 	flagCarried                   // the counter's grant is carried from the window before, not yet moved in Redis (roll)
 	flagNext                      // wants a sync at the next regular round: a bucket share shrank (ApplyBucket)
 	flagDry                       // the last bucket reply neither grew the share nor granted tokens (ApplyBucket)
+	flagRationed                  // the last bucket reply said the nodes' demand reaches the rate (ApplyBucket)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease
@@ -192,6 +193,9 @@ func (k *Lease) Redecide(r *Rule, now, n int64, charge bool) (v Verdict, signal 
 	} else {
 		v, signal = k.decideWindow(r, now, n, charge)
 	}
+	if changed && v.Reason != local.ReasonOK {
+		v.Wait = true // the exchange under the new limit may admit it
+	}
 	return v, signal || changed
 }
 
@@ -274,7 +278,7 @@ func (k *Lease) FallbackIn(r *Rule, now, n, part int64, charge bool) Verdict {
 	budget := max(k.granted, part)
 	used := k.used + n
 	if used > budget {
-		return Verdict{Reason: local.ReasonUnavailable, Remaining: max(budget-k.used, 0), Reset: end, Retry: end}
+		return Verdict{Reason: local.ReasonLimited, Remaining: max(budget-k.used, 0), Reset: end, Retry: end}
 	}
 	if charge {
 		k.used = used
@@ -490,12 +494,12 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		}
 		v := Verdict{Reason: local.ReasonLimited, Remaining: k.tokens, Reset: k.fullIn(r), Retry: retry}
 		// An exchange may admit it: the share was a guess, whose correction
-		// is on its way; or the key's arrivals are within its share's rate
-		// (a burst past the share's part of the burst) and the pool, by the
-		// last reply, holds the tokens. A key whose arrivals outrun its
-		// share is over its limit: the cluster rations it, and a refusal
-		// here is an admission elsewhere.
-		if k.flags&flagGuess != 0 || (k.rate == 0 || k.demand <= k.rate) && k.poolNow(r, rnow) >= n-k.tokens {
+		// is on its way; or the key is under its limit (a burst past the
+		// share's part of the burst, a share sized on a quiet spell) and
+		// the pool, by the last reply, holds the tokens. When the nodes'
+		// demand reaches the rate, the shares ration it: a refusal here is
+		// an admission elsewhere, and the pool's trickle not worth a wait.
+		if k.flags&flagGuess != 0 || k.flags&flagRationed == 0 && k.poolNow(r, rnow) >= n-k.tokens {
 			k.flags |= flagUrgent
 			v.Wait = true
 		}
@@ -525,13 +529,17 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		if !synced || out+n >= a/2+1 {
 			k.flags |= flagUrgent
 		}
+		if !synced {
+			pool = r.burst // nothing known of the others yet: the whole burst
+		}
 		return Verdict{Remaining: min(max(pool-out-n, 0), r.burst)}, true
 	}
 	k.flags |= flagUrgent
-	if synced && pool-out < n {
-		// The pool, by the last reply, has not the tokens: no exchange is
+	if synced && pool-out < n && rnow-k.pat < r.interval {
+		// The pool, by a recent reply, has not the tokens: no exchange is
 		// waited for, and the refusal holds until the pool refills them, at
-		// the rate nobody held then.
+		// the rate nobody held then. (An older reply says little: the
+		// shares it saw held may have ended since.)
 		retry := r.minGap
 		if k.prate > 0 {
 			retry = max(usec.CeilDiv((out+n-pool)*r.w, k.prate), 1)
@@ -549,7 +557,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 // not refilled the need tokens since. The share's renewal, at a regular
 // round, then reports its demand: early, such a key would ask at every gap
 // for nothing.
-func (k *Lease) askEarly(r *Rule, rnow, need int64) uint16 {
+func (k *Lease) askEarly(r *Rule, rnow, need int64) uint32 {
 	if k.flags&flagDry != 0 && k.burst <= r.allowance() && k.poolNow(r, rnow) < need {
 		return 0
 	}

@@ -17,7 +17,7 @@ type Report struct {
 // the lease scripts take, and what their reply is applied against.
 type Request struct {
 	Bucket  bool  // a bucket rule's exchange; a window rule's otherwise
-	SentAt  int64 // node time it was built at
+	SentAt  int64 // node time it was sent at: built at, until the syncer sets it as it sends (the reply's clock is measured from it)
 	Now     int64 // Redis time as the node estimates it
 	Release bool  // the node gives back what it holds unused
 	Demand  int64 // requests per window; DemandUnknown when not measured yet
@@ -73,6 +73,7 @@ type BucketReply struct {
 	PoolCap  int64 // the pool's capacity
 	Revoked  bool  // the limit changed: the tokens held are void
 	Live     int64 // the key's live nodes
+	Rationed bool  // the live nodes' demand reaches the rate: the shares ration it
 }
 
 // DemandUnknown is the demand a key's first exchange reports when it came
@@ -278,8 +279,9 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 // at q.SentAt and received at node time recv.
 func (k *Lease) sync(r *Rule, q *Request, redisNow, recv int64) {
 	k.rule = r
-	k.offset = redisNow - (q.SentAt+recv)/2
-	r.cluster.SetOffset(k.offset)
+	if !r.virtual { // the scripts ran on the node's clock: nothing to learn
+		k.offset = r.cluster.Measure(redisNow-(q.SentAt+recv)/2, max(recv-q.SentAt, 0)/2, recv)
+	}
 	// The exchange answered whatever made the key urgent while it was out;
 	// the next decision asks again if the new lease runs low too. (A lease
 	// granted on a guess would otherwise be corrected at once, on a handful
@@ -365,9 +367,12 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	// A reply that neither grew the share nor granted tokens tells the key
 	// its next early exchange would bring nothing more, unless the pool
 	// refills (decideBucket).
-	k.flags &^= flagDry
+	k.flags &^= flagDry | flagRationed
 	if grant == 0 && rate <= k.rate && burst <= k.burst && k.rate > 0 {
 		k.flags |= flagDry
+	}
+	if v.Rationed {
+		k.flags |= flagRationed
 	}
 	k.rate, k.burst, k.expiry = rate, burst, v.Expiry
 	k.tokens = min(k.tokens+grant, k.burst)

@@ -19,6 +19,7 @@ type Params struct {
 	Safety      time.Duration // a share is dropped this long before its expiry
 	IdleRelease time.Duration // a key idle this long gives its lease back
 	Epsilon     float64       // the cold-start allowance, as a fraction of the limit; 0 for none
+	Virtual     bool          // the scripts run on the node's clock (SyncConfig.PassTime): the offset stays 0
 }
 
 // Rule is a limit as the hybrid mode runs it: split into leases, with the
@@ -41,6 +42,7 @@ type Rule struct {
 	paceGap     int64 // PaceGap (µs, at least 1)
 	idleRelease int64 // IdleRelease (µs)
 	epsilon     float64
+	virtual     bool // Params.Virtual
 	waitFirst   bool // admit nothing without a lease (SetWaitFirst)
 
 	cluster *Cluster // counts the live nodes
@@ -79,7 +81,7 @@ func NewRule(lim local.Limit, p Params, c *Cluster, ref any) (*Rule, error) {
 		interval: p.Interval.Microseconds(), horizon: p.Horizon.Microseconds(),
 		safety: p.Safety.Microseconds(), minGap: max(p.MinGap.Microseconds(), 1),
 		paceGap: max(p.PaceGap.Microseconds(), 1), idleRelease: p.IdleRelease.Microseconds(),
-		epsilon: p.Epsilon, cluster: c, ref: ref,
+		epsilon: p.Epsilon, virtual: p.Virtual, cluster: c, ref: ref,
 	}
 	switch lim.Algorithm() {
 	case local.FixedWindow:

@@ -40,7 +40,8 @@
 -- rule's ten numbers (see params.lua).
 --
 -- Returns {now, epoch, l, b, expiry, tokens granted, pool tokens, pool rate,
--- pool capacity, revoked, live nodes}.
+-- pool capacity, revoked, live nodes, rationed (1 when the live nodes'
+-- demand reaches the rate: the shares ration it)}.
 local now = clock(ARGV[1])
 local node, pfp = ARGV[2], ARGV[3]
 -- Of the rule's numbers, L, W and B.
@@ -255,4 +256,6 @@ local refill = 0
 if prate > 0 and pt < pcap then refill = cdiv((pcap - pt) * W, prate) end
 expire(m, max(lease_ttl, demand_ttl, refill))
 
-return {now, ep, l, b, x, grant, pt, prate, pcap, revoked, live}
+local rationed = 0
+if total >= L then rationed = 1 end
+return {now, ep, l, b, x, grant, pt, prate, pcap, revoked, live, rationed}
