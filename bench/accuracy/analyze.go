@@ -96,6 +96,15 @@ type Result struct {
 
 	// Users: the api-users figures (nil for the other workloads).
 	Users *UsersResult `json:",omitempty"`
+	// Patterns: the api-patterns figures, one per pattern and algorithm
+	// (nil for the other workloads).
+	Patterns []*PatternResult `json:",omitempty"`
+	// Waited counts the decisions that waited for a lease
+	// (Decision.Waited).
+	Waited int64 `json:",omitempty"`
+	// Lost counts the api-patterns retry requests that never reached the
+	// node they were for.
+	Lost int64 `json:",omitempty"`
 
 	Valid   bool
 	Invalid []string
@@ -115,7 +124,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 	var all []Record
 	var gaps []float64
 	modes := map[string]bool{}
-	var lat, onCPU, warm Slices
+	var lat, onCPU, warm, waits Slices
 	for n := range spec.Nodes {
 		base := spec.File(dir, n, spec.Algo)
 		sum, err := ReadSummary(base + ".json")
@@ -144,6 +153,8 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 			}
 			warm[i].merge(h)
 		}
+		waits = mergeSlices(waits, sum.Waits)
+		res.Waited += sum.Waited
 		for i, h := range sum.OnCPU {
 			for len(onCPU) <= i {
 				onCPU = append(onCPU, nil)
@@ -198,6 +209,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 	}
 	res.Lateness = dist(late)
 	res.Latency = latencyStats(spec, lat, onCPU, warm)
+	res.Latency.setWaits(waits)
 
 	// The exact replay: every decided arrival, in the order of the times
 	// they were decided at, through one local limiter. Fixed window: a

@@ -13,5 +13,10 @@
 // hook and the MeterProvider that timestamps the syncer's rounds are in
 // hooks.go; Analyze (analyze.go) computes a Result from the node files;
 // report.go, curves.go, plot.go and markdown.go render tables, checks, SVG
-// charts and the document.
+// charts and the document. The api-users workload is users.go and
+// usersreport.go; the api-patterns workload (burst sessions, two rules per
+// request, retries at RetryAfter, a limit change, each against an exact
+// replay: false refusals) is patterns.go, patternsnode.go,
+// patternsanalyze.go and patternsreport.go; wait.go is where a rule's wait
+// for a lease is set and read.
 package accuracy

@@ -98,6 +98,7 @@ func Markdown(meta Meta, results []*Result) string {
 		w("| %s | %s | %s | %s | %s | %s | %s |\n", r.ran(), r.Spec.Workload, r.Spec.Algo, Pct(bound), why, Pct(r.Over.Max), r.Verdict())
 	}
 	b.WriteString(usersSection(results, "##"))
+	b.WriteString(patternsSection(results, "##"))
 	b.WriteString(strings.ReplaceAll(methodText, "{zipf}", zipfText()))
 	return b.String()
 }
@@ -128,8 +129,8 @@ func usersSection(results []*Result, h string) string {
 
 // Section renders a partial run as a section of the results document: its
 // own date, machine and command, its main-table rows and targets, and the
-// api-users and outage tables, for a run that measured only those (the
-// rest of the document keeps its figures).
+// api-users, outage and api-patterns tables, for a run that measured only
+// those (the rest of the document keeps its figures).
 func Section(meta Meta, title string, results []*Result) string {
 	var mainRes []*Result
 	for _, r := range Sorted(results) {
@@ -153,6 +154,7 @@ func Section(meta Meta, title string, results []*Result) string {
 		b.WriteString(ChecksMarkdown(Targets(results)))
 	}
 	b.WriteString(usersSection(results, "###"))
+	b.WriteString(patternsSection(results, "###"))
 	return b.String()
 }
 
@@ -302,7 +304,8 @@ func usersText(results []*Result) string {
 		"(a Pareto of shape %.1f truncated there: most near %.0f), 1%% (every hundredth key) for %.0f × the limit. Each user comes for one session of %.0f window at a uniformly random time, "+
 		"so users keep arriving cold; each request goes to one of N = %d node processes at random. One warm-up window, then %d measured windows; offered about %s requests per second in total "+
 		"(the rate central mode serves on time here, two rules per request). "+
-		"Latency: each decision's, measured around the Allow call in the node (it includes one clock read); on-CPU: the same decisions' time on a CPU, by the deciding thread's CPU clock, "+
+		"Latency: each decision's, measured around the Allow call in the node (it includes one clock read), over the decisions that did not wait for a lease; "+
+		"waited: the decisions that did (Decision.Waited, where the library offers it), and their wait; on-CPU: the same decisions' time on a CPU, by the deciding thread's CPU clock, "+
 		"which leaves out the time the thread waited for a core while the machine's other processes (the other nodes, Redis, the driver) ran. Under the limit: the requests of users under their limit in the measured windows; "+
 		"false rejections are those the exact replay admits. Over-admission: per user over the limit and window, admitted ÷ L − 1 (fixed window), or the largest excess of an interval "+
 		"ending in the window over the arrival curve (burst + rate × interval) ÷ L (GCRA); first window: the window the user's session starts in (the node holds no lease for it yet); later: the others. "+

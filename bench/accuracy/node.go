@@ -39,6 +39,9 @@ const notDecided = ^uint32(0)
 // central mode each one is a round trip to Redis, so the generator hands
 // the arrivals, on time, to Spec.Workers goroutines.
 func RunNode(spec Spec, node int, out string) error {
+	if spec.Workload == WorkPatterns {
+		return runPatternsNode(spec, node, out)
+	}
 	algos := spec.RuleAlgos()
 	sched := spec.Schedule(node)
 	names := keyNames(sched)
@@ -66,15 +69,17 @@ func RunNode(spec Spec, node int, out string) error {
 	prefix := "acc:" + spec.ID
 
 	// rules[i] decides algos[i]: one request at node time now (µs since the
-	// epoch): admitted, the reason, and the fixed window's reset-after (0
-	// for the other algorithms), from which windowOf tells the window it
-	// counted in.
+	// epoch): admitted, the reason, the fixed window's reset-after (0 for
+	// the other algorithms), from which windowOf tells the window it
+	// counted in, and whether it waited for a lease.
 	type rule struct {
 		algo   string
-		decide func(k uint32, now int64) (bool, uint8, time.Duration, error)
+		decide func(k uint32, now int64) (bool, uint8, time.Duration, bool, error)
 		sum    *NodeSummary
 		recs   []Record
-		lat    Slices
+		lat    Slices     // the decisions that did not wait for a lease
+		waits  Slices     // those that did
+		waited int64      // guarded by mu in central mode
 		onCPU  Slices     // the same decisions' time on the CPU (not central)
 		warm   Slices     // warmProbe's decisions (hybrid and local)
 		mu     sync.Mutex // central: guards lat
@@ -87,17 +92,8 @@ func RunNode(spec Spec, node int, out string) error {
 	var naives []*naive
 	var l *hybrid.Limiter
 	if spec.Mode != ModeNaive {
-		cfg := hybrid.Config{
-			Keyspace:      syncer.Keyspace{Prefix: prefix},
-			Sync:          syncer.SyncConfig{Interval: spec.Interval, NodeID: fmt.Sprintf("n%d", node), Nodes: spec.Nodes, NoColdStart: spec.NoColdStart},
-			MeterProvider: roundMeterProvider{r: rs},
-			Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		}
-		if client != nil {
-			cfg.Redis = client // never a nil *redis.Client in the interface
-		}
 		var err error
-		if l, err = hybrid.New(cfg); err != nil {
+		if l, err = newLimiter(spec, node, client, prefix, rs); err != nil {
 			return err
 		}
 		stops = append(stops, func() {
@@ -123,7 +119,7 @@ func RunNode(spec Spec, node int, out string) error {
 				return err
 			}
 			naives = append(naives, n)
-			r.decide = func(k uint32, now int64) (bool, uint8, time.Duration, error) {
+			r.decide = func(k uint32, now int64) (bool, uint8, time.Duration, bool, error) {
 				ok, end := n.decide(k, now-T0)
 				var reason uint8
 				if !ok {
@@ -133,7 +129,7 @@ func RunNode(spec Spec, node int, out string) error {
 				if fixed {
 					reset = time.Duration(end-(now-T0)) * time.Microsecond
 				}
-				return ok, reason, reset, nil
+				return ok, reason, reset, false, nil
 			}
 			continue
 		}
@@ -148,13 +144,20 @@ func RunNode(spec Spec, node int, out string) error {
 		if len(algos) > 1 {
 			name += "-" + algo
 		}
-		hr, err := l.Register(hybrid.Rule{Name: name, Limit: lim, Mode: mode})
+		hrule := hybrid.Rule{Name: name, Limit: lim, Mode: mode}
+		if mode == hybrid.Hybrid {
+			if err := setWait(&hrule, spec.Wait); err != nil {
+				l.Close()
+				return err
+			}
+		}
+		hr, err := l.Register(hrule)
 		if err != nil {
 			l.Close()
 			return err
 		}
 		r.sum.ModeRun = l.Mode(hr).String()
-		r.decide = func(k uint32, _ int64) (bool, uint8, time.Duration, error) {
+		r.decide = func(k uint32, _ int64) (bool, uint8, time.Duration, bool, error) {
 			// The Limiter reads its own clock.
 			d, err := l.Allow(ctx, hr, names[k])
 			reset := d.ResetAfter()
@@ -168,7 +171,7 @@ func RunNode(spec Spec, node int, out string) error {
 					err = nil
 				}
 			}
-			return d.Allowed(), uint8(d.Reason()), reset, err
+			return d.Allowed(), uint8(d.Reason()), reset, waited(d), err
 		}
 	}
 	if spec.Mode == ModeNaive {
@@ -201,7 +204,7 @@ func RunNode(spec Spec, node int, out string) error {
 				c0 = threadCPU()
 			}
 			t0 := time.Now()
-			ok, reason, reset, err := r.decide(a.Key, t0.UnixMicro())
+			ok, reason, reset, wt, err := r.decide(a.Key, t0.UnixMicro())
 			t1 := time.Now()
 			if !central {
 				r.onCPU.Add(t0.UnixMicro()-T0, threadCPU()-c0)
@@ -216,7 +219,12 @@ func RunNode(spec Spec, node int, out string) error {
 			if central {
 				r.mu.Lock()
 			}
-			r.lat.Add(t0.UnixMicro()-T0, t1.Sub(t0))
+			if wt {
+				r.waits.Add(t0.UnixMicro()-T0, t1.Sub(t0))
+				r.waited++
+			} else {
+				r.lat.Add(t0.UnixMicro()-T0, t1.Sub(t0))
+			}
 			if central {
 				r.mu.Unlock()
 			}
@@ -336,6 +344,8 @@ func RunNode(spec Spec, node int, out string) error {
 		sum.OnCPU = r.onCPU
 		r.warm.Trim()
 		sum.Warm = r.warm
+		r.waits.Trim()
+		sum.Waits, sum.Waited = r.waits, r.waited
 		base := out
 		if len(algos) > 1 {
 			base += "." + r.algo
@@ -348,6 +358,22 @@ func RunNode(spec Spec, node int, out string) error {
 		}
 	}
 	return nil
+}
+
+// newLimiter returns node's Limiter for a run: the library's defaults but
+// for the sync interval, the node's name and the node count, its rounds
+// timestamped into rs; client nil for local mode.
+func newLimiter(spec Spec, node int, client *redis.Client, prefix string, rs *rounds) (*hybrid.Limiter, error) {
+	cfg := hybrid.Config{
+		Keyspace:      syncer.Keyspace{Prefix: prefix},
+		Sync:          syncer.SyncConfig{Interval: spec.Interval, NodeID: fmt.Sprintf("n%d", node), Nodes: spec.Nodes, NoColdStart: spec.NoColdStart},
+		MeterProvider: roundMeterProvider{r: rs},
+		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	if client != nil {
+		cfg.Redis = client // never a nil *redis.Client in the interface
+	}
+	return hybrid.New(cfg)
 }
 
 // keyNames returns the user keys of the ids in sched, indexed by id.

@@ -124,6 +124,17 @@ type NodeSummary struct {
 	// Warm holds the latencies of decisions on one key made back to back
 	// after the schedule (hybrid and local modes): warm caches.
 	Warm Slices
+	// Waits holds the latencies of the decisions that waited for a lease
+	// (Decision.Waited), Waited their number; Latency holds the others.
+	Waits  Slices `json:",omitempty"`
+	Waited int64  `json:",omitempty"`
+	// Changes are the times (µs since T0) at which the api-patterns node
+	// applied each limit change (Limiter.SetLimit returned).
+	Changes []int64 `json:",omitempty"`
+	// Sent, Received and Lost count the api-patterns retry pattern's
+	// requests handed to other nodes: sent, received, and not sent (the
+	// socket refused them).
+	Sent, Received, Lost int64 `json:",omitempty"`
 }
 
 // WriteSummary writes s as JSON to path.

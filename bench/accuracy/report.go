@@ -123,6 +123,9 @@ func (r *Result) Verdict() string {
 	if r.Unavailable > 0 && r.Decided > 0 {
 		v += fmt.Sprintf(" (%.2f%% decided by the failure policy)", 100*float64(r.Unavailable)/float64(r.Decided))
 	}
+	if r.Lost > 0 && r.Valid {
+		v += fmt.Sprintf(" (%d retry requests lost between nodes)", r.Lost)
+	}
 	if r.Errors > 0 && r.Decided > 0 {
 		v += fmt.Sprintf(" (%.2f%% failed with an error)", 100*float64(r.Errors)/float64(r.Decided))
 	}
@@ -344,7 +347,7 @@ func Sorted(results []*Result) []*Result {
 	order := func(list []string, v string) int { return slices.Index(list, v) }
 	modes := []string{ModeCentral, ModeHybrid, ModeNaive, ModeLocal}
 	algos := Algos
-	sets := []string{SetMain, SetCurve, SetUsers, SetOutage}
+	sets := []string{SetMain, SetCurve, SetUsers, SetOutage, SetPatterns}
 	out := slices.Clone(results)
 	slices.SortStableFunc(out, func(a, b *Result) int {
 		x, y := a.Spec, b.Spec

@@ -62,7 +62,7 @@ var Workloads = []string{WorkUniform, WorkSkewed, WorkZipf, WorkCold, WorkUnder}
 
 // AllWorkloads lists every workload a Spec may name: the standard ones,
 // then the others.
-var AllWorkloads = append(slices.Clone(Workloads), WorkColdSkewed, WorkAPIUsers)
+var AllWorkloads = append(slices.Clone(Workloads), WorkColdSkewed, WorkAPIUsers, WorkPatterns)
 
 // Cold reports whether the workload is a cold start: a new key every window.
 func (s Spec) Cold() bool { return s.Workload == WorkCold || s.Workload == WorkColdSkewed }
@@ -98,6 +98,12 @@ type Spec struct {
 	// NoColdStart turns the hybrid's cold-start allowance off
 	// (SyncConfig.NoColdStart): a diagnostic, not part of the tables.
 	NoColdStart bool
+	// Wait is the hybrid rules' Rule.Wait: "" for the library's default,
+	// or WaitNever, WaitInFlight, WaitFirst (wait.go).
+	Wait string `json:",omitempty"`
+	// PatScale scales the api-patterns workload's sessions per window (1:
+	// the defaults of patterns.go).
+	PatScale float64 `json:",omitempty"`
 	// KillAt and Down: the outage run's Redis is killed (SIGKILL) KillAt
 	// after T0 and restarted Down later. Zero: no outage.
 	KillAt, Down time.Duration

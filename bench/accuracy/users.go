@@ -292,6 +292,22 @@ type LatencyStats struct {
 	// WarmP50 and WarmP99 are over decisions on one key made back to back
 	// in the same nodes after the schedule, caches warm (NaN when none).
 	WarmP50, WarmP99 Float
+	// Waited counts the decisions that waited for a lease
+	// (Decision.Waited), and WaitP50 and WaitP99 are their latencies (NaN
+	// when none waited); the figures above are over the other decisions.
+	Waited           int64
+	WaitP50, WaitP99 Float
+}
+
+// setWaits sets the figures of the decisions that waited from their
+// histograms.
+func (st *LatencyStats) setWaits(waits Slices) {
+	var all Hist
+	for _, h := range waits {
+		all.merge(h)
+	}
+	st.Waited = all.Count()
+	st.WaitP50, st.WaitP99 = medianP99(waits)
 }
 
 // medianP99 returns the median and p99 over every histogram of s, NaN when

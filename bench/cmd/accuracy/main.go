@@ -2,7 +2,8 @@
 // bench/accuracy) and prints its table: N node processes (cmd/accnode, each
 // with GOMAXPROCS=1) against one redis-server, per mode, workload and
 // algorithm, one run after the other; then the accuracy targets checked
-// against the hybrid runs, and the curves over L and N.
+// against the hybrid runs, the api-users, outage and api-patterns tables,
+// and the curves over L and N.
 //
 //	go build -o accnode ./cmd/accnode
 //	go run ./cmd/accuracy -node ./accnode [-doc ../docs/accuracy-results.md -img ../docs/img]
@@ -78,13 +79,19 @@ var (
 	outageDown    = flag.Duration("outage-down", 10*time.Second, "outage run: how long Redis stays down")
 	outageModes   = flag.String("outage-modes", "central,hybrid", "outage run: modes")
 
-	short = flag.Bool("short", false, "a quick check (about 7 minutes): 5 windows, no curves, fewer main-table runs, api-users with 20,000 users over 5 windows; flags given explicitly win")
+	doPatterns      = flag.Bool("patterns", true, "run the api-patterns workload (burst sessions, two rules per request, retries at RetryAfter, a limit change; its own table)")
+	patternsWindows = flag.Int("patterns-windows", accuracy.PatWindows, "api-patterns: measured 10 s windows per run")
+	patternsModes   = flag.String("patterns-modes", strings.Join(accuracy.PatternsModes, ","), "api-patterns: modes (hybrid, central)")
+	patternsScale   = flag.Float64("patterns-scale", 1, "api-patterns: a multiple of each pattern's sessions per window")
+	apiWait         = flag.String("api-wait", "", "the hybrid rules' wait for a lease (Rule.Wait) in the api-users and api-patterns runs: empty for the library's default, or "+strings.Join(accuracy.WaitModes, ", "))
+
+	short = flag.Bool("short", false, "a quick check (about 9 minutes): 5 windows, no curves, fewer main-table runs, api-users with 20,000 users over 5 windows, api-patterns over 3 windows; flags given explicitly win")
 )
 
 // shortDefaults are the flag values -short sets, unless given explicitly.
 var shortDefaults = map[string]string{
 	"windows": "5", "curves": "false", "workloads": "uniform,under", "modes": "central,hybrid",
-	"more-workloads": "under", "users-keys": "20000", "users-windows": "5",
+	"more-workloads": "under", "users-keys": "20000", "users-windows": "5", "patterns-windows": "3",
 }
 
 func main() {
@@ -132,6 +139,9 @@ func run() error {
 	if *nodeBin == "" {
 		return errors.New("-node: the accnode binary is required (go build ./cmd/accnode)")
 	}
+	if err := accuracy.CheckWait(*apiWait); err != nil {
+		return fmt.Errorf("-api-wait: %w", err)
+	}
 	specs, err := plan()
 	if err != nil {
 		return err
@@ -165,6 +175,9 @@ func run() error {
 		}
 		s.Redis = addr
 		s.NoColdStart = *noColdStart
+		if s.Set == accuracy.SetUsers || s.Set == accuracy.SetOutage || s.Set == accuracy.SetPatterns {
+			s.Wait = *apiWait
+		}
 		t := time.Now()
 		if s.Outage() && srv == nil {
 			fmt.Fprintf(os.Stderr, "[%d/%d] %s: skipped: the outage run kills the private redis-server, not one given with -redis\n", i+1, len(specs), s.ID)
@@ -178,6 +191,14 @@ func run() error {
 		}
 		results = append(results, rs...)
 		for _, r := range rs {
+			if r.Patterns != nil {
+				fmt.Fprintf(os.Stderr, "[%d/%d] %s ran %s: false refusals", i+1, len(specs), s.ID, r.ModeRun)
+				for _, pr := range r.Patterns {
+					fmt.Fprintf(os.Stderr, " %s/%s %.3f%%", pr.Pattern, pr.Algo, pr.FalseRefusalPct)
+				}
+				fmt.Fprintf(os.Stderr, ", late p99 %.1f ms, load %.1f: %s (%.0f s)\n", r.Lateness.P99, r.LoadAvg, r.Verdict(), time.Since(t).Seconds())
+				continue
+			}
 			if u := r.Users; u != nil {
 				// The api-users table's own measures: users under their
 				// limit, and users over it after their first window.
@@ -288,6 +309,18 @@ func plan() ([]accuracy.Spec, error) {
 			}
 		}
 	}
+	if *doPatterns {
+		for _, m := range split(*patternsModes) {
+			if m != accuracy.ModeHybrid && m != accuracy.ModeCentral {
+				return nil, fmt.Errorf("-patterns-modes: %q: the api-patterns workload runs hybrid or central", m)
+			}
+			s := accuracy.NewPatternsSpec(m, *patternsWindows)
+			s.PatScale = *patternsScale
+			if re == nil || re.MatchString(s.ID) {
+				specs = append(specs, s)
+			}
+		}
+	}
 	if *doCurves {
 		skip := func(m string, l int64, n int) bool {
 			return mainHas[accuracy.NewSpec(m, accuracy.AlgoFixed, accuracy.WorkUniform, l, n, *windows).ID]
@@ -357,6 +390,7 @@ func runOne(ctx context.Context, rc *redis.Client, srv *server, s accuracy.Spec)
 		out := filepath.Join(dir, "n"+strconv.Itoa(n))
 		for _, a := range s.RuleAlgos() {
 			os.Remove(s.File(dir, n, a) + ".rec")
+			os.Remove(s.File(dir, n, a) + ".pat")
 			os.Remove(s.File(dir, n, a) + ".json")
 		}
 		lf, err := os.Create(out + ".log")
@@ -432,17 +466,26 @@ func runOne(ctx context.Context, rc *redis.Client, srv *server, s accuracy.Spec)
 		after = accuracy.RedisStats{} // a new server: its figures are not the run's
 	}
 	var out []*accuracy.Result
-	for _, a := range s.RuleAlgos() {
-		res, err := accuracy.Analyze(s.ForAlgo(a), dir, after, s.Duration())
+	if s.Workload == accuracy.WorkPatterns {
+		res, err := accuracy.AnalyzePatterns(s, dir, after, s.Duration())
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, res)
+	} else {
+		for _, a := range s.RuleAlgos() {
+			res, err := accuracy.Analyze(s.ForAlgo(a), dir, after, s.Duration())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, res)
+		}
 	}
 	if !*keep {
 		for n := range s.Nodes {
 			for _, a := range s.RuleAlgos() {
 				os.Remove(s.File(dir, n, a) + ".rec")
+				os.Remove(s.File(dir, n, a) + ".pat")
 			}
 		}
 	}
@@ -488,6 +531,14 @@ func report(meta accuracy.Meta, results []*accuracy.Result) error {
 		fmt.Println()
 		fmt.Println("== api-users and outage targets")
 		fmt.Print(accuracy.ChecksText(accuracy.UsersTargets(results)))
+	}
+	if pt := accuracy.PatternsTable(results); pt != "" {
+		fmt.Println()
+		fmt.Println("== api-patterns: false refusals against the exact replay, hybrid beside central on the same planned arrivals, N = 8")
+		fmt.Print(pt)
+		fmt.Println()
+		fmt.Println("== api-patterns targets")
+		fmt.Print(accuracy.ChecksText(accuracy.PatternsTargets(results)))
 	}
 	if len(curveRes) > 0 {
 		fmt.Println()
