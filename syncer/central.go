@@ -115,19 +115,53 @@ func (c *Central) Preload(ctx context.Context) error {
 	return nil
 }
 
-// Ping PINGs Redis, every master of a Cluster, within ctx and Timeout. The
-// error wraps ErrUnavailable or ErrRedis.
+// Ping checks that Redis can decide, every master of a Cluster, within ctx
+// and Timeout: each answers, and takes a write (a key under the keyspace's
+// prefix that lives probeTTL), so that a server that answers but cannot
+// write, out of memory, after a failed save or a replica, reports
+// unavailable. The error wraps ErrUnavailable or ErrRedis.
 func (c *Central) Ping(ctx context.Context) error {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	err := run(ctx, func(ctx context.Context) error {
-		if cc, ok := c.client.(*redis.ClusterClient); ok {
-			return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+		cc, ok := c.client.(*redis.ClusterClient)
+		if !ok {
+			return c.client.Set(ctx, c.ks.prefix()+":probe", 1, probeTTL).Err()
 		}
-		return c.client.Ping(ctx).Err()
+		slots, err := cc.ClusterSlots(ctx).Result()
+		if err != nil {
+			return err
+		}
+		// A key in each master's first range of slots: the Cluster client
+		// sends each to its master.
+		done := map[string]bool{}
+		for _, r := range slots {
+			if len(r.Nodes) == 0 || done[r.Nodes[0].Addr] {
+				continue
+			}
+			done[r.Nodes[0].Addr] = true
+			if err := cc.Set(ctx, c.ks.prefix()+":probe:{"+tagInSlots(r.Start, r.End)+"}", 1, probeTTL).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return wrap(ctx, "ping", err)
 }
+
+// probeTTL is how long Ping's probe keys live.
+const probeTTL = 2 * time.Second
+
+// tagInSlots returns a hash tag whose Cluster slot is from start to end.
+func tagInSlots(start, end int) string {
+	for i := 0; ; i++ {
+		tag := strconv.Itoa(i)
+		if s := slot("{" + tag + "}"); s >= start && s <= end {
+			return tag
+		}
+	}
+}
+
 
 // bound caps ctx's deadline at Timeout from now.
 func (c *Central) bound(ctx context.Context) (context.Context, context.CancelFunc) {

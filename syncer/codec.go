@@ -59,7 +59,7 @@ func decodeLeaseWindow(v []int64) (lease.WindowReply, error) {
 // argument.
 func encodeLeaseBucket(q *lease.Request, c leaseConsts, r *Rule) []any {
 	return leaseArgs(c, r, q.Seq, int64(boolFlag(q.Release)), q.Demand, q.Tokens, q.Debt,
-		c.leaseTTL, c.demandTTL, q.Rate, q.Burst, q.Expiry, q.Nodes, q.Horizon, q.Allowance, q.Want)
+		c.leaseTTL, c.demandTTL, q.Rate, q.Burst, q.Expiry, q.Nodes, q.Horizon, q.Allowance, q.Want, q.Return)
 }
 
 // leaseBucketLen is the length of lua/lease_bucket.lua's reply.

@@ -87,11 +87,11 @@ func TestEncodeLease(t *testing.T) {
 	assert.Equal(t, append([]float64{1, -1, 4, 5, 6, 7, 8, 9, 10, 600, 11, 12, 13}, ruleNums...), unpack(t, w[3]))
 	b := encodeLeaseBucket(&lease.Request{
 		Bucket: true, Seq: 3, Demand: 5, Tokens: 6, Debt: 7, Rate: 10, Burst: 11, Expiry: 1 << 52, Nodes: 13,
-		Horizon: 14, Allowance: 15, Want: 16,
+		Horizon: 14, Allowance: 15, Want: 16, Return: 17,
 	}, c, r)
 	require.Len(t, b, 4)
 	assert.Equal(t, []any{"99", "n", r.fp}, b[:3])
-	assert.Equal(t, append([]float64{3, 0, 5, 6, 7, 500, 600, 10, 11, 1 << 52, 13, 14, 15, 16}, ruleNums...), unpack(t, b[3]))
+	assert.Equal(t, append([]float64{3, 0, 5, 6, 7, 500, 600, 10, 11, 1 << 52, 13, 14, 15, 16, 17}, ruleNums...), unpack(t, b[3]))
 }
 
 // TestApplyMalformedReply: a reply of the wrong length to a key's exchange

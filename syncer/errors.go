@@ -18,21 +18,25 @@ var (
 	// ErrInvalidRule reports an invalid rule name or limit.
 	ErrInvalidRule = errors.New("syncer: invalid rule")
 	// ErrUnavailable reports that Redis could not decide: unreachable,
-	// refusing, too slow for the call's deadline, loading, or without a
-	// master. The error also wraps the cause (a context error when the
-	// deadline passed), so errors.Is(err, context.DeadlineExceeded) works.
-	// Failure policies (fail open, fail closed, fall back) act on it.
+	// refusing, too slow for the call's deadline, loading, without a
+	// master, read-only (a replica), or refusing writes (out of memory
+	// under noeviction, a failed save). The error also wraps the cause (a
+	// context error when the deadline passed), so errors.Is(err,
+	// context.DeadlineExceeded) works. Failure policies (fail open, fail
+	// closed, fall back) act on it.
 	ErrUnavailable = errors.New("syncer: redis unavailable")
 	// ErrRedis reports an error answer from Redis that is not about its
 	// availability: a script error, a key of the wrong type (another
-	// application's key under the same prefix), a misconfigured server. It
-	// wraps the server's message.
+	// application's key under the same prefix). It wraps the server's
+	// message.
 	ErrRedis = errors.New("syncer: redis error")
 )
 
-// transient are the error prefixes Redis answers with while it cannot serve
-// for a while: they mean unavailable, not wrong.
-var transient = []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "READONLY", "NOREPLICAS"}
+// transient are the error prefixes Redis answers with while it cannot serve,
+// or cannot write, for a while: they mean unavailable, not wrong. OOM and
+// MISCONF are the operator's to fix (maxmemory, a disk); until then Redis
+// decides nothing, and the failure policies do.
+var transient = []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "READONLY", "NOREPLICAS", "OOM", "MISCONF"}
 
 // wrap classifies err from operation op as ErrUnavailable or ErrRedis. When
 // ctx ended (the deadline passed, or it was cancelled), the error wraps

@@ -37,6 +37,7 @@ type Lease struct {
 	// per W up to burst until expiry (Redis time); debt not yet reported.
 	tokens, rem, last, rate, burst, expiry int64
 	debt, debtSent                         int64
+	prepaid                                int64 // tokens a reply took out of the pool for requests waiting without a share
 
 	// What the last reply said of the others, for the estimate of what
 	// remains: windows: committed by other nodes in the current window,
@@ -154,7 +155,7 @@ func (k *Lease) Idle(now int64) bool {
 		return false
 	}
 	return k.granted <= k.used && k.used == k.acked && k.pused == k.packed && k.next == 0 &&
-		k.rate == 0 && k.burst == 0 && k.debt == k.debtSent
+		k.rate == 0 && k.burst == 0 && k.debt == k.debtSent && k.prepaid == 0
 }
 
 // Decide decides a request of cost n (0 ≤ n ≤ the rule's MaxCost) at node
@@ -518,6 +519,13 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 	// ran out), admits up to ε × burst ÷ nodes as debt, charged to the pool
 	// at the next exchange; never more than that unacknowledged, so the
 	// nodes together never owe more than ε × burst + nodes.
+	if left := k.prepaid - n; left >= 0 {
+		// Tokens a reply prepaid for the requests that waited for it.
+		if charge {
+			k.prepaid = left
+		}
+		return Verdict{Remaining: min(left+max(k.poolNow(r, rnow), 0), r.burst)}, false
+	}
 	a := r.allowance()
 	out := k.debt - k.debtSent
 	pool := k.poolNow(r, rnow)

@@ -40,7 +40,8 @@ type Request struct {
 	Burst     int64 // ... burst,
 	Expiry    int64 // ... and expiry (Redis time)
 	Allowance int64 // its cold-start allowance: a demand within it over a horizon gets no share
-	Want      int64 // the tokens requests waiting for this exchange need: the share's burst is at least that
+	Want      int64 // the tokens requests waiting for this exchange need: a share's burst is at least that; without one, they are prepaid
+	Return    int64 // the prepaid tokens the node hands back unused
 }
 
 // WindowReply is what the window lease script answers.
@@ -106,7 +107,7 @@ func (k *Lease) Dormant() bool { return k.holdsNothing() && !k.unreported() }
 
 // holdsNothing reports whether the lease holds no grant and no share.
 func (k *Lease) holdsNothing() bool {
-	return k.granted <= k.used && k.next == 0 && k.rate == 0 && k.burst == 0
+	return k.granted <= k.used && k.next == 0 && k.rate == 0 && k.burst == 0 && k.prepaid == 0
 }
 
 // unreported reports whether the node admitted what Redis does not know of.
@@ -132,7 +133,7 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 		switch {
 		// Debt to report, a shrunk share to confirm, or a hand-back that is
 		// over (the whole share again).
-		case k.debt > k.debtSent, k.flags&flagNext != 0, k.flags&flagCut != 0 && r.handingBack(rnow) == 0:
+		case k.debt > k.debtSent, k.prepaid > 0, k.flags&flagNext != 0, k.flags&flagCut != 0 && r.handingBack(rnow) == 0:
 			return regular || urgent
 		case idle:
 			return regular && (k.rate > 0 || k.burst > 0)
@@ -247,6 +248,9 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 			q.Tokens = k.tokens
 		}
 		q.Rate, q.Burst, q.Expiry, q.Allowance, q.Want = k.rate, k.burst, k.expiry, r.allowance(), k.wait
+		// Prepaid tokens still unused go back to the pool: their requests
+		// were decided (or gave up) since the reply that brought them.
+		q.Return, k.prepaid = k.prepaid, 0
 		return q
 	}
 	k.roll(r, rnow-rnow%r.w)
@@ -375,6 +379,10 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 		k.flags |= flagRationed
 	}
 	k.rate, k.burst, k.expiry = rate, burst, v.Expiry
+	if rate == 0 && burst == 0 {
+		k.prepaid += grant // for the requests waiting for this reply
+		grant = 0
+	}
 	k.tokens = min(k.tokens+grant, k.burst)
 	if k.tokens >= k.burst {
 		k.rem = 0

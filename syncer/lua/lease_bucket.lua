@@ -36,17 +36,19 @@
 -- one), the live nodes of the cluster (the registry's count), the horizon a
 -- lease is sized for (us), the node's allowance (a demand over a horizon
 -- within it gets no share), the tokens requests waiting for this exchange
--- need (the share's burst is at least that, as the pool allows), then the
--- rule's ten numbers (see params.lua).
+-- need (a share's burst is at least that, as the pool allows; a node with
+-- no share gets them prepaid), the prepaid tokens the node hands back
+-- unused (applied once per sequence number, as debt), then the rule's ten
+-- numbers (see params.lua).
 --
--- Returns {now, epoch, l, b, expiry, tokens granted, pool tokens, pool rate,
+-- Returns {now, epoch, l, b, expiry, tokens granted (prepaid when b is 0), pool tokens, pool rate,
 -- pool capacity, revoked, live nodes, rationed (1 when the live nodes'
 -- demand reaches the rate: the shares ration it)}.
 local now = clock(ARGV[1])
 local node, pfp = ARGV[2], ARGV[3]
 -- Of the rule's numbers, L, W and B.
 local seq, flags, demand, tokens, debt, lease_ttl, demand_ttl, held_l, held_b, held_x,
-  cluster, horizon, quiet, want, _, L, W, B = struct.unpack('<dddddddddddddddddd', ARGV[4])
+  cluster, horizon, quiet, want, ret, _, L, W, B = struct.unpack('<ddddddddddddddddddd', ARGV[4])
 local m, me = KEYS[1], 'n.' .. node
 local max, min, floor = math.max, math.min, math.floor
 -- A node's field: l, b, x, d, t, q, and ol, ob, ox unless all three are 0.
@@ -158,9 +160,10 @@ pn = max(pn, now)
 
 -- Debt, once per sequence number: tokens the node admitted without a
 -- share (its allowance) come out of the pool; a node releasing its share
--- hands its tokens back to it (capped below at the pool's capacity).
+-- hands its tokens back to it, and one holding prepaid tokens it did not
+-- use hands those back (capped below at the pool's capacity).
 if seq > hq then
-  pt = pt - debt
+  pt = pt - debt + ret
   if flags % 2 == 1 then pt = pt + tokens end
   hq = seq
 end
@@ -202,9 +205,11 @@ if flags % 2 == 0 and demand > 0 and total > 0 and (guess or cdiv(demand * horiz
     if math.abs(bt - hb) <= hb / 16 then bt = hb end
   end
 end
--- Requests wait on the node for this exchange: its burst holds them, as the
--- pool allows (below), whatever its demand says.
-if flags % 2 == 0 and want > bt then bt = min(want, B) end
+-- Requests wait on the node for this exchange: a share's burst holds them,
+-- as the pool allows (below), whatever its demand says. (A node given no
+-- share gets them prepaid, below: a burst without a rate would hold
+-- capacity nothing refills.)
+if flags % 2 == 0 and lt > 0 and want > bt then bt = min(want, B) end
 
 -- What the others hold bounds what the node may have.
 -- Shares leave the pool a floor, for the nodes without one: a quiet node
@@ -235,6 +240,11 @@ if l > 0 or b > 0 then x = now + lease_ttl end
 local grant = 0
 if b > tokens and pt > 0 then
   grant = min(b - tokens, pt)
+  pt = pt - grant
+elseif b == 0 and flags % 2 == 0 and want > 0 and pt > 0 then
+  -- No share: the tokens the waiting requests need, prepaid out of the
+  -- pool, for the node to admit them with.
+  grant = min(want, pt)
   pt = pt - grant
 end
 cl, cb = committed(l, b, ol, ob, ox)
