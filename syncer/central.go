@@ -162,7 +162,6 @@ func tagInSlots(start, end int) string {
 	}
 }
 
-
 // bound caps ctx's deadline at Timeout from now.
 func (c *Central) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.timeout {

@@ -26,7 +26,7 @@ type leaseConsts struct {
 // argument.
 func encodeLeaseWindow(q *lease.Request, c leaseConsts, r *Rule) []any {
 	return leaseArgs(c, r, int64(boolFlag(q.Release)), q.Demand, q.WantCur, q.WantNext, q.Horizon,
-		q.Prev.Window, q.Prev.Used, q.Cur.Window, q.Cur.Used, c.demandTTL, q.Nodes, q.GuessTTL, q.PaceSpan)
+		q.Prev.Window, q.Prev.Used, q.Cur.Window, q.Cur.Used, c.demandTTL, q.Nodes, q.GuessTTL, q.PaceSpan, q.WaitCur)
 }
 
 // leaseArgs is a lease script's ARGV: now, node, r's fingerprint, then the

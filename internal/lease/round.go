@@ -31,6 +31,7 @@ type Request struct {
 	Cur      Report // its use in the current window
 	GuessTTL int64  // how long an unknown demand counts (µs; 2 × MinGap)
 	PaceSpan int64  // how long a paced grant lasts at the node's demand (µs; 3 × PaceGap)
+	WaitCur  int64  // the total it needs granted at once for the requests waiting for this exchange; 0 for none
 
 	// Buckets (token bucket, leaky bucket, GCRA).
 	Seq       int64 // the request's sequence number: debt is applied once per number
@@ -204,8 +205,14 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 			} else {
 				// A moving average over about one Interval, whatever the
 				// syncs' spacing: syncs a MinGap apart measure a few
-				// requests each, too few to size a share on.
-				k.demand = (k.demand*r.interval + hits*r.w + r.interval/2) / (r.interval + elapsed)
+				// requests each, too few to size a share on; and for a key
+				// a node sees seldom, over about its last four requests (up
+				// to ten Intervals): one request just before a sync would
+				// otherwise read as a rate many times the key's, and win it
+				// a share of the bucket it then leaves unused while the
+				// other nodes go short.
+				span := min(max(4*r.w/max(k.demand, 1), r.interval), 10*r.interval)
+				k.demand = (k.demand*span + hits*r.w + span/2) / (span + elapsed)
 			}
 		}
 	} else if k.hits > 0 {
@@ -266,9 +273,12 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		need = needFor(min(left+r.interval/2, r.horizon))
 		needNext = needFor(min(r.horizon-left, r.w))
 	}
-	// What waits for this exchange (Await) is wanted at once, on top of
-	// the demand.
+	// What waits for this exchange (Await) is wanted at once, before
+	// anything the script keeps for the others; the demand's need on top.
 	q.WantCur = k.used + k.wait + need
+	if k.wait > 0 {
+		q.WaitCur = k.used + k.wait
+	}
 	if release {
 		q.WantCur = 0
 	} else if rnow >= k.wid+r.w-r.horizon {

@@ -30,7 +30,9 @@
 -- (window, used), window 0 for none, demand TTL (us), the live nodes of the
 -- cluster (the registry's count), how long an unknown demand counts (us; 2
 -- × MinGap), how long a paced grant lasts at the node's demand (us; 3 ×
--- PaceGap), then the rule's ten numbers (see params.lua).
+-- PaceGap), the total the node needs granted at once for the requests that
+-- wait for this exchange (0: none), then the rule's ten numbers (see
+-- params.lua).
 --
 -- The sliding window counter's node carries what it holds unused as a
 -- window ends into the next one, and its first report there moves it in
@@ -59,8 +61,8 @@ local node, rule_fp = ARGV[2], ARGV[3]
 -- A demand counts for at least two windows (demand_ttl, below): a node
 -- refused for the rest of a window syncs rarely until the next one, and
 -- still wants its part. Of the rule's numbers, alg, L, W, step and ws.
-local flags, demand, want_cur, want_next, horizon, w1, u1, w2, u2, demand_ttl, cluster, guess_ttl, pace_span,
-  alg, L, W, _, step, ws = struct.unpack('<ddddddddddddddddddd', ARGV[4])
+local flags, demand, want_cur, want_next, horizon, w1, u1, w2, u2, demand_ttl, cluster, guess_ttl, pace_span, wait_cur,
+  alg, L, W, _, step, ws = struct.unpack('<dddddddddddddddddddd', ARGV[4])
 local reports = {{w1, u1}, {w2, u2}}
 local sub, K = alg == 7, 1
 if sub then W, K = step, ws end
@@ -400,6 +402,17 @@ elseif sub then
   budget = math.max(budget, 0)
 end
 local Rcur = kcur[2]
+-- Requests wait on the node for this exchange (wait_cur: the total it needs
+-- granted for them at once): they are granted first, as far as the budget
+-- goes, before anything kept for the others or paced. They are requests,
+-- not a forecast, and an exact limiter admits requests in the order they
+-- come.
+do
+  local g, u, R = state(kcur)
+  local have = math.max(g, u)
+  local x = math.min(wait_cur - have, budget - Rcur)
+  if x > 0 then Rcur = set(kcur, have + x, u, g, u, R) end
+end
 local gcur, exhausted, is_paced
 gcur, Rcur, exhausted, is_paced = grant(kcur, want_cur, budget - Rcur, budget, now < wt + W - horizon, wt)
 
