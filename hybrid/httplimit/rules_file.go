@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fsnotify/fsnotify"
 	"go.opentelemetry.io/otel"
@@ -185,6 +186,23 @@ func ParseRules(data []byte) ([]Rule, error) {
 	return rules, nil
 }
 
+// quoteMax is the most bytes of a value an error quotes.
+const quoteMax = 64
+
+// quoteShort quotes s for an error, whole when it is short, else its first
+// quoteMax bytes and its length: a hostile value is never copied whole
+// into an error or a log line.
+func quoteShort(s string) string {
+	if len(s) <= quoteMax {
+		return strconv.Quote(s)
+	}
+	cut := quoteMax
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 func docError(field, reason string) error {
 	return &RulesError{Index: -1, Field: field, Reason: reason}
 }
@@ -352,6 +370,9 @@ func decodeYAML(data []byte, doc *rulesDoc) error {
 	if err := dec.Decode(&extra); err != io.EOF {
 		return docError("", "more than one YAML document")
 	}
+	if err := plainYAML(&root); err != nil {
+		return err
+	}
 	top := &root
 	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
 		top = top.Content[0]
@@ -368,7 +389,7 @@ func decodeYAML(data []byte, doc *rulesDoc) error {
 		seen[name] = true
 		switch name {
 		case "version":
-			if err := v.Decode(&doc.Version); err != nil {
+			if !yamlTyped(v, &doc.Version) || v.Decode(&doc.Version) != nil {
 				return docError("version", fmt.Sprintf("line %d: must be an integer", v.Line))
 			}
 		case "rules":
@@ -396,8 +417,8 @@ func decodeYAMLRule(i int, n *yaml.Node, r *fileRule) error {
 		return ruleError(i, "", "", fmt.Sprintf("line %d: must be a mapping", n.Line))
 	}
 	for k := 0; k+1 < len(n.Content); k += 2 {
-		if n.Content[k].Value == "id" {
-			n.Content[k+1].Decode(&r.ID) // named in the errors below; checked with the others
+		if v := n.Content[k+1]; n.Content[k].Value == "id" && yamlTyped(v, &r.ID) {
+			v.Decode(&r.ID) // named in the errors below; checked with the others
 		}
 	}
 	seen := map[string]bool{}
@@ -411,12 +432,75 @@ func decodeYAMLRule(i int, n *yaml.Node, r *fileRule) error {
 			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: given twice", key.Line))
 		}
 		seen[key.Value] = true
-		// A string takes any scalar (id: 42 is "42"), never a list or a mapping.
-		if _, str := dst.(*string); str && v.Kind != yaml.ScalarNode {
-			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: %s", v.Line, typeReason(key.Value)))
+		if !yamlTyped(v, dst) || v.Decode(dst) != nil {
+			reason := fmt.Sprintf("line %d: %s", v.Line, typeReason(key.Value))
+			if _, str := dst.(*string); str && v.Kind == yaml.ScalarNode && v.Style == 0 {
+				reason += fmt.Sprintf(" (quote it: YAML reads %s as %s)", quoteShort(v.Value), yamlType(v))
+			}
+			return ruleError(i, r.ID, key.Value, reason)
 		}
-		if err := v.Decode(dst); err != nil {
-			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: %s", v.Line, typeReason(key.Value)))
+	}
+	return nil
+}
+
+// yamlTyped reports whether node v has the JSON type of dst, so that YAML
+// takes exactly the values JSON does: an integer field an integer (never a
+// float, which Decode would truncate, or a string), a boolean true or false
+// (not YAML 1.1's yes and on), a string a string (tier: 2024 must be
+// quoted), overrides a mapping of integers. null is absent, as JSON's is.
+func yamlTyped(v *yaml.Node, dst any) bool {
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+		return true
+	}
+	switch dst.(type) {
+	case *string:
+		return v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str"
+	case *int, *int64:
+		return v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int"
+	case *bool:
+		return v.Kind == yaml.ScalarNode && v.ShortTag() == "!!bool"
+	case *map[string]int64:
+		if v.Kind != yaml.MappingNode {
+			return false
+		}
+		for k := 0; k+1 < len(v.Content); k += 2 {
+			var n int64
+			if v.Content[k].Kind != yaml.ScalarNode || !yamlTyped(v.Content[k+1], &n) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// yamlType names the type YAML gives plain scalar v, for an error.
+func yamlType(v *yaml.Node) string {
+	switch v.ShortTag() {
+	case "!!int", "!!float":
+		return "a number"
+	case "!!bool":
+		return "a boolean"
+	case "!!timestamp":
+		return "a date"
+	}
+	return v.ShortTag()
+}
+
+// plainYAML rejects the YAML features a rules document has no use for,
+// which would otherwise give misleading errors or costly documents:
+// anchors and aliases (an alias is not a rule, and aliases can multiply a
+// small document), and merge keys (<<), which no field is named.
+func plainYAML(n *yaml.Node) error {
+	switch {
+	case n.Anchor != "" || n.Kind == yaml.AliasNode:
+		return docError("", fmt.Sprintf("line %d: anchors and aliases are not supported", n.Line))
+	case n.ShortTag() == "!!merge":
+		return docError("", fmt.Sprintf("line %d: merge keys (<<) are not supported", n.Line))
+	}
+	for _, c := range n.Content {
+		if err := plainYAML(c); err != nil {
+			return err
 		}
 	}
 	return nil
