@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -34,7 +35,7 @@ func parsePattern(s string) (p pattern, err error) {
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
-				err = fmt.Errorf("%v", r)
+				err = patternError(r)
 			}
 		}()
 		http.NewServeMux().Handle(s, http.NotFoundHandler())
@@ -73,6 +74,24 @@ func parsePattern(s string) (p pattern, err error) {
 	p.any = len(p.segs) == 1 && p.segs[0].multi
 	return p, nil
 }
+
+// patternError is the error of a pattern ServeMux refused, from its panic:
+// what is wrong, without the pattern (which ServeMux quotes whole), and at
+// most maxPatternError bytes of it (it may quote a wildcard's name).
+func patternError(r any) error {
+	msg := fmt.Sprint(r)
+	if err, ok := r.(error); ok {
+		if inner := errors.Unwrap(err); inner != nil {
+			msg = inner.Error()
+		}
+	}
+	if len(msg) > maxPatternError {
+		msg = msg[:maxPatternError] + "…"
+	}
+	return errors.New(msg)
+}
+
+const maxPatternError = 128
 
 // pathUnescape unescapes a path segment as ServeMux does: an invalid
 // escape leaves it as it is.
