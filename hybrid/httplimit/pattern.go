@@ -149,25 +149,28 @@ func (p *pattern) matchPath(path string, escaped bool) bool {
 			}
 			seg, path = path[:i], path[i:]
 		}
-		if s.wild {
+		switch {
+		case s.wild:
 			// A wildcard takes any segment, even an empty one, but not a
 			// trailing slash (nor "%2f", which ServeMux unescapes to one).
 			if seg == "/" || escaped && (seg == "%2f" || seg == "%2F") {
 				return false
 			}
-			continue
-		}
-		if !segEqual(seg, s.lit, escaped) {
+		case !escaped:
+			if seg != s.lit {
+				return false
+			}
+		case !segEqual(seg, s.lit):
 			return false
 		}
 	}
 	return path == ""
 }
 
-// segEqual reports whether path segment seg is lit, seg unescaped first
-// when escaped (as pathUnescape, without allocating).
-func segEqual(seg, lit string, escaped bool) bool {
-	if !escaped || strings.IndexByte(seg, '%') < 0 {
+// segEqual reports whether escaped path segment seg is lit once unescaped
+// (as pathUnescape, without allocating).
+func segEqual(seg, lit string) bool {
+	if strings.IndexByte(seg, '%') < 0 {
 		return seg == lit
 	}
 	for i := 0; i < len(seg); i++ {
@@ -226,6 +229,10 @@ type paths struct {
 
 // read sets v's readings of u's path.
 func (v *paths) read(u *url.URL) {
+	if p := u.Path; u.RawPath == "" && p != "" && p[0] == '/' && !unclean(p) {
+		v.path[0], v.n = p, 1 // the common case: one reading
+		return
+	}
 	v.add(u.Path, false)
 	if u.RawPath != "" && u.RawPath != u.Path {
 		v.add(u.RawPath, true)
@@ -263,16 +270,14 @@ func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), le
 // unclean reports whether path p has an empty segment or one starting with
 // a dot, which path.Clean may change: "//" or "/.".
 func unclean(p string) bool {
-	for {
-		i := strings.IndexByte(p, '/')
-		if i < 0 || i+1 == len(p) {
-			return false
-		}
-		if c := p[i+1]; c == '/' || c == '.' {
+	// A byte loop: request paths are short, and IndexByte's call per
+	// segment costs more than it saves.
+	for i := 0; i+1 < len(p); i++ {
+		if p[i] == '/' && (p[i+1] == '/' || p[i+1] == '.') {
 			return true
 		}
-		p = p[i+1:]
 	}
+	return false
 }
 
 // appendClean appends rooted path p cleaned as ServeMux's cleanPath
