@@ -84,9 +84,11 @@ func (c *clientIP) resolve(r *http.Request) (netip.Addr, string) {
 }
 
 // parseHost parses an address, with or without a port ("1.2.3.4",
-// "1.2.3.4:80", "[::1]:80", "::1"), IPv4-mapped addresses unmapped. It
-// returns the address and the text of the address alone. The port is cut
-// off before parsing: a failed parse allocates its error.
+// "1.2.3.4:80", "[::1]:80", "::1"), IPv4-mapped addresses unmapped and
+// IPv6 zones dropped ("fe80::1%eth0" is fe80::1: a zone names an
+// interface of the receiver, which a client may vary to be several keys).
+// It returns the address and the text of the address alone. The port is
+// cut off before parsing: a failed parse allocates its error.
 func parseHost(s string) (netip.Addr, string, bool) {
 	t := s
 	switch i := strings.LastIndexByte(s, ':'); {
@@ -105,6 +107,9 @@ func parseHost(s string) (netip.Addr, string, bool) {
 	a, err := netip.ParseAddr(t)
 	if err != nil {
 		return netip.Addr{}, "", false
+	}
+	if i := strings.IndexByte(t, '%'); i >= 0 {
+		a, t = a.WithZone(""), t[:i]
 	}
 	return a.Unmap(), t, true
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,16 @@ func TestClientIP(t *testing.T) {
 		{"IPv4-mapped proxy", httplimit.Config{TrustedProxies: []string{"::ffff:10.0.0.0/104"}},
 			"[::ffff:10.0.0.1]:5000", []string{"X-Forwarded-For: 198.51.100.9"}, "198.51.100.9"},
 		{"unix socket", httplimit.Config{}, "@", nil, "invalid IP"},
+		{"zoned peer", httplimit.Config{}, "[fe80::1%eth0]:5000", nil, "fe80::1"},
+		{"zoned proxy is trusted", httplimit.Config{TrustedProxies: []string{"fe80::/10"}},
+			"[fe80::1%eth0]:5000", []string{"X-Forwarded-For: 198.51.100.9"}, "198.51.100.9"},
+		{"zoned XFF entry", httplimit.Config{TrustedProxies: []string{"10.0.0.0/8"}},
+			"10.0.0.1:5000", []string{"X-Forwarded-For: fe80::2%25en0"}, "fe80::2"},
+		{"zoned XFF entry with a port", httplimit.Config{TrustedProxies: []string{"10.0.0.0/8"}},
+			"10.0.0.1:5000", []string{"X-Forwarded-For: [fe80::2%eth1]:443"}, "fe80::2"},
+		{"zoned header", httplimit.Config{TrustedProxies: []string{"10.0.0.0/8"}, ClientIPHeader: "X-Real-IP"},
+			"10.0.0.1:5000", []string{"X-Real-IP: fe80::3%wlan0"}, "fe80::3"},
+		{"zoned hop", httplimit.Config{TrustedHops: 1}, "192.0.2.1:5000", []string{"X-Forwarded-For: fe80::4%1"}, "fe80::4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := httplimit.New(l, tc.cfg)
@@ -140,18 +151,41 @@ func TestIPv6Prefix(t *testing.T) {
 	assert.Equal(t, []int{200, 200, 429, 200, 200, 200, 200}, codes)
 }
 
-// TestCanonicalKeys: one client written several ways is one key.
+// TestCanonicalKeys: one client written several ways is one key, its
+// IPv6 zone dropped (a zone names the receiver's interface, which the
+// sender may vary), in the peer address and in X-Forwarded-For.
 func TestCanonicalKeys(t *testing.T) {
-	m, err := httplimit.New(newLimiter(t, newClock()), httplimit.Config{Rules: []httplimit.Rule{perIP("ip", "/", 2, time.Minute)}})
-	require.NoError(t, err)
-	h := m.Handler(okHandler)
-	codes := []int{}
-	for _, peer := range []string{"192.0.2.3:1", "[::ffff:192.0.2.3]:2", "[::ffff:c000:203]:3", "[2001:db8::1]:1", "[2001:DB8:0::1]:2", "[2001:db8:0:0::1]:3"} {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = peer
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		codes = append(codes, w.Code)
+	for _, tc := range []struct {
+		name  string
+		cfg   httplimit.Config
+		peers []string // RemoteAddr, or "peer|X-Forwarded-For"
+		want  []int
+	}{
+		{"IPv4 and mapped", httplimit.Config{}, []string{"192.0.2.3:1", "[::ffff:192.0.2.3]:2", "[::ffff:c000:203]:3"}, []int{200, 200, 429}},
+		{"IPv6 spellings", httplimit.Config{}, []string{"[2001:db8::1]:1", "[2001:DB8:0::1]:2", "[2001:db8:0:0::1]:3"}, []int{200, 200, 429}},
+		{"zoned peers", httplimit.Config{}, []string{"[fe80::1%eth0]:1", "[fe80::1%eth1]:2", "[fe80::1]:3", "[fe80::1%25x]:4"}, []int{200, 200, 429, 429}},
+		{"zoned forwarded", httplimit.Config{TrustedProxies: []string{"10.0.0.0/8"}},
+			[]string{"10.0.0.1:1|fe80::9%a", "10.0.0.1:1|fe80::9%b", "10.0.0.1:1|[fe80::9%c]:80", "10.0.0.1:1|fe80::9"}, []int{200, 200, 429, 429}},
+		{"zoned and grouped", httplimit.Config{IPv6Prefix: 64}, []string{"[fe80::1%eth0]:1", "[fe80::2%eth1]:2", "[fe80::3]:3"}, []int{200, 200, 429}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Rules = []httplimit.Rule{perIP("ip", "/", 2, time.Minute)}
+			m, err := httplimit.New(newLimiter(t, newClock()), tc.cfg)
+			require.NoError(t, err)
+			h := m.Handler(okHandler)
+			codes := []int{}
+			for _, peer := range tc.peers {
+				r := httptest.NewRequest(http.MethodGet, "/", nil)
+				var xff string
+				r.RemoteAddr, xff, _ = strings.Cut(peer, "|")
+				if xff != "" {
+					r.Header.Set("X-Forwarded-For", xff)
+				}
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				codes = append(codes, w.Code)
+			}
+			assert.Equal(t, tc.want, codes)
+		})
 	}
-	assert.Equal(t, []int{200, 200, 429, 200, 200, 429}, codes)
 }

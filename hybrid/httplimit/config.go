@@ -75,8 +75,10 @@ type Config struct {
 	// TrustedHops is the number of proxies every request passes through,
 	// when their addresses are not known: the client is the TrustedHops-th
 	// X-Forwarded-For entry from the right (the peer counting as the last
-	// hop), or the peer when there are fewer. Default 0. Use TrustedProxies
-	// when the addresses are known; do not set both.
+	// hop), or the peer when there are fewer. Default 0. Every peer's
+	// X-Forwarded-For (and ClientIPHeader) is then believed, so set it only
+	// when the server cannot be reached but through those proxies. Use
+	// TrustedProxies when the addresses are known; do not set both.
 	TrustedHops int
 	// ClientIPHeader names a single-value header a trusted proxy sets to the
 	// client's address (X-Real-IP, CF-Connecting-IP, True-Client-IP),

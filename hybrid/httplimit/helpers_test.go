@@ -37,7 +37,7 @@ func (c *fakeClock) Now() time.Time          { return time.UnixMicro(c.us.Load()
 func (c *fakeClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
 
 // newLimiter returns a Local Limiter on clk, closed when t ends.
-func newLimiter(t *testing.T, clk *fakeClock) *hybrid.Limiter {
+func newLimiter(t testing.TB, clk *fakeClock) *hybrid.Limiter {
 	t.Helper()
 	l, err := hybrid.New(hybrid.Config{Clock: clk})
 	require.NoError(t, err)

@@ -253,11 +253,15 @@ func overrideName(id, name string) string {
 // rules), its limit, and its overridden limits.
 func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Limit, error) {
 	id := r.ID
-	if id == "" {
+	if id == "" || len(id) > syncer.MaxRuleName {
 		id = fmt.Sprintf("#%d", i)
 	}
 	bad := func(field, reason string, err error) (*compiledRule, hybrid.Limit, map[string]hybrid.Limit, error) {
 		return nil, hybrid.Limit{}, nil, &RuleError{ID: id, Field: field, Reason: reason, Err: err}
+	}
+	if len(r.ID) > syncer.MaxRuleName {
+		// Checked here: ValidRuleName's error would quote all of it.
+		return bad("id", fmt.Sprintf("%s: not a rule name: longer than %d bytes", quoteShort(r.ID), syncer.MaxRuleName), nil)
 	}
 	if err := syncer.ValidRuleName(r.ID); err != nil {
 		return bad("id", "not a rule name", err)
@@ -265,7 +269,7 @@ func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Lim
 	switch r.Key {
 	case KeyIP, KeyUser, KeyAPIKey:
 	default:
-		return bad("key", fmt.Sprintf("%q: must be ip, user or api_key", r.Key), nil)
+		return bad("key", quoteShort(string(r.Key))+": must be ip, user or api_key", nil)
 	}
 	endpoint := r.Endpoint
 	if endpoint == "" {
@@ -273,11 +277,12 @@ func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Lim
 	}
 	pat, err := parsePattern(endpoint)
 	if err != nil {
-		return bad("endpoint", fmt.Sprintf("%q: not a ServeMux pattern", r.Endpoint), err)
+		return bad("endpoint", quoteShort(r.Endpoint)+": not a ServeMux pattern", err)
 	}
 	algo, err := local.ParseAlgorithm(r.Algorithm)
 	if err != nil {
-		return bad("algorithm", fmt.Sprintf("%q", r.Algorithm), err)
+		// ParseAlgorithm's error quotes all of the name.
+		return bad("algorithm", quoteShort(r.Algorithm), fmt.Errorf("%w: unknown algorithm", local.ErrInvalidLimit))
 	}
 	switch {
 	case r.Limit <= 0:
@@ -302,7 +307,7 @@ func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Lim
 	}
 	var over map[string]hybrid.Limit
 	for name, n := range r.Overrides {
-		field := fmt.Sprintf("overrides[%q]", name)
+		field := "overrides[" + quoteShort(name) + "]"
 		if name == "" || n <= 0 {
 			return bad(field, fmt.Sprintf("%d: needs a tier or key and a limit of at least 1", n), nil)
 		}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fsnotify/fsnotify"
 	"go.opentelemetry.io/otel"
@@ -35,6 +36,31 @@ var ErrInvalidRules = errors.New("httplimit: invalid rules")
 // RulesFormat is the rules document's format version, its top-level
 // "version" field. ParseRules accepts this version only.
 const RulesFormat = 1
+
+// Bounds on a rules document, so that one from a broken or hostile source
+// (a file anyone can write, a Redis others can reach) costs little to
+// refuse. ParseRules and the watchers refuse a document past one; the
+// watchers check MaxRulesSize before reading it.
+const (
+	// MaxRulesSize is the most bytes a rules document may have. 512 KiB
+	// holds MaxRules rules as docs/rules.md writes them (about 130 bytes
+	// each) and MaxOverrides overrides, with room for comments; and it
+	// bounds the densest YAML, whose parser builds a node of about 160
+	// bytes for every two bytes of input before anything can be checked.
+	MaxRulesSize = 512 << 10
+	// MaxRules is the most rules a document may hold. The middleware
+	// matches every request against each rule, so a set this large already
+	// costs microseconds a request.
+	MaxRules = 2048
+	// MaxOverrides is the most overrides a document may hold, its rules'
+	// together; each is a rule of the Limiter. Many single keys belong in
+	// tiers (Config.Tiers, Config.TierFunc).
+	MaxOverrides = 8192
+	// MaxFieldSize is the most bytes of a string value (key, endpoint,
+	// algorithm, window, tier, mode, policy) or an override's name; an id
+	// has at most syncer.MaxRuleName (128).
+	MaxFieldSize = 1024
+)
 
 // RulesError describes what is wrong with a rules document. It wraps
 // ErrInvalidRules.
@@ -158,7 +184,13 @@ func (r *fileRule) field(name string) any {
 // *RulesError (wrapping ErrInvalidRules) naming the rule and the field. An
 // empty document is rejected (a version is required), so a file caught
 // half-written never removes every limit; "rules: []" does that on purpose.
+// So is a document past a bound (MaxRulesSize, checked first, MaxRules,
+// MaxOverrides, MaxFieldSize); errors quote at most a short prefix of a
+// value.
 func ParseRules(data []byte) ([]Rule, error) {
+	if len(data) > MaxRulesSize {
+		return nil, tooLarge(int64(len(data)))
+	}
 	var (
 		doc rulesDoc
 		err error
@@ -174,6 +206,12 @@ func ParseRules(data []byte) ([]Rule, error) {
 	if doc.Version != RulesFormat {
 		return nil, docError("version", fmt.Sprintf("%d: must be %d", doc.Version, RulesFormat))
 	}
+	overrides := 0
+	for i := range doc.Rules {
+		if overrides += len(doc.Rules[i].Overrides); overrides > MaxOverrides {
+			return nil, ruleError(i, doc.Rules[i].ID, "overrides", fmt.Sprintf("%d up to this rule: more than %d in the document (MaxOverrides)", overrides, MaxOverrides))
+		}
+	}
 	rules := make([]Rule, len(doc.Rules))
 	seen := make(map[string]int, len(doc.Rules))
 	for i := range doc.Rules {
@@ -188,12 +226,53 @@ func ParseRules(data []byte) ([]Rule, error) {
 	return rules, nil
 }
 
+// quoteMax is the most bytes of a value an error quotes.
+const quoteMax = 64
+
+// quoteShort quotes s for an error, whole when it is short, else its first
+// quoteMax bytes and its length: a hostile value is never copied whole
+// into an error or a log line.
+func quoteShort(s string) string {
+	if len(s) <= quoteMax {
+		return strconv.Quote(s)
+	}
+	cut := quoteMax
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// tooLarge is the error of a document of n bytes, past MaxRulesSize.
+func tooLarge(n int64) error {
+	return docError("", fmt.Sprintf("%d bytes: more than the %d bytes of MaxRulesSize", n, MaxRulesSize))
+}
+
+// tooMany is the error of a list of n rules, past MaxRules.
+func tooMany(line string, n int) error {
+	return docError("rules", fmt.Sprintf("%s%d rules: more than %d (MaxRules)", line, n, MaxRules))
+}
+
+// docError and ruleError name the field, and a rule by its id: an id too
+// long to be one is left out, and the rule named by its index.
 func docError(field, reason string) error {
 	return &RulesError{Index: -1, Field: field, Reason: reason}
 }
 
 func ruleError(i int, id, field, reason string) error {
+	if len(id) > syncer.MaxRuleName {
+		id = ""
+	}
 	return &RulesError{Index: i, ID: id, Field: field, Reason: reason}
+}
+
+// fieldName is a name the document gives a field, as an error names it:
+// quoted short when it is too long to be a field's (an unknown field).
+func fieldName(s string) string {
+	if len(s) > quoteMax {
+		return quoteShort(s)
+	}
+	return s
 }
 
 // decodeJSON decodes a JSON document field by field.
@@ -201,7 +280,7 @@ func decodeJSON(data []byte, doc *rulesDoc) error {
 	top, err := jsonObject(data)
 	var dup duplicateError
 	if errors.As(err, &dup) {
-		return docError(string(dup), "given twice")
+		return docError(fieldName(string(dup)), "given twice")
 	}
 	if err != nil {
 		return docError("", "malformed JSON: "+err.Error())
@@ -220,6 +299,9 @@ func decodeJSON(data []byte, doc *rulesDoc) error {
 			if err := strictJSON(f.value, &list); err != nil {
 				return docError("rules", "must be a list of rules")
 			}
+			if len(list) > MaxRules {
+				return tooMany("", len(list))
+			}
 			doc.Rules = make([]fileRule, len(list))
 			for i, raw := range list {
 				if err := decodeJSONRule(i, raw, &doc.Rules[i]); err != nil {
@@ -227,7 +309,7 @@ func decodeJSON(data []byte, doc *rulesDoc) error {
 				}
 			}
 		default:
-			return docError(f.name, "unknown field")
+			return docError(fieldName(f.name), "unknown field")
 		}
 	}
 	return nil
@@ -240,7 +322,7 @@ func decodeJSONRule(i int, raw json.RawMessage, r *fileRule) error {
 	obj, err := jsonObject(raw)
 	var dup duplicateError
 	if errors.As(err, &dup) {
-		return ruleError(i, r.ID, string(dup), "given twice")
+		return ruleError(i, r.ID, fieldName(string(dup)), "given twice")
 	}
 	if err != nil {
 		return ruleError(i, r.ID, "", "must be an object")
@@ -248,7 +330,7 @@ func decodeJSONRule(i int, raw json.RawMessage, r *fileRule) error {
 	for _, f := range obj.fields {
 		dst := r.field(f.name)
 		if dst == nil {
-			return ruleError(i, r.ID, f.name, "unknown field")
+			return ruleError(i, r.ID, fieldName(f.name), "unknown field")
 		}
 		if err := strictJSON(f.value, dst); err != nil {
 			return ruleError(i, r.ID, f.name, typeReason(f.name))
@@ -355,6 +437,9 @@ func decodeYAML(data []byte, doc *rulesDoc) error {
 	if err := dec.Decode(&extra); err != io.EOF {
 		return docError("", "more than one YAML document")
 	}
+	if err := plainYAML(&root); err != nil {
+		return err
+	}
 	top := &root
 	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
 		top = top.Content[0]
@@ -366,12 +451,12 @@ func decodeYAML(data []byte, doc *rulesDoc) error {
 	for k := 0; k+1 < len(top.Content); k += 2 {
 		name, v := top.Content[k].Value, top.Content[k+1]
 		if seen[name] {
-			return docError(name, fmt.Sprintf("line %d: given twice", top.Content[k].Line))
+			return docError(fieldName(name), fmt.Sprintf("line %d: given twice", top.Content[k].Line))
 		}
 		seen[name] = true
 		switch name {
 		case "version":
-			if err := v.Decode(&doc.Version); err != nil {
+			if !yamlTyped(v, &doc.Version) || v.Decode(&doc.Version) != nil {
 				return docError("version", fmt.Sprintf("line %d: must be an integer", v.Line))
 			}
 		case "rules":
@@ -381,6 +466,9 @@ func decodeYAML(data []byte, doc *rulesDoc) error {
 				}
 				return docError("rules", fmt.Sprintf("line %d: must be a list of rules", v.Line))
 			}
+			if len(v.Content) > MaxRules {
+				return tooMany(fmt.Sprintf("line %d: ", v.Line), len(v.Content))
+			}
 			doc.Rules = make([]fileRule, len(v.Content))
 			for i, n := range v.Content {
 				if err := decodeYAMLRule(i, n, &doc.Rules[i]); err != nil {
@@ -388,7 +476,7 @@ func decodeYAML(data []byte, doc *rulesDoc) error {
 				}
 			}
 		default:
-			return docError(name, fmt.Sprintf("line %d: unknown field", top.Content[k].Line))
+			return docError(fieldName(name), fmt.Sprintf("line %d: unknown field", top.Content[k].Line))
 		}
 	}
 	return nil
@@ -399,8 +487,8 @@ func decodeYAMLRule(i int, n *yaml.Node, r *fileRule) error {
 		return ruleError(i, "", "", fmt.Sprintf("line %d: must be a mapping", n.Line))
 	}
 	for k := 0; k+1 < len(n.Content); k += 2 {
-		if n.Content[k].Value == "id" {
-			n.Content[k+1].Decode(&r.ID) // named in the errors below; checked with the others
+		if v := n.Content[k+1]; n.Content[k].Value == "id" && yamlTyped(v, &r.ID) {
+			v.Decode(&r.ID) // named in the errors below; checked with the others
 		}
 	}
 	seen := map[string]bool{}
@@ -408,18 +496,105 @@ func decodeYAMLRule(i int, n *yaml.Node, r *fileRule) error {
 		key, v := n.Content[k], n.Content[k+1]
 		dst := r.field(key.Value)
 		if dst == nil {
-			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: unknown field", key.Line))
+			return ruleError(i, r.ID, fieldName(key.Value), fmt.Sprintf("line %d: unknown field", key.Line))
 		}
 		if seen[key.Value] {
 			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: given twice", key.Line))
 		}
 		seen[key.Value] = true
-		// A string takes any scalar (id: 42 is "42"), never a list or a mapping.
-		if _, str := dst.(*string); str && v.Kind != yaml.ScalarNode {
-			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: %s", v.Line, typeReason(key.Value)))
+		if over, ok := dst.(*map[string]int64); ok && v.Kind == yaml.MappingNode {
+			if err := decodeYAMLOverrides(i, r.ID, v, over); err != nil {
+				return err
+			}
+			continue
 		}
-		if err := v.Decode(dst); err != nil {
-			return ruleError(i, r.ID, key.Value, fmt.Sprintf("line %d: %s", v.Line, typeReason(key.Value)))
+		if !yamlTyped(v, dst) || v.Decode(dst) != nil {
+			reason := fmt.Sprintf("line %d: %s", v.Line, typeReason(key.Value))
+			if _, str := dst.(*string); str && v.Kind == yaml.ScalarNode && v.Style == 0 {
+				reason += fmt.Sprintf(" (quote it: YAML reads %s as %s)", quoteShort(v.Value), yamlType(v))
+			}
+			return ruleError(i, r.ID, key.Value, reason)
+		}
+	}
+	return nil
+}
+
+// yamlTyped reports whether node v has the JSON type of dst, so that YAML
+// takes exactly the values JSON does: an integer field an integer (never a
+// float, which Decode would truncate, or a string), a boolean true or false
+// (not YAML 1.1's yes and on), a string a string (tier: 2024 must be
+// quoted), overrides a mapping of integers. null is absent, as JSON's is.
+func yamlTyped(v *yaml.Node, dst any) bool {
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+		return true
+	}
+	switch dst.(type) {
+	case *string:
+		return v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str"
+	case *int, *int64:
+		return v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int"
+	case *bool:
+		return v.Kind == yaml.ScalarNode && v.ShortTag() == "!!bool"
+	}
+	return false // overrides: a mapping, decodeYAMLOverrides's
+}
+
+// decodeYAMLOverrides decodes rule i's overrides, mapping v, into over:
+// names as written, each limit an integer (or null), a name given twice
+// refused. It counts them first, and finds names given twice with a map:
+// yaml's own Decode compares every key with every other, which takes
+// seconds for a mapping that fits in MaxRulesSize.
+func decodeYAMLOverrides(i int, id string, v *yaml.Node, over *map[string]int64) error {
+	if n := len(v.Content) / 2; n > MaxOverrides {
+		return ruleError(i, id, "overrides", fmt.Sprintf("line %d: %d: more than %d in the document (MaxOverrides)", v.Line, n, MaxOverrides))
+	}
+	m := make(map[string]int64, len(v.Content)/2)
+	for k := 0; k+1 < len(v.Content); k += 2 {
+		key, val := v.Content[k], v.Content[k+1]
+		var n int64
+		if key.Kind != yaml.ScalarNode || !yamlTyped(val, &n) || val.Decode(&n) != nil {
+			return ruleError(i, id, "overrides", fmt.Sprintf("line %d: %s", val.Line, typeReason("overrides")))
+		}
+		name := key.Value
+		if key.ShortTag() == "!!null" {
+			name = ""
+		}
+		if _, dup := m[name]; dup {
+			return ruleError(i, id, "overrides["+quoteShort(name)+"]", fmt.Sprintf("line %d: given twice", key.Line))
+		}
+		m[name] = n
+	}
+	*over = m
+	return nil
+}
+
+// yamlType names the type YAML gives plain scalar v, for an error.
+func yamlType(v *yaml.Node) string {
+	switch v.ShortTag() {
+	case "!!int", "!!float":
+		return "a number"
+	case "!!bool":
+		return "a boolean"
+	case "!!timestamp":
+		return "a date"
+	}
+	return v.ShortTag()
+}
+
+// plainYAML rejects the YAML features a rules document has no use for,
+// which would otherwise give misleading errors or costly documents:
+// anchors and aliases (an alias is not a rule, and aliases can multiply a
+// small document), and merge keys (<<), which no field is named.
+func plainYAML(n *yaml.Node) error {
+	switch {
+	case n.Anchor != "" || n.Kind == yaml.AliasNode:
+		return docError("", fmt.Sprintf("line %d: anchors and aliases are not supported", n.Line))
+	case n.ShortTag() == "!!merge":
+		return docError("", fmt.Sprintf("line %d: merge keys (<<) are not supported", n.Line))
+	}
+	for _, c := range n.Content {
+		if err := plainYAML(c); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -442,18 +617,31 @@ func (r *fileRule) rule(i int) (Rule, error) {
 		out.Algorithm = algo.String() // one spelling, so an unchanged rule compares equal
 	}
 	// The id first: every later error names the rule by it.
-	if err := syncer.ValidRuleName(r.ID); err != nil {
-		return fail("id", fmt.Sprintf("%q: 1 to %d bytes of letters, digits and -_.:/", r.ID, syncer.MaxRuleName))
+	if len(r.ID) > syncer.MaxRuleName || syncer.ValidRuleName(r.ID) != nil {
+		return fail("id", fmt.Sprintf("%s: 1 to %d bytes of letters, digits and -_.:/", quoteShort(r.ID), syncer.MaxRuleName))
+	}
+	for _, f := range [...]struct{ name, value string }{
+		{"key", r.Key}, {"endpoint", r.Endpoint}, {"algorithm", r.Algorithm}, {"window", r.Window},
+		{"tier", r.Tier}, {"mode", r.Mode}, {"policy", r.Policy},
+	} {
+		if len(f.value) > MaxFieldSize {
+			return fail(f.name, fmt.Sprintf("%s: longer than %d bytes (MaxFieldSize)", quoteShort(f.value), MaxFieldSize))
+		}
+	}
+	for name := range r.Overrides {
+		if len(name) > MaxFieldSize {
+			return fail("overrides["+quoteShort(name)+"]", fmt.Sprintf("longer than %d bytes (MaxFieldSize)", MaxFieldSize))
+		}
 	}
 	var err error
 	if out.Window, err = parseWindow(r.Window); err != nil {
-		return fail("window", fmt.Sprintf("%q: %v", r.Window, err))
+		return fail("window", fmt.Sprintf("%s: %v", quoteShort(r.Window), err))
 	}
 	if out.Mode, err = parseName(r.Mode, hybrid.ModeDefault, hybrid.Hybrid); err != nil {
-		return fail("mode", fmt.Sprintf("%q: must be local, central or hybrid (or absent, for the Limiter's)", r.Mode))
+		return fail("mode", fmt.Sprintf("%s: must be local, central or hybrid (or absent, for the Limiter's)", quoteShort(r.Mode)))
 	}
 	if out.Policy, err = parseName(r.Policy, hybrid.PolicyDefault, hybrid.Fallback); err != nil {
-		return fail("policy", fmt.Sprintf("%q: must be fail_open, fail_closed, fail_local or fallback (or absent, for the Limiter's)", r.Policy))
+		return fail("policy", fmt.Sprintf("%s: must be fail_open, fail_closed, fail_local or fallback (or absent, for the Limiter's)", quoteShort(r.Policy)))
 	}
 	if out.Wait, err = parseName(r.Wait, hybrid.WaitDefault, hybrid.WaitFirst); err != nil {
 		return fail("wait", fmt.Sprintf("%q: must be never, in_flight or first (or absent, for in_flight)", r.Wait))
@@ -628,13 +816,44 @@ func (w *watcher) load(ctx context.Context, data []byte, version string, apply f
 		err = apply(rules)
 	}
 	if err != nil {
-		w.reloads.Add(ctx, 1, metric.WithAttributes(w.source, resultRejected))
-		w.log.Error("httplimit: rules rejected; the previous rules keep serving", "version", version, "error", err)
-		return err
+		return w.reject(ctx, version, err)
 	}
 	w.reloads.Add(ctx, 1, metric.WithAttributes(w.source, resultApplied))
 	w.log.Info("httplimit: rules applied", "version", version, "rules", len(rules))
 	return nil
+}
+
+// reject logs and counts a version that is not applied, and returns err.
+func (w *watcher) reject(ctx context.Context, version string, err error) error {
+	w.reloads.Add(ctx, 1, metric.WithAttributes(w.source, resultRejected))
+	w.log.Error("httplimit: rules rejected; the previous rules keep serving", "version", version, "error", err)
+	return err
+}
+
+// readRules reads the rules file at path, refusing it, unread, when it
+// is larger than MaxRulesSize: the error is then a *RulesError.
+func readRules(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > MaxRulesSize {
+		return nil, tooLarge(fi.Size())
+	}
+	// The file may grow after Stat: read one byte past the bound, no more.
+	data, err := io.ReadAll(io.LimitReader(f, MaxRulesSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxRulesSize {
+		return nil, docError("", fmt.Sprintf("more than the %d bytes of MaxRulesSize", MaxRulesSize))
+	}
+	return data, nil
 }
 
 // FileSource watches a rules file and applies each new valid version. Its
@@ -645,7 +864,7 @@ type FileSource struct {
 	apply func([]Rule) error
 
 	last    [sha256.Size]byte // the content last read, applied or rejected
-	lastErr string            // why the file could not be read at the last check
+	lastErr string            // why the file could not be read, or was too large, at the last check
 }
 
 // WatchFile reads the rules file at path, hands its rules to apply, and
@@ -658,7 +877,8 @@ type FileSource struct {
 // every PollInterval, in case an event is lost, and it is applied only when
 // its content changed. A version that does not parse, or that apply
 // refuses, is logged and counted (hybridlimit.http.rules.reloads with
-// result=rejected), and the previous rules keep serving.
+// result=rejected), and the previous rules keep serving; so is a file
+// larger than MaxRulesSize, which is not read.
 //
 // The first version must be valid: WatchFile returns its error, having
 // started nothing. apply is called from one goroutine at a time.
@@ -674,7 +894,11 @@ func WatchFile(ctx context.Context, path string, apply func([]Rule) error, cfg W
 		return nil, err
 	}
 	s := &FileSource{w: w, path: path, apply: apply}
-	data, err := os.ReadFile(path)
+	data, err := readRules(path)
+	var re *RulesError
+	if errors.As(err, &re) {
+		return nil, w.reject(ctx, "unread", err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -740,7 +964,16 @@ func (s *FileSource) run(ctx context.Context, fw *fsnotify.Watcher) {
 
 // check reads the file and loads it if its content changed.
 func (s *FileSource) check(ctx context.Context) {
-	data, err := os.ReadFile(s.path)
+	data, err := readRules(s.path)
+	var re *RulesError
+	if errors.As(err, &re) {
+		// Too large to read: rejected once per size, not per poll.
+		if err.Error() != s.lastErr {
+			s.lastErr = err.Error()
+			s.w.reject(ctx, "unread", err)
+		}
+		return
+	}
 	if err != nil {
 		// Counted once per failure, not per poll.
 		if err.Error() != s.lastErr {

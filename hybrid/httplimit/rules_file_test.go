@@ -102,6 +102,21 @@ func TestParseRules(t *testing.T) {
 		require.ErrorAs(t, err, &re)
 		assert.Equal(t, "key", re.Field)
 	})
+	t.Run("null is absent, as in JSON", func(t *testing.T) {
+		for _, doc := range []string{
+			"version: 1\nrules:\n" + rule1 + "    tier: ~\n    burst:\n    shadow: null\n",
+			`{"version": 1, "rules": [{"id": "r1", "key": "ip", "endpoint": "GET /x", "algorithm": "fixed_window", "max_requests": 10, "window": "10s", "tier": null, "burst": null, "shadow": null}]}`,
+		} {
+			rules, err := ParseRules([]byte(doc))
+			require.NoError(t, err, doc)
+			assert.Equal(t, []Rule{{ID: "r1", Key: KeyIP, Endpoint: "GET /x", Algorithm: "fixed_window", Limit: 10, Window: 10 * time.Second}}, rules)
+		}
+	})
+	t.Run("YAML integers", func(t *testing.T) {
+		rules, err := ParseRules([]byte(strings.Replace("version: 1\nrules:\n"+rule1, "max_requests: 10", "max_requests: 0x10", 1)))
+		require.NoError(t, err)
+		assert.EqualValues(t, 16, rules[0].Limit)
+	})
 	t.Run("empty list", func(t *testing.T) {
 		for _, doc := range []string{"version: 1\nrules: []\n", "version: 1\nrules:\n", "version: 1\n", `{"version":1,"rules":[]}`} {
 			rules, err := ParseRules([]byte(doc))
@@ -173,7 +188,8 @@ func TestParseRulesErrors(t *testing.T) {
 		{"negative max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: -1", 1), 0, "r1", "max_requests", "at least 1"},
 		{"huge max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: 4000000000000000", 1), 0, "r1", "max_requests", "2^51"},
 		{"no window", strings.Replace(yamlDoc(""), "window: 10s", "tier: a", 1), 0, "r1", "window", "not a duration"},
-		{"window without unit", strings.Replace(yamlDoc(""), "window: 10s", "window: 10", 1), 0, "r1", "window", "not a duration"},
+		{"window without unit", strings.Replace(yamlDoc(""), "window: 10s", "window: 10", 1), 0, "r1", "window", "duration string"},
+		{"window as a date", strings.Replace(yamlDoc(""), "window: 10s", "window: 2026-01-01", 1), 0, "r1", "window", "duration string"},
 		{"zero window", strings.Replace(yamlDoc(""), "window: 10s", "window: 0s", 1), 0, "r1", "window", "positive"},
 		{"negative window", strings.Replace(yamlDoc(""), "window: 10s", "window: -1s", 1), 0, "r1", "window", "positive"},
 		{"sub-µs window", strings.Replace(yamlDoc(""), "window: 10s", "window: 1500ns", 1), 0, "r1", "window", "microseconds"},
@@ -196,6 +212,26 @@ func TestParseRulesErrors(t *testing.T) {
 		{"bad policy", yamlDoc("    policy: open\n"), 0, "r1", "policy", "fail_open"},
 		{"empty override name", yamlDoc("    overrides: {\"\": 5}\n"), 0, "r1", `overrides[""]`, "needs a tier or key"},
 		{"zero override", yamlDoc("    overrides: {pro: 0}\n"), 0, "r1", `overrides["pro"]`, "0: needs a tier or key and a limit of at least 1"},
+		{"float max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: 1.5", 1), 0, "r1", "max_requests", "integer"},
+		{"whole float max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: 10.0", 1), 0, "r1", "max_requests", "integer"},
+		{"exponent max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: 1e3", 1), 0, "r1", "max_requests", "integer"},
+		{"quoted max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", `max_requests: "10"`, 1), 0, "r1", "max_requests", "integer"},
+		{"boolean max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: true", 1), 0, "r1", "max_requests", "integer"},
+		{"float burst", strings.Replace(yamlDoc("    burst: 2.99\n"), "fixed_window", "gcra", 1), 0, "r1", "burst", "integer"},
+		{"float cost", yamlDoc("    cost: 1.5\n"), 0, "r1", "cost", "integer"},
+		{"float sub_windows", strings.Replace(yamlDoc("    sub_windows: 2.5\n"), "fixed_window", "sub_window_counter", 1), 0, "r1", "sub_windows", "integer"},
+		{"float override", yamlDoc("    overrides: {pro: 2.5}\n"), 0, "r1", "overrides", "integer limits"},
+		{"float version", "version: 1.0\n", -1, "", "version", "integer"},
+		{"float version truncated", "version: 1.9\n", -1, "", "version", "integer"},
+		{"shadow yes, YAML 1.1", yamlDoc("    shadow: yes\n"), 0, "r1", "shadow", "true or false"},
+		{"shadow 1", yamlDoc("    shadow: 1\n"), 0, "r1", "shadow", "true or false"},
+		{"number for a string", yamlDoc("    tier: 2024\n"), 0, "r1", "tier", "must be a string"},
+		{"number id", strings.Replace(yamlDoc(""), "id: r1", "id: 42", 1), 0, "", "id", "must be a string"},
+		{"boolean for a string", yamlDoc("    tier: true\n"), 0, "r1", "tier", "must be a string"},
+		{"anchor and alias", "version: 1\nrules:\n  - &r {id: a, key: ip, algorithm: gcra, max_requests: 2, window: 1s}\n  - *r\n", -1, "", "", "line 3: anchors and aliases are not supported"},
+		{"anchor alone", "version: 1\nrules:\n" + strings.Replace(rule1, "key: ip", "key: &k ip", 1), -1, "", "", "line 4: anchors and aliases are not supported"},
+		{"merge key", "version: 1\nrules:\n  - <<: {key: ip}\n    id: r1\n", -1, "", "", "line 3: merge keys (<<) are not supported"},
+		{"json float max_requests", `{"version": 1, "rules": [{"id": "r1", "max_requests": 1.5}]}`, 0, "r1", "max_requests", "integer"},
 		{"second rule by index", "version: 1\nrules:\n" + rule1 + "  - key: ip\n    id: ''\n", 1, "", "id", "1 to 128"},
 
 		{"json malformed", `{"version": 1,`, -1, "", "", "malformed JSON"},

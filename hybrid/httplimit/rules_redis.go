@@ -95,7 +95,8 @@ type RedisSource struct {
 // message or a dropped connection delays a version by at most about
 // PollInterval. A version that does not parse, or that apply refuses, is
 // logged and counted (hybridlimit.http.rules.reloads, result=rejected), and
-// the previous rules keep serving.
+// the previous rules keep serving; so is one larger than MaxRulesSize,
+// which is not fetched (its length is read with HSTRLEN first).
 //
 // If Redis cannot be read at the start, WatchRedis logs it and keeps
 // trying in the background; the caller's rules, if any, keep serving. A
@@ -197,8 +198,19 @@ func (s *RedisSource) check(ctx context.Context) error {
 		if s.tag(vals) == s.version {
 			return nil
 		}
-		// All three in one read: the rules are those of the version.
-		vals, err = s.c.HMGet(ctx, s.keys.hash, "version", "epoch", "rules").Result()
+		// A document past MaxRulesSize is refused before it is read.
+		var n int64
+		if n, err = s.c.HStrLen(ctx, s.keys.hash, "rules").Result(); err == nil && n > MaxRulesSize {
+			v, _ := vals[0].(string)
+			s.version = s.tag(vals)
+			seen, _ := strconv.ParseInt(v, 10, 64)
+			s.seen.Store(seen)
+			return s.w.reject(ctx, v, tooLarge(n))
+		}
+		if err == nil {
+			// All three in one read: the rules are those of the version.
+			vals, err = s.c.HMGet(ctx, s.keys.hash, "version", "epoch", "rules").Result()
+		}
 	}
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {

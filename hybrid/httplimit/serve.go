@@ -48,10 +48,15 @@ type scratch struct {
 	reqs  []hybrid.Request
 	out   []hybrid.Decision
 	buf   []byte
+	path  []byte    // the bytes of the request path's readings (paths.buf)
 	names [6]string // the headers whose values are in buf, in order
 	ends  [6]int    // where their values end in buf
 	n     int       // how many values buf holds
 }
+
+// maxPooledPath is the most room for a request path's readings that a
+// pooled scratch keeps.
+const maxPooledPath = 4 << 10
 
 // Handler returns next behind the middleware. The method value m.Handler
 // is a func(http.Handler) http.Handler, as routers take middleware.
@@ -70,6 +75,7 @@ type request struct {
 	haveIP, haveKey        bool
 	haveUser, okUser       bool
 	haveTier               bool
+	paths                  paths // read when a rule has a path to match
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -96,8 +102,9 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 		cost = m.cfg.Cost(r)
 	}
 	q := request{r: r}
+	q.paths.buf = sc.path[:0]
 	for _, c := range set.rules {
-		if !c.pat.match(r) {
+		if !c.pat.match(r, &q.paths) {
 			continue
 		}
 		key, ok := m.key(&q, c.key)
@@ -121,6 +128,9 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 			n = cost
 		}
 		sc.items = append(sc.items, item{c: c, t: t, req: hybrid.Request{Rule: t.rule, Key: key, N: n}, shadow: c.shadow || m.cfg.Shadow})
+	}
+	if cap(q.paths.buf) <= maxPooledPath {
+		sc.path = q.paths.buf // keep the room it grew, not a huge path's
 	}
 	if len(sc.items) == 0 {
 		return true
