@@ -19,7 +19,8 @@ import (
 )
 
 // callCounter is a go-redis hook counting the commands a client sends for
-// decisions (their context carries decisionCtx) and its PINGs: what reached,
+// decisions (their context carries decisionCtx) and its probes (PING, or
+// the write of Ping): what reached,
 // or tried to reach, Redis. The syncer's own rounds are not counted.
 type callCounter struct{ calls, pings atomic.Int64 }
 
@@ -38,7 +39,7 @@ func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next
 
 func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "ping" {
+		if cmd.Name() == "ping" || cmd.Name() == "set" { // Ping's probe writes a key
 			c.pings.Add(1)
 		} else {
 			c.count(ctx, 1)

@@ -234,6 +234,9 @@ type Limiter struct {
 	metrics  *metrics
 	gossip   *gossip // nil without Config.Gossip
 	tracer   trace.Tracer
+	// redisErrs counts Redis's failures by kind, and logs its error
+	// answers once a minute.
+	redisErrs redisErrors
 
 	mu     sync.Mutex // guards rules, closed
 	rules  map[string]*ruleState
@@ -649,6 +652,9 @@ func (o observer) Round(st syncer.RoundStats) {
 		o.l.markAvailable()
 	case st.Err != nil && errors.Is(st.Err, syncer.ErrUnavailable):
 		o.l.roundFailed(o.l.nowMicro(), st.Err)
+	}
+	if st.Err != nil {
+		o.l.redisErrs.failed(o.l, st.Err)
 	}
 	o.l.metrics.round(st)
 	o.l.traceRound(st)

@@ -80,6 +80,7 @@ type metrics struct {
 	modeChanges  metric.Int64Counter
 	waits        metric.Int64Counter
 	waitSeconds  metric.Float64Histogram
+	redisErrors  metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
@@ -138,6 +139,10 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 	}
 	if m.waitSeconds, err = meter.Float64Histogram("hybridlimit.lease.wait.duration",
 		metric.WithDescription("How long hybrid decisions waited for their key's exchange with Redis, by rule."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if m.redisErrors, err = meter.Int64Counter("hybridlimit.redis.errors",
+		metric.WithDescription("Calls and sync rounds Redis failed, by kind: the first word of its error answer (OOM, MISCONF, READONLY, WRONGTYPE, …), timeout, or unreachable."), metric.WithUnit("{error}")); err != nil {
 		return nil, err
 	}
 	if m.modeChanges, err = meter.Int64Counter("hybridlimit.mode.changes",
@@ -215,6 +220,11 @@ func (m *metrics) waited(rs *ruleState, took time.Duration, d local.Decision) {
 	rule := attribute.String("rule", rs.name)
 	m.waits.Add(ctx, 1, metric.WithAttributes(rule, attribute.String("result", result)))
 	m.waitSeconds.Record(ctx, took.Seconds(), metric.WithAttributes(rule))
+}
+
+// redisError counts a failure of Redis's of kind (errorKind).
+func (m *metrics) redisError(kind string) {
+	m.redisErrors.Add(context.Background(), 1, metric.WithAttributes(attribute.String("error", kind)))
 }
 
 // modeChanged counts a switch to Redis available (to "redis") or to the

@@ -65,6 +65,9 @@ func (m *centralRule) allow(ctx context.Context, now int64, key string, n int64)
 // when Redis is unavailable (not when the caller cancelled ctx), and
 // returns the error the decision comes with: nil, or one wrapping ErrRedis.
 func (l *Limiter) centralFailed(ctx context.Context, now int64, err error) error {
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		l.redisErrs.failed(l, err)
+	}
 	switch {
 	case errors.Is(err, syncer.ErrRedis):
 		return fmt.Errorf("hybrid: redis answered with an error; the failure policy decided: %w", err)

@@ -38,8 +38,8 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 	if err != nil {
 		return nil, err
 	}
-	if rs.wait == WaitFirst {
-		lr.SetWaitFirst()
+	if rs.wait == WaitFirst || rs.policy == FailClosed {
+		lr.SetWaitFirst() // no allowance: nothing admitted that Redis did not grant
 	}
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts, salt: gossipSalt(rs.name)}
 	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {
@@ -115,10 +115,11 @@ func (m *hybridRule) undecided(ctx context.Context, e *keyed.Entry[lease.Lease],
 
 // byPolicy reports whether v, a verdict of e's lease that Redis would have
 // to settle, goes to the failure policy: the key holds no lease (a share
-// held is used to its end), and Redis is out of reach, or the key recovers
-// from an outage in its current window.
+// held is used to its end), and Redis is out of reach, answered the key's
+// last exchange with an error (a key of another type under the prefix),
+// or the key recovers from an outage in its current window.
 func (m *hybridRule) byPolicy(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, v lease.Verdict) bool {
-	return v.Reason == local.ReasonNoLease && (m.l.breakerOpen() || e.Value.Recovering(lr, now))
+	return v.Reason == local.ReasonNoLease && (m.l.breakerOpen() || e.Value.Faulted() || e.Value.Recovering(lr, now))
 }
 
 // refusal names a refusal for want of a lease: ReasonNoLease only for a
@@ -298,7 +299,7 @@ func (m *hybridRule) setLimit(lim local.Limit) error {
 	if err != nil {
 		return fmt.Errorf("%w: rule %q: the new limit cannot be leased; register a central rule instead: %w", ErrInvalidRule, m.rs.name, err)
 	}
-	if m.rs.wait == WaitFirst {
+	if m.rs.wait == WaitFirst || m.rs.policy == FailClosed {
 		lr.SetWaitFirst()
 	}
 	m.setOutage(lr)

@@ -52,7 +52,9 @@ const (
 	// FailOpen admits: availability over the limit.
 	FailOpen
 	// FailClosed rejects (ReasonUnavailable: Redis could not decide, and
-	// nothing is admitted without it): the limit over availability;
+	// nothing is admitted without it): the limit over availability. A
+	// Hybrid rule under it gives a key no cold-start allowance, as
+	// WaitFirst does: nothing is admitted that Redis did not grant;
 	// for security-critical limits such as logins.
 	FailClosed
 	// FailLocal decides on this node with the limit divided by the number of

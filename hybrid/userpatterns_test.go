@@ -161,35 +161,43 @@ func exactMulti(at time.Time, a, b *exact) bool {
 }
 
 // TestTwoRulesWhileRedisDown: with Redis down, two rules on one request
-// admit what each rule alone would under the same policy: at 2 requests per
-// second under both limits (FailLocal, one node), every request.
+// admit what each rule alone would under the same policies: at 2 requests
+// per second under both limits, one node, every request under FailLocal
+// and FailOpen; none when one of the rules is FailClosed.
 func TestTwoRulesWhileRedisDown(t *testing.T) {
-	srv := redistest.Start(t)
-	W := 4 * time.Second
-	clk := newFakeClock(epoch2030)
-	l := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), redistest.Prefix(t), clk, "a", 1))
-	ip := mustRegister(t, l, hybrid.Rule{Name: "ip", Limit: fixed(20, W)}, hybrid.Hybrid)
-	key := mustRegister(t, l, hybrid.Rule{Name: "key", Limit: fixed(10, W)}, hybrid.Hybrid)
-	alone := mustRegister(t, l, hybrid.Rule{Name: "alone", Limit: fixed(10, W)}, hybrid.Hybrid)
-	srv.Kill()
-	markUnavailable(t, l, ip, clk)
-	out := make([]hybrid.Decision, 2)
-	both, one := 0, 0
-	for range 16 {
-		ok, err := l.AllowMulti(context.Background(), []hybrid.Request{{Rule: ip, Key: "198.51.100.1", N: 1}, {Rule: key, Key: "k1", N: 1}}, out)
-		require.NoError(t, err)
-		if ok {
-			both++
-		}
-		d, err := l.Allow(context.Background(), alone, "k1")
-		require.NoError(t, err)
-		if d.Allowed() {
-			one++
-		}
-		clk.Add(500 * time.Millisecond)
+	for _, c := range []struct {
+		policy hybrid.Policy
+		want   int
+	}{{hybrid.FailLocal, 16}, {hybrid.FailOpen, 16}, {hybrid.FailClosed, 0}} {
+		t.Run(c.policy.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			W := 4 * time.Second
+			clk := newFakeClock(epoch2030)
+			l := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), redistest.Prefix(t), clk, "a", 1))
+			ip := mustRegister(t, l, hybrid.Rule{Name: "ip", Limit: fixed(20, W)}, hybrid.Hybrid)
+			key := mustRegister(t, l, hybrid.Rule{Name: "key", Limit: fixed(10, W), Policy: c.policy}, hybrid.Hybrid)
+			alone := mustRegister(t, l, hybrid.Rule{Name: "alone", Limit: fixed(10, W), Policy: c.policy}, hybrid.Hybrid)
+			srv.Kill()
+			markUnavailable(t, l, ip, clk)
+			out := make([]hybrid.Decision, 2)
+			both, one := 0, 0
+			for range 16 {
+				ok, err := l.AllowMulti(context.Background(), []hybrid.Request{{Rule: ip, Key: "198.51.100.1", N: 1}, {Rule: key, Key: "k1", N: 1}}, out)
+				require.NoError(t, err)
+				if ok {
+					both++
+				}
+				d, err := l.Allow(context.Background(), alone, "k1")
+				require.NoError(t, err)
+				if d.Allowed() {
+					one++
+				}
+				clk.Add(500 * time.Millisecond)
+			}
+			assert.Equal(t, c.want, one, "one rule alone")
+			assert.Equal(t, one, both, "two rules as one")
+		})
 	}
-	assert.Equal(t, 16, one, "one rule alone")
-	assert.Equal(t, one, both, "two rules as one")
 }
 
 // TestRetryAtRetryAfter: a key used up across two nodes is refused with

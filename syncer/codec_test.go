@@ -96,7 +96,8 @@ func TestEncodeLease(t *testing.T) {
 
 // TestApplyMalformedReply: a reply of the wrong length to a key's exchange
 // fails that exchange: an error, the lease untouched but for its request
-// no longer in flight, and the entry's lock released.
+// no longer in flight and the fault recorded (the requests that wait for
+// it are answered), and the entry's lock released.
 func TestApplyMalformedReply(t *testing.T) {
 	cl := lease.NewCluster(1)
 	p := lease.Params{Interval: 100 * time.Millisecond, Horizon: 200 * time.Millisecond, MinGap: 10 * time.Millisecond, IdleRelease: 300 * time.Millisecond}
@@ -128,6 +129,7 @@ func TestApplyMalformedReply(t *testing.T) {
 			}
 			assert.False(t, e.Value.InFlight(), "the request is still in flight")
 			before.Answered()
+			before.Fault()
 			assert.Equal(t, before, e.Value, "a malformed reply changed the lease")
 			e.Unlock()
 		})

@@ -765,7 +765,7 @@ func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail fu
 		applied := false
 		if cerr != nil {
 			cerr = wrap(ctx, "sync", cerr)
-			s.answered(p)
+			s.answered(p, errors.Is(cerr, ErrRedis))
 		} else {
 			applied, cerr = s.apply(p, vals, recv)
 		}
@@ -781,17 +781,22 @@ func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail fu
 }
 
 // answered records that p's exchange failed: its lease is left as it was,
-// but for its request no longer in flight.
-func (s *Syncer) answered(p *pending) {
+// but for its request no longer in flight, and for the fault when Redis
+// answered it with an error (lease.Lease.Fault).
+func (s *Syncer) answered(p *pending, fault bool) {
 	p.entry.Lock()
 	p.entry.Value.Answered()
+	if fault {
+		p.entry.Value.Fault()
+	}
 	p.entry.Unlock()
 }
 
 // apply decodes the reply vals to p and takes it into p's lease, under the
 // entry's lock, and reports whether it did: an evicted entry's reply is
 // dropped. recv is the node time it arrived. A reply that does not decode
-// returns an error wrapping ErrRedis and leaves the lease as answered.
+// returns an error wrapping ErrRedis and leaves the lease as answered, with
+// the fault.
 func (s *Syncer) apply(p *pending, vals []int64, recv int64) (bool, error) {
 	e := p.entry
 	e.Lock()
@@ -799,6 +804,9 @@ func (s *Syncer) apply(p *pending, vals []int64, recv int64) (bool, error) {
 	e.Value.Answered()
 	if p.req.Bucket {
 		v, err := decodeLeaseBucket(vals)
+		if err != nil {
+			e.Value.Fault()
+		}
 		if err != nil || e.Evicted() {
 			return false, err
 		}
@@ -806,6 +814,9 @@ func (s *Syncer) apply(p *pending, vals []int64, recv int64) (bool, error) {
 		return true, nil
 	}
 	v, err := decodeLeaseWindow(vals)
+	if err != nil {
+		e.Value.Fault()
+	}
 	if err != nil || e.Evicted() {
 		return false, err
 	}

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -149,6 +150,8 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 	if !admitted {
 		m.met.refused.Add(r.Context(), 1)
 		m.refuse(w, sc)
+	} else {
+		m.met.admitted.Add(r.Context(), 1)
 	}
 	return admitted
 }
@@ -260,10 +263,16 @@ func (m *Middleware) decide(r *http.Request, sc *scratch, shadow bool) (admitted
 			}
 		}
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, hybrid.ErrUnknownRule):
 		m.met.errors.Add(r.Context(), 1)
 		m.logger.Error("httplimit: the limiter could not decide; the request passes", "err", err)
 		return true, false
+	case err != nil:
+		// Redis answered with an error (a key of another type under the
+		// prefix): the decisions are the failure policies', and are
+		// served as they say. The Limiter logs and counts the error.
+		m.met.errors.Add(r.Context(), 1)
 	}
 	if m.degraded(sc, shadow) {
 		m.met.degraded.Add(r.Context(), 1)

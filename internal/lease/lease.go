@@ -58,6 +58,7 @@ type Lease struct {
 	lastUse  int64 // node time of the last request decided
 	hits     int64 // requests decided since the last sync
 	wait     int64 // the cost of the requests waiting for the key's next exchange (Await)
+	short    int64 // the largest cost refused for want of a lease since the last exchange: the next asks for at least that
 	asked    int64 // requests decided since the last Tapped (refused ones too)
 	demand   int64 // requests per window, averaged over about one Interval (0: not measured yet)
 	span     int64 // the rule's window: how long after its last request a key is remembered
@@ -92,6 +93,7 @@ const (
 	flagNext                      // wants a sync at the next regular round: a bucket share shrank (ApplyBucket)
 	flagDry                       // the last bucket reply neither grew the share nor granted tokens (ApplyBucket)
 	flagRationed                  // the last bucket reply said the nodes' demand reaches the rate (ApplyBucket)
+	flagFault                     // Redis answered the last exchange with an error, not a lease (Faulted)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease
@@ -410,6 +412,7 @@ func (k *Lease) decideWindow(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		}
 		return Verdict{Reason: local.ReasonLimited, Remaining: min(k.remaining(r, rnow), held), Reset: end, Retry: retry}, true
 	}
+	k.short = max(k.short, n)
 	return Verdict{Reason: local.ReasonNoLease, Wait: true, Remaining: held, Reset: end, Retry: r.minGap}, true
 }
 
@@ -554,6 +557,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		}
 		return Verdict{Reason: local.ReasonNoLease, Remaining: max(pool-out, 0), Retry: retry}, true
 	}
+	k.short = max(k.short, n)
 	return Verdict{Reason: local.ReasonNoLease, Wait: true, Retry: r.minGap}, true
 }
 

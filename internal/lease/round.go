@@ -102,6 +102,20 @@ func (k *Lease) InFlight() bool { return k.flags&flagInFlight != 0 }
 // Answered records that the key's request came back, answered or failed.
 func (k *Lease) Answered() { k.flags &^= flagInFlight }
 
+// Fault records that Redis answered the key's request with an error, not
+// a lease (a key of another type under the keyspace's prefix, a script
+// error): the requests waiting for it are answered, and until an exchange
+// succeeds the failure policy decides what the key's lease does not
+// cover (Faulted).
+func (k *Lease) Fault() {
+	k.flags |= flagFault
+	k.got = k.sent
+}
+
+// Faulted reports whether Redis answered the key's last exchange with an
+// error (Fault).
+func (k *Lease) Faulted() bool { return k.flags&flagFault != 0 }
+
 // Dormant reports whether the key holds no grant and no share and has
 // nothing unreported: it needs no looking after until its next request.
 func (k *Lease) Dormant() bool { return k.holdsNothing() && !k.unreported() }
@@ -254,7 +268,8 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 			k.refill(r, rnow)
 			q.Tokens = k.tokens
 		}
-		q.Rate, q.Burst, q.Expiry, q.Allowance, q.Want = k.rate, k.burst, k.expiry, r.allowance(), k.wait
+		q.Rate, q.Burst, q.Expiry, q.Allowance, q.Want = k.rate, k.burst, k.expiry, r.allowance(), max(k.wait, k.short)
+		k.short = 0
 		// Prepaid tokens still unused go back to the pool: their requests
 		// were decided (or gave up) since the reply that brought them.
 		q.Return, k.prepaid = k.prepaid, 0
@@ -275,6 +290,8 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 	}
 	// What waits for this exchange (Await) is wanted at once, before
 	// anything the script keeps for the others; the demand's need on top.
+	need = max(need, k.short) // a request refused for want of a lease comes again
+	k.short = 0
 	q.WantCur = k.used + k.wait + need
 	if k.wait > 0 {
 		q.WaitCur = k.used + k.wait
@@ -300,7 +317,7 @@ func (k *Lease) sync(r *Rule, q *Request, redisNow, recv int64) {
 	// the next decision asks again if the new lease runs low too. (A lease
 	// granted on a guess would otherwise be corrected at once, on a handful
 	// of requests, by a first-request flag set before the reply.)
-	k.flags = k.flags&^flagUrgent | flagSynced
+	k.flags = k.flags&^(flagUrgent|flagFault) | flagSynced
 	k.got = k.sent
 }
 
