@@ -100,8 +100,9 @@ func TestDecideOffsetBack(t *testing.T) {
 // TestApplyBucket: a bucket reply sets the share and the tokens granted,
 // counts the debt sent as reported, asks for an exchange at the next
 // regular round, not an early one, when the share shrank (Redis keeps the
-// old one committed until told), and drops the tokens held when Redis's
-// state was lost (a new epoch) or revoked.
+// old one committed until told) or tokens above the burst go back to the
+// pool, and drops the tokens held when Redis's state was lost (a new
+// epoch) or revoked.
 func TestApplyBucket(t *testing.T) {
 	lr := testRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}))
 	const now = int64(1_900_000_000_000_000)
@@ -118,7 +119,7 @@ func TestApplyBucket(t *testing.T) {
 		{"shrunk", BucketReply{Now: now, Epoch: 1, Rate: 250, Burst: 25, Expiry: now + 2e6, Pool: 40}, 20, true},
 		{"new epoch", BucketReply{Now: now, Epoch: 2, Rate: 500, Burst: 50, Expiry: now + 2e6, Grant: 10, Pool: 40}, 10, false},
 		{"revoked", BucketReply{Now: now, Epoch: 1, Rate: 500, Burst: 50, Expiry: now + 2e6, Grant: 5, Pool: 40, Revoked: true}, 5, false},
-		{"grant above the burst", BucketReply{Now: now, Epoch: 1, Rate: 500, Burst: 50, Expiry: now + 2e6, Grant: 90, Pool: 40}, 50, false},
+		{"grant above the burst", BucketReply{Now: now, Epoch: 1, Rate: 500, Burst: 50, Expiry: now + 2e6, Grant: 90, Pool: 40}, 50, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := held()
@@ -136,4 +137,29 @@ func TestApplyBucket(t *testing.T) {
 			assert.Equal(t, tc.reply.Epoch, k.epoch)
 		})
 	}
+}
+
+// TestLostTokensGoBack: what a bucket share made that the node cannot keep
+// (its tokens when the share ends, its refill toward a token, tokens above
+// a smaller burst) goes back to the pool in whole tokens at the next
+// exchange, the remainder kept for the one after.
+func TestLostTokensGoBack(t *testing.T) {
+	lr := testRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 10, Window: time.Second, Burst: 10}))
+	const now = int64(1_900_000_000_000_000)
+	w := time.Second.Microseconds()
+	k := Lease{flags: flagSynced, epoch: 1, rate: 4, burst: 3, expiry: now + 1e6, tokens: 2, rem: w / 2, last: now, lastSync: now, lastUse: now}
+	// The share ends: 2 tokens and half a token's refill.
+	k.ApplyBucket(lr, &Request{Bucket: true, SentAt: now}, &BucketReply{Now: now, Epoch: 1, Expiry: now, Pool: 0}, now)
+	require.Zero(t, k.tokens)
+	require.True(t, k.Due(lr, now+testParams.Interval.Microseconds()), "due to hand the tokens back")
+	q := k.Request(lr, now+testParams.Interval.Microseconds(), false)
+	assert.Equal(t, int64(2), q.Return, "the whole tokens")
+	assert.Equal(t, w/2, k.lost, "the half token kept for later")
+	k.Answered()
+	// A smaller burst: the tokens above it go back too.
+	k = Lease{flags: flagSynced, epoch: 1, rate: 4, burst: 5, expiry: now + 1e6, tokens: 5, last: now, lastSync: now, lastUse: now}
+	k.ApplyBucket(lr, &Request{Bucket: true, SentAt: now}, &BucketReply{Now: now, Epoch: 1, Rate: 2, Burst: 2, Expiry: now + 1e6}, now)
+	assert.Equal(t, int64(2), k.tokens)
+	q = k.Request(lr, now+testParams.Interval.Microseconds(), false)
+	assert.Equal(t, int64(3), q.Return, "above the new burst")
 }

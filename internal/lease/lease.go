@@ -38,6 +38,12 @@ type Lease struct {
 	tokens, rem, last, rate, burst, expiry int64
 	debt, debtSent                         int64
 	prepaid                                int64 // tokens a reply took out of the pool for requests waiting without a share
+	// lost is what the node's share made that the node could not keep,
+	// in 1/W token: tokens above a smaller burst, and the refill toward a
+	// token when the share ended. It goes back to the pool, in whole
+	// tokens, at the next exchange: shares of a few tokens a second,
+	// given and taken as demand moves, otherwise lose much of their rate.
+	lost int64
 
 	// What the last reply said of the others, for the estimate of what
 	// remains: windows: committed by other nodes in the current window,
@@ -157,7 +163,7 @@ func (k *Lease) Idle(now int64) bool {
 		return false
 	}
 	return k.granted <= k.used && k.used == k.acked && k.pused == k.packed && k.next == 0 &&
-		k.rate == 0 && k.burst == 0 && k.debt == k.debtSent && k.prepaid == 0
+		k.rate == 0 && k.burst == 0 && k.debt == k.debtSent && k.prepaid == 0 && k.lost < k.span
 }
 
 // Decide decides a request of cost n (0 ≤ n ≤ the rule's MaxCost) at node
@@ -515,6 +521,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		// pool the last reply told of, as the room the key has.
 		k.refill(r, min(rnow, k.expiry-r.safety))
 		k.others = max(k.others, 0) + k.tokens
+		k.lost += k.tokens*r.w + k.rem
 		k.tokens, k.rem, k.rate, k.burst = 0, 0, 0, 0
 	}
 	// The allowance: a new key, or one without a share whose pool had room

@@ -71,7 +71,11 @@ func TestShareAfterOutage(t *testing.T) {
 		require.True(t, k.Due(lr, now), "due once the hand-back is over")
 		q := k.Request(lr, now, false)
 		k.Answered()
-		k.ApplyBucket(lr, &q, reply(now), now)
+		// Redis grants up to the share's burst, beyond the tokens the
+		// node said it held.
+		v := reply(now)
+		v.Grant = max(v.Burst-q.Tokens, 0)
+		k.ApplyBucket(lr, &q, v, now)
 		assert.Equal(t, int64(500), k.rate, "Redis's share")
 		assert.Equal(t, int64(50), k.burst)
 		k.Decide(lr, now+interval, 1)

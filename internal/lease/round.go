@@ -122,7 +122,7 @@ func (k *Lease) Dormant() bool { return k.holdsNothing() && !k.unreported() }
 
 // holdsNothing reports whether the lease holds no grant and no share.
 func (k *Lease) holdsNothing() bool {
-	return k.granted <= k.used && k.next == 0 && k.rate == 0 && k.burst == 0 && k.prepaid == 0
+	return k.granted <= k.used && k.next == 0 && k.rate == 0 && k.burst == 0 && k.prepaid == 0 && k.lost < k.span
 }
 
 // unreported reports whether the node admitted what Redis does not know of.
@@ -148,7 +148,7 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 		switch {
 		// Debt to report, a shrunk share to confirm, or a hand-back that is
 		// over (the whole share again).
-		case k.debt > k.debtSent, k.prepaid > 0, k.flags&flagNext != 0, k.flags&flagCut != 0 && r.handingBack(rnow) == 0:
+		case k.debt > k.debtSent, k.prepaid > 0, k.lost >= r.w, k.flags&flagNext != 0, k.flags&flagCut != 0 && r.handingBack(rnow) == 0:
 			return regular || urgent
 		case idle:
 			return regular && (k.rate > 0 || k.burst > 0)
@@ -263,6 +263,7 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 			// nothing is to stay committed.
 			k.refill(r, min(rnow, k.expiry-r.safety))
 			q.Tokens = k.tokens
+			k.lost += k.rem
 			k.tokens, k.rem, k.rate, k.burst, k.expiry = 0, 0, 0, 0, 0
 		} else {
 			k.refill(r, rnow)
@@ -271,8 +272,10 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		q.Rate, q.Burst, q.Expiry, q.Allowance, q.Want = k.rate, k.burst, k.expiry, r.allowance(), max(k.wait, k.short)
 		k.short = 0
 		// Prepaid tokens still unused go back to the pool: their requests
-		// were decided (or gave up) since the reply that brought them.
-		q.Return, k.prepaid = k.prepaid, 0
+		// were decided (or gave up) since the reply that brought them; and
+		// so do the whole tokens the share made that the node lost.
+		q.Return, k.prepaid = k.prepaid+k.lost/r.w, 0
+		k.lost %= r.w
 		return q
 	}
 	k.roll(r, rnow-rnow%r.w)
@@ -390,7 +393,7 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 		k.flags |= flagNext
 	}
 	if (k.epoch != 0 && v.Epoch != k.epoch) || v.Revoked {
-		k.tokens, k.rem = 0, 0 // what we held is gone with Redis's state, or revoked
+		k.tokens, k.rem, k.lost = 0, 0, 0 // what we held is gone with Redis's state, or revoked
 	}
 	k.epoch = v.Epoch
 	k.debtSent += q.Debt
@@ -409,8 +412,14 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	if rate == 0 && burst == 0 {
 		k.prepaid += grant // for the requests waiting for this reply
 		grant = 0
+		k.lost += k.rem // the share ended: its refill toward a token goes back
+		k.rem = 0
 	}
-	k.tokens = min(k.tokens+grant, k.burst)
+	k.tokens += grant
+	if k.tokens > k.burst {
+		k.lost += (k.tokens - k.burst) * r.w // above the smaller burst: back to the pool
+		k.tokens = k.burst
+	}
 	if k.tokens >= k.burst {
 		k.rem = 0
 	}

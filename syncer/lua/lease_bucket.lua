@@ -184,7 +184,13 @@ local lt, bt = 0, 0
 -- share: it admits as debt, against the pool, which it reports at its next
 -- round. A share filled from the pool would sit in its bucket, mostly
 -- unused, and leave the pool short for the next node the key reaches.
-if flags % 2 == 0 and demand > 0 and total > 0 and (guess or cdiv(demand * horizon, W) > quiet) then
+-- A node that holds a share keeps one until its demand falls to half the
+-- quiet level: a demand near it, measured noisily, would give and take the
+-- share at every exchange, and each time lose the part of a token the
+-- node's bucket had refilled.
+local busy = cdiv(demand * horizon, W) > quiet
+if hl > 0 and not busy then busy = cdiv(2 * demand * horizon, W) > quiet end
+if flags % 2 == 0 and demand > 0 and total > 0 and (guess or busy) then
   -- A new key's burst reaches every node at once, and they ask one after
   -- the other: in the key's first DemandTTL, each node of the cluster yet
   -- to ask is assumed to want the average, so that the first to ask does
@@ -225,6 +231,9 @@ if cluster > 1 and quiet > 0 then
   if fb > 0 then fl = max(min(floor(2 * L * fb / B), floor(fb * W / max(horizon, 1))), 1) end
 end
 local l, b = max(min(lt, L - ocl - fl), 0), max(min(bt, B - ocb - fb), 0)
+-- A share with a burst and no rate would hold capacity nothing refills:
+-- the node draws on the pool instead, as one without a share.
+if l == 0 then b = 0 end
 -- Shrinking: what the node holds stays committed until its expiry, as the
 -- node uses it until it hears of this reply. (It applied every earlier
 -- reply before sending this request: older commitments are over.)
