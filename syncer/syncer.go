@@ -415,7 +415,14 @@ func (s *Syncer) firstLoop() {
 		case <-s.stop:
 			return
 		case <-s.cluster.WakeFirst():
-			if !s.failed.Load() && first.due(s.cfg.FirstGap) {
+			// A request waiting for its key's exchange does not wait the
+			// gap too: such rounds are few (the requests a lease cannot
+			// decide) and each is a request's latency.
+			gap := s.cfg.FirstGap
+			if s.cluster.TakeWaiting() {
+				gap = 0
+			}
+			if !s.failed.Load() && first.due(gap) {
 				run()
 			}
 		case <-first.c:

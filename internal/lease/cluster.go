@@ -39,6 +39,9 @@ type Cluster struct {
 	// woken counts the takings of wake's signal (Wanted, WakeTaken): a
 	// key signals once between two (Lease.woke), not at every refusal.
 	woken atomic.Uint32
+	// waiting is set when a key a request waits for joins the list of the
+	// next first-lease round (TakeWaiting).
+	waiting atomic.Bool
 }
 
 // NewCluster returns a Cluster that assumes at least least live nodes.
@@ -112,6 +115,11 @@ func (c *Cluster) Wanted() bool {
 // WakeTaken records that the signal of Wake was received: the keys that
 // want an early round signal again at their next decision.
 func (c *Cluster) WakeTaken() { c.woken.Add(1) }
+
+// TakeWaiting reports, and clears, whether a key that a request waits for
+// joined the next first-lease round since the last call: that round runs
+// at once, without waiting FirstGap after the last.
+func (c *Cluster) TakeWaiting() bool { return c.waiting.Swap(false) }
 
 // WantedFirst reports, and clears, whether a key asked for a first-lease
 // round.
@@ -200,6 +208,9 @@ func (r *Rule) Notify(e *keyed.Entry[Lease]) {
 		if k.flags&(flagFirst|flagInFlight) == 0 {
 			k.flags |= flagFirst
 			c.first.push(r, e)
+			if k.wait > 0 {
+				c.waiting.Store(true) // a request waits: no gap
+			}
 			signal(c.wakeFirst)
 		}
 	case k.flags&flagUrgent != 0:
