@@ -50,6 +50,11 @@ type Store[V any] struct {
 	perShard int
 	idle     func(v *V, now int64) bool
 	tomb     *Entry[V] // marks the slot of an evicted entry
+	// empty is the table of every shard that holds no key: no slots, so a
+	// store that holds few keys costs its shards and little more. A
+	// shard's first insert replaces it (insert), and a sweep that empties
+	// a shard puts it back (Sweep).
+	empty    *table[V]
 	newEntry func() *Entry[V]
 }
 
@@ -168,10 +173,11 @@ func New[V any](cfg Config, idle func(v *V, now int64) bool, newEntry func() *En
 		perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
 		idle:     idle,
 		tomb:     new(Entry[V]),
+		empty:    new(table[V]),
 		newEntry: newEntry,
 	}
 	for i := range s.shards {
-		s.shards[i].tab.Store(newTable[V](minTableSize))
+		s.shards[i].tab.Store(s.empty)
 	}
 	return s, nil
 }
@@ -286,7 +292,12 @@ func (s *Store[V]) Sweep(now int64) int {
 		sh.mu.Lock()
 		t := sh.tab.Load()
 		total += s.sweep(sh, now, len(t.slots))
-		if sh.used-sh.live > sh.live && len(t.slots) > minTableSize {
+		switch {
+		case sh.live == 0 && t != s.empty:
+			// Nothing held: the table goes, until the shard's next key.
+			sh.tab.Store(s.empty)
+			sh.used, sh.hand = 0, 0
+		case sh.used-sh.live > sh.live && len(t.slots) > minTableSize:
 			s.rebuild(sh) // mostly tombstones: shrink
 		}
 		sh.mu.Unlock()
@@ -332,6 +343,30 @@ func (s *Store[V]) Stats() Stats {
 	return st
 }
 
+// Bytes estimates the heap s holds: the Store, its shards, their tables and
+// an entry per key held, as laid out (the allocator's rounding aside; what a
+// value allocates beyond its entry is not counted). It locks each shard in
+// turn: for monitoring, not per request.
+func (s *Store[V]) Bytes() int64 {
+	var (
+		slotSize  = int64(unsafe.Sizeof(slot[V]{}))
+		entrySize = int64(unsafe.Sizeof(Entry[V]{}))
+		tableSize = int64(unsafe.Sizeof(table[V]{}))
+	)
+	n := int64(unsafe.Sizeof(*s)) + 2*entrySize + tableSize // the tombstone and the empty table
+	n += int64(len(s.shards)) * int64(unsafe.Sizeof(shard[V]{}))
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		if t := sh.tab.Load(); t != s.empty {
+			n += tableSize + int64(len(t.slots))*slotSize
+		}
+		n += int64(sh.live) * entrySize
+		sh.mu.Unlock()
+	}
+	return n
+}
+
 // slot is a table cell. A writer stores hash before ent; a reader loads ent
 // first, so a non-nil ent always comes with its hash.
 type slot[V any] struct {
@@ -340,7 +375,8 @@ type slot[V any] struct {
 }
 
 // table is an open-addressing hash table with linear probing. Its length is
-// a power of two and at least one slot is always empty, so every probe ends.
+// a power of two and at least one slot is always empty, so every probe ends;
+// or it has no slot at all (Store.empty), and nothing is put in it.
 type table[V any] struct {
 	slots []slot[V]
 	mask  uint64
@@ -358,7 +394,7 @@ func newTable[V any](size int) *table[V] {
 func (t *table[V]) find(h1, id0, id1 uint64) *Entry[V] {
 	slots := t.slots
 	if len(slots) == 0 {
-		return nil // never: tables have minTableSize slots or more
+		return nil // the store's empty table: the shard holds no key
 	}
 	for i := h1; ; i++ {
 		s := &slots[i&uint64(len(slots)-1)]
@@ -495,8 +531,9 @@ func (s *Store[V]) insert(sh *shard[V], h1, id0, id1 uint64, now int64) *Entry[V
 		return nil
 	}
 	if (sh.used+1)*4 > len(t.slots)*3 {
-		// About to pass 3/4 full: evict what is idle, then rebuild, which
-		// grows the table only if the live entries need it.
+		// About to pass 3/4 full (or the shard's first key, in the empty
+		// table): evict what is idle, then rebuild, which grows the table
+		// only if the live entries need it.
 		s.sweep(sh, now, len(t.slots))
 		t = s.rebuild(sh)
 	}
@@ -535,6 +572,9 @@ func (s *Store[V]) Replace(key string, old *Entry[V], init func(v *V)) {
 	defer sh.mu.Unlock()
 	old.evicted = true
 	t := sh.tab.Load()
+	if len(t.slots) == 0 {
+		return // not held (cannot happen, as below)
+	}
 	for i := h1 & t.mask; ; i = (i + 1) & t.mask {
 		sl := &t.slots[i]
 		switch sl.ent.Load() {
