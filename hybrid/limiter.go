@@ -420,7 +420,7 @@ func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim local.Lim
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}
 	if mode == Hybrid {
-		m, err := newHybridRule(rs, sr, lim)
+		m, err := newHybridRule(rs, sr)
 		switch {
 		case err == nil:
 			return m, nil
@@ -432,7 +432,7 @@ func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim local.Lim
 		// The log, or a bucket past the exact range: exact in Redis.
 		l.logger.Info("hybridlimit: rule runs central: its limit has no lease", "rule", rs.name, "limit", lim.String())
 	}
-	return newCentralRule(rs, sr, lim)
+	return newCentralRule(rs, sr)
 }
 
 // localConfig configures the local limiters of Local rules and of the
