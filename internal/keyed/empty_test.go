@@ -16,7 +16,7 @@ func TestEmptyShards(t *testing.T) {
 	for i := range s.shards {
 		require.Same(t, s.empty, s.shards[i].tab.Load(), "shard %d has a table before its first key", i)
 	}
-	empty := s.Bytes()
+	empty := s.Stats().Bytes
 
 	e := s.Lock("k", 0)
 	require.NotNil(t, e)
@@ -29,7 +29,7 @@ func TestEmptyShards(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, tables, "one key, one shard with a table")
-	assert.Greater(t, s.Bytes(), empty)
+	assert.Greater(t, s.Stats().Bytes, empty)
 	assert.Same(t, e, s.Get("k", 0), "the key is found in its table")
 
 	e.Lock()
@@ -39,7 +39,7 @@ func TestEmptyShards(t *testing.T) {
 	for i := range s.shards {
 		assert.Same(t, s.empty, s.shards[i].tab.Load(), "shard %d keeps a table with no key", i)
 	}
-	assert.Equal(t, empty, s.Bytes())
+	assert.Equal(t, empty, s.Stats().Bytes)
 }
 
 // TestEmptyShardRefills: a shard emptied by a sweep takes keys again, as
