@@ -312,6 +312,13 @@ func (m *hybridRule) stats() local.Stats { return local.Stats(m.store.Stats()) }
 
 func (m *hybridRule) close() { m.fail.close() }
 
+// remove hands the rule's keys to the syncer for good, on its unregistering:
+// their next exchange reports what they used and gives their leases back,
+// then the syncer forgets them (lease.Rule.Remove). The caller holds the
+// Limiter's mu, which SetLimit takes too, so the rule marked is the one in
+// force.
+func (m *hybridRule) remove() { m.lease.Load().Remove() }
+
 // setDigest names a new key's lease in Redis: the digest is computed once,
 // on the key's first decision.
 func (l *Limiter) setDigest(k *lease.Lease, key string) {

@@ -122,7 +122,7 @@ func (w Wait) String() string {
 // Rule is a named limit and how to run it. Register it with
 // Limiter.Register, which validates it and returns the *Rule that
 // decisions take; the fields of a registered Rule must not change (use
-// Limiter.SetLimit).
+// Limiter.SetLimit). Limiter.Unregister removes it.
 //
 // Rule is the only rule type a Limiter's user handles: Register builds from
 // it what its mode runs on (syncer's central and lease rules among them).
@@ -155,6 +155,7 @@ type Rule struct {
 // that decides its requests.
 type ruleState struct {
 	l         *Limiter
+	gone      atomic.Bool // unregistered: decisions and SetLimit refuse it (Limiter.state)
 	name      string
 	requested Mode // as registered (Hybrid may run Central)
 	policy    Policy
