@@ -396,6 +396,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		return &out, nil
 	}
 	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), wait: wait, counts: new(counters)}
+	rs.owner.Store(l)
 	lim := r.Limit
 	rs.limit.Store(&lim)
 	m, err := l.newMode(rs, mode, r.Mode == Hybrid, r.Limit)
@@ -468,7 +469,7 @@ func (l *Limiter) SetLimit(r *Rule, lim Limit) error {
 	// this call is replacing.
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if rs.gone.Load() {
+	if rs.owner.Load() != l {
 		return fmt.Errorf("%w: %q", ErrUnknownRule, rs.name)
 	}
 	if err := rs.mode.setLimit(lim); err != nil {
@@ -503,7 +504,7 @@ func (l *Limiter) Unregister(r *Rule) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if rs.gone.Swap(true) {
+	if !rs.owner.CompareAndSwap(l, nil) {
 		return fmt.Errorf("%w: %q", ErrUnknownRule, rs.name) // another call was first
 	}
 	if l.closed {
@@ -522,7 +523,7 @@ func (l *Limiter) state(r *Rule) (*ruleState, error) {
 		return nil, ErrUnknownRule
 	}
 	rs := r.state
-	if rs == nil || rs.l != l || rs.gone.Load() {
+	if rs == nil || rs.owner.Load() != l {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownRule, r.Name)
 	}
 	return rs, nil

@@ -154,8 +154,10 @@ type Rule struct {
 // ruleState is a registered rule: what every mode shares, and the mode
 // that decides its requests.
 type ruleState struct {
-	l         *Limiter
-	gone      atomic.Bool // unregistered: decisions and SetLimit refuse it (Limiter.state)
+	l *Limiter
+	// owner is l while the rule is registered, nil once unregistered:
+	// what Limiter.state checks, in the one load a decision spends on it.
+	owner     atomic.Pointer[Limiter]
 	name      string
 	requested Mode // as registered (Hybrid may run Central)
 	policy    Policy
