@@ -23,7 +23,10 @@ test:
 # allocations would spoil: run once more without it.
 NORACE_TESTS := TestNoAllocations|TestSubWindowNoAllocations|TestMemoryPerKey
 # The same in hybrid, run beside the simulation.
-HYBRID_NORACE := ^(TestSimulation|TestAllowNoAllocs)
+HYBRID_NORACE := ^(TestSimulation|TestAllowNoAllocs|TestMemoryPerRule)
+# The same in the middleware; TestRulesChurn runs its full count of rules
+# there (a smaller one under -race).
+HTTP_NORACE := ^(TestAllocs|TestRulesChurn)$$
 
 ## test-go: vet and test every module against whatever HYBRIDLIMIT_REDIS_* point at (no servers started).
 # The hybrid simulation, one goroutine's event loop that waits on Redis and
@@ -43,8 +46,8 @@ test-go:
 	wait $$sim || failed+=("the hybrid simulation"); cat .run/simulation.log; \
 	echo "== .: go test -count=1 -run '$(NORACE_TESTS)' ./local (what the race detector's own allocations hide)"; \
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./local || failed+=("go test ./local without -race"); \
-	echo "== .: go test -count=1 -run TestAllocs ./hybrid/httplimit (the middleware's allocations, without -race)"; \
-	$(GO) test -count=1 -run TestAllocs ./hybrid/httplimit || failed+=("go test ./hybrid/httplimit without -race"); \
+	echo "== .: go test -count=1 -run '$(HTTP_NORACE)' ./hybrid/httplimit (the middleware's allocations and rule churn, without -race)"; \
+	$(GO) test -count=1 -run '$(HTTP_NORACE)' ./hybrid/httplimit || failed+=("go test ./hybrid/httplimit without -race"); \
 	if (( $${#failed[@]} )); then printf 'FAILED: %s\n' "$${failed[@]}"; exit 1; fi
 
 ## bench: run scripts/bench.sh with Redis servers started for it.

@@ -81,9 +81,12 @@
 //
 // New starts the syncer and a sweeper of idle keys; Shutdown reports what is
 // unreported, hands leases back, leaves the registry of live nodes and stops
-// every goroutine; Close does the same with DefaultShutdownTimeout. The
-// Limiter reports OpenTelemetry metrics (hybridlimit.decisions,
-// hybridlimit.sync.*, hybridlimit.keys, hybridlimit.redis.available,
+// every goroutine; Close does the same with DefaultShutdownTimeout.
+// Unregister does it for one rule and releases what the rule held, so that
+// rules can come and go for the Limiter's life; RuleStats estimates what the
+// rules hold. The Limiter reports OpenTelemetry metrics
+// (hybridlimit.decisions, hybridlimit.sync.*, hybridlimit.keys,
+// hybridlimit.rules, hybridlimit.memory, hybridlimit.redis.available,
 // hybridlimit.mode.changes, hybridlimit.gossip.*, …) to Config.MeterProvider,
 // and a span per sync round (hybridlimit.sync; hybridlimit.handback for the
 // first after an outage) to Config.TracerProvider.

@@ -28,7 +28,7 @@ var (
 	// ErrInvalidRule reports a bad Rule, naming the field.
 	ErrInvalidRule = errors.New("hybrid: invalid rule")
 	// ErrUnknownRule is returned for a Rule not registered with this
-	// Limiter.
+	// Limiter, or unregistered since (Unregister).
 	ErrUnknownRule = errors.New("hybrid: rule not registered with this limiter")
 	// ErrClosed is returned by Register and Ping after Close.
 	ErrClosed = errors.New("hybrid: limiter closed")
@@ -399,6 +399,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		return &out, nil
 	}
 	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), wait: wait, counts: new(counters)}
+	rs.owner.Store(l)
 	lim := r.Limit
 	rs.limit.Store(&lim)
 	m, err := l.newMode(rs, mode, r.Mode == Hybrid, r.Limit)
@@ -423,7 +424,7 @@ func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim local.Lim
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}
 	if mode == Hybrid {
-		m, err := newHybridRule(rs, sr, lim)
+		m, err := newHybridRule(rs, sr)
 		switch {
 		case err == nil:
 			return m, nil
@@ -435,7 +436,7 @@ func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim local.Lim
 		// The log, or a bucket past the exact range: exact in Redis.
 		l.logger.Info("hybridlimit: rule runs central: its limit has no lease", "rule", rs.name, "limit", lim.String())
 	}
-	return newCentralRule(rs, sr, lim)
+	return newCentralRule(rs, sr)
 }
 
 // localConfig configures the local limiters of Local rules and of the
@@ -467,10 +468,56 @@ func (l *Limiter) SetLimit(r *Rule, lim Limit) error {
 	if !lim.Valid() {
 		return fmt.Errorf("%w: rule %q: Limit: zero", ErrInvalidRule, rs.name)
 	}
+	// Under mu, so that Unregister marks the lease rule in force, not one
+	// this call is replacing.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rs.owner.Load() != l {
+		return fmt.Errorf("%w: %q", ErrUnknownRule, rs.name)
+	}
 	if err := rs.mode.setLimit(lim); err != nil {
 		return err
 	}
 	rs.limit.Store(&lim)
+	return nil
+}
+
+// Unregister removes r's rule from the Limiter, so that the memory it holds
+// (its keys, its failure policy's state) and its metric series go; every
+// *Rule of it returns ErrUnknownRule from then on, to decisions, SetLimit,
+// and Unregister again (Mode returns ModeDefault). A decision under way
+// when it is called completes as usual.
+//
+// What the rule's keys admitted is not lost: in Hybrid mode the syncer's
+// next round reports each key's unreported use to Redis and gives its
+// leases back, as Shutdown does, then forgets it (with Config.ManualSync,
+// the next SyncAt; while Redis is unavailable, the first round that
+// reaches it; if the Limiter shuts down first, Shutdown's last round). In
+// Central mode Redis holds all of it already. The rule's state in Redis
+// stays until its keys' TTLs end: registered again meanwhile, under the
+// same name and limit, a distributed rule takes it up; a Local rule starts
+// afresh.
+//
+// After Shutdown, which reported everything, it only ends the rule's
+// decisions.
+func (l *Limiter) Unregister(r *Rule) error {
+	rs, err := l.state(r)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !rs.owner.CompareAndSwap(l, nil) {
+		return fmt.Errorf("%w: %q", ErrUnknownRule, rs.name) // another call was first
+	}
+	if l.closed {
+		return nil // Shutdown closes the rules it holds, without mu
+	}
+	delete(l.rules, rs.name)
+	if m, ok := rs.mode.(*hybridRule); ok {
+		m.remove()
+	}
+	rs.mode.close()
 	return nil
 }
 
@@ -479,7 +526,7 @@ func (l *Limiter) state(r *Rule) (*ruleState, error) {
 		return nil, ErrUnknownRule
 	}
 	rs := r.state
-	if rs == nil || rs.l != l {
+	if rs == nil || rs.owner.Load() != l {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownRule, r.Name)
 	}
 	return rs, nil

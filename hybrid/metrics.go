@@ -24,6 +24,9 @@ type counters struct {
 	stripes  [stripes]stripe
 	fallback atomic.Int64 // degraded decisions: made by the failure policy, or after Shutdown
 	other    atomic.Int64 // requests of a multi-rule decision this rule had room for, refused by another rule
+	// waits are the hybrid decisions that waited for their key's exchange,
+	// by result (ReasonOK for admitted): off the hot path, not striped.
+	waits [numReasons]atomic.Int64
 }
 
 const stripes = 8
@@ -70,7 +73,9 @@ func (c *counters) sum(r local.Reason) int64 {
 // metrics are the Limiter's OpenTelemetry instruments. Per-decision figures
 // are read from the counters when the SDK collects, never per decision; no
 // attribute carries a user key or address (cardinality and privacy): only
-// rule names, modes and results.
+// rule names, modes and results. Every instrument with a rule attribute is
+// observable: a rule's series end with its Unregister, where the SDK keeps
+// a synchronous instrument's every attribute set for the process's life.
 type metrics struct {
 	reg          metric.Registration
 	rounds       metric.Int64Counter
@@ -78,7 +83,6 @@ type metrics struct {
 	roundErrors  metric.Int64Counter
 	roundSeconds metric.Float64Histogram
 	modeChanges  metric.Int64Counter
-	waits        metric.Int64Counter
 	waitSeconds  metric.Float64Histogram
 	redisErrors  metric.Int64Counter
 }
@@ -133,12 +137,23 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 		metric.WithDescription("Duration of sync rounds."), metric.WithUnit("s")); err != nil {
 		return nil, err
 	}
-	if m.waits, err = meter.Int64Counter("hybridlimit.lease.waits",
-		metric.WithDescription("Hybrid decisions that waited for their key's exchange with Redis (Rule.Wait), by rule and result; hybridlimit.decisions counts them too."), metric.WithUnit("{decision}")); err != nil {
+	waits, err := meter.Int64ObservableCounter("hybridlimit.lease.waits",
+		metric.WithDescription("Hybrid decisions that waited for their key's exchange with Redis (Rule.Wait), by rule and result; hybridlimit.decisions counts them too."), metric.WithUnit("{decision}"))
+	if err != nil {
 		return nil, err
 	}
 	if m.waitSeconds, err = meter.Float64Histogram("hybridlimit.lease.wait.duration",
-		metric.WithDescription("How long hybrid decisions waited for their key's exchange with Redis, by rule."), metric.WithUnit("s")); err != nil {
+		metric.WithDescription("How long hybrid decisions waited for their key's exchange with Redis, every rule's."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	rulesGauge, err := meter.Int64ObservableGauge("hybridlimit.rules",
+		metric.WithDescription("Rules registered, by mode."), metric.WithUnit("{rule}"))
+	if err != nil {
+		return nil, err
+	}
+	memory, err := meter.Int64ObservableGauge("hybridlimit.memory",
+		metric.WithDescription("Estimated heap bytes the rules hold: their fixed parts, tables of keys and entries (Limiter.RuleStats)."), metric.WithUnit("By"))
+	if err != nil {
 		return nil, err
 	}
 	if m.redisErrors, err = meter.Int64Counter("hybridlimit.redis.errors",
@@ -161,7 +176,10 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 			rules = append(rules, rs)
 		}
 		l.mu.Unlock()
+		var byMode [Hybrid + 1]int64
+		var bytes int64
 		for _, rs := range rules {
+			byMode[rs.mode.kind()]++
 			ra := attribute.String("rule", rs.name)
 			ma := attribute.String("mode", rs.mode.kind().String())
 			for r := local.Reason(0); int(r) < numReasons; r++ {
@@ -172,14 +190,24 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 			if v := rs.counts.other.Load(); v > 0 {
 				o.ObserveInt64(decisions, v, metric.WithAttributes(ra, ma, attribute.String("result", resultOther)))
 			}
+			for r := local.Reason(0); int(r) < numReasons; r++ {
+				if v := rs.counts.waits[r].Load(); v > 0 {
+					o.ObserveInt64(waits, v, metric.WithAttributes(ra, attribute.String("result", resultOf(r))))
+				}
+			}
 			o.ObserveInt64(fallbacks, rs.counts.fallback.Load(), metric.WithAttributes(ra))
 			st := rs.mode.stats()
 			o.ObserveInt64(keys, int64(st.Keys), metric.WithAttributes(ra, ma))
 			o.ObserveInt64(evictions, int64(st.Evictions), metric.WithAttributes(ra, ma))
 			o.ObserveInt64(overflows, int64(st.Overflows), metric.WithAttributes(ra, ma))
+			bytes += rs.bytes(st)
 		}
+		for m := Local; m <= Hybrid; m++ {
+			o.ObserveInt64(rulesGauge, byMode[m], metric.WithAttributes(attribute.String("mode", m.String())))
+		}
+		o.ObserveInt64(memory, bytes)
 		return nil
-	}, decisions, fallbacks, keys, evictions, overflows, available)
+	}, decisions, fallbacks, keys, evictions, overflows, available, waits, rulesGauge, memory)
 	if err != nil {
 		return nil, err
 	}
@@ -212,14 +240,14 @@ func (m *metrics) round(st syncer.RoundStats) {
 // waited counts d, a decision of rs that waited for its key's exchange,
 // and how long it waited. Off the hot path: only waits come here.
 func (m *metrics) waited(rs *ruleState, took time.Duration, d local.Decision) {
-	ctx := context.Background()
-	result := resultOf(d.Reason())
+	r := d.Reason()
 	if d.Allowed() {
-		result = "admitted"
+		r = local.ReasonOK
 	}
-	rule := attribute.String("rule", rs.name)
-	m.waits.Add(ctx, 1, metric.WithAttributes(rule, attribute.String("result", result)))
-	m.waitSeconds.Record(ctx, took.Seconds(), metric.WithAttributes(rule))
+	if int(r) < numReasons {
+		rs.counts.waits[r].Add(1)
+	}
+	m.waitSeconds.Record(context.Background(), took.Seconds())
 }
 
 // redisError counts a failure of Redis's of kind (errorKind).

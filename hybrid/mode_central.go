@@ -21,13 +21,9 @@ type centralRule struct {
 
 var _ modeRule = (*centralRule)(nil)
 
-func newCentralRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*centralRule, error) {
-	m := &centralRule{rs: rs}
+func newCentralRule(rs *ruleState, sr *syncer.Rule) (*centralRule, error) {
+	m := &centralRule{rs: rs, fail: newFailover(rs)}
 	m.redis.Store(sr)
-	var err error
-	if m.fail, err = newFailover(rs, lim); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
 	return m, nil
 }
 

@@ -32,7 +32,7 @@ var _ modeRule = (*hybridRule)(nil)
 // newHybridRule returns the hybrid form of sr, at any limit and any number
 // of nodes. Its error wraps syncer.ErrNotLeasable when the limit has no
 // lease (the sliding window log; a bucket past the scripts' exact range).
-func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule, error) {
+func newHybridRule(rs *ruleState, sr *syncer.Rule) (*hybridRule, error) {
 	l := rs.l
 	lr, err := l.sync.LeaseRule(sr)
 	if err != nil {
@@ -45,9 +45,7 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule, lim local.Limit) (*hybridRule
 	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	if m.fail, err = newFailover(rs, lim); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
+	m.fail = newFailover(rs)
 	m.setOutage(lr)
 	m.lease.Store(lr)
 	return m, nil
@@ -314,6 +312,13 @@ func (m *hybridRule) sweep(now time.Time) int {
 func (m *hybridRule) stats() local.Stats { return local.Stats(m.store.Stats()) }
 
 func (m *hybridRule) close() { m.fail.close() }
+
+// remove hands the rule's keys to the syncer for good, on its unregistering:
+// their next exchange reports what they used and gives their leases back,
+// then the syncer forgets them (lease.Rule.Remove). The caller holds the
+// Limiter's mu, which SetLimit takes too, so the rule marked is the one in
+// force.
+func (m *hybridRule) remove() { m.lease.Load().Remove() }
 
 // setDigest names a new key's lease in Redis: the digest is computed once,
 // on the key's first decision.

@@ -13,14 +13,22 @@ import (
 type failover struct {
 	rs     *ruleState
 	policy Policy
+	*parts // set once, by newFailover: a failover is copied into its mode
+}
+
+// parts are what a failover's policy decides on, each made at its first
+// use: most rules never fail over, and a local.Limiter costs a table of
+// shards.
+type parts struct {
 	// part is this node's part of the limit, the limiter of FailLocal and
 	// of every policy after Shutdown; under Fallback with gossip, a hybrid
-	// bucket rule's limit scaled for its demand shares (byShare).
-	part *local.Limiter
+	// bucket rule's limit scaled for its demand shares (byShare). nil
+	// before its first use (partOn).
+	part atomic.Pointer[local.Limiter]
 	// scale is the limit part runs on for byShare, nil before its first
 	// use; even, the one it runs on for local, nil before its first use.
-	scale *atomic.Pointer[shareScaled]
-	even  *atomic.Pointer[evenSplit]
+	scale atomic.Pointer[shareScaled]
+	even  atomic.Pointer[evenSplit]
 }
 
 // evenSplit is the limit local's part runs on: base, the rule's limit,
@@ -31,11 +39,29 @@ type evenSplit struct {
 	lim   local.Limit
 }
 
-func newFailover(rs *ruleState, lim local.Limit) (failover, error) {
-	f := failover{rs: rs, policy: rs.policy, scale: new(atomic.Pointer[shareScaled]), even: new(atomic.Pointer[evenSplit])}
-	var err error
-	f.part, err = local.New(lim, rs.l.localConfig())
-	return f, err
+func newFailover(rs *ruleState) failover {
+	return failover{rs: rs, policy: rs.policy, parts: new(parts)}
+}
+
+// partOn returns part running on lim, made at its first use.
+func (f *failover) partOn(lim local.Limit) *local.Limiter {
+	p := f.part.Load()
+	if p == nil {
+		var err error
+		if p, err = local.New(lim, f.rs.l.localConfig()); err != nil {
+			// lim is a rule's limit, or a part of one that NewLimit took,
+			// and New checked the Config's Shards and MaxKeys as local.New
+			// does.
+			panic("hybrid: failure policy: " + err.Error())
+		}
+		if !f.part.CompareAndSwap(nil, p) {
+			p = f.part.Load() // another decision made it first
+		}
+	}
+	if p.Limit() != lim {
+		p.SetLimit(lim)
+	}
+	return p
 }
 
 // decide decides by the policy, or on this node's part of the limit once
@@ -80,10 +106,7 @@ func (f *failover) local(nodes int64, now int64, key string, n int64, charge boo
 		sp = evenPart(lim, nodes)
 		f.even.Store(sp)
 	}
-	if f.part.Limit() != sp.lim {
-		f.part.SetLimit(sp.lim)
-	}
-	return f.partAllow(now, key, n, charge)
+	return f.partAllow(f.partOn(sp.lim), now, key, n, charge)
 }
 
 // evenPart returns lim divided by nodes: its limit and burst each at least
@@ -105,13 +128,13 @@ func evenPart(lim *local.Limit, nodes int64) *evenSplit {
 
 // partAllow decides a request of cost n for key at now on part, and
 // charges it only if charge is set.
-func (f *failover) partAllow(now int64, key string, n int64, charge bool) local.Decision {
+func (f *failover) partAllow(part *local.Limiter, now int64, key string, n int64, charge bool) local.Decision {
 	at := time.UnixMicro(now)
 	if charge {
-		return f.part.AllowNAt(at, key, n)
+		return part.AllowNAt(at, key, n)
 	}
 	var out [1]local.Decision
-	if local.CheckMultiAt(at, []local.Request{{Limiter: f.part, Key: key, N: n}}, out[:]) {
+	if local.CheckMultiAt(at, []local.Request{{Limiter: part, Key: key, N: n}}, out[:]) {
 		o := out[0].Outcome()
 		o.Allowed, o.Remaining = true, max(o.Remaining-n, 0)
 		return o.Decision()
@@ -119,6 +142,15 @@ func (f *failover) partAllow(now int64, key string, n int64, charge bool) local.
 	return out[0]
 }
 
-func (f *failover) sweep(now time.Time) int { return f.part.SweepAt(now) }
+func (f *failover) sweep(now time.Time) int {
+	if p := f.part.Load(); p != nil {
+		return p.SweepAt(now)
+	}
+	return 0
+}
 
-func (f *failover) close() { f.part.Close() }
+func (f *failover) close() {
+	if p := f.part.Load(); p != nil {
+		p.Close()
+	}
+}

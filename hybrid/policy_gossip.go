@@ -181,9 +181,10 @@ type shareScaled struct {
 func (f *failover) byShare(now int64, key string, n int64, share float64, charge bool) local.Decision {
 	lim := f.rs.limit.Load()
 	sc := f.scale.Load()
-	if sc == nil || sc.base != lim || f.part.Limit() != sc.lim {
+	if sc == nil || sc.base != lim {
 		sc = f.rescale(lim)
 	}
+	part := f.partOn(sc.lim)
 	limit := lim.MaxCost()
 	cost := math.Ceil(float64(n*sc.k) / share)
 	if !(cost <= float64(sc.lim.MaxCost())) {
@@ -191,14 +192,15 @@ func (f *failover) byShare(now int64, key string, n int64, share float64, charge
 		// this share, which the next snapshot may raise.
 		return local.NewDecision(false, local.ReasonLimited, limit, 0, 0, time.Second).AsDegraded()
 	}
-	d := f.partAllow(now, key, int64(cost), charge)
+	d := f.partAllow(part, now, key, int64(cost), charge)
 	reason := d.Reason()
 	remaining := min(int64(float64(d.Remaining())*share/float64(sc.k)), limit)
 	return local.NewDecision(d.Allowed(), reason, limit, remaining, d.ResetAfter(), d.RetryAfter()).AsDegraded()
 }
 
-// rescale sets part to lim with its rate and burst scaled by shareScale, or
-// by the largest power of two below it that the limit's bounds take.
+// rescale returns lim with its rate and burst scaled by shareScale, or by
+// the largest power of two below it that the limit's bounds take, for part
+// to run on.
 func (f *failover) rescale(lim *local.Limit) *shareScaled {
 	sc := &shareScaled{base: lim, lim: *lim, k: 1}
 	p := lim.Params()
@@ -210,7 +212,6 @@ func (f *failover) rescale(lim *local.Limit) *shareScaled {
 			break
 		}
 	}
-	f.part.SetLimit(sc.lim)
 	f.scale.Store(sc)
 	return sc
 }

@@ -124,7 +124,7 @@ func (w Wait) String() string {
 // Rule is a named limit and how to run it. Register it with
 // Limiter.Register, which validates it and returns the *Rule that
 // decisions take; the fields of a registered Rule must not change (use
-// Limiter.SetLimit).
+// Limiter.SetLimit). Limiter.Unregister removes it.
 //
 // Rule is the only rule type a Limiter's user handles: Register builds from
 // it what its mode runs on (syncer's central and lease rules among them).
@@ -156,7 +156,10 @@ type Rule struct {
 // ruleState is a registered rule: what every mode shares, and the mode
 // that decides its requests.
 type ruleState struct {
-	l         *Limiter
+	l *Limiter
+	// owner is l while the rule is registered, nil once unregistered:
+	// what Limiter.state checks, in the one load a decision spends on it.
+	owner     atomic.Pointer[Limiter]
 	name      string
 	requested Mode // as registered (Hybrid may run Central)
 	policy    Policy

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 )
@@ -589,13 +590,20 @@ type Stats struct {
 	Keys      int    // keys held now
 	Evictions uint64 // keys evicted since New, back in their initial state
 	Overflows uint64 // requests for new keys that found the table full
+	// Bytes estimates the heap the Limiter holds: itself, its table of
+	// keys' shards (each with a table once it holds a key) and an entry per
+	// key, as laid out. A sliding window log's requests and a sub-window
+	// counter's counts, kept beside the entry, are not counted. For sizing,
+	// not accounting.
+	Bytes int64
 }
 
 // Stats returns the Limiter's counters. It locks each shard in turn; call it
 // for monitoring, not per request.
 func (l *Limiter) Stats() Stats {
-	s := l.store.Stats()
-	return Stats(s)
+	s := Stats(l.store.Stats())
+	s.Bytes += keyed.AllocSize(unsafe.Sizeof(*l))
+	return s
 }
 
 // Len returns the number of keys held.

@@ -158,15 +158,19 @@ func (m *Middleware) Rules() []Rule {
 // SetRules validates rules and puts them in force at once, in place of the
 // current ones; on error the current ones stay. A rule whose limit is
 // unchanged keeps its hybrid rule, and so its counters; a changed limit
-// goes through hybrid.Limiter.SetLimit, which keeps consumption. A rule
-// removed stays registered with the Limiter, idle (its keys are swept),
-// and comes back with its state if added again. A rule may not change its
-// Mode, Policy or Wait under the same ID. Rules of different modes mix freely:
-// a per-IP Local rule and a per-user Hybrid quota decide as one.
+// goes through hybrid.Limiter.SetLimit, which keeps consumption. The hybrid
+// rules of a rule removed (its limit and each override's) are unregistered
+// from the Limiter (hybrid.Limiter.Unregister): their memory and metric
+// series go, and what their Hybrid keys admitted is reported to Redis by
+// the syncer's next round. Added again later, a rule starts from what
+// Redis still holds of it (Central and Hybrid modes) or afresh (Local). A
+// rule may not change its Mode, Policy or Wait under the same ID. Rules of
+// different modes mix freely: a per-IP Local rule and a per-user Hybrid
+// quota decide as one.
 //
 // The error is a *RuleError naming the rule and the field, or one from
 // the Limiter (Register).
-func (m *Middleware) SetRules(rules []Rule) error {
+func (m *Middleware) SetRules(rules []Rule) (err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	type want struct {
@@ -196,6 +200,14 @@ func (m *Middleware) SetRules(rules []Rule) error {
 		}
 	}
 	// Register what is new, and check what is not, before changing anything.
+	// On error, what this call registered goes again: no rule in force
+	// uses it.
+	var added []string
+	defer func() {
+		if err != nil {
+			m.unregister(added)
+		}
+	}()
 	var changed []want
 	for _, w := range wants {
 		reg, ok := m.reg[w.name]
@@ -207,6 +219,7 @@ func (m *Middleware) SetRules(rules []Rule) error {
 			}
 			reg = registered{rule: hr, limit: w.limit, mode: w.r.Mode, policy: w.r.Policy, wait: w.r.Wait}
 			m.reg[w.name] = reg
+			added = append(added, w.name)
 		case reg.mode != w.r.Mode:
 			return &RuleError{ID: w.r.ID, Field: "mode", Reason: fmt.Sprintf("was %s; a rule's mode cannot change under the same ID", reg.mode)}
 		case reg.policy != w.r.Policy:
@@ -239,7 +252,34 @@ func (m *Middleware) SetRules(rules []Rule) error {
 		m.cfg.Rules[i].Overrides = maps.Clone(m.cfg.Rules[i].Overrides)
 	}
 	m.set.Store(set)
+	// The hybrid rules no rule in force uses any more go. A request that
+	// matched them in the set just replaced is decided again on this one
+	// (serve).
+	used := make(map[string]bool, len(wants))
+	for _, w := range wants {
+		used[w.name] = true
+	}
+	var gone []string
+	for name := range m.reg {
+		if !used[name] {
+			gone = append(gone, name)
+		}
+	}
+	m.unregister(gone)
 	return nil
+}
+
+// unregister unregisters the hybrid rules of names from the Limiter and
+// forgets them. The caller holds mu.
+func (m *Middleware) unregister(names []string) {
+	for _, name := range names {
+		if err := m.l.Unregister(m.reg[name].rule); err != nil {
+			// Not registered any more: the application unregistered it
+			// itself, or closed the Limiter.
+			m.logger.Debug("httplimit: unregister a rule no longer used", "rule", name, "err", err)
+		}
+		delete(m.reg, name)
+	}
 }
 
 // overrideName names the hybrid rule of rule id's override for a tier or

@@ -296,7 +296,7 @@ func TestShadow(t *testing.T) {
 
 // TestSetRules: unchanged rules keep their counters, a changed limit keeps
 // consumption, a bad set is refused whole and the old rules keep serving,
-// and a removed rule comes back with its state.
+// and a removed rule is unregistered: a Local one comes back afresh.
 func TestSetRules(t *testing.T) {
 	l := newLimiter(t, newClock())
 	a, b := perIP("a", "/a", 10, time.Minute), perIP("b", "/b", 10, time.Minute)
@@ -332,8 +332,10 @@ func TestSetRules(t *testing.T) {
 	assert.Equal(t, int64(13), remaining("/b"))
 	resp, _ := get(t, ts, "/a")
 	assert.Empty(t, resp.Header.Values("X-RateLimit-Limit"), "a removed")
+	assert.Equal(t, 1, l.RuleStats().Rules, "a unregistered")
 	require.NoError(t, m.SetRules([]httplimit.Rule{a, b2}))
-	assert.Equal(t, int64(7), remaining("/a"), "a back with its state")
+	assert.Equal(t, int64(9), remaining("/a"), "a back afresh: a Local rule's state went with it")
+	assert.Equal(t, 2, l.RuleStats().Rules)
 }
 
 func TestRuleErrors(t *testing.T) {

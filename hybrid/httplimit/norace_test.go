@@ -14,6 +14,10 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 )
 
+// raceEnabled reports a build with the race detector, whose allocations
+// spoil the figures some tests hold.
+const raceEnabled = false
+
 // TestAllocs holds the admitted path's allocations: none when every value
 // is shared (a rule's limit, numbers to 3600); one for the values formatted
 // per request (their bytes and backing array together), as the 13-digit

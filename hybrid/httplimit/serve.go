@@ -137,12 +137,17 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 		return true
 	}
 	defer func() { clear(sc.items); clear(sc.reqs) }() // keep no request's keys in the pool
-	admitted, decided := m.decide(r, sc, false)
+	admitted, decided := m.decide(r, set, sc, false)
 	if !decided {
+		if now := m.set.Load(); now != set {
+			// SetRules unregistered a rule of set, which this request
+			// matched: it is decided on the rules in force instead.
+			return m.limit(w, r, now, sc)
+		}
 		return true // the Limiter was misused (logged): the request passes
 	}
 	if admitted {
-		if ok, _ := m.decide(r, sc, true); !ok {
+		if ok, _ := m.decide(r, set, sc, true); !ok {
 			m.met.shadowRefused.Add(r.Context(), 1)
 		}
 	}
@@ -229,8 +234,9 @@ func (m *Middleware) tier(q *request) string {
 // decide decides the shadow items, or the enforced ones, all or nothing,
 // and writes their decisions. It reports whether they were admitted, and
 // whether they were decided at all: false when the Limiter reports misuse
-// (logged), which lets the request pass.
-func (m *Middleware) decide(r *http.Request, sc *scratch, shadow bool) (admitted, decided bool) {
+// (logged), which lets the request pass, or a rule of set that SetRules
+// has unregistered since (not logged).
+func (m *Middleware) decide(r *http.Request, set *ruleSet, sc *scratch, shadow bool) (admitted, decided bool) {
 	sc.reqs, sc.out = sc.reqs[:0], sc.out[:0]
 	first := -1
 	for i := range sc.items {
@@ -265,6 +271,9 @@ func (m *Middleware) decide(r *http.Request, sc *scratch, shadow bool) (admitted
 	}
 	switch {
 	case errors.Is(err, hybrid.ErrUnknownRule):
+		if m.set.Load() != set {
+			return true, false // the rules changed under the request
+		}
 		m.met.errors.Add(r.Context(), 1)
 		m.logger.Error("httplimit: the limiter could not decide; the request passes", "err", err)
 		return true, false

@@ -50,6 +50,11 @@ type Store[V any] struct {
 	perShard int
 	idle     func(v *V, now int64) bool
 	tomb     *Entry[V] // marks the slot of an evicted entry
+	// empty is the table of every shard that holds no key: no slots, so a
+	// store that holds few keys costs its shards and little more. A
+	// shard's first insert replaces it (insert), and a sweep that empties
+	// a shard puts it back (Sweep).
+	empty    *table[V]
 	newEntry func() *Entry[V]
 }
 
@@ -168,10 +173,11 @@ func New[V any](cfg Config, idle func(v *V, now int64) bool, newEntry func() *En
 		perShard: (cfg.MaxKeys + cfg.Shards - 1) / cfg.Shards,
 		idle:     idle,
 		tomb:     new(Entry[V]),
+		empty:    new(table[V]),
 		newEntry: newEntry,
 	}
 	for i := range s.shards {
-		s.shards[i].tab.Store(newTable[V](minTableSize))
+		s.shards[i].tab.Store(s.empty)
 	}
 	return s, nil
 }
@@ -286,7 +292,12 @@ func (s *Store[V]) Sweep(now int64) int {
 		sh.mu.Lock()
 		t := sh.tab.Load()
 		total += s.sweep(sh, now, len(t.slots))
-		if sh.used-sh.live > sh.live && len(t.slots) > minTableSize {
+		switch {
+		case sh.live == 0 && t != s.empty:
+			// Nothing held: the table goes, until the shard's next key.
+			sh.tab.Store(s.empty)
+			sh.used, sh.hand = 0, 0
+		case sh.used-sh.live > sh.live && len(t.slots) > minTableSize:
 			s.rebuild(sh) // mostly tombstones: shrink
 		}
 		sh.mu.Unlock()
@@ -315,21 +326,62 @@ type Stats struct {
 	Keys      int    // keys held now
 	Evictions uint64 // keys evicted since New, idle
 	Overflows uint64 // new keys refused because the store was full
+	// Bytes estimates the heap the store holds: itself, its shards, their
+	// tables and an entry per key, each rounded up to the allocator's size
+	// class; what a value allocates beyond its entry is not counted.
+	Bytes int64
 }
 
 // Stats returns the counters. It locks each shard in turn: for monitoring,
 // not per request.
 func (s *Store[V]) Stats() Stats {
-	var st Stats
+	var (
+		slotSize  = unsafe.Sizeof(slot[V]{})
+		entrySize = AllocSize(unsafe.Sizeof(Entry[V]{}))
+		tableSize = AllocSize(unsafe.Sizeof(table[V]{}))
+	)
+	// The Store, the tombstone, the empty table and the shards.
+	st := Stats{Bytes: AllocSize(unsafe.Sizeof(*s)) + entrySize + tableSize}
+	st.Bytes += AllocSize(uintptr(len(s.shards)) * unsafe.Sizeof(shard[V]{}))
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		st.Keys += sh.live
 		st.Evictions += sh.evictions
 		st.Overflows += sh.overflows
+		if t := sh.tab.Load(); t != s.empty {
+			st.Bytes += tableSize + AllocSize(uintptr(len(t.slots))*slotSize)
+		}
 		sh.mu.Unlock()
 	}
+	st.Bytes += int64(st.Keys) * entrySize
 	return st
+}
+
+// sizeClasses are the Go allocator's object sizes (internal/runtime/gc);
+// a small object takes the first that holds it.
+var sizeClasses = [...]uintptr{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256,
+	288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048,
+	2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880,
+	12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
+
+// AllocSize estimates what the Go allocator takes for an object of n bytes
+// that holds pointers, as every object of a Store does: its size class,
+// after the 8-byte header such an object carries past 512 bytes (the
+// default 64 shards, 8 KiB, take 9.25 KiB); past 32 KiB, whole 8 KiB pages.
+func AllocSize(n uintptr) int64 {
+	switch {
+	case n > sizeClasses[len(sizeClasses)-1]-8:
+		return int64((n + 8191) &^ 8191)
+	case n > 512:
+		n += 8
+	}
+	for _, c := range sizeClasses {
+		if n <= c {
+			return int64(c)
+		}
+	}
+	return int64(n) // not reached
 }
 
 // slot is a table cell. A writer stores hash before ent; a reader loads ent
@@ -340,7 +392,8 @@ type slot[V any] struct {
 }
 
 // table is an open-addressing hash table with linear probing. Its length is
-// a power of two and at least one slot is always empty, so every probe ends.
+// a power of two and at least one slot is always empty, so every probe ends;
+// or it has no slot at all (Store.empty), and nothing is put in it.
 type table[V any] struct {
 	slots []slot[V]
 	mask  uint64
@@ -358,7 +411,7 @@ func newTable[V any](size int) *table[V] {
 func (t *table[V]) find(h1, id0, id1 uint64) *Entry[V] {
 	slots := t.slots
 	if len(slots) == 0 {
-		return nil // never: tables have minTableSize slots or more
+		return nil // the store's empty table: the shard holds no key
 	}
 	for i := h1; ; i++ {
 		s := &slots[i&uint64(len(slots)-1)]
@@ -495,8 +548,9 @@ func (s *Store[V]) insert(sh *shard[V], h1, id0, id1 uint64, now int64) *Entry[V
 		return nil
 	}
 	if (sh.used+1)*4 > len(t.slots)*3 {
-		// About to pass 3/4 full: evict what is idle, then rebuild, which
-		// grows the table only if the live entries need it.
+		// About to pass 3/4 full (or the shard's first key, in the empty
+		// table): evict what is idle, then rebuild, which grows the table
+		// only if the live entries need it.
 		s.sweep(sh, now, len(t.slots))
 		t = s.rebuild(sh)
 	}
@@ -535,6 +589,9 @@ func (s *Store[V]) Replace(key string, old *Entry[V], init func(v *V)) {
 	defer sh.mu.Unlock()
 	old.evicted = true
 	t := sh.tab.Load()
+	if len(t.slots) == 0 {
+		return // not held (cannot happen, as below)
+	}
 	for i := h1 & t.mask; ; i = (i + 1) & t.mask {
 		sl := &t.slots[i]
 		switch sl.ent.Load() {

@@ -135,6 +135,11 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 	if k.wait > 0 {
 		return true // requests wait for it
 	}
+	if r.Removed() {
+		// The rule is gone: what the key holds goes back and what it used
+		// is reported (Request), until it holds and owes nothing.
+		return !k.Dormant()
+	}
 	gap := now - k.lastSync
 	if k.flags&flagSynced == 0 { // a new key: fetch its first lease at once
 		return gap >= r.minGap || k.flags&flagSent == 0
@@ -191,9 +196,9 @@ func (k *Lease) releases(r *Rule, rnow int64) bool {
 func elapsed(gap, want int64) bool { return gap >= want-want/10 }
 
 // Request builds k's exchange at node time now, final for the last one
-// before the node leaves (every lease given back), and marks k in flight:
-// the caller sends it, then calls Answered, and applies the reply if one
-// came.
+// before the node leaves (every lease given back, as for a removed rule's
+// keys: Rule.Remove), and marks k in flight: the caller sends it, then
+// calls Answered, and applies the reply if one came.
 func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 	// Demand: requests per window, from those decided since the last sync.
 	unknown, guess := false, false
@@ -234,7 +239,7 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 	}
 	k.hits = 0
 	idle := now-k.lastUse > r.idleRelease
-	release := final || idle
+	release := final || idle || r.Removed()
 	demand := k.demand
 	k.flags &^= flagGuess
 	if release {

@@ -52,7 +52,8 @@ type Rule struct {
 	handBack bool  // no new grant in a window an outage touched (SetOutage)
 	share    Share // the policy's part of a bucket rule for a key (SetShare)
 
-	next atomic.Pointer[Rule] // the rule that replaced this one (a limit changed)
+	next    atomic.Pointer[Rule] // the rule that replaced this one (a limit changed)
+	removed atomic.Bool          // the limiter dropped the rule (Remove)
 }
 
 // ErrNotLeasable is returned by NewRule for a sliding window log: it keeps
@@ -106,6 +107,17 @@ func (r *Rule) Ref() any { return r.ref }
 // Replace records that next replaces r (the limit changed at runtime): keys
 // the syncer looks after under r are exchanged under next from then on.
 func (r *Rule) Replace(next *Rule) { r.next.Store(next) }
+
+// Remove records that the limiter dropped r's rule: the syncer's next
+// exchange of each of its keys gives back what the key holds and reports
+// what it used, as on a node's leaving, and a key that then holds nothing
+// and owes nothing is forgotten (Lease.Due, Lease.Request). Requests the
+// limiter still decides under r meanwhile are reported the same way. Call
+// it on the rule in force (Latest), and replace it no more.
+func (r *Rule) Remove() { r.removed.Store(true) }
+
+// Removed reports whether Remove was called on r.
+func (r *Rule) Removed() bool { return r.removed.Load() }
 
 // Latest follows the replacements of r to the rule in force.
 func (r *Rule) Latest() *Rule {
