@@ -128,19 +128,18 @@ func (c *Central) Ping(ctx context.Context) error {
 		if !ok {
 			return c.client.Set(ctx, c.ks.prefix()+":probe", 1, probeTTL).Err()
 		}
-		slots, err := cc.ClusterSlots(ctx).Result()
+		shards, err := cc.ClusterShards(ctx).Result()
 		if err != nil {
 			return err
 		}
-		// A key in each master's first range of slots: the Cluster client
-		// sends each to its master.
-		done := map[string]bool{}
-		for _, r := range slots {
-			if len(r.Nodes) == 0 || done[r.Nodes[0].Addr] {
+		// A key in each shard's first range of slots: the Cluster client
+		// sends each to the shard's master.
+		for _, sh := range shards {
+			if len(sh.Slots) == 0 {
 				continue
 			}
-			done[r.Nodes[0].Addr] = true
-			if err := cc.Set(ctx, c.ks.prefix()+":probe:{"+tagInSlots(r.Start, r.End)+"}", 1, probeTTL).Err(); err != nil {
+			r := sh.Slots[0]
+			if err := cc.Set(ctx, c.ks.prefix()+":probe:{"+tagInSlots(int(r.Start), int(r.End))+"}", 1, probeTTL).Err(); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package syncer_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,5 +210,61 @@ func TestWrongType(t *testing.T) {
 				t.Errorf("AllowN: %v, want ErrRedis", err)
 			}
 		})
+	})
+}
+
+// TestPingWrites: Ping takes a write on every master, so a server that
+// answers PING but refuses writes (out of memory under noeviction) reports
+// ErrUnavailable; on a Cluster, each master holds a probe key afterwards.
+func TestPingWrites(t *testing.T) {
+	ctx := context.Background()
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+		c := redistest.Client(t, srv.Addr)
+		central, err := syncer.NewCentral(syncer.CentralConfig{Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := central.Ping(ctx); err != nil {
+			t.Fatalf("Ping of a healthy server: %v", err)
+		}
+		if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatalf("PING out of memory: %v", err)
+		}
+		if err := central.Ping(ctx); !errors.Is(err, syncer.ErrUnavailable) {
+			t.Fatalf("Ping out of memory: %v, want ErrUnavailable", err)
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cc := redistest.ClusterClient(t, redistest.ClusterAddrs(t))
+		prefix := redistest.Prefix(t)
+		central, err := syncer.NewCentral(syncer.CentralConfig{Client: cc, Keyspace: syncer.Keyspace{Prefix: prefix}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := central.Ping(ctx); err != nil {
+			t.Fatalf("Ping of the Cluster: %v", err)
+		}
+		var masters, probed atomic.Int64 // ForEachMaster runs the masters concurrently
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			keys, err := m.Keys(ctx, prefix+":probe:*").Result()
+			if err != nil {
+				return err
+			}
+			masters.Add(1)
+			if len(keys) > 0 {
+				probed.Add(1)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if masters.Load() < 3 || probed.Load() != masters.Load() {
+			t.Fatalf("probe keys on %d of %d masters, want every one", probed.Load(), masters.Load())
+		}
 	})
 }
