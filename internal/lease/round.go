@@ -297,13 +297,14 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		needNext = needFor(min(r.horizon-left, r.w))
 	}
 	// What waits for this exchange (Await) is wanted at once, before
-	// anything the script keeps for the others; the demand's need on top.
-	need = max(need, k.short) // a request refused for want of a lease comes again
-	k.short = 0
-	q.WantCur = k.used + k.wait + need
-	if k.wait > 0 {
-		q.WaitCur = k.used + k.wait
+	// anything the script keeps for the others or paces, and so is the
+	// largest request refused for want of a lease since the last exchange
+	// (it comes again); the demand's need on top.
+	if asap := max(k.wait, k.short); asap > 0 {
+		q.WaitCur = k.used + asap
 	}
+	q.WantCur = k.used + max(k.wait, k.short) + need
+	k.short = 0
 	if release {
 		q.WantCur = 0
 	} else if rnow >= k.wid+r.w-r.horizon {
