@@ -55,7 +55,7 @@ func (m *hybridRule) kind() Mode { return Hybrid }
 
 // allow is the hybrid hot path: the key's entry, locked once for the whole
 // decision, its lease, and a hand to the syncer when the lease asks for it.
-// A request the lease cannot decide (no lease, or Verdict.Wait) is decided out of line
+// A request the lease cannot decide (no lease, or lease.SignalWait) is decided out of line
 // (undecided): by the failure policy while Redis is out of reach, after
 // the key's exchange for a rule that waits for it, else as a refusal; bad
 // costs too (refuseCost), so that the usual case, a decision on the lease,
@@ -72,11 +72,11 @@ func (m *hybridRule) allow(ctx context.Context, now int64, key string, n int64) 
 	}
 	m.l.setDigest(&e.Value, key)
 	v, signal := e.Value.Decide(lr, now, n)
-	if signal {
+	if signal.Sync() {
 		lr.Notify(e)
 	}
-	if v.Reason == local.ReasonNoLease || v.Wait {
-		return m.undecided(ctx, e, lr, now, key, n, v)
+	if v.Reason == local.ReasonNoLease || signal.Wait() {
+		return m.undecided(ctx, e, lr, now, key, n, v, signal.Wait())
 	}
 	e.Unlock()
 	m.counts.count(v.Reason)
@@ -93,16 +93,17 @@ func (m *hybridRule) refuseCost(lr *lease.Rule, n int64) local.Decision {
 // undecided decides a request that key's lease could not, v: by the
 // failure policy when the key holds no lease while Redis is out of reach or
 // the key recovers from an outage (degraded); after the key's exchange
-// with Redis, when the rule waits for it (waitLease); else as a refusal.
-// e is key's entry, which the caller holds locked, and undecided unlocks.
-func (m *hybridRule) undecided(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64, v lease.Verdict) (local.Decision, error) {
+// with Redis, when an exchange may admit it (wait, lease.SignalWait) and
+// the rule waits for it (waitLease); else as a refusal. e is key's entry,
+// which the caller holds locked, and undecided unlocks.
+func (m *hybridRule) undecided(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64, v lease.Verdict, wait bool) (local.Decision, error) {
 	switch {
 	case m.byPolicy(e, lr, now, v):
 		d := m.degraded(e, lr, now, key, n, true)
 		e.Unlock()
 		m.counts.decision(d)
 		return d, nil
-	case v.Wait && m.rs.wait != WaitNever && !m.l.breakerOpen():
+	case wait && m.rs.wait != WaitNever && !m.l.breakerOpen():
 		return m.waitLease(ctx, e, lr, key, n)
 	}
 	e.Unlock()
@@ -127,7 +128,6 @@ func refusal(lr *lease.Rule, v lease.Verdict) lease.Verdict {
 	if v.Reason == local.ReasonNoLease && !lr.WaitsFirst() {
 		v.Reason = local.ReasonLimited
 	}
-	v.Wait = false
 	return v
 }
 
@@ -166,24 +166,24 @@ func (m *hybridRule) waitLease(ctx context.Context, e *keyed.Entry[lease.Lease],
 		e.Value.Unawait(n)
 		lr = m.lease.Load() // SetLimit may have replaced it
 		v, signal := e.Value.Redecide(lr, now, n, !gone)
-		if signal {
+		if signal.Sync() {
 			lr.Notify(e)
 		}
-		switch {
+		switch wait := signal.Wait(); {
 		case gone:
 			// The caller gave up: nothing is charged.
 			e.Unlock()
-			if v.Reason == local.ReasonOK || v.Wait {
+			if v.Reason == local.ReasonOK || wait {
 				v = lease.Verdict{Reason: local.ReasonNoLease, Remaining: v.Remaining, Reset: v.Reset, Retry: lr.MinGap()}
 			}
 			return m.waited(start, v, lr), nil
-		case m.byPolicy(e, lr, now, v) || late && v.Wait && v.Reason == local.ReasonNoLease:
+		case m.byPolicy(e, lr, now, v) || late && wait && v.Reason == local.ReasonNoLease:
 			// Redis is out of reach, or did not answer in time.
 			d := m.degraded(e, lr, now, key, n, true)
 			e.Unlock()
 			m.countWait(start, d)
 			return d.AsWaited(), nil
-		case !v.Wait:
+		case !wait:
 			e.Unlock()
 			return m.waited(start, v, lr), nil
 		case late || m.l.breakerOpen() || e.Value.Exchanged(ticket):

@@ -89,7 +89,7 @@ type multiCheck struct{ ok, wait bool }
 // policy's (Degraded) for a key without a lease while Redis is out of
 // reach or did not answer in time (w.late). noted reports that the
 // requests were counted as demand already (a decision checked again after
-// a wait). A refusal an exchange may settle (lease.Verdict.Wait) is marked
+// a wait). A refusal an exchange may settle (lease.SignalWait) is marked
 // in w, if set, for its await; no wait is possible once w is gone or late.
 func (l *Limiter) checkHybrid(lk keyed.Locked[lease.Lease], now int64, reqs []Request, hrs []*hybridRule, out []local.Decision, noted bool, w *multiWaiter) multiCheck {
 	c := multiCheck{ok: true}
@@ -107,26 +107,26 @@ func (l *Limiter) checkHybrid(lk keyed.Locked[lease.Lease], now int64, reqs []Re
 			d = dress(lease.Verdict{Reason: local.ReasonCostTooHigh}, lr.MaxCost())
 		} else {
 			var v lease.Verdict
-			var signal bool
+			var signal lease.Signal
 			if noted {
 				v, signal = e.Value.Redecide(lr, now, total, false)
 			} else {
 				v, signal = e.Value.Check(lr, now, total)
 			}
-			if signal {
+			if signal.Sync() {
 				lr.Notify(e)
 			}
-			late := w != nil && (w.late || w.gone)
+			late, wait := w != nil && (w.late || w.gone), signal.Wait()
 			switch {
-			case m.byPolicy(e, lr, now, v) || w != nil && w.late && v.Wait && v.Reason == local.ReasonNoLease:
+			case m.byPolicy(e, lr, now, v) || w != nil && w.late && wait && v.Reason == local.ReasonNoLease:
 				d = m.degraded(e, lr, now, reqs[i0].Key, total, false)
-			case v.Wait && m.rs.wait != WaitNever && !l.breakerOpen() && !late:
+			case wait && m.rs.wait != WaitNever && !l.breakerOpen() && !late:
 				waits = true
 				d = dress(v, lr.MaxCost()) // refused, for now
 			default:
 				d = dress(refusal(lr, v), lr.MaxCost())
 			}
-			if w != nil && w.gone && v.Wait {
+			if w != nil && w.gone && wait {
 				d = dress(lease.Verdict{Reason: local.ReasonNoLease, Remaining: v.Remaining, Reset: v.Reset, Retry: lr.MinGap()}, lr.MaxCost())
 			}
 		}
@@ -164,7 +164,7 @@ func (l *Limiter) chargeHybrid(lk keyed.Locked[lease.Lease], now int64, reqs []R
 			d = m.degraded(e, lr, now, reqs[i0].Key, total, true)
 		} else {
 			v, signal := e.Value.Redecide(lr, now, total, true)
-			if signal {
+			if signal.Sync() {
 				lr.Notify(e)
 			}
 			d = dress(refusal(lr, v), lr.MaxCost())

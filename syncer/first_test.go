@@ -45,7 +45,7 @@ func TestFirstLeaseRounds(t *testing.T) {
 		now := clk.Now().UnixMicro()
 		e := store.Get(key, now)
 		e.Lock()
-		if _, signal := e.Value.Decide(lr, now, 1); signal {
+		if _, signal := e.Value.Decide(lr, now, 1); signal.Sync() {
 			lr.Notify(e)
 		}
 		e.Unlock()

@@ -169,7 +169,7 @@ func benchLeaseExchange(b *testing.B, p local.Params) {
 				if e.Value.Digest == ([lease.DigestSize]byte{}) {
 					e.Value.Digest = n.s.Keyspace().DigestBytes(key)
 				}
-				if _, signal := e.Value.Decide(n.lr, now, 1); signal {
+				if _, signal := e.Value.Decide(n.lr, now, 1); signal.Sync() {
 					n.lr.Notify(e)
 				}
 				e.Unlock()

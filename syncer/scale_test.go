@@ -49,7 +49,7 @@ func newManyKeys(t *testing.T, client redis.UniversalClient, n int, cfg syncer.S
 		now := m.clk.Now().UnixMicro()
 		e := m.store.Get(fmt.Sprintf("u%d", i), now)
 		e.Lock()
-		if _, signal := e.Value.Decide(m.lr, now, 1); signal {
+		if _, signal := e.Value.Decide(m.lr, now, 1); signal.Sync() {
 			m.lr.Notify(e)
 		}
 		e.Unlock()

@@ -68,7 +68,7 @@ func TestCarryReported(t *testing.T) {
 	v, signal := k.Decide(lr, now, 1)
 	require.Equal(t, local.ReasonOK, v.Reason, "admitted on the carried grant")
 	require.Equal(t, int64(60), k.granted)
-	assert.True(t, signal, "the use of a carried grant signals an early round")
+	assert.True(t, signal.Sync(), "the use of a carried grant signals an early round")
 	assert.True(t, k.Due(lr, now+minGap), "due a MinGap after the carried grant's first use")
 
 	q := k.Request(lr, now+minGap, false)
@@ -76,6 +76,6 @@ func TestCarryReported(t *testing.T) {
 	assert.Equal(t, Report{start, 40}, q.Prev, "the report of the window before, which moves the carry")
 	k.ApplyWindow(lr, &q, &WindowReply{Now: now + minGap, Window: start + w, Granted: 160, Used: 1, Committed: 160, Room: 500}, now+minGap)
 	_, signal = k.Decide(lr, now+2*minGap, 1)
-	assert.False(t, signal, "the carry moved: no early round")
+	assert.False(t, signal.Sync(), "the carry moved: no early round")
 	assert.False(t, k.Due(lr, now+2*minGap+testParams.Interval.Microseconds()), "nothing due")
 }

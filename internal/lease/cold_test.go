@@ -61,7 +61,7 @@ func TestColdStartAllowance(t *testing.T) {
 				var admitted int64
 				for range 40 {
 					v, signal := k.Decide(r, now, 1)
-					assert.True(t, signal, "a key without a lease asks the syncer")
+					assert.True(t, signal.Sync(), "a key without a lease asks the syncer")
 					if v.Reason == local.ReasonOK {
 						admitted++
 						continue
@@ -152,7 +152,7 @@ func TestCounterUsedUpGrant(t *testing.T) {
 			}
 			require.Equal(t, k.granted, k.used, "the grant is used up")
 			v, signal := k.Decide(r, now, 1)
-			assert.True(t, signal, "a used-up grant asks for its top-up")
+			assert.True(t, signal.Sync(), "a used-up grant asks for its top-up")
 			if !tc.allowance {
 				assert.Equal(t, local.ReasonNoLease, v.Reason, "a used-up grant waits for its top-up")
 				assert.Equal(t, k.granted, k.used, "nothing admitted as debt")

@@ -50,7 +50,7 @@ func TestBucketAsksForThePool(t *testing.T) {
 			assert.Equal(t, tc.urgent, k.flags&flagUrgent != 0, "asks for an early exchange")
 			assert.Equal(t, tc.urgent, k.Due(r, now+1000+r.minGap), "due a MinGap on")
 			if tc.urgent {
-				assert.True(t, signal, "signals the syncer")
+				assert.True(t, signal.Sync(), "signals the syncer")
 			}
 		})
 	}
@@ -144,7 +144,7 @@ func TestGuessSeenLater(t *testing.T) {
 				lastSync: now, lastUse: now, span: r.w}
 			v, signal := k.Decide(r, now+tc.after, 1)
 			require.Equal(t, local.ReasonOK, v.Reason)
-			assert.Equal(t, tc.urgent, signal, "signals the syncer")
+			assert.Equal(t, tc.urgent, signal.Sync(), "signals the syncer")
 			assert.Equal(t, tc.urgent, k.flags&flagUrgent != 0, "asks for an early exchange")
 		})
 	}

@@ -134,16 +134,11 @@ func (k *Lease) WantsFirst(r *Rule) bool {
 func (k *Lease) quietAtFirst(r *Rule) bool { return r.buckets && k.hits <= 1 }
 
 // Verdict is a hybrid decision before the limiter dresses it as a
-// local.Decision; times are µs. Its four words stay in registers.
+// local.Decision; times are µs. Its four words stay in registers (a fifth
+// field costs a decision about a quarter of its time): what the decision
+// asks of its caller comes apart, as a Signal.
 type Verdict struct {
-	Reason local.Reason
-	// Wait marks a refusal that an exchange of the key may turn into an
-	// admission: it holds no lease (ReasonNoLease) and Redis may have room,
-	// or its bucket share is short and Redis may have more. The caller may
-	// wait for the key's next exchange (Await) rather than refuse; Reason
-	// and the figures are the refusal's otherwise. (ReasonNoLease without
-	// Wait: no lease, and by the last reply no room either.)
-	Wait      bool
+	Reason    local.Reason
 	Remaining int64
 	Reset     int64
 	Retry     int64
@@ -166,20 +161,56 @@ func (k *Lease) Idle(now int64) bool {
 		k.rate == 0 && k.burst == 0 && k.debt == k.debtSent && k.prepaid == 0 && k.lost < k.span
 }
 
+// Signal is what a decision asks of its caller beside its Verdict.
+type Signal uint8
+
+const (
+	// SignalSync: the key needs the syncer (a sync is due soon: lease
+	// running low, first request): the caller hands it over with
+	// Rule.Notify.
+	SignalSync Signal = 1 << iota
+	// SignalWait: the refusal is one an exchange of the key may turn into
+	// an admission: the key holds no lease (ReasonNoLease) and Redis may
+	// have room, or its bucket share is short and Redis may have more, or
+	// the limit changed. The caller may wait for the key's next exchange
+	// (Await) rather than refuse. (ReasonNoLease without it: no lease, and
+	// by the last reply no room either.)
+	SignalWait
+)
+
+// Sync reports SignalSync.
+func (s Signal) Sync() bool { return s&SignalSync != 0 }
+
+// Wait reports SignalWait.
+func (s Signal) Wait() bool { return s&SignalWait != 0 }
+
+// syncIf is SignalSync when b is set.
+func syncIf(b bool) Signal {
+	if b {
+		return SignalSync
+	}
+	return 0
+}
+
 // Decide decides a request of cost n (0 ≤ n ≤ the rule's MaxCost) at node
-// time now, charging it if admitted. signal reports that the key needs the
-// syncer (a sync is due soon: lease running low, first request): the caller
-// then hands it over with Rule.Notify.
-func (k *Lease) Decide(r *Rule, now, n int64) (v Verdict, signal bool) {
+// time now, charging it if admitted, and says what it asks of the caller
+// (Signal).
+func (k *Lease) Decide(r *Rule, now, n int64) (v Verdict, signal Signal) {
 	k.note(r, now, n)
-	return k.Redecide(r, now, n, true)
+	switch {
+	case k.rule != nil && k.rule != r:
+		return k.Redecide(r, now, n, true) // the limit changed
+	case r.buckets:
+		return k.decideBucket(r, now, n, true)
+	}
+	return k.decideWindow(r, now, n, true)
 }
 
 // Check decides a request of cost n at node time now as Decide would, and
 // counts it as demand, without charging it: for multi-rule decisions, which
 // charge only when every rule admits (Redecide). Its signal is Decide's: a
 // key short of a lease asks for one whether or not the other rules admit.
-func (k *Lease) Check(r *Rule, now, n int64) (v Verdict, signal bool) {
+func (k *Lease) Check(r *Rule, now, n int64) (v Verdict, signal Signal) {
 	k.note(r, now, n)
 	return k.Redecide(r, now, n, false)
 }
@@ -188,7 +219,7 @@ func (k *Lease) Check(r *Rule, now, n int64) (v Verdict, signal bool) {
 // or Check counted as demand before (a multi-rule decision's charge, a
 // request that waited for an exchange), and charges it if admitted and
 // charge is set.
-func (k *Lease) Redecide(r *Rule, now, n int64, charge bool) (v Verdict, signal bool) {
+func (k *Lease) Redecide(r *Rule, now, n int64, charge bool) (v Verdict, signal Signal) {
 	changed := k.rule != nil && k.rule != r
 	if changed {
 		// The limit changed: the lease was granted under the old one, and
@@ -202,10 +233,13 @@ func (k *Lease) Redecide(r *Rule, now, n int64, charge bool) (v Verdict, signal 
 	} else {
 		v, signal = k.decideWindow(r, now, n, charge)
 	}
-	if changed && v.Reason != local.ReasonOK {
-		v.Wait = true // the exchange under the new limit may admit it
+	if changed {
+		signal |= SignalSync
+		if v.Reason != local.ReasonOK {
+			signal |= SignalWait // the exchange under the new limit may admit it
+		}
 	}
-	return v, signal || changed
+	return v, signal
 }
 
 // note records a request of cost n at node time now as the key's demand.
@@ -357,7 +391,7 @@ func (k *Lease) roll(r *Rule, w int64) {
 	k.flags &^= flagExhausted | flagRecover
 }
 
-func (k *Lease) decideWindow(r *Rule, now, n int64, charge bool) (Verdict, bool) {
+func (k *Lease) decideWindow(r *Rule, now, n int64, charge bool) (Verdict, Signal) {
 	rnow := k.windowNow(r, now)
 	end := k.wid + r.w - rnow
 	if used := k.used + n; used <= k.granted {
@@ -383,7 +417,7 @@ func (k *Lease) decideWindow(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		if low {
 			k.flags |= flagUrgent
 		}
-		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, low || k.flags&flagSynced == 0
+		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, syncIf(low || k.flags&flagSynced == 0)
 	}
 	if a := r.allowance(); k.flags&(flagExhausted|flagExhaustedPrev) == 0 && !(r.counter && k.granted > 0) &&
 		!k.Recovering(r, now) && k.used+n <= k.granted+a && k.roomFor(r, min(n+a*max(r.Nodes(), 1), r.limit)) {
@@ -405,7 +439,7 @@ func (k *Lease) decideWindow(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		if k.flags&flagSynced == 0 || used-k.granted >= a/2+1 {
 			k.flags |= flagUrgent
 		}
-		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, true
+		return Verdict{Remaining: k.remaining(r, rnow), Reset: end}, SignalSync
 	}
 	k.flags |= flagUrgent
 	// A refusal says what the node may admit at once, less than n: never
@@ -416,10 +450,10 @@ func (k *Lease) decideWindow(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		if r.counter {
 			retry = r.counterRetry(k, rnow, n)
 		}
-		return Verdict{Reason: local.ReasonLimited, Remaining: min(k.remaining(r, rnow), held), Reset: end, Retry: retry}, true
+		return Verdict{Reason: local.ReasonLimited, Remaining: min(k.remaining(r, rnow), held), Reset: end, Retry: retry}, SignalSync
 	}
 	k.short = max(k.short, n)
-	return Verdict{Reason: local.ReasonNoLease, Wait: true, Remaining: held, Reset: end, Retry: r.minGap}, true
+	return Verdict{Reason: local.ReasonNoLease, Remaining: held, Reset: end, Retry: r.minGap}, SignalSync | SignalWait
 }
 
 // roomFor reports whether, by what the last reply said, the window has room
@@ -471,7 +505,7 @@ func (r *Rule) counterRetry(k *Lease, rnow, n int64) int64 {
 	return max(min(at-rnow, end), 1)
 }
 
-func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool) {
+func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, Signal) {
 	rnow := now + k.offset
 	if k.expiry-r.safety > rnow {
 		k.refill(r, rnow)
@@ -489,9 +523,9 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 			case left < k.demand*r.interval/r.w+1: // the tokens last less than a sync interval
 				k.flags |= k.askEarly(r, rnow, 1)
 			default:
-				return v, false
+				return v, 0
 			}
-			return v, true
+			return v, SignalSync
 		}
 		if k.expiry-rnow < r.interval || k.flags&flagGuess != 0 {
 			k.flags |= flagUrgent
@@ -511,9 +545,9 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		// an admission elsewhere, and the pool's trickle not worth a wait.
 		if k.flags&flagGuess != 0 || k.flags&flagRationed == 0 && k.poolNow(r, rnow) >= n-k.tokens {
 			k.flags |= flagUrgent
-			v.Wait = true
+			return v, SignalSync | SignalWait
 		}
-		return v, true
+		return v, SignalSync
 	}
 	// No share, or it expired.
 	if k.rate > 0 || k.burst > 0 || k.tokens > 0 {
@@ -534,7 +568,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		if charge {
 			k.prepaid = left
 		}
-		return Verdict{Remaining: min(left+max(k.poolNow(r, rnow), 0), r.burst)}, false
+		return Verdict{Remaining: min(left+max(k.poolNow(r, rnow), 0), r.burst)}, 0
 	}
 	a := r.allowance()
 	out := k.debt - k.debtSent
@@ -550,7 +584,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		if !synced {
 			pool = r.burst // nothing known of the others yet: the whole burst
 		}
-		return Verdict{Remaining: min(max(pool-out-n, 0), r.burst)}, true
+		return Verdict{Remaining: min(max(pool-out-n, 0), r.burst)}, SignalSync
 	}
 	k.flags |= flagUrgent
 	if synced && pool-out < n && rnow-k.pat < r.interval {
@@ -562,10 +596,10 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, bool)
 		if k.prate > 0 {
 			retry = max(usec.CeilDiv((out+n-pool)*r.w, k.prate), 1)
 		}
-		return Verdict{Reason: local.ReasonNoLease, Remaining: max(pool-out, 0), Retry: retry}, true
+		return Verdict{Reason: local.ReasonNoLease, Remaining: max(pool-out, 0), Retry: retry}, SignalSync
 	}
 	k.short = max(k.short, n)
-	return Verdict{Reason: local.ReasonNoLease, Wait: true, Retry: r.minGap}, true
+	return Verdict{Reason: local.ReasonNoLease, Retry: r.minGap}, SignalSync | SignalWait
 }
 
 // askEarly is the flag a bucket key short of tokens sets to ask for an

@@ -52,7 +52,7 @@ func TestNotifyFirst(t *testing.T) {
 	decide := func(key string) {
 		e := store.Get(key, t0)
 		e.Lock()
-		if _, signal := e.Value.Decide(lr, t0, 1); signal {
+		if _, signal := e.Value.Decide(lr, t0, 1); signal.Sync() {
 			lr.Notify(e)
 		}
 		e.Unlock()

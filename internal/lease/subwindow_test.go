@@ -62,6 +62,6 @@ func TestSubWindowAsks(t *testing.T) {
 		k.granted = tc.held + 1
 		k.flags &^= flagUrgent
 		_, signal := k.Decide(sub, start+tc.at, 1)
-		assert.Equal(t, tc.low, signal, "%d held %d µs into the sub-window", tc.held, tc.at)
+		assert.Equal(t, tc.low, signal.Sync(), "%d held %d µs into the sub-window", tc.held, tc.at)
 	}
 }
