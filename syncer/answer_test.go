@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,14 +47,6 @@ func TestUnpack(t *testing.T) {
 		v, ok := unpack(s)
 		assert.False(t, ok, "%s (%d bytes): unpacked as %v, want refused", name, len(s), v)
 	}
-}
-
-// TestBucketAnswers: the single-rule bucket script packs its answers in
-// place of the body's "return answer(" (scripts.go): every one of them.
-func TestBucketAnswers(t *testing.T) {
-	assert.Equal(t, 2, strings.Count(bucketBody, "return answer("), "bucket_body.lua's returns of answer(: the decision has 2 returns")
-	src := strings.ReplaceAll(bucketBody, "return answer(", "")
-	assert.Zero(t, strings.Count(src, "answer("), "bucket_body.lua's calls of answer( other than in a return: the single-rule script would not define it")
 }
 
 // BenchmarkSingleCall: what central mode does on the client before go-redis

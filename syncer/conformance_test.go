@@ -44,19 +44,40 @@ func mustRule(t testing.TB, name string, p local.Params) *syncer.Rule {
 }
 
 // TestVectors runs the shared decision vectors through the Lua scripts,
-// with the time passed in: every field of every decision must equal the
-// vector, which package local meets too.
+// with the time passed in, in both forms of each algorithm's decision: its
+// single-rule script (AllowNAt), and the multi-rule script deciding it
+// alone (AllowMultiAt with one request), where the buckets' decision runs
+// as a function answering a table rather than as a flat chunk answering in
+// place. Every field of every decision must equal the vector, which package
+// local meets too.
 func TestVectors(t *testing.T) {
+	forms := []struct {
+		name  string
+		allow func(ctx context.Context, cen *syncer.Central, at time.Time, r *syncer.Rule, n int64) (local.Decision, error)
+	}{
+		{"single", func(ctx context.Context, cen *syncer.Central, at time.Time, r *syncer.Rule, n int64) (local.Decision, error) {
+			return cen.AllowNAt(ctx, at, r, "key", n)
+		}},
+		{"multi", func(ctx context.Context, cen *syncer.Central, at time.Time, r *syncer.Rule, n int64) (local.Decision, error) {
+			out := []local.Decision{garbage}
+			_, err := cen.AllowMultiAt(ctx, at, []syncer.Request{{Rule: r, Key: "key", N: n}}, out)
+			return out[0], err
+		}},
+	}
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
-		cen := newCentral(t, c, syncer.Keyspace{})
-		ctx := context.Background()
-		for ci, vc := range vectors.Cases {
-			t.Run(vc.Name, func(t *testing.T) {
-				r := mustRule(t, fmt.Sprintf("v%d", ci), vc.Params)
-				for i, s := range vc.Steps {
-					got, err := cen.AllowNAt(ctx, time.UnixMicro(vectors.Base+s.At), r, "key", s.N)
-					require.NoError(t, err, "step %d", i)
-					assert.Equal(t, s.Want.Outcome(), got.Outcome(), "step %d (at %v, n=%d)", i, time.Duration(s.At)*time.Microsecond, s.N)
+		for _, f := range forms {
+			t.Run(f.name, func(t *testing.T) {
+				cen := newCentral(t, c, syncer.Keyspace{})
+				ctx := context.Background()
+				for ci, vc := range vectors.Cases {
+					t.Run(vc.Name, func(t *testing.T) {
+						r := mustRule(t, fmt.Sprintf("v%d", ci), vc.Params)
+						for i, s := range vc.Steps {
+							got, err := f.allow(ctx, cen, time.UnixMicro(vectors.Base+s.At), r, s.N)
+							require.NoError(t, err, "step %d", i)
+							assert.Equal(t, s.Want.Outcome(), got.Outcome(), "step %d (at %v, n=%d)", i, time.Duration(s.At)*time.Microsecond, s.N)
+						}
+					})
 				}
 			})
 		}
