@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -78,7 +79,7 @@ func TestAllowNoAllocs(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	client := redistest.Client(t, redistest.Addr(t))
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	l := newNode(t, nodeConfig(client, redistest.Prefix(t), clk, "a", 1))
 	lim := hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 1 << 40, Window: time.Hour})
 	ctx := context.Background()
