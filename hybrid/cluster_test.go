@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -53,7 +54,7 @@ func TestClusterSmoke(t *testing.T) {
 	if s.syncErrs > 0 {
 		t.Errorf("%d rounds failed", s.syncErrs)
 	}
-	allowance := int64(float64(L)*syncer.DefaultEpsilon/N) + 1
+	allowance := int64(float64(L)*config.Epsilon/N) + 1
 	for k, key := range keys {
 		per := s.perWindow(k)
 		var line []int64

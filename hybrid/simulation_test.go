@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -537,7 +538,7 @@ func TestSimulationSmallLimits(t *testing.T) {
 	} {
 		t.Run(lim.Algorithm().String(), func(t *testing.T) {
 			r := simulate(t, lim, nodes, users, windows, 1)
-			allowance := max(int64(math.Ceil(syncer.DefaultEpsilon*float64(lim.MaxCost())/nodes)), 1)
+			allowance := max(int64(math.Ceil(config.Epsilon*float64(lim.MaxCost())/nodes)), 1)
 			coldBound := L + nodes*allowance
 			if lim.Algorithm() == local.GCRA {
 				coldBound += lim.Burst()
