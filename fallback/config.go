@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
 // ErrInvalidConfig is wrapped by the errors New returns for a Config it
@@ -130,7 +132,7 @@ const (
 
 // invalid is the error of a bad Config field.
 func invalid(field string, value any, reason string) error {
-	return fmt.Errorf("%w: %s %v: %s", ErrInvalidConfig, field, value, reason)
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
 }
 
 // withDefaults returns c with each zero field that has a default set to it.

@@ -123,7 +123,7 @@ func (c Config) validate() error {
 
 // configError is the error of a bad Config field.
 func configError(field string, value any, reason string) error {
-	return fmt.Errorf("%w: %s %v: %s", ErrInvalidConfig, field, value, reason)
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
 }
 
 // Limiter limits requests per key under one Limit. Its keys are held in a

@@ -112,7 +112,7 @@ func checkRedis(c redis.UniversalClient, ks Keyspace, what string) error {
 
 // invalidConfig is the error of a bad Config field.
 func invalidConfig(field string, value any, reason string) error {
-	return fmt.Errorf("%w: %s %v: %s", ErrInvalidConfig, field, value, reason)
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
 }
 
 func contextTimeouts(c redis.UniversalClient) (enabled, known bool) {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -207,7 +208,7 @@ func (c Config) validate() error {
 
 // configError is the error of a bad Config or WatchConfig field.
 func configError(field string, value any, reason string) error {
-	return fmt.Errorf("%w: %s %v: %s", ErrInvalidConfig, field, value, reason)
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
 }
 
 // newClientIP returns the client IP fields of c, a valid Config, parsed.

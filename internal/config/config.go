@@ -4,7 +4,10 @@
 // table quotes that constant: the values live here once.
 package config
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Defaults.
 const (
@@ -35,3 +38,10 @@ const (
 	// MaxRuleName is the longest rule name, in bytes.
 	MaxRuleName = 128
 )
+
+// Invalid returns the error of a bad Config field in the form every
+// package's takes, "<pkg>: invalid config: <Field> <value>: <reason>",
+// wrapping the package's sentinel (its ErrInvalidConfig).
+func Invalid(sentinel error, field string, value any, reason string) error {
+	return fmt.Errorf("%w: %s %v: %s", sentinel, field, value, reason)
+}
