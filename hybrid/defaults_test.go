@@ -44,6 +44,9 @@ func TestDefaults(t *testing.T) {
 			{Config: "Config", Field: "TracerProvider", Doc: "otel.GetTracerProvider()", Got: c.TracerProvider},
 			{Config: "Config", Field: "Logger", Doc: "slog.Default()", Got: c.Logger},
 		},
+		Bounds: []doctable.Bound{
+			{What: "Config.Shards", Const: "maxShards", Value: maxShards, Doc: "65,536, a power of two"},
+		},
 		Filled: []doctable.Filled{
 			{Config: "Config", Zero: Config{}, With: c},
 			{Config: "Config", Zero: Config{Redis: client}, With: withRedis},

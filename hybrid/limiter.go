@@ -71,6 +71,9 @@ const (
 	closeTimeout = 2 * time.Second
 )
 
+// maxShards bounds Config.Shards, as it bounds local.Config's.
+const maxShards = keyed.MaxShards
+
 // The probe's backoff: while Redis is unavailable, a background probe
 // PINGs it first probeMin after the failure, then at twice the previous
 // wait, up to probeMax.
@@ -228,8 +231,8 @@ func (c Config) validate() error {
 		return configError("Policy", uint8(c.Policy), "unknown")
 	case c.Timeout < 0:
 		return configError("Timeout", c.Timeout, "must be positive")
-	case c.Shards < 1 || c.Shards > keyed.MaxShards || c.Shards&(c.Shards-1) != 0:
-		return configError("Shards", c.Shards, fmt.Sprintf("must be a power of two from 1 to %d", keyed.MaxShards))
+	case c.Shards < 1 || c.Shards > maxShards || c.Shards&(c.Shards-1) != 0:
+		return configError("Shards", c.Shards, fmt.Sprintf("must be a power of two from 1 to %d", maxShards))
 	case c.MaxKeys < 1:
 		return configError("MaxKeys", c.MaxKeys, "must be positive")
 	}
