@@ -295,8 +295,8 @@ func bare(t *testing.T, name string, edit func(*Config)) *Node {
 	if edit != nil {
 		edit(&cfg)
 	}
-	c, _, err := cfg.withDefaults()
-	require.NoError(t, err)
+	c := cfg.withDefaults()
+	require.NoError(t, c.validate())
 	return newNode(c, name, 4)
 }
 

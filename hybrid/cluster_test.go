@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -51,7 +52,7 @@ func TestClusterSmoke(t *testing.T) {
 		s.step()
 	}
 	assert.Zero(t, s.syncErrs, "rounds failed")
-	allowance := int64(float64(L)*syncer.DefaultEpsilon/N) + 1
+	allowance := int64(float64(L)*config.Epsilon/N) + 1
 	for k, key := range keys {
 		per := s.perWindow(k)
 		var line []int64

@@ -71,14 +71,9 @@ func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *
 	return out
 }
 
-// TestFallbackDefaultPolicy: Gossip in the Config makes Fallback the
-// default policy; without it, FailLocal stays the default and a rule asking
-// for Fallback behaves as FailLocal.
+// TestFallbackDefaultPolicy: a Gossip that is not valid is reported, naming
+// it (TestDefaults checks that Gossip makes Fallback the default policy).
 func TestFallbackDefaultPolicy(t *testing.T) {
-	with := hybrid.Config{Gossip: gossipConfig("n")}.WithDefaults()
-	assert.Equal(t, hybrid.Fallback, with.Policy)
-	without := hybrid.Config{}.WithDefaults()
-	assert.Equal(t, hybrid.FailLocal, without.Policy)
 	assert.Equal(t, "fallback", hybrid.Fallback.String())
 	_, err := hybrid.New(hybrid.Config{Gossip: &fallback.Config{}}) // no keys, not Insecure
 	assert.ErrorIs(t, err, hybrid.ErrInvalidConfig)

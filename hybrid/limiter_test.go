@@ -14,6 +14,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -150,7 +151,7 @@ func TestRegisterInvalid(t *testing.T) {
 		{"brace in name", hybrid.Rule{Name: "a{b}", Limit: ok}, "Name"},
 		{"space in name", hybrid.Rule{Name: "a b", Limit: ok}, "Name"},
 		{"non-ASCII name", hybrid.Rule{Name: "ü", Limit: ok}, "Name"},
-		{"name too long", hybrid.Rule{Name: strings.Repeat("a", syncer.MaxRuleName+1), Limit: ok}, "Name"},
+		{"name too long", hybrid.Rule{Name: strings.Repeat("a", config.MaxRuleName+1), Limit: ok}, "Name"},
 		{"zero Limit", hybrid.Rule{Name: "z"}, "Limit"},
 		{"negative KeyTTL", hybrid.Rule{Name: "k", Limit: ok, KeyTTL: -time.Second}, "KeyTTL"},
 		{"unknown Mode", hybrid.Rule{Name: "m", Limit: ok, Mode: hybrid.Mode(9)}, "Mode"},

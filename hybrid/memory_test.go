@@ -143,7 +143,7 @@ func BenchmarkRuleMemory(b *testing.B) {
 // shardsOf is the shards of a table of keys under Config.Shards n.
 func shardsOf(n int) int {
 	if n == 0 {
-		return local.DefaultShards
+		return hybrid.DefaultShards
 	}
 	return n
 }

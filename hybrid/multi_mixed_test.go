@@ -14,6 +14,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -208,7 +209,7 @@ func TestAllowMultiMixedConcurrent(t *testing.T) {
 				assert.LessOrEqual(t, admitted[i].Load(), limits["local"], "node %s past its local limit", ids[i])
 			}
 			assert.LessOrEqual(t, total, limits["central"], "past the central limit")
-			allowance := max(1, int64(math.Ceil(syncer.DefaultEpsilon*float64(limits["hybrid"])/float64(len(ids)))))
+			allowance := max(1, int64(math.Ceil(config.Epsilon*float64(limits["hybrid"])/float64(len(ids)))))
 			assert.LessOrEqual(t, total, limits["hybrid"]+int64(len(ids))*allowance, "past the hybrid limit and the cold-start allowances")
 			if tight == "local" {
 				assert.Equal(t, 2*limits["local"], total, "the local limit was not reached on both nodes")

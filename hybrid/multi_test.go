@@ -13,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -88,7 +89,7 @@ func TestAllowMultiHybrid(t *testing.T) {
 	t.Logf("admitted a %d, b %d (offered %d); Redis r1 u %v g %v; r2 u %v g %v", admitted[0].Load(), admitted[1].Load(),
 		2*goroutines*perStep*steps, s1.u, s1.g, s2.u, s2.g)
 	// Over-admission: none but the cold-start allowance of the tighter rule.
-	allowance := int64(float64(L2)*syncer.DefaultEpsilon/2) + 1
+	allowance := int64(float64(L2)*config.Epsilon/2) + 1
 	assert.LessOrEqual(t, total, L2+2*allowance, "multi-rule requests admitted: the tighter limit is %d (+ allowance %d per node)", L2, allowance)
 	assert.GreaterOrEqual(t, total, int64(L2/2), "multi-rule requests admitted at 20× the limit %d", L2)
 	for i, id := range ids {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -517,7 +518,7 @@ func TestSimulationSmallLimits(t *testing.T) {
 	} {
 		t.Run(lim.Algorithm().String(), func(t *testing.T) {
 			r := simulate(t, lim, nodes, users, windows, 1)
-			allowance := max(int64(math.Ceil(syncer.DefaultEpsilon*float64(lim.MaxCost())/nodes)), 1)
+			allowance := max(int64(math.Ceil(config.Epsilon*float64(lim.MaxCost())/nodes)), 1)
 			coldBound := L + nodes*allowance
 			if lim.Algorithm() == local.GCRA {
 				coldBound += lim.Burst()

@@ -70,7 +70,7 @@ func decodeVariant(data []byte) (Limit, []fuzzReq, bool) {
 		p.Algorithm = FixedWindow
 	} else {
 		var ks []int64
-		for k := int64(1); k <= MaxSubWindows; k++ {
+		for k := int64(1); k <= maxSubWindows; k++ {
 			if p.Window.Microseconds()%k == 0 {
 				ks = append(ks, k)
 			}
@@ -489,7 +489,7 @@ func checkShaper(t *testing.T, data []byte) {
 				acts = append(acts, shapedAct{at: now, n: n})
 			}
 		case 1:
-			maxDelay := MaxWindow
+			maxDelay := maxWindow
 			if b[4] != 0xff {
 				maxDelay = time.Duration(w*int64(b[4])/32) * time.Microsecond
 			}

@@ -68,7 +68,7 @@ func BenchmarkSingleCall(b *testing.B) {
 // context has none as near as Timeout (a context.WithDeadline and its
 // cancel).
 func BenchmarkBound(b *testing.B) {
-	c := &Central{timeout: DefaultTimeout}
+	c := &Central{timeout: defaultTimeout}
 	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	b.ReportAllocs()

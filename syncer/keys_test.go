@@ -47,7 +47,7 @@ func TestKeyNamesGolden(t *testing.T) {
 	}{
 		{"default", syncer.Keyspace{}, "user:42", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:s", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:l", "6j_UO-HlfWLhY9rhn8dAvQ"},
 		{"default empty key", syncer.Keyspace{}, "", "hl:{api:47DEQpj8HBSa-_TImW-5JA}:s", "hl:{api:47DEQpj8HBSa-_TImW-5JA}:l", "47DEQpj8HBSa-_TImW-5JA"},
-		{"explicit default prefix", syncer.Keyspace{Prefix: syncer.DefaultPrefix}, "user:42", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:s", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:l", "6j_UO-HlfWLhY9rhn8dAvQ"},
+		{"explicit default prefix", syncer.Keyspace{Prefix: "hl"}, "user:42", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:s", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:l", "6j_UO-HlfWLhY9rhn8dAvQ"},
 		{"prefix and secret", secret, "user:42", "x:{api:P1s5wR62FZZOLiLh994xvw}:s", "x:{api:P1s5wR62FZZOLiLh994xvw}:l", "P1s5wR62FZZOLiLh994xvw"},
 		{"prefix and secret empty key", secret, "", "x:{api:ZOygfM5nkpw1fWPQpK7CBw}:s", "x:{api:ZOygfM5nkpw1fWPQpK7CBw}:l", "ZOygfM5nkpw1fWPQpK7CBw"},
 		{"shared tag", syncer.Keyspace{SharedKeyTag: true}, "user:42", "hl:{6j_UO-HlfWLhY9rhn8dAvQ}:api:s", "hl:{6j_UO-HlfWLhY9rhn8dAvQ}:api:l", "6j_UO-HlfWLhY9rhn8dAvQ"},

@@ -97,7 +97,7 @@ func benchLeaseExchange(b *testing.B, p local.Params) {
 	rule, err := syncer.NewRule("users", local.MustLimit(p))
 	require.NoError(b, err)
 	clk := newClock()
-	cfg := syncer.SyncConfig{Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)}, Nodes: nodes, Clock: clk, PassTime: true, Timeout: 10 * time.Second}.WithDefaults()
+	cfg := syncer.WithDefaults(syncer.SyncConfig{Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)}, Nodes: nodes, Clock: clk, PassTime: true, Timeout: 10 * time.Second})
 	type node struct {
 		s         *syncer.Syncer
 		lr        *lease.Rule

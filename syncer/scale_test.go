@@ -55,7 +55,7 @@ func newManyKeys(t *testing.T, client redis.UniversalClient, n int, cfg syncer.S
 		e.Unlock()
 		m.keys = append(m.keys, e)
 	}
-	m.clk.Add(cfg.WithDefaults().MinGap)
+	m.clk.Add(syncer.WithDefaults(cfg).MinGap)
 	return m
 }
 

@@ -14,9 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel"
-
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -99,39 +98,27 @@ func newTarget(c *compiledRule, hr *hybrid.Rule, lim hybrid.Limit) *target {
 	}
 }
 
-// New returns a Middleware deciding with l, configured by cfg, which it
-// copies. A bad field is reported with an error wrapping ErrInvalidConfig
-// (naming it); a bad rule in cfg.Rules with a *RuleError.
+// New returns a Middleware deciding with l, configured by cfg. It works on
+// a copy of cfg with its zero fields set to their defaults (and its own
+// copies of TrustedProxies and Tiers), never changing the caller's. A bad
+// field is reported with an error wrapping ErrInvalidConfig (naming it); a
+// bad rule in cfg.Rules with a *RuleError.
 func New(l *hybrid.Limiter, cfg Config) (*Middleware, error) {
 	if l == nil {
-		return nil, fmt.Errorf("%w: Limiter: nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: Limiter <nil>: required", ErrInvalidConfig)
 	}
 	cfg.TrustedProxies = slices.Clone(cfg.TrustedProxies)
 	cfg.Tiers = maps.Clone(cfg.Tiers)
-	ip, err := cfg.validate()
-	if err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &Middleware{l: l, cfg: cfg, ip: ip, clock: cfg.Clock, logger: cfg.Logger, reg: map[string]registered{}}
-	if m.cfg.UnavailableStatus == 0 {
-		m.cfg.UnavailableStatus = DefaultUnavailableStatus
+	m := &Middleware{
+		l: l, cfg: cfg, ip: newClientIP(cfg), clock: cfg.Clock, logger: cfg.Logger, reg: map[string]registered{},
+		apiKeyHeader: http.CanonicalHeaderKey(cfg.APIKeyHeader),
 	}
-	m.apiKeyHeader = cfg.APIKeyHeader
-	if m.apiKeyHeader == "" {
-		m.apiKeyHeader = DefaultAPIKeyHeader
-	}
-	m.apiKeyHeader = http.CanonicalHeaderKey(m.apiKeyHeader)
-	if m.clock == nil {
-		m.clock = local.SystemClock{}
-	}
-	if m.logger == nil {
-		m.logger = slog.Default()
-	}
-	mp := cfg.MeterProvider
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	if m.met, err = newMetrics(mp); err != nil {
+	var err error
+	if m.met, err = newMetrics(cfg.MeterProvider); err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
 	}
 	m.pool.New = func() any { return new(scratch) }
@@ -293,15 +280,15 @@ func overrideName(id, name string) string {
 // rules), its limit, and its overridden limits.
 func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Limit, error) {
 	id := r.ID
-	if id == "" || len(id) > syncer.MaxRuleName {
+	if id == "" || len(id) > config.MaxRuleName {
 		id = fmt.Sprintf("#%d", i)
 	}
 	bad := func(field, reason string, err error) (*compiledRule, hybrid.Limit, map[string]hybrid.Limit, error) {
 		return nil, hybrid.Limit{}, nil, &RuleError{ID: id, Field: field, Reason: reason, Err: err}
 	}
-	if len(r.ID) > syncer.MaxRuleName {
+	if len(r.ID) > config.MaxRuleName {
 		// Checked here: ValidRuleName's error would quote all of it.
-		return bad("id", fmt.Sprintf("%s: not a rule name: longer than %d bytes", quoteShort(r.ID), syncer.MaxRuleName), nil)
+		return bad("id", fmt.Sprintf("%s: not a rule name: longer than %d bytes", quoteShort(r.ID), config.MaxRuleName), nil)
 	}
 	if err := syncer.ValidRuleName(r.ID); err != nil {
 		return bad("id", "not a rule name", err)

@@ -28,7 +28,7 @@ type Rule struct {
 	Limit      int64            `json:"max_requests" yaml:"max_requests"`
 	Window     time.Duration    `json:"window" yaml:"window"`
 	Burst      int64            `json:"burst,omitempty" yaml:"burst,omitempty"`
-	SubWindows int64            `json:"sub_windows,omitempty" yaml:"sub_windows,omitempty"` // sub_window_counter only: 1 to local.MaxSubWindows; 0: local.DefaultSubWindows
+	SubWindows int64            `json:"sub_windows,omitempty" yaml:"sub_windows,omitempty"` // sub_window_counter only: 1 to 64; 0: 10
 	Anchored   bool             `json:"anchored,omitempty" yaml:"anchored,omitempty"`       // fixed_window, sub_window_counter: a key's window starts at its first request
 	Tier       string           `json:"tier,omitempty" yaml:"tier,omitempty"`               // applies only to this tier's requests; "" to all
 	Cost       int64            `json:"cost,omitempty" yaml:"cost,omitempty"`               // per request; default 1

@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -37,29 +38,29 @@ var ErrInvalidRules = errors.New("httplimit: invalid rules")
 // "version" field. ParseRules accepts this version only.
 const RulesFormat = 1
 
-// Bounds on a rules document, so that one from a broken or hostile source
-// (a file anyone can write, a Redis others can reach) costs little to
-// refuse. ParseRules and the watchers refuse a document past one; the
-// watchers check MaxRulesSize before reading it.
+// Bounds on a rules document (docs/operating.md#bounds), so that one from a
+// broken or hostile source (a file anyone can write, a Redis others can
+// reach) costs little to refuse. ParseRules and the watchers refuse a
+// document past one; the watchers check maxRulesSize before reading it.
 const (
-	// MaxRulesSize is the most bytes a rules document may have. 512 KiB
-	// holds MaxRules rules as docs/rules.md writes them (about 130 bytes
-	// each) and MaxOverrides overrides, with room for comments; and it
+	// maxRulesSize is the most bytes a rules document may have. 512 KiB
+	// holds maxRules rules as docs/rules.md writes them (about 130 bytes
+	// each) and maxOverrides overrides, with room for comments; and it
 	// bounds the densest YAML, whose parser builds a node of about 160
 	// bytes for every two bytes of input before anything can be checked.
-	MaxRulesSize = 512 << 10
-	// MaxRules is the most rules a document may hold. The middleware
+	maxRulesSize = 512 << 10
+	// maxRules is the most rules a document may hold. The middleware
 	// matches every request against each rule, so a set this large already
 	// costs microseconds a request.
-	MaxRules = 2048
-	// MaxOverrides is the most overrides a document may hold, its rules'
+	maxRules = 2048
+	// maxOverrides is the most overrides a document may hold, its rules'
 	// together; each is a rule of the Limiter. Many single keys belong in
 	// tiers (Config.Tiers, Config.TierFunc).
-	MaxOverrides = 8192
-	// MaxFieldSize is the most bytes of a string value (key, endpoint,
+	maxOverrides = 8192
+	// maxFieldSize is the most bytes of a string value (key, endpoint,
 	// algorithm, window, tier, mode, policy) or an override's name; an id
-	// has at most syncer.MaxRuleName (128).
-	MaxFieldSize = 1024
+	// has at most 128 (a rule name).
+	maxFieldSize = 1024
 )
 
 // RulesError describes what is wrong with a rules document. It wraps
@@ -184,11 +185,11 @@ func (r *fileRule) field(name string) any {
 // *RulesError (wrapping ErrInvalidRules) naming the rule and the field. An
 // empty document is rejected (a version is required), so a file caught
 // half-written never removes every limit; "rules: []" does that on purpose.
-// So is a document past a bound (MaxRulesSize, checked first, MaxRules,
-// MaxOverrides, MaxFieldSize); errors quote at most a short prefix of a
-// value.
+// So is a document past a bound (docs/rules.md#bounds: 512 KiB, checked
+// first, 2,048 rules, 8,192 overrides, 1,024 bytes a value); errors quote
+// at most a short prefix of a value.
 func ParseRules(data []byte) ([]Rule, error) {
-	if len(data) > MaxRulesSize {
+	if len(data) > maxRulesSize {
 		return nil, tooLarge(int64(len(data)))
 	}
 	var (
@@ -208,8 +209,8 @@ func ParseRules(data []byte) ([]Rule, error) {
 	}
 	overrides := 0
 	for i := range doc.Rules {
-		if overrides += len(doc.Rules[i].Overrides); overrides > MaxOverrides {
-			return nil, ruleError(i, doc.Rules[i].ID, "overrides", fmt.Sprintf("%d up to this rule: more than %d in the document (MaxOverrides)", overrides, MaxOverrides))
+		if overrides += len(doc.Rules[i].Overrides); overrides > maxOverrides {
+			return nil, ruleError(i, doc.Rules[i].ID, "overrides", fmt.Sprintf("%d up to this rule: more than %d in the document", overrides, maxOverrides))
 		}
 	}
 	rules := make([]Rule, len(doc.Rules))
@@ -243,14 +244,14 @@ func quoteShort(s string) string {
 	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }
 
-// tooLarge is the error of a document of n bytes, past MaxRulesSize.
+// tooLarge is the error of a document of n bytes, past maxRulesSize.
 func tooLarge(n int64) error {
-	return docError("", fmt.Sprintf("%d bytes: more than the %d bytes of MaxRulesSize", n, MaxRulesSize))
+	return docError("", fmt.Sprintf("%d bytes: more than the %d bytes a document may have", n, maxRulesSize))
 }
 
-// tooMany is the error of a list of n rules, past MaxRules.
+// tooMany is the error of a list of n rules, past maxRules.
 func tooMany(line string, n int) error {
-	return docError("rules", fmt.Sprintf("%s%d rules: more than %d (MaxRules)", line, n, MaxRules))
+	return docError("rules", fmt.Sprintf("%s%d rules: more than %d", line, n, maxRules))
 }
 
 // docError and ruleError name the field, and a rule by its id: an id too
@@ -260,7 +261,7 @@ func docError(field, reason string) error {
 }
 
 func ruleError(i int, id, field, reason string) error {
-	if len(id) > syncer.MaxRuleName {
+	if len(id) > config.MaxRuleName {
 		id = ""
 	}
 	return &RulesError{Index: i, ID: id, Field: field, Reason: reason}
@@ -299,7 +300,7 @@ func decodeJSON(data []byte, doc *rulesDoc) error {
 			if err := strictJSON(f.value, &list); err != nil {
 				return docError("rules", "must be a list of rules")
 			}
-			if len(list) > MaxRules {
+			if len(list) > maxRules {
 				return tooMany("", len(list))
 			}
 			doc.Rules = make([]fileRule, len(list))
@@ -466,7 +467,7 @@ func decodeYAML(data []byte, doc *rulesDoc) error {
 				}
 				return docError("rules", fmt.Sprintf("line %d: must be a list of rules", v.Line))
 			}
-			if len(v.Content) > MaxRules {
+			if len(v.Content) > maxRules {
 				return tooMany(fmt.Sprintf("line %d: ", v.Line), len(v.Content))
 			}
 			doc.Rules = make([]fileRule, len(v.Content))
@@ -543,10 +544,10 @@ func yamlTyped(v *yaml.Node, dst any) bool {
 // names as written, each limit an integer (or null), a name given twice
 // refused. It counts them first, and finds names given twice with a map:
 // yaml's own Decode compares every key with every other, which takes
-// seconds for a mapping that fits in MaxRulesSize.
+// seconds for a mapping that fits in maxRulesSize.
 func decodeYAMLOverrides(i int, id string, v *yaml.Node, over *map[string]int64) error {
-	if n := len(v.Content) / 2; n > MaxOverrides {
-		return ruleError(i, id, "overrides", fmt.Sprintf("line %d: %d: more than %d in the document (MaxOverrides)", v.Line, n, MaxOverrides))
+	if n := len(v.Content) / 2; n > maxOverrides {
+		return ruleError(i, id, "overrides", fmt.Sprintf("line %d: %d: more than %d in the document", v.Line, n, maxOverrides))
 	}
 	m := make(map[string]int64, len(v.Content)/2)
 	for k := 0; k+1 < len(v.Content); k += 2 {
@@ -617,20 +618,20 @@ func (r *fileRule) rule(i int) (Rule, error) {
 		out.Algorithm = algo.String() // one spelling, so an unchanged rule compares equal
 	}
 	// The id first: every later error names the rule by it.
-	if len(r.ID) > syncer.MaxRuleName || syncer.ValidRuleName(r.ID) != nil {
-		return fail("id", fmt.Sprintf("%s: 1 to %d bytes of letters, digits and -_.:/", quoteShort(r.ID), syncer.MaxRuleName))
+	if len(r.ID) > config.MaxRuleName || syncer.ValidRuleName(r.ID) != nil {
+		return fail("id", fmt.Sprintf("%s: 1 to %d bytes of letters, digits and -_.:/", quoteShort(r.ID), config.MaxRuleName))
 	}
 	for _, f := range [...]struct{ name, value string }{
 		{"key", r.Key}, {"endpoint", r.Endpoint}, {"algorithm", r.Algorithm}, {"window", r.Window},
 		{"tier", r.Tier}, {"mode", r.Mode}, {"policy", r.Policy},
 	} {
-		if len(f.value) > MaxFieldSize {
-			return fail(f.name, fmt.Sprintf("%s: longer than %d bytes (MaxFieldSize)", quoteShort(f.value), MaxFieldSize))
+		if len(f.value) > maxFieldSize {
+			return fail(f.name, fmt.Sprintf("%s: longer than %d bytes", quoteShort(f.value), maxFieldSize))
 		}
 	}
 	for name := range r.Overrides {
-		if len(name) > MaxFieldSize {
-			return fail("overrides["+quoteShort(name)+"]", fmt.Sprintf("longer than %d bytes (MaxFieldSize)", MaxFieldSize))
+		if len(name) > maxFieldSize {
+			return fail("overrides["+quoteShort(name)+"]", fmt.Sprintf("longer than %d bytes", maxFieldSize))
 		}
 	}
 	var err error
@@ -669,8 +670,8 @@ func (r *fileRule) rule(i int) (Rule, error) {
 func parseWindow(s string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.ParseInt(days, 10, 64)
-		if err != nil || n < 1 || n > int64(local.MaxWindow/(24*time.Hour)) {
-			return 0, errors.New("days must be a whole number from 1 to 366")
+		if maxDays := int64(config.MaxWindow / (24 * time.Hour)); err != nil || n < 1 || n > maxDays {
+			return 0, fmt.Errorf("days must be a whole number from 1 to %d", maxDays)
 		}
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
@@ -738,7 +739,8 @@ func formatWindow(d time.Duration) string {
 }
 
 // WatchConfig configures WatchFile and WatchRedis. The zero value is ready
-// to use.
+// to use: every field documents its default, and docs/operating.md#defaults
+// lists them all.
 type WatchConfig struct {
 	// PollInterval is how often the source is read whatever the
 	// notifications say: the backstop for a lost file event or Redis
@@ -756,6 +758,44 @@ type WatchConfig struct {
 	MeterProvider metric.MeterProvider
 }
 
+// Defaults of WatchConfig: docs/operating.md#defaults lists them, and
+// TestDefaults holds that table against them.
+const (
+	defaultFilePollInterval  = 2 * time.Second // WatchFile's
+	defaultRedisPollInterval = time.Second     // WatchRedis's
+	defaultDebounce          = 100 * time.Millisecond
+)
+
+// withDefaults returns c with each zero field that has a default set to
+// it, poll being the source's default PollInterval.
+func (c WatchConfig) withDefaults(poll time.Duration) WatchConfig {
+	if c.PollInterval == 0 {
+		c.PollInterval = poll
+	}
+	if c.Debounce == 0 {
+		c.Debounce = defaultDebounce
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	return c
+}
+
+// validate reports c's first bad field, c having its defaults, in an error
+// wrapping ErrInvalidConfig that names it. It builds nothing.
+func (c WatchConfig) validate() error {
+	switch {
+	case c.PollInterval < 0:
+		return configError("PollInterval", c.PollInterval, "must not be negative")
+	case c.Debounce < 0:
+		return configError("Debounce", c.Debounce, "must not be negative")
+	}
+	return nil
+}
+
 // watcher is what both sources share: the config with defaults, and the
 // reload counter.
 type watcher struct {
@@ -768,30 +808,18 @@ type watcher struct {
 	wg   sync.WaitGroup
 }
 
+// newWatcher returns the watcher of source for cfg, poll being the
+// source's default PollInterval.
 func newWatcher(cfg WatchConfig, source string, poll time.Duration) (*watcher, error) {
-	if cfg.PollInterval < 0 {
-		return nil, fmt.Errorf("%w: PollInterval %v: must not be negative", ErrInvalidWatch, cfg.PollInterval)
-	}
-	if cfg.Debounce < 0 {
-		return nil, fmt.Errorf("%w: Debounce %v: must not be negative", ErrInvalidWatch, cfg.Debounce)
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = poll
-	}
-	if cfg.Debounce == 0 {
-		cfg.Debounce = 100 * time.Millisecond
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.MeterProvider == nil {
-		cfg.MeterProvider = otel.GetMeterProvider()
+	cfg = cfg.withDefaults(poll)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	reloads, err := cfg.MeterProvider.Meter(meterName).Int64Counter("hybridlimit.http.rules.reloads",
 		metric.WithDescription("Rules versions read from a file or Redis, by source and result (applied or rejected)."),
 		metric.WithUnit("{version}"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
 	}
 	return &watcher{
 		cfg: cfg, reloads: reloads, source: attribute.String("source", source),
@@ -799,8 +827,9 @@ func newWatcher(cfg WatchConfig, source string, poll time.Duration) (*watcher, e
 	}, nil
 }
 
-// ErrInvalidWatch reports a bad WatchConfig or argument of WatchFile or
-// WatchRedis, naming the field.
+// ErrInvalidWatch reports a bad argument of WatchFile, WatchRedis or
+// PublishRules (a path, a client, a function, a Keyspace), naming it. A bad
+// WatchConfig field is reported with ErrInvalidConfig, as every Config's.
 var ErrInvalidWatch = errors.New("httplimit: invalid watch")
 
 var (
@@ -831,7 +860,7 @@ func (w *watcher) reject(ctx context.Context, version string, err error) error {
 }
 
 // readRules reads the rules file at path, refusing it, unread, when it
-// is larger than MaxRulesSize: the error is then a *RulesError.
+// is larger than maxRulesSize: the error is then a *RulesError.
 func readRules(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -842,16 +871,16 @@ func readRules(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi.Size() > MaxRulesSize {
+	if fi.Size() > maxRulesSize {
 		return nil, tooLarge(fi.Size())
 	}
 	// The file may grow after Stat: read one byte past the bound, no more.
-	data, err := io.ReadAll(io.LimitReader(f, MaxRulesSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxRulesSize+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > MaxRulesSize {
-		return nil, docError("", fmt.Sprintf("more than the %d bytes of MaxRulesSize", MaxRulesSize))
+	if len(data) > maxRulesSize {
+		return nil, docError("", fmt.Sprintf("more than the %d bytes a document may have", maxRulesSize))
 	}
 	return data, nil
 }
@@ -878,7 +907,7 @@ type FileSource struct {
 // its content changed. A version that does not parse, or that apply
 // refuses, is logged and counted (hybridlimit.http.rules.reloads with
 // result=rejected), and the previous rules keep serving; so is a file
-// larger than MaxRulesSize, which is not read.
+// larger than a rules document may be (512 KiB), which is not read.
 //
 // The first version must be valid: WatchFile returns its error, having
 // started nothing. apply is called from one goroutine at a time.
@@ -889,7 +918,7 @@ func WatchFile(ctx context.Context, path string, apply func([]Rule) error, cfg W
 	if apply == nil {
 		return nil, fmt.Errorf("%w: apply: required", ErrInvalidWatch)
 	}
-	w, err := newWatcher(cfg, "file", 2*time.Second)
+	w, err := newWatcher(cfg, "file", defaultFilePollInterval)
 	if err != nil {
 		return nil, err
 	}

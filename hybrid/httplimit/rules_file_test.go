@@ -512,14 +512,15 @@ func TestWatchFileStart(t *testing.T) {
 		path  string
 		apply func([]Rule) error
 		cfg   WatchConfig
+		want  error
 	}{
-		{"no path", "", a.apply, WatchConfig{}},
-		{"no apply", good, nil, WatchConfig{}},
-		{"negative poll", good, a.apply, WatchConfig{PollInterval: -1}},
-		{"negative debounce", good, a.apply, WatchConfig{Debounce: -1}},
+		{"no path", "", a.apply, WatchConfig{}, ErrInvalidWatch},
+		{"no apply", good, nil, WatchConfig{}, ErrInvalidWatch},
+		{"negative poll", good, a.apply, WatchConfig{PollInterval: -1}, ErrInvalidConfig},
+		{"negative debounce", good, a.apply, WatchConfig{Debounce: -1}, ErrInvalidConfig},
 	} {
 		_, err := WatchFile(t.Context(), tc.path, tc.apply, tc.cfg)
-		assert.ErrorIs(t, err, ErrInvalidWatch, tc.name)
+		assert.ErrorIs(t, err, tc.want, tc.name)
 	}
 }
 

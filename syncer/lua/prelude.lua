@@ -1,7 +1,8 @@
 -- hybridlimit: helpers shared by every script.
 --
 -- Every value is an integer below 2^53, exact in Lua's doubles; the limits'
--- validation (local.MaxProduct = 2^51) keeps every product and sum there.
+-- validation (package local bounds products by 2^51) keeps every product and
+-- sum there.
 -- Times are microseconds since the Unix epoch. Each algorithm is the exact
 -- twin of its Go implementation in local/algo.go: same state, same
 -- transition, same decision.
