@@ -24,9 +24,9 @@ func TestRingResizes(t *testing.T) {
 	expect := func(size int, times ...int64) {
 		t.Helper()
 		r := s.log
-		require.Equal(t, size, len(r.buf), "buffer")
-		require.Equal(t, len(times), r.n, "pairs")
-		require.Equal(t, int64(len(times)), r.sum, "pairs' total")
+		require.Equal(t, size, len(r.buf), "the ring's buffer length")
+		require.Equal(t, len(times), r.n, "pairs in the ring")
+		require.Equal(t, int64(len(times)), r.sum, "the ring's pairs' total")
 		for i, tm := range times {
 			e := r.at(i)
 			require.Equal(t, [2]int64{tm - at, 1}, [2]int64{e.t - at, e.n}, "pair %d", i)
