@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,18 +44,6 @@ func TestUnpack(t *testing.T) {
 		if v, ok := unpack(s); ok {
 			t.Errorf("%s (%d bytes): unpacked as %v, want refused", name, len(s), v)
 		}
-	}
-}
-
-// TestBucketAnswers: the single-rule bucket script packs its answers in
-// place of the body's "return answer(" (scripts.go): every one of them.
-func TestBucketAnswers(t *testing.T) {
-	if n := strings.Count(bucketBody, "return answer("); n != 2 {
-		t.Errorf("bucket_body.lua returns answer( %d times; the decision has 2 returns", n)
-	}
-	src := strings.ReplaceAll(bucketBody, "return answer(", "")
-	if strings.Contains(src, "answer(") {
-		t.Error("bucket_body.lua calls answer( other than in a return: the single-rule script would not define it")
 	}
 }
 

@@ -199,7 +199,7 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 	if a := lim.Algorithm(); a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 		r.bucket = true
 		// A bucket's state holds a fingerprint of its own, the three numbers
-		// its decisions depend on (see bucket_body.lua): shorter than fp, and
+		// its decisions depend on (see bucket.lua): shorter than fp, and
 		// the same for the same rate and burst under any bucket algorithm.
 		r.bargs = []any{parts[6] + ":" + parts[7] + ":" + parts[8], packNumbers(p.Burst, rl, el, tau)}
 	}

@@ -23,7 +23,7 @@ local function fmt(x) return string.format('%d', x) end
 -- log lk when given, and starts afresh. Anything else (another
 -- application's value under the name) is left alone, and the error raised.
 -- A bucket's string is 24 bytes of numbers, then its fingerprint rl:el:tau
--- (see bucket_body.lua).
+-- (see bucket.lua).
 local function other_family(r, k, lk)
   if string.find(r.err, 'WRONGTYPE', 1, true) then
     local t = redis.call('TYPE', k).ok
