@@ -249,19 +249,25 @@ func (k *Lease) Redecide(r *Rule, now, n int64, charge bool) (v Verdict, signal 
 }
 
 // rescale turns a bucket share granted under o into the same fraction of
-// r's rate and burst, at Redis time rnow, until the exchange under r
-// replaces it: the nodes' fractions sum to at most one, so their shares
-// stay within r's, and a lowered limit holds at once rather than a round
-// trip later. The tokens held keep their fraction of the share's burst.
+// r's rate and burst where r lowered them, at Redis time rnow, until the
+// exchange under r replaces it: the nodes' fractions sum to at most one, so
+// their shares stay within r's, and a lowered limit holds at once rather
+// than a round trip later. The tokens held keep their fraction of the
+// share's burst. A raised rate or burst waits for the exchange: tokens
+// Redis did not grant would be charged to the bucket's later refills.
 func (k *Lease) rescale(o, r *Rule, rnow int64) {
 	k.flags |= flagScaled
 	if k.expiry-o.safety <= rnow || o.limit <= 0 || o.burst <= 0 {
 		return // no share in force: nothing granted under o to carry
 	}
 	k.refill(o, rnow)
-	k.rate, k.rem = mulDiv(k.rate, r.limit, o.limit), 0
-	k.tokens = mulDiv(k.tokens, r.burst, o.burst)
-	k.burst = mulDiv(k.burst, r.burst, o.burst)
+	if r.limit < o.limit {
+		k.rate, k.rem = mulDiv(k.rate, r.limit, o.limit), 0
+	}
+	if r.burst < o.burst {
+		k.tokens = mulDiv(k.tokens, r.burst, o.burst)
+		k.burst = mulDiv(k.burst, r.burst, o.burst)
+	}
 }
 
 // mulDiv returns ⌊min(a, c) × b ÷ c⌋ for a, b ≥ 0 and c > 0: the product

@@ -11,9 +11,10 @@ import (
 )
 
 // TestRescaleOnLimitChange: a bucket share granted under one limit is, from
-// the first decision under a changed limit, the same fraction of the new
+// the first decision under a lowered limit, the same fraction of the new
 // rate and burst: a lowered limit holds at once, not a round trip later,
-// and the share is rescaled once, not again at each decision.
+// and the share is rescaled once, not again at each decision. A raised
+// rate or burst waits for the exchange under it.
 func TestRescaleOnLimitChange(t *testing.T) {
 	gcra := func(limit, burst int64) *Rule {
 		return testRule(local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: limit, Window: time.Second, Burst: burst}))
@@ -26,7 +27,8 @@ func TestRescaleOnLimitChange(t *testing.T) {
 		admitted            int
 	}{
 		{"lowered", gcra(100, 10), 50, 5, 4, 4},
-		{"raised", gcra(4000, 400), 2000, 200, 160, 160},
+		{"raised: kept until the exchange", gcra(4000, 400), 500, 50, 40, 40},
+		{"rate lowered, burst raised", gcra(500, 200), 250, 50, 40, 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			from := gcra(1000, 100)
