@@ -12,6 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -230,7 +231,12 @@ func TestRetryAtRetryAfter(t *testing.T) {
 		}
 		clk.Add(10 * time.Millisecond)
 	}
-	require.Equal(t, 10, admitted, "the limit, across the two nodes")
+	// No false refusal; past the limit, at most the cold-start allowance of
+	// a node that admitted before it saw the other's requests.
+	lim := 10.0
+	allowance := int(lim*config.Epsilon/2) + 1
+	require.GreaterOrEqual(t, admitted, 10, "the limit, across the two nodes")
+	require.LessOrEqual(t, admitted, 10+allowance, "the limit and one node's cold-start allowance")
 	require.Equal(t, local.ReasonLimited, last.Reason())
 	// The window's end, as the nodes measure Redis's clock: within the
 	// time the test moved the clock while an exchange was out.
