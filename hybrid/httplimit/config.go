@@ -14,40 +14,10 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 )
 
-// Sentinel errors. Match them with errors.Is.
-var (
-	// ErrInvalidConfig reports a bad Config, naming the field.
-	ErrInvalidConfig = errors.New("httplimit: invalid config")
-	// ErrInvalidRule reports a bad Rule; the error is a *RuleError naming
-	// the rule and the field.
-	ErrInvalidRule = errors.New("httplimit: invalid rule")
-)
-
-// RuleError describes a bad Rule. It wraps ErrInvalidRule and the cause,
-// if any.
-type RuleError struct {
-	ID     string // the rule's ID, or its position ("#3") when the ID is empty
-	Field  string // the Rule field, as in the rules file ("max_requests", "window", …)
-	Reason string // what is wrong with it
-	Err    error  // the cause, or nil
-}
-
-// Error names the rule, the field and what is wrong.
-func (e *RuleError) Error() string {
-	s := fmt.Sprintf("httplimit: invalid rule %q: %s: %s", e.ID, e.Field, e.Reason)
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return s
-}
-
-// Unwrap returns ErrInvalidRule and the cause.
-func (e *RuleError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalidRule, e.Err}
-	}
-	return []error{ErrInvalidRule}
-}
+// ErrInvalidConfig reports a bad Config, WatchConfig or argument of New,
+// WatchFile, WatchRedis or PublishRules, naming it. Match it with
+// errors.Is.
+var ErrInvalidConfig = errors.New("httplimit: invalid config")
 
 // DefaultAPIKeyHeader is the header api_key rules read when
 // Config.APIKeyHeader is empty.
