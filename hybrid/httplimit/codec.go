@@ -307,11 +307,16 @@ func (d decoder) mapping(n *node, v reflect.Value, field string) error {
 }
 
 // list decodes list n into slice v. The items of a list of structs are
-// records, named in errors by their position and their id.
+// records, named in errors by their position and their id. An empty list
+// leaves v nil, as an absent one does, so that what encode writes of a nil
+// slice reads back the same.
 func (d decoder) list(n *node, v reflect.Value, field string) error {
 	t := v.Type()
 	if n.kind != kindList {
 		return d.fail(field, n.line, wantType(t))
+	}
+	if len(n.items) == 0 {
+		return nil
 	}
 	s := reflect.MakeSlice(t, len(n.items), len(n.items))
 	for i := range n.items {

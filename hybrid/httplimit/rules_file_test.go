@@ -135,7 +135,7 @@ func TestParseRules(t *testing.T) {
 		for _, doc := range []string{"version: 1\nrules: []\n", "version: 1\nrules:\n", "version: 1\n", `{"version":1,"rules":[]}`} {
 			rules, err := ParseRules([]byte(doc))
 			require.NoError(t, err, doc)
-			assert.Empty(t, rules, doc)
+			assert.Nil(t, rules, "%s: no rules, however written", doc)
 		}
 	})
 }
