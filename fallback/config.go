@@ -8,9 +8,12 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
 // ErrInvalidConfig is wrapped by the errors New returns for a Config it
@@ -20,9 +23,11 @@ var ErrInvalidConfig = errors.New("fallback: invalid config")
 // ErrClosed is returned by Join after Close.
 var ErrClosed = errors.New("fallback: node closed")
 
-// Config configures a Node. The zero value, with Keys set, is a LAN node
-// named after the host on port 7946 that joins nobody until Join is
-// called. New copies the Config; later changes to it have no effect.
+// Config configures a Node. Every zero field takes the default it
+// documents (docs/operating.md#defaults lists them all); the zero value,
+// with Keys set, is a LAN node named after the host on port 7946 that joins
+// nobody until Join is called. New copies the Config; later changes to it
+// have no effect.
 type Config struct {
 	// Memberlist is the gossip layer's configuration in memberlist's own
 	// terms: node name, bind and advertise addresses and ports, probe,
@@ -33,7 +38,7 @@ type Config struct {
 	// unset: New sets them from this Config. Events, if set, is called
 	// after the node's own membership bookkeeping. A zero DeadNodeReclaimTime
 	// becomes 30s, so a node that restarts on a new address takes its name
-	// back.
+	// back. Its Name is 1 to 128 bytes.
 	Memberlist *memberlist.Config
 
 	// Seeds are the "host:port" addresses of peers to join at start and
@@ -57,7 +62,7 @@ type Config struct {
 	Insecure bool
 	// Label is the cluster label: a node only speaks with nodes of the
 	// same label, so two clusters sharing a network (or a key) stay apart.
-	// Default: "hybridlimit".
+	// Default: "hybridlimit"; at most 255 bytes.
 	Label string
 
 	// Interval is how often this node queues records for its busy keys and
@@ -73,7 +78,7 @@ type Config struct {
 	Reserve float64
 	// RecordTTL is how long a peer's record is kept without a newer one. A
 	// busy key's record is sent again at least every RecordTTL/3. Default:
-	// 30s.
+	// 30s; at least 3 × Interval.
 	RecordTTL time.Duration
 
 	// MaxKeys bounds the keys this node tracks; Observe ignores new keys
@@ -99,96 +104,153 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Defaults of Config: docs/operating.md#defaults lists them, and
+// TestDefaults holds that table against them.
 const (
-	defaultRejoin      = 30 * time.Second
-	defaultInterval    = 200 * time.Millisecond
-	defaultHalfLife    = 2 * time.Second
-	defaultReserve     = 0.05
-	defaultRecordTTL   = 30 * time.Second
-	defaultMaxKeys     = 100_000
-	defaultMaxRecords  = 1_000_000
-	defaultMaxQueued   = 1024
-	defaultMaxState    = 8192
-	defaultLeave       = time.Second
-	defaultReclaimTime = 30 * time.Second
-	defaultLabel       = "hybridlimit"
+	defaultRejoinInterval      = 30 * time.Second
+	defaultInterval            = 200 * time.Millisecond
+	defaultDemandHalfLife      = 2 * time.Second
+	defaultReserve             = 0.05
+	defaultRecordTTL           = 30 * time.Second
+	defaultMaxKeys             = 100_000
+	defaultMaxRecords          = 1_000_000
+	defaultMaxQueued           = 1024
+	defaultMaxStateRecords     = 8192
+	defaultLeaveTimeout        = time.Second
+	defaultDeadNodeReclaimTime = 30 * time.Second
+	defaultLabel               = "hybridlimit"
 )
 
+// Bounds of Config.
+const (
+	maxLabel   = 255 // bytes of Label
+	maxReserve = 0.5 // Reserve
+	// minRecordTTLIntervals bounds RecordTTL from below, in Intervals: a
+	// busy key's record is sent every RecordTTL/3.
+	minRecordTTLIntervals = 3
+)
+
+// invalid is the error of a bad Config field.
 func invalid(field string, value any, reason string) error {
-	return fmt.Errorf("%w: %s %v: %s", ErrInvalidConfig, field, value, reason)
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
 }
 
-// withDefaults returns a copy of c with defaults filled in, and the
-// memberlist config to create, a copy of c.Memberlist's.
-func (c Config) withDefaults() (Config, *memberlist.Config, error) {
+// withDefaults returns c with each zero field that has a default set to it.
+// Its Memberlist is a copy, of the caller's or of
+// memberlist.DefaultLANConfig(), with DeadNodeReclaimTime defaulted.
+func (c Config) withDefaults() Config {
 	var ml memberlist.Config
 	if c.Memberlist != nil {
 		ml = *c.Memberlist
 	} else {
 		ml = *memberlist.DefaultLANConfig()
 	}
+	if ml.DeadNodeReclaimTime == 0 {
+		ml.DeadNodeReclaimTime = defaultDeadNodeReclaimTime
+	}
+	c.Memberlist = &ml
+	if c.Label == "" {
+		c.Label = defaultLabel
+	}
+	orDefault(&c.RejoinInterval, defaultRejoinInterval)
+	orDefault(&c.Interval, defaultInterval)
+	orDefault(&c.DemandHalfLife, defaultDemandHalfLife)
+	orDefault(&c.RecordTTL, defaultRecordTTL)
+	orDefault(&c.LeaveTimeout, defaultLeaveTimeout)
+	orDefault(&c.MaxKeys, defaultMaxKeys)
+	orDefault(&c.MaxRecords, defaultMaxRecords)
+	orDefault(&c.MaxQueued, defaultMaxQueued)
+	orDefault(&c.MaxStateRecords, defaultMaxStateRecords)
+	orDefault(&c.Reserve, defaultReserve)
+	return c
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T int | float64 | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// validate reports c's first bad field, c having its defaults, in an error
+// wrapping ErrInvalidConfig that names it. It builds nothing: New makes the
+// keyring and memberlist's configuration.
+func (c Config) validate() error {
+	ml := c.Memberlist
 	switch {
 	case ml.Delegate != nil:
-		return c, nil, invalid("Memberlist.Delegate", "set", "New sets it")
+		return invalid("Memberlist.Delegate", "set", "New sets it")
 	case ml.Keyring != nil || len(ml.SecretKey) > 0:
-		return c, nil, invalid("Memberlist.Keyring", "set", "use Config.Keys")
+		return invalid("Memberlist.Keyring", "set", "use Config.Keys")
 	case ml.Label != "":
-		return c, nil, invalid("Memberlist.Label", ml.Label, "use Config.Label")
+		return invalid("Memberlist.Label", fmt.Sprintf("%q", ml.Label), "use Config.Label")
 	case ml.Logger != nil || ml.LogOutput != nil:
-		return c, nil, invalid("Memberlist.Logger", "set", "use Config.Logger")
+		return invalid("Memberlist.Logger", "set", "use Config.Logger")
 	case len(ml.Name) == 0 || len(ml.Name) > maxOrigin:
-		return c, nil, invalid("Memberlist.Name", fmt.Sprintf("%q", ml.Name), "must be 1 to 128 bytes")
+		return invalid("Memberlist.Name", fmt.Sprintf("%q", ml.Name), fmt.Sprintf("must be 1 to %d bytes", maxOrigin))
 	}
-	c.Seeds = append([]string(nil), c.Seeds...)
-	keys := make([][]byte, len(c.Keys))
 	for i, k := range c.Keys {
 		switch len(k) {
 		case 16, 24, 32:
 		default:
-			return c, nil, invalid(fmt.Sprintf("Keys[%d]", i), fmt.Sprintf("(%d bytes)", len(k)), "must be 16, 24 or 32 bytes")
+			return invalid(fmt.Sprintf("Keys[%d]", i), fmt.Sprintf("(%d bytes)", len(k)), "must be 16, 24 or 32 bytes")
 		}
+	}
+	if len(c.Keys) == 0 && !c.Insecure {
+		return invalid("Keys", "(none)", "required unless Insecure is set")
+	}
+	if len(c.Label) > maxLabel {
+		return invalid("Label", fmt.Sprintf("(%d bytes)", len(c.Label)), fmt.Sprintf("must be at most %d bytes", maxLabel))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+		show any
+	}{
+		{"RejoinInterval", int64(c.RejoinInterval), c.RejoinInterval},
+		{"Interval", int64(c.Interval), c.Interval},
+		{"DemandHalfLife", int64(c.DemandHalfLife), c.DemandHalfLife},
+		{"RecordTTL", int64(c.RecordTTL), c.RecordTTL},
+		{"LeaveTimeout", int64(c.LeaveTimeout), c.LeaveTimeout},
+		{"MaxKeys", int64(c.MaxKeys), c.MaxKeys},
+		{"MaxRecords", int64(c.MaxRecords), c.MaxRecords},
+		{"MaxQueued", int64(c.MaxQueued), c.MaxQueued},
+		{"MaxStateRecords", int64(c.MaxStateRecords), c.MaxStateRecords},
+	} {
+		if f.v < 0 {
+			return invalid(f.name, f.show, "must not be negative")
+		}
+	}
+	if c.RecordTTL < minRecordTTLIntervals*c.Interval {
+		return invalid("RecordTTL", c.RecordTTL, fmt.Sprintf("must be at least %d × Interval", minRecordTTLIntervals))
+	}
+	if !(c.Reserve > 0 && c.Reserve <= maxReserve) {
+		return invalid("Reserve", c.Reserve, fmt.Sprintf("must be in (0, %v]", maxReserve))
+	}
+	return nil
+}
+
+// clone returns c with its own copies of the slices the caller could
+// change after New: Seeds and Keys.
+func (c Config) clone() Config {
+	c.Seeds = slices.Clone(c.Seeds)
+	keys := make([][]byte, len(c.Keys))
+	for i, k := range c.Keys {
 		keys[i] = bytes.Clone(k)
 	}
 	c.Keys = keys
-	if len(c.Keys) == 0 && !c.Insecure {
-		return c, nil, invalid("Keys", "(none)", "required unless Insecure is set")
-	}
-	if c.Label == "" {
-		c.Label = defaultLabel
-	}
-	if len(c.Label) > 255 {
-		return c, nil, invalid("Label", fmt.Sprintf("(%d bytes)", len(c.Label)), "must be at most 255 bytes")
-	}
-	err := errors.Join(
-		orDefault("RejoinInterval", &c.RejoinInterval, defaultRejoin),
-		orDefault("Interval", &c.Interval, defaultInterval),
-		orDefault("DemandHalfLife", &c.DemandHalfLife, defaultHalfLife),
-		orDefault("RecordTTL", &c.RecordTTL, defaultRecordTTL),
-		orDefault("LeaveTimeout", &c.LeaveTimeout, defaultLeave),
-		orDefault("MaxKeys", &c.MaxKeys, defaultMaxKeys),
-		orDefault("MaxRecords", &c.MaxRecords, defaultMaxRecords),
-		orDefault("MaxQueued", &c.MaxQueued, defaultMaxQueued),
-		orDefault("MaxStateRecords", &c.MaxStateRecords, defaultMaxState),
-	)
-	if err != nil {
-		return c, nil, err
-	}
-	if c.RecordTTL < 3*c.Interval {
-		return c, nil, invalid("RecordTTL", c.RecordTTL, "must be at least 3 × Interval")
-	}
-	if c.Reserve == 0 {
-		c.Reserve = defaultReserve
-	}
-	if !(c.Reserve > 0 && c.Reserve <= 0.5) {
-		return c, nil, invalid("Reserve", c.Reserve, "must be in (0, 0.5]")
-	}
-	if ml.DeadNodeReclaimTime == 0 {
-		ml.DeadNodeReclaimTime = defaultReclaimTime
-	}
+	return c
+}
+
+// memberlistConfig returns the configuration memberlist.Create takes: c's
+// Memberlist (withDefaults' copy) with the keyring, the label and the logger
+// set from c. c is valid.
+func (c Config) memberlistConfig() (*memberlist.Config, error) {
+	ml := c.Memberlist
 	if len(c.Keys) > 0 {
 		kr, err := memberlist.NewKeyring(c.Keys, c.Keys[0])
 		if err != nil {
-			return c, nil, fmt.Errorf("%w: Keys: %w", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: Keys: %w", ErrInvalidConfig, err)
 		}
 		ml.Keyring = kr
 		ml.GossipVerifyIncoming = true
@@ -196,18 +258,7 @@ func (c Config) withDefaults() (Config, *memberlist.Config, error) {
 	}
 	ml.Label = c.Label
 	ml.Logger = log.New(&slogWriter{l: c.Logger}, "", 0)
-	return c, &ml, nil
-}
-
-// orDefault sets *v to def when it is zero, and rejects a negative *v.
-func orDefault[T int | time.Duration](field string, v *T, def T) error {
-	switch {
-	case *v < 0:
-		return invalid(field, *v, "must not be negative")
-	case *v == 0:
-		*v = def
-	}
-	return nil
+	return ml, nil
 }
 
 // slogWriter turns memberlist's log lines ("[WARN] memberlist: ...") into

@@ -8,6 +8,8 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/doctable"
 )
 
 func TestConfigRejects(t *testing.T) {
@@ -39,34 +41,103 @@ func TestConfigRejects(t *testing.T) {
 	}
 }
 
+// TestDefaults holds docs/operating.md's rows for package fallback against
+// the constants and against what withDefaults fills in.
+func TestDefaults(t *testing.T) {
+	c := Config{}.withDefaults()
+	def := func(field, constant string, value, got any) doctable.Default {
+		return doctable.Default{Config: "Config", Field: field, Const: constant, Value: value, Got: got}
+	}
+	doctable.Check(t, doctable.Package{
+		Name: "fallback",
+		Defaults: []doctable.Default{
+			{Config: "Config", Field: "Memberlist", Doc: "a copy of memberlist.DefaultLANConfig()", Got: c.Memberlist},
+			def("Memberlist.DeadNodeReclaimTime", "defaultDeadNodeReclaimTime", defaultDeadNodeReclaimTime, c.Memberlist.DeadNodeReclaimTime),
+			def("RejoinInterval", "defaultRejoinInterval", defaultRejoinInterval, c.RejoinInterval),
+			def("Label", "defaultLabel", defaultLabel, c.Label),
+			def("Interval", "defaultInterval", defaultInterval, c.Interval),
+			def("DemandHalfLife", "defaultDemandHalfLife", defaultDemandHalfLife, c.DemandHalfLife),
+			def("Reserve", "defaultReserve", defaultReserve, c.Reserve),
+			def("RecordTTL", "defaultRecordTTL", defaultRecordTTL, c.RecordTTL),
+			def("MaxKeys", "defaultMaxKeys", defaultMaxKeys, c.MaxKeys),
+			def("MaxRecords", "defaultMaxRecords", defaultMaxRecords, c.MaxRecords),
+			def("MaxQueued", "defaultMaxQueued", defaultMaxQueued, c.MaxQueued),
+			def("MaxStateRecords", "defaultMaxStateRecords", defaultMaxStateRecords, c.MaxStateRecords),
+			def("LeaveTimeout", "defaultLeaveTimeout", defaultLeaveTimeout, c.LeaveTimeout),
+		},
+		Bounds: []doctable.Bound{
+			{What: "Config.Label", Const: "maxLabel", Value: maxLabel, Doc: "255 bytes"},
+			{What: "Config.Reserve", Const: "maxReserve", Value: maxReserve, Doc: "0.5"},
+			{What: "Config.RecordTTL, at least", Const: "minRecordTTLIntervals", Value: minRecordTTLIntervals, Doc: "3 × Interval"},
+			{What: "Config.Memberlist.Name", Const: "maxOrigin", Value: maxOrigin, Doc: "128 bytes"},
+		},
+		Filled: []doctable.Filled{{Config: "Config", Zero: Config{}, With: c}},
+	})
+	assert.Equal(t, memberlist.DefaultLANConfig().BindPort, c.Memberlist.BindPort, "LAN defaults")
+}
+
+// TestConfigDefaultsAndCopies: withDefaults fills a copy of the caller's
+// memberlist configuration and changes no field that is set; New keeps its
+// own copies of what the caller could change.
 func TestConfigDefaultsAndCopies(t *testing.T) {
 	ml := fastMemberlist("x")
 	before := *ml
 	key := bytes.Clone(testKey)
 	cfg := Config{Memberlist: ml, Keys: [][]byte{key}}
-	c, got, err := cfg.withDefaults()
-	require.NoError(t, err)
+	c := cfg.withDefaults()
 	assert.Equal(t, before, *ml, "the caller's memberlist config is unchanged")
-	assert.Nil(t, cfg.Memberlist.Keyring)
-	assert.Equal(t, defaultLabel, got.Label)
-	assert.Equal(t, defaultReclaimTime, got.DeadNodeReclaimTime)
-	require.NotNil(t, got.Keyring)
-	assert.Equal(t, testKey, got.Keyring.GetPrimaryKey())
+	require.NotSame(t, ml, c.Memberlist)
+	assert.Equal(t, defaultDeadNodeReclaimTime, c.Memberlist.DeadNodeReclaimTime)
+	assert.Equal(t, defaultLabel, c.Label)
 	assert.Equal(t, defaultInterval, c.Interval)
 	assert.Equal(t, defaultReserve, c.Reserve)
 	assert.Equal(t, defaultMaxQueued, c.MaxQueued)
+	require.NoError(t, c.validate())
+	got, err := c.memberlistConfig()
+	require.NoError(t, err)
+	assert.Nil(t, ml.Keyring, "the caller's memberlist config is unchanged")
+	assert.Equal(t, defaultLabel, got.Label)
+	require.NotNil(t, got.Keyring)
+	assert.Equal(t, testKey, got.Keyring.GetPrimaryKey())
 
+	set := Config{
+		Memberlist: c.Memberlist, Seeds: []string{"a:1"}, RejoinInterval: time.Second, Keys: [][]byte{testKey},
+		Label: "l", Interval: time.Second, DemandHalfLife: time.Second, Reserve: 0.5, RecordTTL: 3 * time.Second,
+		MaxKeys: 1, MaxRecords: 1, MaxQueued: 1, MaxStateRecords: 1, LeaveTimeout: time.Second,
+	}
+	again := set.withDefaults()
+	assert.Equal(t, *set.Memberlist, *again.Memberlist)
+	again.Memberlist = set.Memberlist
+	assert.Equal(t, set, again, "withDefaults changed a field that was set")
+
+	c = cfg.clone()
 	key[0] ^= 1
 	assert.Equal(t, testKey, c.Keys[0], "New keeps its own copy of the keys")
 
-	def, got, err := Config{Keys: [][]byte{testKey}}.withDefaults()
-	require.NoError(t, err)
-	assert.Equal(t, memberlist.DefaultLANConfig().BindPort, got.BindPort, "LAN defaults")
-	assert.Equal(t, defaultRecordTTL, def.RecordTTL)
-
-	_, got, err = Config{Insecure: true}.withDefaults()
+	require.NoError(t, Config{Insecure: true}.withDefaults().validate())
+	got, err = Config{Insecure: true}.withDefaults().memberlistConfig()
 	require.NoError(t, err)
 	assert.Nil(t, got.Keyring)
+}
+
+// TestConfigErrors: the errors name the field and its value in the
+// package's form.
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "fallback: invalid config: Keys (none): required unless Insecure is set"},
+		{Config{Insecure: true, Interval: -time.Second}, "fallback: invalid config: Interval -1s: must not be negative"},
+		{Config{Insecure: true, MaxKeys: -1}, "fallback: invalid config: MaxKeys -1: must not be negative"},
+		{Config{Insecure: true, Reserve: 0.7}, "fallback: invalid config: Reserve 0.7: must be in (0, 0.5]"},
+		{Config{Insecure: true, RecordTTL: time.Second, Interval: time.Second}, "fallback: invalid config: RecordTTL 1s: must be at least 3 × Interval"},
+		{Config{Insecure: true, Label: string(make([]byte, 256))}, "fallback: invalid config: Label (256 bytes): must be at most 255 bytes"},
+	} {
+		err := tc.cfg.withDefaults().validate()
+		assert.ErrorIs(t, err, ErrInvalidConfig)
+		assert.EqualError(t, err, tc.want)
+	}
 }
 
 func TestNewStartsAndCloses(t *testing.T) {

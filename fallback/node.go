@@ -85,8 +85,15 @@ type snapshot struct {
 // New starts a node: memberlist on the configured address, and the loop
 // that gossips and rebuilds the snapshot. It joins cfg.Seeds but does not
 // fail when none answers (they are joined again every RejoinInterval).
+//
+// New works on a copy of cfg with its zero fields set to their defaults, and
+// reports a bad field with an error wrapping ErrInvalidConfig.
 func New(cfg Config) (*Node, error) {
-	c, mlc, err := cfg.withDefaults()
+	c := cfg.clone().withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	mlc, err := c.memberlistConfig()
 	if err != nil {
 		return nil, err
 	}

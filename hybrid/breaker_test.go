@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -237,7 +238,7 @@ func TestAfterShutdown(t *testing.T) {
 	ctx := decisionCtx
 	srv := redistest.Start(t)
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	var cnt callCounter
 	const L, nodes = 2000, 2
 	W := time.Second
@@ -322,7 +323,7 @@ func BenchmarkCentralBreakerOpen(b *testing.B) {
 func TestBreakerRoundStrikes(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), redistest.Prefix(t), clk, "a", 1))
 	r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(10, time.Hour), Policy: hybrid.FailOpen}, hybrid.Hybrid)
 	d, err := l.Allow(ctx, r, "warm")

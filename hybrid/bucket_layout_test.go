@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -39,7 +40,7 @@ func TestBucketLeaseLayout(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
 	ks := syncer.Keyspace{Prefix: prefix}
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	ctx := context.Background()
 	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Second, Burst: 10})
 	l := newNode(t, nodeConfig(client, prefix, clk, "a", 1))

@@ -6,7 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -29,16 +34,12 @@ func TestClusterSmoke(t *testing.T) {
 	masters := map[string]bool{}
 	for _, k := range keys {
 		m, err := probe.MasterForKey(ctx, redisKeyBase(ks, "r", k)+"m")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "MasterForKey %s", k)
 		masters[m.Options().Addr] = true
 	}
-	if len(masters) < 2 {
-		t.Fatalf("the keys' state lives on %d master(s); pick other keys", len(masters))
-	}
+	require.GreaterOrEqual(t, len(masters), 2, "the masters the keys' state lives on; pick other keys")
 
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	nodes := make([]*hybrid.Limiter, N)
 	rules := make([]*hybrid.Rule, N)
 	for i := range nodes {
@@ -50,10 +51,8 @@ func TestClusterSmoke(t *testing.T) {
 	for clk.Now().Before(epoch2030.Add(10 * W)) {
 		s.step()
 	}
-	if s.syncErrs > 0 {
-		t.Errorf("%d rounds failed", s.syncErrs)
-	}
-	allowance := int64(float64(L)*syncer.DefaultEpsilon/N) + 1
+	assert.Zero(t, s.syncErrs, "rounds failed")
+	allowance := int64(float64(L)*config.Epsilon/N) + 1
 	for k, key := range keys {
 		per := s.perWindow(k)
 		var line []int64
@@ -64,12 +63,8 @@ func TestClusterSmoke(t *testing.T) {
 			if x == epoch2030.UnixMicro() {
 				bound += N * allowance // the key's first window: the cold-start allowance
 			}
-			if n > bound {
-				t.Errorf("key %s, window %d: admitted %d, bound %d", key, (x-epoch2030.UnixMicro())/W.Microseconds(), n, bound)
-			}
-			if n < L/2 {
-				t.Errorf("key %s, window %d: admitted only %d at 3× the limit %d", key, (x-epoch2030.UnixMicro())/W.Microseconds(), n, L)
-			}
+			assert.LessOrEqual(t, n, bound, "key %s, window %d: admitted at most the bound", key, (x-epoch2030.UnixMicro())/W.Microseconds())
+			assert.GreaterOrEqual(t, n, int64(L/2), "key %s, window %d: admitted at least half of %d at 3× the limit", key, (x-epoch2030.UnixMicro())/W.Microseconds(), L)
 		}
 		t.Logf("key %s: admitted per window %v", key, line)
 	}

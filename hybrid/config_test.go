@@ -2,49 +2,21 @@ package hybrid_test
 
 import (
 	"context"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-// TestConfigWithDefaults: the zero fields take the documented defaults, the
-// set ones are kept, and the receiver is not changed.
-func TestConfigWithDefaults(t *testing.T) {
-	var zero hybrid.Config
-	got := zero.WithDefaults()
-	assert.Equal(t, hybrid.Config{}, zero, "WithDefaults changed its receiver")
-	assert.Equal(t, hybrid.Local, got.Mode, "Mode without Redis")
-	assert.Equal(t, hybrid.DefaultPolicy, got.Policy)
-	assert.Equal(t, hybrid.FailLocal, got.Policy)
-	assert.Equal(t, hybrid.DefaultTimeout, got.Timeout)
-	assert.NotNil(t, got.Logger)
-	assert.NotNil(t, got.MeterProvider)
-	assert.NotNil(t, got.TracerProvider)
-	assert.Nil(t, got.Clock, "New starts its own clock")
-	assert.Equal(t, hybrid.SyncConfig{}.WithDefaults(), got.Sync, "Sync's defaults")
-	assert.Equal(t, 100*time.Millisecond, got.Sync.Interval)
-
-	client := redistest.Client(t, redistest.Addr(t))
-	got = hybrid.Config{Redis: client}.WithDefaults()
-	assert.Equal(t, hybrid.Hybrid, got.Mode, "Mode with Redis")
-
-	mp := metric.NewMeterProvider()
-	set := hybrid.Config{Mode: hybrid.Central, Policy: hybrid.FailClosed, Timeout: time.Second, Logger: quiet, MeterProvider: mp,
-		TracerProvider: tracenoop.NewTracerProvider(), Sync: hybrid.SyncConfig{}.WithDefaults()}
-	got = set.WithDefaults()
-	assert.Equal(t, set, got, "WithDefaults changed a field that was set")
-}
-
 // TestNewValidatesWithoutRedis: a bad field is reported, naming it, before
-// anything is built, Redis or not.
+// anything is built, without Redis. (Sync is checked when the syncer starts,
+// with Redis: TestNewInvalidConfig.)
 func TestNewValidatesWithoutRedis(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -55,8 +27,6 @@ func TestNewValidatesWithoutRedis(t *testing.T) {
 		{"negative MaxKeys", hybrid.Config{MaxKeys: -1}, "MaxKeys"},
 		{"Shards above 65536", hybrid.Config{Shards: 1 << 17}, "Shards"},
 		{"negative Shards", hybrid.Config{Shards: -4}, "Shards"},
-		{"Sync.Epsilon above 1", hybrid.Config{Sync: hybrid.SyncConfig{Epsilon: 2}}, "Epsilon"},
-		{"bad Sync.NodeID", hybrid.Config{Sync: hybrid.SyncConfig{NodeID: "a b"}}, "NodeID"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -78,7 +48,7 @@ func TestAllowNoAllocs(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	client := redistest.Client(t, redistest.Addr(t))
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	l := newNode(t, nodeConfig(client, redistest.Prefix(t), clk, "a", 1))
 	lim := hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 1 << 40, Window: time.Hour})
 	ctx := context.Background()

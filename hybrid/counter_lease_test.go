@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -27,13 +28,13 @@ func TestCounterCarry(t *testing.T) {
 	lim := local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: limit, Window: w})
 	client := redistest.Client(t, redistest.Addr(t))
 	ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
-	clk := newFakeClock(epoch2030.Add(w / 3))
+	clk := clocktest.New(epoch2030.Add(w / 3))
 	const nodes = 2
 	ls, _, allow := leasingNodes(t, client, ks.Prefix, clk, "carry", lim, nodes)
 	minGap := testInterval / 10
 
 	// The first window: both nodes lease, at 200 a second each.
-	w0 := clk.window(w)
+	w0 := windowStart(clk, w)
 	var used [nodes]int // admitted in the first window
 	for range 10 {
 		for i := range nodes {

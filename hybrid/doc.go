@@ -36,8 +36,8 @@
 // combines rules its own way (ordered entry locks, one script, or reserve
 // then commit), and joins the groups: local and hybrid rules are checked,
 // central ones decided, then local and hybrid ones charged, the local keys
-// locked while the hybrid ones are decided. Config.WithDefaults holds every
-// default of a Config.
+// locked while the hybrid ones are decided. Each field of Config documents
+// its default, and docs/operating.md#defaults lists them all.
 //
 // # Decisions
 //
@@ -81,7 +81,7 @@
 //
 // New starts the syncer and a sweeper of idle keys; Shutdown reports what is
 // unreported, hands leases back, leaves the registry of live nodes and stops
-// every goroutine; Close does the same with DefaultShutdownTimeout.
+// every goroutine; Close does the same within 2s.
 // Unregister does it for one rule and releases what the rule held, so that
 // rules can come and go for the Limiter's life; RuleStats estimates what the
 // rules hold. The Limiter reports OpenTelemetry metrics

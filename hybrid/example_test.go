@@ -59,15 +59,6 @@ func ExampleNew() {
 	// user-7 allowed: true
 }
 
-// WithDefaults shows the defaults New fills in: Local rules without Redis,
-// the FailLocal policy, a 250ms bound on central decisions.
-func ExampleConfig_WithDefaults() {
-	cfg := hybrid.Config{}.WithDefaults()
-	fmt.Println(cfg.Mode, cfg.Policy, cfg.Timeout)
-	// Output:
-	// local fail_local 250ms
-}
-
 // A limit's algorithm and parameters are checked once, when it is built:
 // NewLimit names the bad field.
 func ExampleNewLimit() {

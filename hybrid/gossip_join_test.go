@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -24,7 +25,7 @@ var errCutOff = errors.New("still cut off from Redis")
 
 // trySync runs a round on l at the clock's time, within 100ms, Redis up or
 // down.
-func trySync(l *hybrid.Limiter, clk *fakeClock) {
+func trySync(l *hybrid.Limiter, clk *clocktest.Clock) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	l.SyncAt(ctx, clk.Now())
@@ -32,7 +33,7 @@ func trySync(l *hybrid.Limiter, clk *fakeClock) {
 
 // gossipStep moves the virtual clock 10ms on, and gives the gossip, which
 // runs on real time, 5ms.
-func gossipStep(clk *fakeClock) {
+func gossipStep(clk *clocktest.Clock) {
 	clk.Add(10 * time.Millisecond)
 	time.Sleep(5 * time.Millisecond)
 }
@@ -54,7 +55,7 @@ func TestBucketReturnJoinedNode(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const L, B = 1000, 100
 	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: L, Window: time.Second, Burst: B})
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	nodes := gossipClusterWith(t, srv, prefix, clk, steadyMembers, "a", "b")
 	var rules []*hybrid.Rule
 	for _, l := range nodes {

@@ -2,7 +2,6 @@ package hybrid_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -42,14 +42,14 @@ func gossipConfig(name string, seeds ...string) *fallback.Config {
 
 // gossipCluster starts one Limiter per name on srv, with manual rounds on
 // clk, each with a gossip node, joined to the first one's.
-func gossipCluster(t *testing.T, srv *redistest.Server, prefix string, clk *fakeClock, names ...string) []*hybrid.Limiter {
+func gossipCluster(t *testing.T, srv *redistest.Server, prefix string, clk *clocktest.Clock, names ...string) []*hybrid.Limiter {
 	t.Helper()
 	return gossipClusterWith(t, srv, prefix, clk, nil, names...)
 }
 
 // gossipClusterWith is gossipCluster with tune, if not nil, applied to each
 // node's gossip Config.
-func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *fakeClock, tune func(*fallback.Config), names ...string) []*hybrid.Limiter {
+func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *clocktest.Clock, tune func(*fallback.Config), names ...string) []*hybrid.Limiter {
 	t.Helper()
 	var out []*hybrid.Limiter
 	for i, name := range names {
@@ -71,14 +71,9 @@ func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *
 	return out
 }
 
-// TestFallbackDefaultPolicy: Gossip in the Config makes Fallback the
-// default policy; without it, FailLocal stays the default and a rule asking
-// for Fallback behaves as FailLocal.
+// TestFallbackDefaultPolicy: a Gossip that is not valid is reported, naming
+// it (TestDefaults checks that Gossip makes Fallback the default policy).
 func TestFallbackDefaultPolicy(t *testing.T) {
-	with := hybrid.Config{Gossip: gossipConfig("n")}.WithDefaults()
-	assert.Equal(t, hybrid.Fallback, with.Policy)
-	without := hybrid.Config{}.WithDefaults()
-	assert.Equal(t, hybrid.FailLocal, without.Policy)
 	assert.Equal(t, "fallback", hybrid.Fallback.String())
 	_, err := hybrid.New(hybrid.Config{Gossip: &fallback.Config{}}) // no keys, not Insecure
 	assert.ErrorIs(t, err, hybrid.ErrInvalidConfig)
@@ -98,7 +93,7 @@ func TestFallbackSkewedOutage(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const L = 1000
 	W := time.Second
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	nodes := gossipCluster(t, srv, prefix, clk, "a", "b", "c")
 	rules := make([]*hybrid.Rule, len(nodes))
 	for i, l := range nodes {
@@ -110,8 +105,8 @@ func TestFallbackSkewedOutage(t *testing.T) {
 		for i, l := range nodes {
 			for range offered[i] {
 				d, err := l.Allow(ctx, rules[i], "k")
-				if err != nil && !errors.Is(err, hybrid.ErrUnavailable) {
-					t.Fatalf("node %d: %v", i, err)
+				if err != nil {
+					require.ErrorIs(t, err, hybrid.ErrUnavailable, "node %d", i)
 				}
 				if d.Allowed() {
 					admitted[i]++
@@ -134,9 +129,9 @@ func TestFallbackSkewedOutage(t *testing.T) {
 		return nodes[0].Gossip().Stats().RecordsReceived > 0 && nodes[1].Gossip().Stats().RecordsReceived > 0
 	}, 5*time.Second, 20*time.Millisecond, "records reach the peers")
 	// Redis dies at the start of a window.
-	wid := clk.window(W)
+	wid := windowStart(clk, W)
 	clk.Set(time.UnixMicro(wid).Add(W + 5*time.Millisecond))
-	wid = clk.window(W)
+	wid = windowStart(clk, W)
 	srv.Kill()
 	for _, l := range nodes {
 		c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -164,7 +159,7 @@ func TestFallbackSkewedOutage(t *testing.T) {
 	for range 20 {
 		step(true)
 	}
-	require.Equal(t, wid, clk.window(W), "still the outage's window")
+	require.Equal(t, wid, windowStart(clk, W), "still the outage's window")
 	total := admitted[0] + admitted[1] + admitted[2]
 	st := readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, "r", "k", W, wid)
 	t.Logf("window: admitted %v = %d; Redis used %v", admitted, total, st.u)
@@ -179,7 +174,7 @@ func TestFallbackSkewedOutage(t *testing.T) {
 func TestHandBackSpan(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	rec := tracetest.NewSpanRecorder()
 	cfg := nodeConfig(redistest.Client(t, srv.Addr), redistest.Prefix(t), clk, "a", 1)
 	cfg.TracerProvider = trace.NewTracerProvider(trace.WithSpanProcessor(rec))
@@ -205,7 +200,7 @@ func TestHandBackSpan(t *testing.T) {
 
 // syncBack runs rounds on l until one succeeds: after Redis was down, the
 // client's pool waits about a second before dialing again.
-func syncBack(t *testing.T, l *hybrid.Limiter, clk *fakeClock) {
+func syncBack(t *testing.T, l *hybrid.Limiter, clk *clocktest.Clock) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -236,7 +231,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const L = 1000
 	W := time.Second
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	// Fallback without gossip: FailLocal's even split, and the hand-back.
 	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, fixed(L, W), hybrid.Fallback)
 	var tl tally
@@ -247,8 +242,8 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	}
 	syncOK(t, nodes[0], clk)
 	syncOK(t, nodes[1], clk)
-	clk.Set(time.UnixMicro(clk.window(W)).Add(W + 10*time.Millisecond))
-	wid := clk.window(W)
+	clk.Set(time.UnixMicro(windowStart(clk, W)).Add(W + 10*time.Millisecond))
+	wid := windowStart(clk, W)
 	tl.total = 0
 	srv.Kill()
 	for i := range nodes {
@@ -276,7 +271,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 		}
 		clk.Add(10 * time.Millisecond)
 	}
-	require.Equal(t, wid, clk.window(W))
+	require.Equal(t, wid, windowStart(clk, W))
 	st := readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, "r", "k", W, wid)
 	t.Logf("admitted in the window: %d; Redis used %v", tl.total, st.u)
 	assert.LessOrEqual(t, tl.total, int64(L), "no grant on top of the use Redis did not know yet")
@@ -292,7 +287,7 @@ func TestGossipMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	prefix := redistest.Prefix(t)
 	var nodes []*hybrid.Limiter
 	for i, name := range []string{"a", "b"} {
@@ -333,7 +328,7 @@ func TestNoBurstOnUnknownUse(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const L, B = 1000, 200
 	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: L, Window: time.Second, Burst: B})
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, lim, hybrid.Fallback)
 	var total int64
 	drain := func(i int) {

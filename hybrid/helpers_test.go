@@ -2,9 +2,7 @@ package hybrid_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,28 +10,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
-// Helpers shared by the Limiter's tests: a virtual clock, nodes on it, and
+// Helpers shared by the Limiter's tests: nodes on a virtual clock, and
 // a reader of the lease state Redis keeps per window.
 
-// fakeClock is a virtual clock, safe for concurrent use.
-type fakeClock struct{ us atomic.Int64 }
-
-func newFakeClock(t time.Time) *fakeClock {
-	c := &fakeClock{}
-	c.us.Store(t.UnixMicro())
-	return c
+// windowStart returns the start, in µs, of the window of length w that
+// holds clk's time.
+func windowStart(clk *clocktest.Clock, w time.Duration) int64 {
+	us := clk.Micros()
+	return us - us%w.Microseconds()
 }
-
-func (c *fakeClock) Now() time.Time               { return time.UnixMicro(c.us.Load()) }
-func (c *fakeClock) Set(t time.Time)              { c.us.Store(t.UnixMicro()) }
-func (c *fakeClock) Add(d time.Duration)          { c.us.Add(d.Microseconds()) }
-func (c *fakeClock) Micros() int64                { return c.us.Load() }
-func (c *fakeClock) window(w time.Duration) int64 { return c.us.Load() - c.us.Load()%w.Microseconds() }
 
 // epoch2030 is a window-aligned virtual start, far from the real time.
 var epoch2030 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -54,9 +45,7 @@ func nodeConfig(c redis.UniversalClient, prefix string, clk local.Clock, id stri
 func newNode(t testing.TB, cfg hybrid.Config) *hybrid.Limiter {
 	t.Helper()
 	l, err := hybrid.New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	require.NoError(t, err, "New")
 	t.Cleanup(func() { l.Close() })
 	return l
 }
@@ -65,11 +54,9 @@ func newNode(t testing.TB, cfg hybrid.Config) *hybrid.Limiter {
 func mustRegister(t testing.TB, l *hybrid.Limiter, r hybrid.Rule, want hybrid.Mode) *hybrid.Rule {
 	t.Helper()
 	rr, err := l.Register(r)
-	if err != nil {
-		t.Fatalf("Register %q: %v", r.Name, err)
-	}
-	if got := l.Mode(rr); want != hybrid.ModeDefault && got != want {
-		t.Fatalf("rule %q runs %v, want %v", r.Name, got, want)
+	require.NoError(t, err, "Register %q", r.Name)
+	if want != hybrid.ModeDefault {
+		require.Equal(t, want, l.Mode(rr), "the mode rule %q runs in", r.Name)
 	}
 	return rr
 }
@@ -82,15 +69,13 @@ func fixed(limit int64, w time.Duration) local.Limit {
 func syncOK(t testing.TB, l *hybrid.Limiter, clk local.Clock) syncer.RoundStats {
 	t.Helper()
 	st, err := l.SyncAt(context.Background(), clk.Now())
-	if err != nil {
-		t.Fatalf("SyncAt: %v", err)
-	}
+	require.NoError(t, err, "SyncAt")
 	return st
 }
 
 // syncUntilOK runs rounds until one succeeds (after a restart the pooled
 // connections fail once), advancing the clock by step before each retry.
-func syncUntilOK(t testing.TB, l *hybrid.Limiter, clk *fakeClock, step time.Duration) {
+func syncUntilOK(t testing.TB, l *hybrid.Limiter, clk *clocktest.Clock, step time.Duration) {
 	t.Helper()
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -99,9 +84,8 @@ func syncUntilOK(t testing.TB, l *hybrid.Limiter, clk *fakeClock, step time.Dura
 		if err == nil {
 			return
 		}
-		if !errors.Is(err, hybrid.ErrUnavailable) || i == 20 {
-			t.Fatalf("SyncAt: %v", err)
-		}
+		require.ErrorIs(t, err, hybrid.ErrUnavailable, "SyncAt: only Redis's unavailability is retried")
+		require.Less(t, i, 20, "SyncAt still fails after %d retries: %v", i, err)
 		clk.Add(step)
 	}
 }
@@ -141,9 +125,7 @@ func readWindow(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace, rule,
 	st.ok = true
 	for f, v := range h {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			t.Fatalf("%s %s = %q", part, f, v)
-		}
+		require.NoError(t, err, "%s %s = %q", part, f, v)
 		switch {
 		case f == "R":
 			st.R = n
@@ -170,15 +152,13 @@ func exhaust(t testing.TB, l *hybrid.Limiter, r *hybrid.Rule, key string, max in
 	var n int64
 	for range max {
 		d, err := l.Allow(context.Background(), r, key)
-		if err != nil {
-			t.Fatalf("Allow: %v", err)
-		}
+		require.NoError(t, err, "Allow")
 		if !d.Allowed() {
 			return n, d
 		}
 		n++
 	}
-	t.Fatalf("still admitting after %d requests", max)
+	require.FailNow(t, "the limit holds", "still admitting after %d requests", max)
 	return n, local.Decision{}
 }
 
@@ -191,7 +171,7 @@ func syncWanted(l *hybrid.Limiter) bool {
 
 // twoNodes returns nodes a and b (two nodes in all) on one Redis, each with
 // rule "r" of lim under policy.
-func twoNodes(t *testing.T, addr, prefix string, clk *fakeClock, lim local.Limit, policy hybrid.Policy) ([]*hybrid.Limiter, []*hybrid.Rule) {
+func twoNodes(t *testing.T, addr, prefix string, clk *clocktest.Clock, lim local.Limit, policy hybrid.Policy) ([]*hybrid.Limiter, []*hybrid.Rule) {
 	t.Helper()
 	nodes := []*hybrid.Limiter{
 		newNode(t, nodeConfig(redistest.Client(t, addr), prefix, clk, "a", 2)),
@@ -213,9 +193,7 @@ type tally struct{ total, byPolicy int64 }
 func (c *tally) allow(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule) bool {
 	t.Helper()
 	d, err := l.Allow(context.Background(), r, "k")
-	if err != nil {
-		t.Fatalf("%+v, %v: decisions return no error while Redis is down", d, err)
-	}
+	require.NoError(t, err, "%+v: decisions return no error while Redis is down", d)
 	if d.Allowed() {
 		c.total++
 		if d.Degraded() {
@@ -228,7 +206,7 @@ func (c *tally) allow(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule) bool {
 // decidesAsNew checks that key old, whose state was left in an earlier
 // layout, decides as key fresh, a new one, over 20 sync rounds of three
 // requests each.
-func decidesAsNew(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, clk *fakeClock, old, fresh string) {
+func decidesAsNew(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, clk *clocktest.Clock, old, fresh string) {
 	t.Helper()
 	for i := range 20 {
 		for range 3 {

@@ -2,9 +2,7 @@ package hybrid_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"reflect"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -29,8 +28,8 @@ func TestIdleReleaseWindows(t *testing.T) {
 	const L = 60_000
 	W := time.Minute
 	start := epoch2030.Add(time.Second)
-	clk := newFakeClock(start)
-	wid := clk.window(W)
+	clk := clocktest.New(start)
+	wid := windowStart(clk, W)
 	a := newNode(t, nodeConfig(client, prefix, clk, "a", 2))
 	b := newNode(t, nodeConfig(client, prefix, clk, "b", 2))
 	ra := mustRegister(t, a, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
@@ -51,9 +50,7 @@ func TestIdleReleaseWindows(t *testing.T) {
 		syncOK(t, a, clk)
 	}
 	st := readWindow(t, client, ks, "r", "k", W, wid)
-	if st.g["a"] > st.u["a"] {
-		t.Errorf("bug: node a idle for 2s (IdleRelease %v) still holds a grant of %d with %d used", 3*testInterval, st.g["a"], st.u["a"])
-	}
+	assert.LessOrEqual(t, st.g["a"], st.u["a"], "bug: node a idle for 2s (IdleRelease %v) still holds a grant beyond what it used", 3*testInterval)
 	// Node b, with the same demand, gets its part. Its demand would spend
 	// the budget long before the window ends: its grants are paced, and it
 	// asks for more in a first-lease round every PaceGap (MinGap ÷ 5).
@@ -62,17 +59,14 @@ func TestIdleReleaseWindows(t *testing.T) {
 		n, _ := exhaust(t, b, rb, "k", L)
 		got += n
 		if b.SyncFirstWanted() {
-			if _, err := b.SyncFirstAt(ctx, clk.Now()); err != nil {
-				t.Fatal(err)
-			}
+			_, err := b.SyncFirstAt(ctx, clk.Now())
+			require.NoError(t, err, "SyncFirstAt")
 		} else {
 			syncOK(t, b, clk)
 		}
 		clk.Add(testInterval / 50)
 	}
-	if got < L/2 {
-		t.Errorf("node b was admitted %d in a window where %d of %d were used", got, st.sumU(), L)
-	}
+	assert.GreaterOrEqual(t, got, int64(L/2), "node b's admissions in a window where %d of %d were used", st.sumU(), L)
 }
 
 // TestLongWindowNoStarvation: two nodes with the same steady demand on a
@@ -88,8 +82,8 @@ func TestLongWindowNoStarvation(t *testing.T) {
 	const L = 60_000
 	W := time.Minute
 	start := epoch2030.Add(time.Second)
-	clk := newFakeClock(start)
-	wid := clk.window(W)
+	clk := clocktest.New(start)
+	wid := windowStart(clk, W)
 	nodes := []*hybrid.Limiter{
 		newNode(t, nodeConfig(client, prefix, clk, "a", 2)),
 		newNode(t, nodeConfig(client, prefix, clk, "b", 2)),
@@ -132,13 +126,9 @@ func TestLongWindowNoStarvation(t *testing.T) {
 	}
 	st := readWindow(t, client, ks, "r", "k", W, wid)
 	t.Logf("admitted a %d/%d, b %d/%d; Redis g %v u %v R %d", admitted[0], offered[0], admitted[1], offered[1], st.g, st.u, st.R)
-	if total := admitted[0] + admitted[1]; total > L/2 {
-		t.Fatalf("admitted %d: the test means to stay far below the limit", total)
-	}
-	if refusedB > 0 {
-		t.Errorf("bug: node b refused %d requests (first: %+v) in a window with %d of %d used: node a holds a grant of %d",
-			refusedB, firstRefusal, admitted[0]+admitted[1], L, st.g["a"])
-	}
+	require.LessOrEqual(t, admitted[0]+admitted[1], int64(L/2), "admitted in all: the test means to stay far below the limit")
+	assert.Zero(t, refusedB, "bug: node b refused requests (first: %+v) in a window with %d of %d used: node a holds a grant of %d",
+		firstRefusal, admitted[0]+admitted[1], L, st.g["a"])
 }
 
 // stepper drives nodes on a virtual clock in steps of 10ms: at each step,
@@ -146,7 +136,7 @@ func TestLongWindowNoStarvation(t *testing.T) {
 // regular Interval is up, then offers perStep requests per key.
 type stepper struct {
 	t        *testing.T
-	clk      *fakeClock
+	clk      *clocktest.Clock
 	nodes    []*hybrid.Limiter
 	rules    []*hybrid.Rule // per node
 	keys     []string
@@ -159,7 +149,7 @@ type stepper struct {
 	synced   []time.Time // per node: the last round that exchanged with Redis
 }
 
-func newStepper(t *testing.T, clk *fakeClock, nodes []*hybrid.Limiter, rules []*hybrid.Rule, keys []string, w time.Duration, perStep int) *stepper {
+func newStepper(t *testing.T, clk *clocktest.Clock, nodes []*hybrid.Limiter, rules []*hybrid.Rule, keys []string, w time.Duration, perStep int) *stepper {
 	s := &stepper{t: t, clk: clk, nodes: nodes, rules: rules, keys: keys, w: w, perStep: perStep,
 		admitted: map[[3]int64]int64{}, refused: map[local.Reason]int64{},
 		last: make([]time.Time, len(nodes)), synced: make([]time.Time, len(nodes))}
@@ -178,9 +168,8 @@ func (s *stepper) step() {
 			st, err := l.SyncAt(ctx, now)
 			cancel()
 			switch {
-			case err != nil && !errors.Is(err, hybrid.ErrUnavailable):
-				s.t.Fatalf("SyncAt: %v", err)
 			case err != nil:
+				require.ErrorIs(s.t, err, hybrid.ErrUnavailable, "SyncAt: a round fails only for want of Redis")
 				s.syncErrs++
 			case st.Synced > 0:
 				s.synced[i] = now
@@ -191,7 +180,7 @@ func (s *stepper) step() {
 			for range s.perStep {
 				d, _ := l.Allow(context.Background(), s.rules[i], key)
 				if d.Allowed() {
-					s.admitted[[3]int64{int64(i), int64(k), s.clk.window(s.w)}]++
+					s.admitted[[3]int64{int64(i), int64(k), windowStart(s.clk, s.w)}]++
 				} else {
 					s.refused[d.Reason()]++
 				}
@@ -223,7 +212,7 @@ func TestRestart(t *testing.T) {
 	check := redistest.Client(t, srv.Addr)
 	const L = 1000
 	W := time.Second
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	var nodes []*hybrid.Limiter
 	var rules []*hybrid.Rule
 	for _, id := range []string{"a", "b"} {
@@ -234,7 +223,7 @@ func TestRestart(t *testing.T) {
 	}
 	s := newStepper(t, clk, nodes, rules, []string{"k"}, W, 15) // 3 × L
 	restartAt := epoch2030.Add(3*W + 450*time.Millisecond)
-	restartW := clk.window(W) + 3*W.Microseconds()
+	restartW := windowStart(clk, W) + 3*W.Microseconds()
 	var before [2]int64
 	restarted, checked := false, false
 	for clk.Now().Before(epoch2030.Add(8 * W)) {
@@ -253,28 +242,22 @@ func TestRestart(t *testing.T) {
 			st := readWindow(t, check, ks, "r", "k", W, restartW)
 			t.Logf("after both nodes' first exchange since the restart (%v later): Redis u %v, R %d; used before the restart a %d, b %d",
 				clk.Now().Sub(restartAt), st.u, st.R, before[0], before[1])
-			if !st.ok || st.u["a"] < before[0] || st.u["b"] < before[1] {
-				t.Errorf("use before the restart not reported again: Redis u %v, nodes used %v", st.u, before)
-			}
+			assert.True(t, st.ok, "Redis holds the window of the restart")
+			assert.GreaterOrEqual(t, st.u["a"], before[0], "node a's use before the restart reported again: Redis u %v, nodes used %v", st.u, before)
+			assert.GreaterOrEqual(t, st.u["b"], before[1], "node b's use before the restart reported again: Redis u %v, nodes used %v", st.u, before)
 		}
 	}
-	if !checked {
-		t.Fatal("the nodes never exchanged with Redis after the restart")
-	}
+	require.True(t, checked, "the nodes never exchanged with Redis after the restart")
 	per := s.perWindow(0)
-	for x := clk.window(W) - 7*W.Microseconds(); x < clk.window(W); x += W.Microseconds() {
+	for x := windowStart(clk, W) - 7*W.Microseconds(); x < windowStart(clk, W); x += W.Microseconds() {
 		n := per[x]
 		bound := int64(L)
 		if x == restartW {
 			bound = 2 * L // docs/accuracy.md: one window's worth, once per loss
 		}
 		t.Logf("window %d: admitted %d (bound %d)%s", (x-epoch2030.UnixMicro())/W.Microseconds(), n, bound, map[bool]string{true: " <- restart"}[x == restartW])
-		if n > bound {
-			t.Errorf("window %d admitted %d, bound %d", (x-epoch2030.UnixMicro())/W.Microseconds(), n, bound)
-		}
-		if n < L/2 {
-			t.Errorf("window %d admitted only %d of %d at 3× the limit", (x-epoch2030.UnixMicro())/W.Microseconds(), n, L)
-		}
+		assert.LessOrEqual(t, n, bound, "window %d: admitted at most the bound", (x-epoch2030.UnixMicro())/W.Microseconds())
+		assert.GreaterOrEqual(t, n, int64(L/2), "window %d: admitted at least half of %d at 3× the limit", (x-epoch2030.UnixMicro())/W.Microseconds(), L)
 	}
 	t.Logf("rounds failed on the restart: %d; refusals %v", s.syncErrs, s.refused)
 }
@@ -305,7 +288,7 @@ func TestRetriedSync(t *testing.T) {
 	// their admissions per window and Redis's state of the last windows.
 	run := func(t *testing.T, dup bool) (map[[3]int64]int64, map[int64]winState) {
 		prefix := redistest.Prefix(t)
-		clk := newFakeClock(epoch2030.Add(300 * time.Millisecond))
+		clk := clocktest.New(epoch2030.Add(300 * time.Millisecond))
 		var nodes []*hybrid.Limiter
 		var rules []*hybrid.Rule
 		for _, id := range []string{"a", "b"} {
@@ -322,13 +305,11 @@ func TestRetriedSync(t *testing.T) {
 			s.step()
 		}
 		for _, l := range nodes {
-			if err := l.Shutdown(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, l.Shutdown(context.Background()), "Shutdown")
 		}
 		states := map[int64]winState{}
 		check := redistest.Client(t, redistest.Addr(t))
-		for x := clk.window(W) - W.Microseconds(); x <= clk.window(W)+W.Microseconds(); x += W.Microseconds() {
+		for x := windowStart(clk, W) - W.Microseconds(); x <= windowStart(clk, W)+W.Microseconds(); x += W.Microseconds() {
 			states[x] = readWindow(t, check, syncer.Keyspace{Prefix: prefix}, "r", "k", W, x)
 		}
 		return s.admitted, states
@@ -338,7 +319,7 @@ func TestRetriedSync(t *testing.T) {
 		client := redistest.Client(t, redistest.Addr(t))
 		prefix := redistest.Prefix(t)
 		ks := syncer.Keyspace{Prefix: prefix}
-		clk := newFakeClock(epoch2030.Add(300 * time.Millisecond))
+		clk := clocktest.New(epoch2030.Add(300 * time.Millisecond))
 		a := newNode(t, nodeConfig(client, prefix, clk, "a", 2))
 		r := mustRegister(t, a, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
 		for step := range 30 {
@@ -346,19 +327,13 @@ func TestRetriedSync(t *testing.T) {
 				a.Allow(ctx, r, "k")
 			}
 			first, err := a.SyncAt(ctx, clk.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err, "SyncAt")
 			before := snapshot(t, client, ks, "r", "k")
 			again, err := a.SyncAt(ctx, clk.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if after := snapshot(t, client, ks, "r", "k"); !reflect.DeepEqual(before, after) {
-				t.Fatalf("step %d: the round run again at the same time changed Redis:\n%v\n%v", step, before, after)
-			}
-			if first.Synced > 0 && again.Synced > 0 {
-				t.Errorf("step %d: the same round exchanged twice", step)
+			require.NoError(t, err, "SyncAt again")
+			require.Equal(t, before, snapshot(t, client, ks, "r", "k"), "step %d: the round run again at the same time changes nothing in Redis", step)
+			if first.Synced > 0 {
+				assert.Zero(t, again.Synced, "step %d: keys the same round exchanged again, after %d the first time", step, first.Synced)
 			}
 			clk.Add(10 * time.Millisecond)
 		}
@@ -366,19 +341,13 @@ func TestRetriedSync(t *testing.T) {
 	t.Run("every exchange executed twice", func(t *testing.T) {
 		admitted, states := run(t, false)
 		dupAdmitted, dupStates := run(t, true)
-		if !reflect.DeepEqual(admitted, dupAdmitted) {
-			t.Errorf("admissions differ when every exchange runs twice:\nonce  %v\ntwice %v", admitted, dupAdmitted)
-		}
-		if !reflect.DeepEqual(states, dupStates) {
-			t.Errorf("Redis state differs when every exchange runs twice:\nonce  %+v\ntwice %+v", states, dupStates)
-		}
+		assert.Equal(t, admitted, dupAdmitted, "admissions when every exchange runs twice (actual) and once (expected)")
+		assert.Equal(t, states, dupStates, "Redis state when every exchange runs twice (actual) and once (expected)")
 		var total int64
 		for _, n := range admitted {
 			total += n
 		}
-		if total < 3*L {
-			t.Errorf("admitted %d over 4 windows at 3× the limit %d", total, L)
-		}
+		assert.GreaterOrEqual(t, total, int64(3*L), "admitted over 4 windows at 3× the limit %d", L)
 	})
 }
 
@@ -392,8 +361,8 @@ func TestSetLimit(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	ks := syncer.Keyspace{Prefix: prefix}
 	W := time.Second
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
-	wid := clk.window(W)
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
+	wid := windowStart(clk, W)
 	var nodes []*hybrid.Limiter
 	var rules []*hybrid.Rule
 	for _, id := range []string{"a", "b"} {
@@ -416,20 +385,15 @@ func TestSetLimit(t *testing.T) {
 	}
 	pre := readWindow(t, client, ks, "r", "k", W, wid)
 	t.Logf("before: used %v, Redis g %v u %v R %d", used, pre.g, pre.u, pre.R)
-	if used[0] != 200 || used[1] != 200 {
-		t.Fatalf("used %v, want 200 each", used)
-	}
+	require.Equal(t, [2]int64{200, 200}, used, "used by each node")
 	// The new limit, below what is used.
 	const L2 = 300
 	for i, l := range nodes {
-		if err := l.SetLimit(rules[i], fixed(L2, W)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, l.SetLimit(rules[i], fixed(L2, W)), "SetLimit")
 	}
 	for i, l := range nodes {
-		if d, _ := l.AllowN(ctx, rules[i], "k", 0); d.Limit() != L2 {
-			t.Errorf("Decision.Limit() %d after SetLimit(%d)", d.Limit(), L2)
-		}
+		d, _ := l.AllowN(ctx, rules[i], "k", 0)
+		assert.EqualValues(t, L2, d.Limit(), "Decision.Limit() after SetLimit(%d)", L2)
 	}
 	// Each node's next round revokes its lease: Redis keeps the use and
 	// takes back the grants beyond it.
@@ -440,10 +404,8 @@ func TestSetLimit(t *testing.T) {
 	st := readWindow(t, client, ks, "r", "k", W, wid)
 	t.Logf("after each node's next round: Redis g %v u %v R %d", st.g, st.u, st.R)
 	for i, id := range []string{"a", "b"} {
-		if st.g[id] > st.u[id] || st.u[id] < used[i] {
-			t.Errorf("bug: node %s: after SetLimit and a round, Redis still grants it %d with %d used (it used %d): the lease was not revoked",
-				id, st.g[id], st.u[id], used[i])
-		}
+		assert.LessOrEqual(t, st.g[id], st.u[id], "bug: node %s: after SetLimit and a round, Redis still grants it beyond its use: the lease was not revoked", id)
+		assert.GreaterOrEqual(t, st.u[id], used[i], "node %s: after SetLimit and a round, Redis keeps what it used", id)
 	}
 	// The nodes go on at 3× the new limit: what they admit in this window
 	// beyond the use before the change is the transient; from the next
@@ -459,45 +421,34 @@ func TestSetLimit(t *testing.T) {
 	per := s.perWindow(0)
 	transient := per[wid]
 	t.Logf("window of the change: %d admitted after it (%d before, old limit 1000, new %d); Redis u %v R %d", transient, used[0]+used[1], L2, st.u, st.R)
-	if used[0]+used[1]+transient > 1000 {
-		t.Errorf("the window of the change admitted %d, past even the old limit", used[0]+used[1]+transient)
-	}
-	if st.sumU() < used[0]+used[1]+transient {
-		t.Errorf("Redis holds use %d of the window of the change, the nodes admitted %d: consumption lost", st.sumU(), used[0]+used[1]+transient)
-	}
+	assert.LessOrEqual(t, used[0]+used[1]+transient, int64(1000), "the window of the change admits no more than even the old limit")
+	assert.GreaterOrEqual(t, st.sumU(), used[0]+used[1]+transient, "Redis holds the use of the window of the change that the nodes admitted: no consumption lost")
 	for x := wid + W.Microseconds(); x < wid+4*W.Microseconds(); x += W.Microseconds() {
 		t.Logf("window +%d: admitted %d under the limit %d", (x-wid)/W.Microseconds(), per[x], L2)
-		if per[x] > L2 || per[x] < L2/2 {
-			t.Errorf("window +%d: admitted %d, limit %d", (x-wid)/W.Microseconds(), per[x], L2)
-		}
+		assert.LessOrEqual(t, per[x], int64(L2), "window +%d: admitted at most the limit", (x-wid)/W.Microseconds())
+		assert.GreaterOrEqual(t, per[x], int64(L2/2), "window +%d: admitted at least half the limit at 3× it", (x-wid)/W.Microseconds())
 	}
 	// Raised again: the new room is used, and no more.
 	const L3 = 2000
 	for i, l := range nodes {
-		if err := l.SetLimit(rules[i], fixed(L3, W)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, l.SetLimit(rules[i], fixed(L3, W)), "SetLimit")
 	}
 	s = newStepper(t, clk, nodes, rules, []string{"k"}, W, 30)
-	w4 := clk.window(W) + W.Microseconds()
+	w4 := windowStart(clk, W) + W.Microseconds()
 	for clk.Now().Before(time.UnixMicro(w4).Add(2 * W)) {
 		s.step()
 	}
 	per = s.perWindow(0)
 	for _, x := range []int64{w4, w4 + W.Microseconds()} {
 		t.Logf("raised: admitted %d under the limit %d", per[x], L3)
-		if per[x] > L3 || per[x] <= L2 {
-			t.Errorf("after raising the limit to %d: admitted %d", L3, per[x])
-		}
+		assert.LessOrEqual(t, per[x], int64(L3), "after raising the limit to %d: admitted at most it", L3)
+		assert.Greater(t, per[x], int64(L2), "after raising the limit to %d: admitted more than the old limit %d", L3, L2)
 	}
 	// A limit that cannot be leased is refused; the old one stays.
 	logLimit := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: W})
-	if err := nodes[0].SetLimit(rules[0], logLimit); !errors.Is(err, hybrid.ErrInvalidRule) {
-		t.Errorf("SetLimit to a sliding log on a hybrid rule: %v, want ErrInvalidRule", err)
-	}
-	if d, _ := nodes[0].AllowN(ctx, rules[0], "k2", 0); d.Limit() != L3 {
-		t.Errorf("limit after a refused SetLimit: %d, want %d", d.Limit(), L3)
-	}
+	assert.ErrorIs(t, nodes[0].SetLimit(rules[0], logLimit), hybrid.ErrInvalidRule, "SetLimit to a sliding log on a hybrid rule")
+	d, _ := nodes[0].AllowN(ctx, rules[0], "k2", 0)
+	assert.EqualValues(t, L3, d.Limit(), "limit after a refused SetLimit")
 }
 
 // TestQuietBucketKey: a bucket key far below its limit, whose requests on
@@ -509,7 +460,7 @@ func TestQuietBucketKey(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	const N = 8
 	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second})
 	nodes := make([]*hybrid.Limiter, N)
@@ -526,9 +477,7 @@ func TestQuietBucketKey(t *testing.T) {
 		for i := range nodes {
 			if step%50 == i*6 {
 				d, err := nodes[i].Allow(ctx, rules[i], "k")
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				if d.Allowed() {
 					admitted++
 				} else {
@@ -541,9 +490,8 @@ func TestQuietBucketKey(t *testing.T) {
 		}
 		clk.Add(10 * time.Millisecond)
 	}
-	if admitted != 8*N || len(refused) > 0 {
-		t.Errorf("admitted %d of %d, refused %v: a quiet key must not be refused", admitted, 8*N, refused)
-	}
+	assert.Equal(t, 8*N, admitted, "admitted, of all requests: a quiet key must not be refused")
+	assert.Empty(t, refused, "refusals by reason: a quiet key must not be refused")
 }
 
 // TestQuietNodeAfterShare: a small bucket limit (100 per 10 s, burst 10)
@@ -558,7 +506,7 @@ func TestQuietNodeAfterShare(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: 10 * time.Second, Burst: 10})
 	a := newNode(t, nodeConfig(c, prefix, clk, "a", 2))
 	b := newNode(t, nodeConfig(c, prefix, clk, "b", 2))
@@ -602,12 +550,10 @@ func TestReleaseReturnsTokens(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 200, Window: time.Second, Burst: 4000})
 	exact, err := local.New(lim, local.Config{NoBackgroundSweep: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer exact.Close()
 	a := newNode(t, nodeConfig(c, prefix, clk, "a", 2))
 	b := newNode(t, nodeConfig(c, prefix, clk, "b", 2))
@@ -648,9 +594,7 @@ func TestReleaseReturnsTokens(t *testing.T) {
 		syncOK(t, b, clk)
 		clk.Add(10 * time.Millisecond)
 	}
-	if got < want*95/100 || got > want*105/100 {
-		t.Errorf("node b admitted %d after node a went idle, the exact bucket %d: the tokens a held were lost", got, want)
-	}
+	assert.InEpsilon(t, want, got, 0.05, "node b's admissions after node a went idle, against the exact bucket's: the tokens a held are not lost")
 	t.Logf("node b admitted %d, the exact bucket %d", got, want)
 }
 
@@ -664,7 +608,7 @@ func TestNewKeyUsesLearnedOffset(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const w = time.Second
 	skew := -(time.Hour + w/2)
-	clk := newFakeClock(time.Now().Add(skew))
+	clk := clocktest.New(time.Now().Add(skew))
 	cfg := nodeConfig(client, prefix, clk, "n0", 1)
 	cfg.VirtualTime = false // the scripts read Redis's clock, the real one
 	l := newNode(t, cfg)
@@ -672,18 +616,16 @@ func TestNewKeyUsesLearnedOffset(t *testing.T) {
 	ctx := context.Background()
 
 	// A first key, synced: the syncer measures the offset.
-	if d, _ := l.Allow(ctx, r, "first"); !d.Allowed() {
-		t.Fatalf("first key's first request: %+v", d)
-	}
+	d, _ := l.Allow(ctx, r, "first")
+	require.True(t, d.Allowed(), "first key's first request: %+v", d)
 	syncOK(t, l, clk)
 	syncOK(t, l, clk)
 
 	// A new key, not yet synced: its window is Redis's.
 	clk.Set(time.Now().Add(skew))
 	d, err := l.Allow(ctx, r, "second")
-	if err != nil || !d.Allowed() {
-		t.Fatalf("new key's first request: %+v, %v", d, err)
-	}
+	require.NoError(t, err, "new key's first request")
+	require.True(t, d.Allowed(), "new key's first request: %+v", d)
 	// Redis runs on this machine's clock: the window ends where the real
 	// clock's does. Compare on the circle of one window, as the real time
 	// moved on since the decision.
@@ -695,10 +637,8 @@ func TestNewKeyUsesLearnedOffset(t *testing.T) {
 	if diff > w/2 {
 		diff = w - diff
 	}
-	if diff > 50*time.Millisecond {
-		t.Errorf("new key's ResetAfter %v, the real window ends in %v: %v apart, want the window of Redis's clock (the node clock's is %v apart)",
-			d.ResetAfter(), want, diff, w/2)
-	}
+	assert.LessOrEqual(t, diff, 50*time.Millisecond, "new key's ResetAfter %v, the real window ends in %v: want the window of Redis's clock (the node clock's is %v apart)",
+		d.ResetAfter(), want, w/2)
 }
 
 // TestNewKeyFirstGrants: a new key bursts on every node at once, and each
@@ -722,11 +662,9 @@ func TestNewKeyFirstGrants(t *testing.T) {
 		syncOK(t, ls[i], clk)
 	}
 	part := int64((limit/nodes + 3) / 4) // a quarter of the even claim
-	st := readWindow(t, client, ks, "burst", "new", w, clk.window(w))
+	st := readWindow(t, client, ks, "burst", "new", w, windowStart(clk, w))
 	for i := range ls {
-		if g := st.g[fmt.Sprintf("n%d", i)]; g != part {
-			t.Errorf("first exchanges: n%d granted %d, want %d (a quarter of L/N); all grants %v", i, g, part, st.g)
-		}
+		assert.Equal(t, part, st.g[fmt.Sprintf("n%d", i)], "first exchanges: n%d granted a quarter of L/N; all grants %v", i, st.g)
 	}
 	// MinGap later, each node has measured the same demand: each is
 	// granted the same, more than its guess. At that demand (4,000 a
@@ -735,21 +673,17 @@ func TestNewKeyFirstGrants(t *testing.T) {
 	// node's demand, less than the even claim L/N.
 	clk.Add(testInterval / 10)
 	for i := range ls {
-		if got := allow(i, 40); got == 0 {
-			t.Errorf("n%d admitted nothing after its first grant", i)
-		}
+		assert.NotZero(t, allow(i, 40), "n%d admits after its first grant", i)
 		syncOK(t, ls[i], clk)
 	}
-	st = readWindow(t, client, ks, "burst", "new", w, clk.window(w))
+	st = readWindow(t, client, ks, "burst", "new", w, windowStart(clk, w))
 	for i := range ls {
-		if g := st.g[fmt.Sprintf("n%d", i)]; g != st.g["n0"] || g <= part || g >= limit/nodes {
-			t.Errorf("second exchanges: n%d granted %d, want n0's, above %d (the guess), below %d (L/N, paced); all grants %v",
-				i, g, part, limit/nodes, st.g)
-		}
+		g := st.g[fmt.Sprintf("n%d", i)]
+		assert.Equal(t, st.g["n0"], g, "second exchanges: n%d granted n0's grant; all grants %v", i, st.g)
+		assert.Greater(t, g, part, "second exchanges: n%d granted above the guess; all grants %v", i, st.g)
+		assert.Less(t, g, int64(limit/nodes), "second exchanges: n%d granted below L/N, paced; all grants %v", i, st.g)
 	}
-	if st.R > limit {
-		t.Errorf("R = %d > limit %d", st.R, limit)
-	}
+	assert.LessOrEqual(t, st.R, int64(limit), "R, the budget committed, within the limit")
 }
 
 // TestFamilyAndModeSwitch: one rule name and key run in turn as a central
@@ -760,7 +694,7 @@ func TestNewKeyFirstGrants(t *testing.T) {
 func TestFamilyAndModeSwitch(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock(epoch2030.Add(time.Second / 3))
+	clk := clocktest.New(epoch2030.Add(time.Second / 3))
 	ctx := context.Background()
 	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second})
 	for i, st := range []struct {
@@ -774,15 +708,15 @@ func TestFamilyAndModeSwitch(t *testing.T) {
 		var d local.Decision
 		for range 3 {
 			var err error
-			if d, err = l.Allow(ctx, r, "k"); err != nil || !d.Allowed() {
-				t.Fatalf("step %d (%v, %v): %+v, %v", i, st.lim, st.mode, d, err)
-			}
+			d, err = l.Allow(ctx, r, "k")
+			require.NoError(t, err, "step %d (%v, %v)", i, st.lim, st.mode)
+			require.True(t, d.Allowed(), "step %d (%v, %v): %+v", i, st.lim, st.mode, d)
 			if st.mode == hybrid.Hybrid {
 				syncOK(t, l, clk)
 			}
 		}
-		if st.mode == hybrid.Central && d.Remaining() != d.Limit()-3 {
-			t.Errorf("step %d (%v, %v): remaining %d after 3 admissions, want %d: the state did not start afresh", i, st.lim, st.mode, d.Remaining(), d.Limit()-3)
+		if st.mode == hybrid.Central {
+			assert.Equal(t, d.Limit()-3, d.Remaining(), "step %d (%v, %v): remaining after 3 admissions: the state starts afresh", i, st.lim, st.mode)
 		}
 		l.Close()
 		clk.Add(time.Millisecond)
@@ -809,12 +743,9 @@ func TestSkewedNewKey(t *testing.T) {
 	ctx := context.Background()
 	first := func(i int) {
 		t.Helper()
-		if !ls[i].SyncFirstWanted() {
-			t.Fatalf("n%d: no first-lease round asked for", i)
-		}
-		if _, err := ls[i].SyncFirstAt(ctx, clk.Now()); err != nil {
-			t.Fatal(err)
-		}
+		require.True(t, ls[i].SyncFirstWanted(), "n%d: a first-lease round asked for", i)
+		_, err := ls[i].SyncFirstAt(ctx, clk.Now())
+		require.NoError(t, err, "n%d: SyncFirstAt", i)
 	}
 	for i := range ls {
 		ls[i].SyncAt(ctx, clk.Now()) // registered: a round in the past
@@ -822,27 +753,22 @@ func TestSkewedNewKey(t *testing.T) {
 	clk.Add(time.Millisecond)
 	for i := range ls {
 		allow(i, 1)
-		if ls[i].SyncWanted() {
-			t.Errorf("n%d: a new key asked for an ordinary early round", i)
-		}
+		assert.False(t, ls[i].SyncWanted(), "n%d: a new key asked for an ordinary early round", i)
 		first(i)
 	}
 	guess := int64((limit/nodes + 3) / 4)
-	if g := readWindow(t, client, ks, "skew", "k", w, clk.window(w)).g["n0"]; g != guess {
-		t.Fatalf("first grant %d, want a quarter of L/N, %d", g, guess)
-	}
+	require.Equal(t, guess, readWindow(t, client, ks, "skew", "k", w, windowStart(clk, w)).g["n0"], "first grant: a quarter of L/N")
 	// n0 is busy: 200 requests in 2ms use half its guess and more; it asks
 	// for the correction in a first-lease round.
 	clk.Add(2 * time.Millisecond)
 	allow(0, 200)
 	first(0)
-	st := readWindow(t, client, ks, "skew", "k", w, clk.window(w))
+	st := readWindow(t, client, ks, "skew", "k", w, windowStart(clk, w))
 	// Over the limit at these demands, the grant is paced: n0 holds
 	// unused no more than an even part while the others' are unknown.
-	if g, u := st.g["n0"], st.u["n0"]; g <= guess || g-u > limit/nodes {
-		t.Fatalf("corrected grant %d (used %d): want above the guess %d, and at most L/N = %d unused while the others' demands are unknown (grants %v)",
-			g, u, guess, limit/nodes, st.g)
-	}
+	require.Greater(t, st.g["n0"], guess, "corrected grant: above the guess (grants %v)", st.g)
+	require.LessOrEqual(t, st.g["n0"]-st.u["n0"], int64(limit/nodes),
+		"corrected grant %d (used %d): at most L/N unused while the others' demands are unknown (grants %v)", st.g["n0"], st.u["n0"], st.g)
 	// A MinGap after their first exchanges, the quiet nodes see the key
 	// again and measure their demand: two requests in 10ms.
 	clk.Add(minGap)
@@ -852,18 +778,12 @@ func TestSkewedNewKey(t *testing.T) {
 	}
 	// n0, refused for want of a lease meanwhile (not told the window is
 	// exhausted), asks again at its next round.
-	if got := allow(0, 500); got >= 500 {
-		t.Fatalf("n0 admitted all of 500 on a grant of %d", st.g["n0"])
-	}
+	require.Less(t, allow(0, 500), 500, "n0 admitted all of 500 on a grant of %d", st.g["n0"])
 	syncOK(t, ls[0], clk)
-	st = readWindow(t, client, ks, "skew", "k", w, clk.window(w))
+	st = readWindow(t, client, ks, "skew", "k", w, windowStart(clk, w))
 	t.Logf("grants %v, R %d", st.g, st.R)
-	if g := st.g["n0"]; g < limit*3/4 {
-		t.Errorf("busy node granted %d of %d once the others measured a demand of 200/s each: want at least 3/4", g, limit)
-	}
-	if st.R > limit {
-		t.Errorf("R = %d > limit %d", st.R, limit)
-	}
+	assert.GreaterOrEqual(t, st.g["n0"], int64(limit*3/4), "busy node's grant once the others measured a demand of 200/s each: at least 3/4 of %d", limit)
+	assert.LessOrEqual(t, st.R, int64(limit), "R, the budget committed, within the limit")
 }
 
 // TestFirstLeaseRoundLoop: with the sync loop running, a new key's first
@@ -897,7 +817,7 @@ func TestFirstLeaseRoundLoop(t *testing.T) {
 type keyCluster struct {
 	client redis.UniversalClient
 	ks     syncer.Keyspace
-	clk    *fakeClock
+	clk    *clocktest.Clock
 	ls     []*hybrid.Limiter
 	allow  func(i, n int) int
 }
@@ -905,7 +825,7 @@ type keyCluster struct {
 func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) keyCluster {
 	t.Helper()
 	c := keyCluster{client: redistest.Client(t, redistest.Addr(t)), ks: syncer.Keyspace{Prefix: redistest.Prefix(t)},
-		clk: newFakeClock(epoch2030.Add(lim.Window() / 3)), ls: make([]*hybrid.Limiter, nodes)}
+		clk: clocktest.New(epoch2030.Add(lim.Window() / 3)), ls: make([]*hybrid.Limiter, nodes)}
 	rs := make([]*hybrid.Rule, nodes)
 	for i := range c.ls {
 		c.ls[i] = newNode(t, nodeConfig(c.client, c.ks.Prefix, c.clk, fmt.Sprintf("n%d", i), nodes))
@@ -915,9 +835,7 @@ func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) k
 		t.Helper()
 		for range n {
 			d, err := c.ls[i].Allow(context.Background(), rs[i], key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if d.Allowed() {
 				admitted++
 			}
@@ -960,19 +878,18 @@ func TestPacedGrants(t *testing.T) {
 			check := func(what string, wid int64) {
 				t.Helper()
 				st := readWindow(t, c.client, c.ks, "paced", "k", w, wid)
-				if st.R > limit {
-					t.Errorf("%s: R = %d > limit %d", what, st.R, limit)
-				}
+				assert.LessOrEqual(t, st.R, int64(limit), "%s: R, the budget committed, within the limit", what)
 				for i := range nodes {
 					id := fmt.Sprintf("n%d", i)
 					held := st.g[id] - st.u[id]
-					switch {
-					case tc.paced && (held > pace+1 || held <= 0):
-						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want 1 to %d, three PaceGaps of its demand",
-							what, id, held, st.g[id], st.u[id], pace+1)
-					case !tc.paced && held < demand*testInterval.Microseconds()*2/w.Microseconds():
-						t.Errorf("%s: %s holds %d unused (granted %d, used %d): want at least a Horizon of its demand, %d",
-							what, id, held, st.g[id], st.u[id], demand*testInterval.Microseconds()*2/w.Microseconds())
+					if tc.paced {
+						assert.Positive(t, held, "%s: %s holds unused (granted %d, used %d): want 1 to %d, three PaceGaps of its demand",
+							what, id, st.g[id], st.u[id], pace+1)
+						assert.LessOrEqual(t, held, pace+1, "%s: %s holds unused (granted %d, used %d): want 1 to %d, three PaceGaps of its demand",
+							what, id, st.g[id], st.u[id], pace+1)
+					} else {
+						assert.GreaterOrEqual(t, held, demand*testInterval.Microseconds()*2/w.Microseconds(),
+							"%s: %s holds unused (granted %d, used %d): want at least a Horizon of its demand", what, id, st.g[id], st.u[id])
 					}
 				}
 			}
@@ -992,16 +909,15 @@ func TestPacedGrants(t *testing.T) {
 				for i := range nodes {
 					c.allow(i, tc.per)
 					if c.ls[i].SyncFirstWanted() {
-						if _, err := c.ls[i].SyncFirstAt(context.Background(), c.clk.Now()); err != nil {
-							t.Fatal(err)
-						}
+						_, err := c.ls[i].SyncFirstAt(context.Background(), c.clk.Now())
+						require.NoError(t, err, "SyncFirstAt")
 					}
 				}
 			}
 			for range 5 { // until the grant made on the guess is used down to the paced level
 				paceRound()
 			}
-			check("measured", c.clk.window(w))
+			check("measured", windowStart(c.clk, w))
 			// A paced key asks for a first-lease round once what it holds
 			// lasts less than two PaceGaps, not before; any other waits for
 			// the ordinary rounds.
@@ -1011,16 +927,14 @@ func TestPacedGrants(t *testing.T) {
 				want bool
 			}{{1, false}, {pace / 2, tc.paced}} {
 				c.allow(0, int(step.use))
-				if got := c.ls[0].SyncFirstWanted(); got != step.want {
-					t.Errorf("%d requests on: first-lease round asked for %v, want %v", step.use, got, step.want)
-				}
+				assert.Equal(t, step.want, c.ls[0].SyncFirstWanted(), "%d requests on: a first-lease round asked for", step.use)
 			}
 			if !tc.paced {
 				return
 			}
 			// The window runs out; within its last Horizon the nodes, still
 			// asked, are granted the next window ahead, paced.
-			end := c.clk.window(w) + w.Microseconds()
+			end := windowStart(c.clk, w) + w.Microseconds()
 			for n := 1; c.clk.Micros() < end-testInterval.Microseconds(); n++ {
 				paceRound()
 				if n%int(minGap/paceGap) == 0 { // and the ordinary rounds
@@ -1029,10 +943,8 @@ func TestPacedGrants(t *testing.T) {
 					}
 				}
 			}
-			st := readWindow(t, c.client, c.ks, "paced", "k", w, c.clk.window(w))
-			if st.R != limit {
-				t.Errorf("the window's budget committed: R = %d, want all of %d", st.R, limit)
-			}
+			st := readWindow(t, c.client, c.ks, "paced", "k", w, windowStart(c.clk, w))
+			assert.EqualValues(t, limit, st.R, "the window's budget committed, all of it")
 			check("next window, granted ahead", end)
 		})
 	}
@@ -1061,9 +973,7 @@ func TestMinGapClockLag(t *testing.T) {
 	} {
 		c.clk.Add(step.after)
 		c.allow(0, 300) // 30,000 a second: the lease runs low at once
-		if st := syncOK(t, c.ls[0], c.clk); st.Synced != step.want {
-			t.Errorf("%v on: synced %d keys, want %d", step.after, st.Synced, step.want)
-		}
+		assert.Equal(t, step.want, syncOK(t, c.ls[0], c.clk).Synced, "%v on: keys synced", step.after)
 	}
 }
 
@@ -1074,7 +984,7 @@ func TestMinGapClockLag(t *testing.T) {
 // refuses past it with ReasonLimited.
 func TestWaitFirstContext(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(t, nodeConfig(client, redistest.Prefix(t), clk, "a", 4))
 	wait := mustRegister(t, l, hybrid.Rule{Name: "login", Limit: fixed(20, time.Minute), Wait: hybrid.WaitFirst}, hybrid.Hybrid)
 	now := mustRegister(t, l, hybrid.Rule{Name: "api", Limit: fixed(20, time.Minute)}, hybrid.Hybrid)

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hybridlimit/hybridlimit/fallback"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -45,24 +46,33 @@ var (
 	ErrRedis = syncer.ErrRedis
 )
 
-// The defaults of a Config, in one place: New gives each zero field its
-// default (Config.WithDefaults); Sync's are syncer's (syncer.DefaultInterval,
-// DefaultEpsilon, DefaultBatch, and durations derived from the interval).
+// Defaults of Config: docs/operating.md#defaults lists them, with Sync's
+// and Gossip's (packages syncer and fallback), and TestDefaults holds that
+// table against them.
 const (
-	// DefaultPolicy is the rules' failure policy when neither the Rule nor
+	// defaultPolicy is the rules' failure policy when neither the Rule nor
 	// the Config names one and Config.Gossip is nil; with it, Fallback.
-	DefaultPolicy = FailLocal
-	// DefaultTimeout bounds each central decision, and a hybrid decision's
+	defaultPolicy = FailLocal
+	// defaultTimeout bounds each central decision, and a hybrid decision's
 	// wait for a lease.
-	DefaultTimeout = syncer.DefaultTimeout
-	// DefaultClockResolution is the resolution of the clock a Limiter starts
-	// when Config.Clock is nil.
-	DefaultClockResolution = local.DefaultResolution
-	// DefaultSweepInterval is how often a Limiter forgets idle keys.
-	DefaultSweepInterval = local.DefaultSweepInterval
-	// DefaultShutdownTimeout is how long Close gives Shutdown.
-	DefaultShutdownTimeout = 2 * time.Second
+	defaultTimeout = config.Timeout
+	// defaultResolution is the resolution of the clock a Limiter starts when
+	// Config.Clock is nil.
+	defaultResolution = config.ClockResolution
+	defaultShards     = keyed.DefaultShards
+	defaultMaxKeys    = keyed.DefaultMaxKeys
+	defaultPrefix     = config.KeyPrefix
 )
+
+const (
+	// sweepInterval is how often a Limiter forgets idle keys.
+	sweepInterval = config.SweepInterval
+	// closeTimeout is how long Close gives Shutdown.
+	closeTimeout = 2 * time.Second
+)
+
+// maxShards bounds Config.Shards, as it bounds local.Config's.
+const maxShards = keyed.MaxShards
 
 // The probe's backoff: while Redis is unavailable, a background probe
 // PINGs it first probeMin after the failure, then at twice the previous
@@ -72,8 +82,9 @@ const (
 	probeMax = time.Second
 )
 
-// Config configures a Limiter. Every field documents its default; the
-// zero Config is a Limiter of Local rules.
+// Config configures a Limiter. Every field documents its default, and
+// docs/operating.md#defaults lists them all; the zero Config is a Limiter
+// of Local rules.
 type Config struct {
 	// Redis reaches Redis: a *redis.Client (one server, or Sentinel through
 	// redis.NewFailoverClient), a *redis.ClusterClient, or another
@@ -82,7 +93,7 @@ type Config struct {
 	//
 	// A go-redis client must set ContextTimeoutEnabled in its options: New
 	// refuses one that does not (ErrInvalidConfig, naming Redis). Without
-	// it go-redis bounds a call by its ReadTimeout (3s by default), not by
+	// it go-redis bounds a call by its ReadTimeout (5s by default), not by
 	// Timeout, and a paused Redis would hold each central decision that
 	// long. The Limiter does not copy the client with the option set: the
 	// copy would lose the hooks (tracing, metrics) added to the caller's.
@@ -94,40 +105,44 @@ type Config struct {
 	// health check later).
 	RequireRedis bool
 	// Keyspace names the Redis keys; every node must use the same one.
-	// Default: prefix "hl" (syncer.DefaultPrefix), no secret.
+	// Default: prefix "hl", no secret.
 	Keyspace Keyspace
 	// Mode is the rules' default mode. Default: Hybrid with Redis, Local
 	// without.
 	Mode Mode
 	// Policy is the rules' default failure policy. Default Fallback with
-	// Gossip, DefaultPolicy (FailLocal) without.
+	// Gossip, FailLocal without.
 	Policy Policy
 	// Gossip, if not nil, starts a gossip node (package fallback) that runs
 	// as long as the Limiter, so that membership and each key's counts and
 	// demand are known across the nodes when Redis fails; the Fallback
-	// policy decides from them. Its Logger defaults to Logger. The Limiter
-	// owns the node: Shutdown and Close stop it. Default nil: no gossip.
+	// policy decides from them. Its fields take package fallback's
+	// defaults, but its Logger, which defaults to Logger. New checks it as
+	// it starts the node. The Limiter owns the node: Shutdown and Close
+	// stop it. Default nil: no gossip.
 	Gossip *fallback.Config
-	// Clock tells the time. Default: a CoarseClock (DefaultClockResolution)
-	// the Limiter owns. Hybrid and local decisions read it; Redis scripts
-	// read Redis's clock, which the syncer relates to this one.
+	// Clock tells the time. Default: a CoarseClock of 1ms resolution that
+	// New starts and Shutdown stops. Hybrid and local decisions read it;
+	// Redis scripts read Redis's clock, which the syncer relates to this
+	// one.
 	Clock Clock
 	// Sync configures the syncer of hybrid rules (interval, lease sizing,
-	// cold-start allowance, …); each field documents its default. Its
-	// Client, Keyspace and Clock are this Config's; its Observer, if set,
-	// receives every round after the Limiter.
+	// cold-start allowance, …); each field documents its default, which
+	// package syncer fills in. Its Client, Keyspace and Clock are this
+	// Config's; its Observer, if set, receives every round after the
+	// Limiter. New checks it as it starts the syncer, with Redis; without
+	// Redis there is no syncer, and Sync is not used.
 	Sync SyncConfig
 	// Shards is the number of partitions of each rule's table of keys, a
-	// power of two from 1 to 65,536. Default local.DefaultShards (64).
+	// power of two from 1 to 65,536. Default 64.
 	Shards int
 	// MaxKeys caps the keys each rule's table holds, enforced per shard at
-	// ⌈MaxKeys/Shards⌉. Default local.DefaultMaxKeys (1,048,576).
+	// ⌈MaxKeys/Shards⌉. Default 1,048,576.
 	MaxKeys int
 	// Timeout bounds each central decision, and each hybrid decision that
 	// waits for a lease (Rule.Wait): its deadline is its context's or
 	// Timeout from its start, whichever comes first; the failure policy
-	// decides what Redis did not answer in time. Default
-	// DefaultTimeout (250ms).
+	// decides what Redis did not answer in time. Default 250ms.
 	Timeout time.Duration
 	// ManualSync leaves the syncer's rounds to the caller (SyncAt when
 	// SyncWanted, SyncFirstAt when SyncFirstWanted, and SyncAt every
@@ -140,11 +155,11 @@ type Config struct {
 	// nodes' clocks need not agree. Default false.
 	VirtualTime bool
 	// MeterProvider receives the Limiter's metrics. Default: the global
-	// one (otel.GetMeterProvider).
+	// one (otel.GetMeterProvider()).
 	MeterProvider metric.MeterProvider
 	// TracerProvider receives a span per sync round and per hand-back
 	// after an outage, never one per decision. Default: the global one
-	// (otel.GetTracerProvider).
+	// (otel.GetTracerProvider()).
 	TracerProvider trace.TracerProvider
 	// Logger receives changes of availability and mode. Default:
 	// slog.Default(). The first Limiter with Redis also routes go-redis's
@@ -154,11 +169,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// WithDefaults returns c with each zero field that has a default set to
-// it, as New sees it, Sync's included (SyncConfig.WithDefaults). Clock
-// stays nil (New starts its own), and Shards and MaxKeys stay zero (each
-// rule's table fills them).
-func (c Config) WithDefaults() Config {
+// withDefaults returns c with each zero field that has a default set to it;
+// a Gossip without a Logger becomes a copy with c's. Clock stays nil (New
+// starts its own); Sync's defaults are package syncer's, filled in when New
+// starts the syncer, and Gossip's others package fallback's.
+func (c Config) withDefaults() Config {
 	if c.Mode == ModeDefault {
 		c.Mode = Local
 		if c.Redis != nil {
@@ -166,13 +181,22 @@ func (c Config) WithDefaults() Config {
 		}
 	}
 	if c.Policy == PolicyDefault {
-		c.Policy = DefaultPolicy
+		c.Policy = defaultPolicy
 		if c.Gossip != nil {
 			c.Policy = Fallback
 		}
 	}
+	if c.Keyspace.Prefix == "" {
+		c.Keyspace.Prefix = defaultPrefix
+	}
+	if c.Shards == 0 {
+		c.Shards = defaultShards
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = defaultMaxKeys
+	}
 	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
+		c.Timeout = defaultTimeout
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
@@ -183,37 +207,41 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	c.Sync = c.Sync.WithDefaults()
+	if c.Gossip != nil && c.Gossip.Logger == nil {
+		g := *c.Gossip
+		g.Logger = c.Logger
+		c.Gossip = &g
+	}
 	return c
 }
 
-// validate reports c's first bad field, with its defaults filled in, in an
-// error wrapping ErrInvalidConfig that names it. It builds nothing: what
-// only Redis can check (the client, the Keyspace) New checks as it builds
-// the Limiter.
-func (c *Config) validate() error {
+// validate reports c's first bad field, c having its defaults, in an error
+// wrapping ErrInvalidConfig that names it. It builds nothing: what needs
+// another package's checks (Redis's client and Keyspace, Sync, Gossip) New
+// checks as it builds the Limiter.
+func (c Config) validate() error {
 	switch {
 	case c.Mode > Hybrid:
-		return fmt.Errorf("%w: Mode %d: unknown", ErrInvalidConfig, c.Mode)
+		return configError("Mode", uint8(c.Mode), "unknown")
 	case c.Mode != Local && c.Redis == nil:
-		return fmt.Errorf("%w: Mode %s: needs Redis", ErrInvalidConfig, c.Mode)
+		return configError("Mode", c.Mode, "needs Redis")
 	case c.RequireRedis && c.Redis == nil:
-		return fmt.Errorf("%w: RequireRedis: needs Redis", ErrInvalidConfig)
+		return configError("RequireRedis", c.RequireRedis, "needs Redis")
 	case c.Policy > Fallback:
-		return fmt.Errorf("%w: Policy %d: unknown", ErrInvalidConfig, c.Policy)
+		return configError("Policy", uint8(c.Policy), "unknown")
 	case c.Timeout < 0:
-		return fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, c.Timeout)
-	case c.Shards < 0 || c.Shards > 1<<16 || c.Shards&(c.Shards-1) != 0:
-		return fmt.Errorf("%w: Shards %d: must be a power of two from 1 to 65536", ErrInvalidConfig, c.Shards)
-	case c.MaxKeys < 0:
-		return fmt.Errorf("%w: MaxKeys %d: must be positive", ErrInvalidConfig, c.MaxKeys)
-	}
-	// Checked with or without Redis: without it the syncer does not run,
-	// but a bad field is still a bad field.
-	if err := c.Sync.Validate(); err != nil {
-		return fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err)
+		return configError("Timeout", c.Timeout, "must be positive")
+	case c.Shards < 1 || c.Shards > maxShards || c.Shards&(c.Shards-1) != 0:
+		return configError("Shards", c.Shards, fmt.Sprintf("must be a power of two from 1 to %d", maxShards))
+	case c.MaxKeys < 1:
+		return configError("MaxKeys", c.MaxKeys, "must be positive")
 	}
 	return nil
+}
+
+// configError is the error of a bad Config field.
+func configError(field string, value any, reason string) error {
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
 }
 
 // Limiter limits requests per rule and key, in each rule's mode: local,
@@ -266,19 +294,20 @@ type Limiter struct {
 	shutdownErr error
 }
 
-// New returns a Limiter for cfg. It copies cfg (never changing the
-// caller's), fills its defaults (WithDefaults), reports a bad field with an
-// error wrapping ErrInvalidConfig, PINGs Redis if RequireRedis asks it to,
-// and starts the syncer (unless ManualSync) and the sweeper of idle keys.
+// New returns a Limiter for cfg. It works on a copy of cfg with its zero
+// fields set to their defaults (never changing the caller's), reports a
+// bad field with an error wrapping ErrInvalidConfig, PINGs Redis if
+// RequireRedis asks it to, and starts the syncer (unless ManualSync) and
+// the sweeper of idle keys.
 func New(cfg Config) (*Limiter, error) {
-	cfg = cfg.WithDefaults()
+	cfg = cfg.withDefaults()
 	cfg.Keyspace.Secret = bytes.Clone(cfg.Keyspace.Secret)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	l := &Limiter{cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, rules: map[string]*ruleState{}, probeStop: make(chan struct{})}
 	if l.clock == nil {
-		l.ownClock = local.NewCoarseClock(DefaultClockResolution)
+		l.ownClock = local.NewCoarseClock(defaultResolution)
 		l.clock = l.ownClock
 	}
 	fail := func(err error) (*Limiter, error) {
@@ -745,10 +774,10 @@ func (l *Limiter) SyncFirstAt(ctx context.Context, now time.Time) (RoundStats, e
 // after the last one.
 func (l *Limiter) SyncFirstWanted() bool { return l.sync != nil && l.sync.WantedFirst() }
 
-// sweepLoop evicts idle keys of every rule every DefaultSweepInterval.
+// sweepLoop evicts idle keys of every rule every sweepInterval.
 func (l *Limiter) sweepLoop() {
 	defer close(l.sweepDone)
-	t := time.NewTicker(DefaultSweepInterval)
+	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -811,9 +840,9 @@ func (l *Limiter) Shutdown(ctx context.Context) error {
 	return l.shutdownErr
 }
 
-// Close is Shutdown with DefaultShutdownTimeout.
+// Close is Shutdown with a deadline 2s away.
 func (l *Limiter) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	return l.Shutdown(ctx)
 }

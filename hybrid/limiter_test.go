@@ -3,9 +3,7 @@ package hybrid_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"log/slog"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -85,17 +85,11 @@ func TestNewInvalidConfig(t *testing.T) {
 			l, err := hybrid.New(cfg)
 			if err == nil {
 				l.Close()
-				t.Fatalf("New accepted it")
 			}
-			if l != nil {
-				t.Errorf("New returned a Limiter with the error")
-			}
-			if !errors.Is(err, hybrid.ErrInvalidConfig) {
-				t.Errorf("%v: does not wrap hybrid.ErrInvalidConfig", err)
-			}
-			if !strings.Contains(err.Error(), c.field) {
-				t.Errorf("%v: does not name %s", err, c.field)
-			}
+			require.Error(t, err, "New accepted it")
+			assert.Nil(t, l, "New returned a Limiter with the error")
+			assert.ErrorIs(t, err, hybrid.ErrInvalidConfig)
+			assert.ErrorContains(t, err, c.field, "the error names the field")
 		})
 	}
 }
@@ -105,7 +99,7 @@ func TestNewInvalidConfig(t *testing.T) {
 func TestNewCopiesConfig(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	secret := []byte("secret-one")
 	cfg := hybrid.Config{
 		Redis: client, Keyspace: syncer.Keyspace{Prefix: prefix, Secret: secret},
@@ -115,30 +109,28 @@ func TestNewCopiesConfig(t *testing.T) {
 	before := cfg
 	before.Keyspace.Secret = bytes.Clone(secret)
 	l := newNode(t, cfg)
-	if !reflect.DeepEqual(cfg, before) {
-		t.Fatalf("New changed the Config:\n got %+v\nwant %+v", cfg, before)
-	}
+	require.Equal(t, before, cfg, "New changed the Config")
 	// The defaults it filled in are its own: the caller's zero fields stay
 	// zero, and a second Limiter from the same value works.
-	if cfg.Mode != hybrid.ModeDefault || cfg.Policy != hybrid.PolicyDefault || cfg.Logger != nil || cfg.Sync.Interval != testInterval {
-		t.Fatalf("Config changed: %+v", cfg)
-	}
+	require.Equal(t, hybrid.ModeDefault, cfg.Mode, "Config changed")
+	require.Equal(t, hybrid.PolicyDefault, cfg.Policy, "Config changed")
+	require.Nil(t, cfg.Logger, "Config changed")
+	require.Equal(t, testInterval, cfg.Sync.Interval, "Config changed")
 	// The caller overwrites the secret's bytes: the Limiter keeps the copy.
 	copy(cfg.Keyspace.Secret, "XXXXXXXXXX")
 	ks := syncer.Keyspace{Prefix: prefix, Secret: []byte("secret-one")}
 	ctx := context.Background()
 	cen := mustRegister(t, l, hybrid.Rule{Name: "c", Limit: fixed(10, time.Second), Mode: hybrid.Central}, hybrid.Central)
 	hyb := mustRegister(t, l, hybrid.Rule{Name: "h", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
-	if _, err := l.Allow(ctx, cen, "user"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Allow(ctx, hyb, "user"); err != nil {
-		t.Fatal(err)
-	}
+	_, err := l.Allow(ctx, cen, "user")
+	require.NoError(t, err)
+	_, err = l.Allow(ctx, hyb, "user")
+	require.NoError(t, err)
 	syncOK(t, l, clk)
 	for _, name := range []string{redisKeyBase(ks, "c", "user") + "s", redisKeyBase(ks, "h", "user") + "m"} {
-		if n, err := client.Exists(ctx, name).Result(); err != nil || n != 1 {
-			t.Errorf("%s: exists %d, %v: the Limiter did not keep the secret it was given", name, n, err)
+		n, err := client.Exists(ctx, name).Result()
+		if assert.NoError(t, err, "EXISTS %s", name) {
+			assert.Equal(t, int64(1), n, "%s exists: the Limiter keeps the secret it was given", name)
 		}
 	}
 }
@@ -147,9 +139,7 @@ func TestNewCopiesConfig(t *testing.T) {
 // names the field.
 func TestRegisterInvalid(t *testing.T) {
 	noRedis, err := hybrid.New(hybrid.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer noRedis.Close()
 	ok := fixed(10, time.Second)
 	cases := []struct {
@@ -161,7 +151,7 @@ func TestRegisterInvalid(t *testing.T) {
 		{"brace in name", hybrid.Rule{Name: "a{b}", Limit: ok}, "Name"},
 		{"space in name", hybrid.Rule{Name: "a b", Limit: ok}, "Name"},
 		{"non-ASCII name", hybrid.Rule{Name: "ü", Limit: ok}, "Name"},
-		{"name too long", hybrid.Rule{Name: strings.Repeat("a", syncer.MaxRuleName+1), Limit: ok}, "Name"},
+		{"name too long", hybrid.Rule{Name: strings.Repeat("a", config.MaxRuleName+1), Limit: ok}, "Name"},
 		{"zero Limit", hybrid.Rule{Name: "z"}, "Limit"},
 		{"negative KeyTTL", hybrid.Rule{Name: "k", Limit: ok, KeyTTL: -time.Second}, "KeyTTL"},
 		{"unknown Mode", hybrid.Rule{Name: "m", Limit: ok, Mode: hybrid.Mode(9)}, "Mode"},
@@ -172,65 +162,43 @@ func TestRegisterInvalid(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r, err := noRedis.Register(c.rule)
-			if err == nil {
-				t.Fatalf("Register accepted it: %+v", r)
-			}
-			if r != nil {
-				t.Errorf("Register returned a rule with the error")
-			}
-			if !errors.Is(err, hybrid.ErrInvalidRule) {
-				t.Errorf("%v: does not wrap ErrInvalidRule", err)
-			}
-			if !strings.Contains(err.Error(), c.field) {
-				t.Errorf("%v: does not name %s", err, c.field)
-			}
+			require.Error(t, err, "Register accepted it: %+v", r)
+			assert.Nil(t, r, "Register returned a rule with the error")
+			assert.ErrorIs(t, err, hybrid.ErrInvalidRule)
+			assert.ErrorContains(t, err, c.field, "the error names the field")
 		})
 	}
 	t.Run("again", func(t *testing.T) {
 		ctx := context.Background()
 		r1, err := noRedis.Register(hybrid.Rule{Name: "again", Limit: fixed(3, time.Minute)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		// The same limit: the same rule, sharing its state.
 		r2, err := noRedis.Register(hybrid.Rule{Name: "again", Limit: fixed(3, time.Minute)})
-		if err != nil {
-			t.Fatalf("the same rule again: %v", err)
-		}
+		require.NoError(t, err, "the same rule again")
 		for range 3 {
-			if d, _ := noRedis.Allow(ctx, r1, "k"); !d.Allowed() {
-				t.Fatalf("refused: %+v", d)
-			}
+			d, _ := noRedis.Allow(ctx, r1, "k")
+			require.True(t, d.Allowed(), "refused: %+v", d)
 		}
-		if d, err := noRedis.Allow(ctx, r2, "k"); err != nil || d.Allowed() {
-			t.Errorf("the second registration does not share the first's state: %+v, %v", d, err)
-		}
+		d, err := noRedis.Allow(ctx, r2, "k")
+		assert.NoError(t, err)
+		assert.False(t, d.Allowed(), "the second registration shares the first's state: %+v", d)
 		// Another limit: an error naming the rule, pointing to SetLimit.
 		_, err = noRedis.Register(hybrid.Rule{Name: "again", Limit: fixed(4, time.Minute)})
-		if !errors.Is(err, hybrid.ErrInvalidRule) || !strings.Contains(err.Error(), "again") || !strings.Contains(err.Error(), "SetLimit") {
-			t.Errorf("another limit under the same name: %v", err)
-		}
+		assert.ErrorIs(t, err, hybrid.ErrInvalidRule, "another limit under the same name")
+		assert.ErrorContains(t, err, "again", "the error names the rule")
+		assert.ErrorContains(t, err, "SetLimit", "the error points to SetLimit")
 	})
 	t.Run("SetLimit zero", func(t *testing.T) {
 		r, err := noRedis.Register(hybrid.Rule{Name: "set", Limit: ok})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := noRedis.SetLimit(r, local.Limit{}); !errors.Is(err, hybrid.ErrInvalidRule) {
-			t.Errorf("SetLimit(zero): %v, want ErrInvalidRule", err)
-		}
+		require.NoError(t, err)
+		assert.ErrorIs(t, noRedis.SetLimit(r, local.Limit{}), hybrid.ErrInvalidRule, "SetLimit(zero)")
 	})
 	t.Run("after Close", func(t *testing.T) {
 		l, err := hybrid.New(hybrid.Config{Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.Register(hybrid.Rule{Name: "late", Limit: ok}); !errors.Is(err, hybrid.ErrClosed) {
-			t.Errorf("Register after Close: %v, want ErrClosed", err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, l.Close())
+		_, err = l.Register(hybrid.Rule{Name: "late", Limit: ok})
+		assert.ErrorIs(t, err, hybrid.ErrClosed, "Register after Close")
 	})
 }
 
@@ -296,7 +264,7 @@ func TestRegisterModes(t *testing.T) {
 	// second Limiter sees the first's use at once.
 	t.Run("small central limit is shared at once", func(t *testing.T) {
 		prefix := redistest.Prefix(t)
-		clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+		clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 		a := newNode(t, nodeConfig(client, prefix, clk, "a", 2))
 		b := newNode(t, nodeConfig(client, prefix, clk, "b", 2))
 		ra := mustRegister(t, a, hybrid.Rule{Name: "small", Mode: hybrid.Central, Limit: fixed(5, time.Second)}, hybrid.Central)
@@ -315,57 +283,43 @@ func TestRegisterModes(t *testing.T) {
 func TestUnknownRule(t *testing.T) {
 	ctx := context.Background()
 	l1, err := hybrid.New(hybrid.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l1.Close()
 	l2, err := hybrid.New(hybrid.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l2.Close()
 	mine, err := l1.Register(hybrid.Rule{Name: "r", Limit: fixed(10, time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	other, err := l2.Register(hybrid.Rule{Name: "r", Limit: fixed(10, time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	copied := *mine // a copy of a registered rule is that rule
-	if d, err := l1.Allow(ctx, &copied, "k"); err != nil || !d.Allowed() {
-		t.Errorf("a copy of a registered rule: %+v, %v", d, err)
-	}
+	d, err := l1.Allow(ctx, &copied, "k")
+	assert.NoError(t, err, "a copy of a registered rule")
+	assert.True(t, d.Allowed(), "a copy of a registered rule: %+v", d)
 	for name, r := range map[string]*hybrid.Rule{
 		"nil":           nil,
 		"never":         {Name: "r", Limit: fixed(10, time.Second)},
 		"other limiter": other,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if d, err := l1.Allow(ctx, r, "k"); !errors.Is(err, hybrid.ErrUnknownRule) || d.Allowed() {
-				t.Errorf("Allow: %+v, %v", d, err)
-			}
-			if d, err := l1.AllowN(ctx, r, "k", 2); !errors.Is(err, hybrid.ErrUnknownRule) || d.Allowed() {
-				t.Errorf("AllowN: %+v, %v", d, err)
-			}
-			if err := l1.SetLimit(r, fixed(5, time.Second)); !errors.Is(err, hybrid.ErrUnknownRule) {
-				t.Errorf("SetLimit: %v", err)
-			}
-			if m := l1.Mode(r); m != hybrid.ModeDefault {
-				t.Errorf("Mode: %v", m)
-			}
+			d, err := l1.Allow(ctx, r, "k")
+			assert.ErrorIs(t, err, hybrid.ErrUnknownRule, "Allow")
+			assert.False(t, d.Allowed(), "Allow: %+v", d)
+			d, err = l1.AllowN(ctx, r, "k", 2)
+			assert.ErrorIs(t, err, hybrid.ErrUnknownRule, "AllowN")
+			assert.False(t, d.Allowed(), "AllowN: %+v", d)
+			assert.ErrorIs(t, l1.SetLimit(r, fixed(5, time.Second)), hybrid.ErrUnknownRule, "SetLimit")
+			assert.Equal(t, hybrid.ModeDefault, l1.Mode(r), "Mode")
 			out := make([]local.Decision, 2)
 			ok, err := l1.AllowMulti(ctx, []hybrid.Request{{Rule: mine, Key: "k", N: 1}, {Rule: r, Key: "k", N: 1}}, out)
-			if ok || !errors.Is(err, hybrid.ErrUnknownRule) {
-				t.Errorf("AllowMulti: %v, %v", ok, err)
-			}
+			assert.ErrorIs(t, err, hybrid.ErrUnknownRule, "AllowMulti")
+			assert.False(t, ok, "AllowMulti")
 		})
 	}
 	// Nothing was charged by the refused AllowMulti calls: 10 − the one
 	// admitted above remain.
-	if d, _ := l1.AllowN(ctx, mine, "k", 0); d.Remaining() != 9 {
-		t.Errorf("remaining %d after refused multi calls, want 9", d.Remaining())
-	}
+	d, _ = l1.AllowN(ctx, mine, "k", 0)
+	assert.Equal(t, int64(9), d.Remaining(), "remaining after refused multi calls")
 }
 
 // TestLifecycle: Shutdown and Close are idempotent and stop every goroutine,
@@ -407,14 +361,11 @@ func TestLifecycle(t *testing.T) {
 				cfg := c.cfg(client, redistest.Prefix(t))
 				cfg.Logger = quiet
 				l, err := hybrid.New(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(100_000, time.Minute)}, c.mode)
 				for i := range 50 {
-					if _, err := l.Allow(ctx, r, string(rune('a'+i%5))); err != nil {
-						t.Fatal(err)
-					}
+					_, err := l.Allow(ctx, r, string(rune('a'+i%5)))
+					require.NoError(t, err)
 				}
 				if !cfg.ManualSync && c.redis {
 					time.Sleep(60 * time.Millisecond) // a few rounds of the loop
@@ -425,18 +376,11 @@ func TestLifecycle(t *testing.T) {
 				} else {
 					first = l.Shutdown(ctx)
 				}
-				if first != nil {
-					t.Fatalf("first: %v", first)
-				}
-				if err := l.Shutdown(ctx); err != nil {
-					t.Errorf("Shutdown again: %v", err)
-				}
-				if err := l.Close(); err != nil {
-					t.Errorf("Close again: %v", err)
-				}
-				if _, err := l.Register(hybrid.Rule{Name: "late", Limit: fixed(1, time.Second)}); !errors.Is(err, hybrid.ErrClosed) {
-					t.Errorf("Register after Shutdown: %v, want ErrClosed", err)
-				}
+				require.NoError(t, first, "first")
+				assert.NoError(t, l.Shutdown(ctx), "Shutdown again")
+				assert.NoError(t, l.Close(), "Close again")
+				_, err = l.Register(hybrid.Rule{Name: "late", Limit: fixed(1, time.Second)})
+				assert.ErrorIs(t, err, hybrid.ErrClosed, "Register after Shutdown")
 				// Decisions remain possible afterwards.
 				done := make(chan struct{})
 				go func() {
@@ -448,12 +392,12 @@ func TestLifecycle(t *testing.T) {
 				select {
 				case <-done:
 				case <-time.After(5 * time.Second):
-					t.Fatal("Allow after Shutdown hangs")
+					require.FailNow(t, "Allow after Shutdown hangs")
 				}
 				if c.mode == hybrid.Local {
-					if d, err := l.Allow(ctx, r, "after-local"); err != nil || !d.Allowed() {
-						t.Errorf("local decision after Shutdown: %+v, %v", d, err)
-					}
+					d, err := l.Allow(ctx, r, "after-local")
+					assert.NoError(t, err, "local decision after Shutdown")
+					assert.True(t, d.Allowed(), "local decision after Shutdown: %+v", d)
 				}
 			})
 		}
@@ -464,13 +408,11 @@ func TestLifecycle(t *testing.T) {
 		leakcheck.Check(t)
 		srv := redistest.Start(t)
 		client := redistest.Client(t, srv.Addr)
-		clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+		clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 		cfg := nodeConfig(client, redistest.Prefix(t), clk, "a", 1)
 		cfg.Logger = quiet
 		l, err := hybrid.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
 		l.Allow(ctx, r, "k")
 		srv.Pause()
@@ -479,14 +421,10 @@ func TestLifecycle(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		err = l.Shutdown(sctx)
-		if el := time.Since(start); el > 2*time.Second {
-			t.Errorf("Shutdown took %v with a 200ms deadline", el)
-		}
-		if !errors.Is(err, hybrid.ErrUnavailable) {
-			t.Errorf("Shutdown: %v, want ErrUnavailable", err)
-		}
-		if err2 := l.Close(); !errors.Is(err2, hybrid.ErrUnavailable) && err2 != nil {
-			t.Errorf("Close after: %v", err2)
+		assert.LessOrEqual(t, time.Since(start), 2*time.Second, "Shutdown's time with a 200ms deadline")
+		assert.ErrorIs(t, err, hybrid.ErrUnavailable, "Shutdown")
+		if err2 := l.Close(); err2 != nil {
+			assert.ErrorIs(t, err2, hybrid.ErrUnavailable, "Close after")
 		}
 	})
 }
@@ -512,7 +450,7 @@ func TestShutdownFlushes(t *testing.T) {
 			prefix := redistest.Prefix(t)
 			ks := syncer.Keyspace{Prefix: prefix}
 			start := epoch2030.Add(100 * time.Millisecond)
-			clk := newFakeClock(start)
+			clk := clocktest.New(start)
 			a := newNode(t, nodeConfig(client, prefix, clk, "a", 2))
 			b := newNode(t, nodeConfig(client, prefix, clk, "b", 2))
 			ra := mustRegister(t, a, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)
@@ -521,9 +459,8 @@ func TestShutdownFlushes(t *testing.T) {
 			allowA := func(n int) {
 				for range n {
 					d, err := a.Allow(ctx, ra, "k")
-					if err != nil || !d.Allowed() {
-						t.Fatalf("node a refused: %+v, %v", d, err)
-					}
+					require.NoError(t, err)
+					require.True(t, d.Allowed(), "node a refused: %+v", d)
 					usedA++
 				}
 			}
@@ -533,33 +470,26 @@ func TestShutdownFlushes(t *testing.T) {
 				clk.Add(10 * time.Millisecond)
 			}
 			allowA(c.before)
-			wid := clk.window(W)
+			wid := windowStart(clk, W)
 			held := readWindow(t, client, ks, "r", "k", W, wid)
 			t.Logf("before Shutdown: a admitted %d; Redis: g=%d u=%d R=%d", usedA, held.g["a"], held.u["a"], held.R)
-			if err := a.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, a.Shutdown(ctx), "Shutdown")
 			st := readWindow(t, client, ks, "r", "k", W, wid)
-			if !st.ok || st.u["a"] != usedA || st.g["a"] > usedA || st.R != usedA {
-				t.Fatalf("after Shutdown, Redis holds g=%d u=%d R=%d; want u = R = %d admitted, g ≤ u", st.g["a"], st.u["a"], st.R, usedA)
-			}
+			require.True(t, st.ok, "after Shutdown, Redis holds the window")
+			require.Equal(t, usedA, st.u["a"], "after Shutdown, Redis holds u, what a admitted")
+			require.Equal(t, usedA, st.R, "after Shutdown, Redis holds R, what a admitted")
+			require.LessOrEqual(t, st.g["a"], usedA, "after Shutdown, Redis holds g ≤ u")
 			// Node b can now be granted everything a did not use, and no more.
 			var gotB int64
-			for i := 0; i < 40 && clk.window(W) == wid; i++ {
+			for i := 0; i < 40 && windowStart(clk, W) == wid; i++ {
 				n, _ := exhaust(t, b, rb, "k", 2*L)
 				gotB += n
 				syncOK(t, b, clk)
 				clk.Add(10 * time.Millisecond)
 			}
-			if clk.window(W) != wid {
-				t.Fatal("the window ended before node b was done")
-			}
-			if gotB != L-usedA {
-				t.Errorf("node b admitted %d after a's Shutdown, want %d (the limit less a's %d)", gotB, L-usedA, usedA)
-			}
-			if st := readWindow(t, client, ks, "r", "k", W, wid); st.R > L {
-				t.Errorf("R = %d past the limit", st.R)
-			}
+			require.Equal(t, wid, windowStart(clk, W), "the window ended before node b was done")
+			assert.Equal(t, L-usedA, gotB, "node b's admissions after a's Shutdown: the limit less a's %d", usedA)
+			assert.LessOrEqual(t, readWindow(t, client, ks, "r", "k", W, wid).R, int64(L), "R, the budget committed, within the limit")
 		})
 	}
 }
@@ -571,7 +501,7 @@ func (r *roundRecorder) Round(st syncer.RoundStats) { r.rounds = append(r.rounds
 // TestSyncObserverChained: the caller's Sync.Observer receives every round,
 // after the Limiter took it in.
 func TestSyncObserverChained(t *testing.T) {
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	rec := &roundRecorder{}
 	cfg := nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1)
 	cfg.Sync.Observer = rec
@@ -579,7 +509,8 @@ func TestSyncObserverChained(t *testing.T) {
 	r := mustRegister(t, l, hybrid.Rule{Name: "o", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
 	l.Allow(context.Background(), r, "k")
 	syncOK(t, l, clk)
-	if len(rec.rounds) != 1 || rec.rounds[0].Synced != 1 || !rec.rounds[0].Registered {
-		t.Errorf("observer got %+v, want one round with the key synced and the node registered", rec.rounds)
+	if assert.Len(t, rec.rounds, 1, "the observer's rounds") {
+		assert.Equal(t, 1, rec.rounds[0].Synced, "the observer's round: the key synced")
+		assert.True(t, rec.rounds[0].Registered, "the observer's round: the node registered")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -78,7 +79,7 @@ func costPerRule(tb testing.TB, cfg hybrid.Config, mode hybrid.Mode, n, keys int
 func memoryConfig(t testing.TB, shards int) hybrid.Config {
 	return hybrid.Config{
 		Redis: redistest.Client(t, redistest.Addr(t)), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
-		Clock: newFakeClock(epoch2030), ManualSync: true, VirtualTime: true, Logger: quiet, Shards: shards,
+		Clock: clocktest.New(epoch2030), ManualSync: true, VirtualTime: true, Logger: quiet, Shards: shards,
 		Sync: syncer.SyncConfig{Nodes: 1},
 	}
 }
@@ -142,7 +143,7 @@ func BenchmarkRuleMemory(b *testing.B) {
 // shardsOf is the shards of a table of keys under Config.Shards n.
 func shardsOf(n int) int {
 	if n == 0 {
-		return local.DefaultShards
+		return hybrid.DefaultShards
 	}
 	return n
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -24,14 +25,10 @@ type collected map[string]metricdata.Metrics
 func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, r.Collect(context.Background(), &rm), "Collect")
 	out := collected{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != "github.com/hybridlimit/hybridlimit/hybrid" {
-			t.Errorf("meter named %q, want the package's import path", sm.Scope.Name)
-		}
+		assert.Equal(t, "github.com/hybridlimit/hybridlimit/hybrid", sm.Scope.Name, "the meter's name: the package's import path")
 		for _, m := range sm.Metrics {
 			out[m.Name] = m
 		}
@@ -76,9 +73,7 @@ func attrSets(m metricdata.Metrics) []attribute.Set {
 func int64Points(t *testing.T, c collected, name string) map[string]int64 {
 	t.Helper()
 	m, ok := c[name]
-	if !ok {
-		t.Fatalf("no %s", name)
-	}
+	require.True(t, ok, "no %s", name)
 	out := map[string]int64{}
 	add := func(a attribute.Set, v int64) { out[a.Encoded(attribute.DefaultEncoder())] += v }
 	switch d := m.Data.(type) {
@@ -91,7 +86,7 @@ func int64Points(t *testing.T, c collected, name string) map[string]int64 {
 			add(p.Attributes, p.Value)
 		}
 	default:
-		t.Fatalf("%s is %T", name, m.Data)
+		require.FailNow(t, "not an int64 sum or gauge", "%s is %T", name, m.Data)
 	}
 	return out
 }
@@ -106,7 +101,7 @@ func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	cfg := nodeConfig(client, redistest.Prefix(t), clk, "a", 1)
 	cfg.MeterProvider = mp
 	cfg.Policy = hybrid.FailClosed
@@ -155,42 +150,26 @@ func TestMetrics(t *testing.T) {
 			k, v, _ := strings.Cut(p, "=")
 			kv[k] = v
 		}
-		if len(kv) != 3 || kv["rule"] == "" || kv["mode"] == "" || kv["result"] == "" {
-			t.Errorf("decisions point with attributes %q, want rule, mode and result", attrs)
+		assert.Len(t, kv, 3, "decisions point with attributes %q, want rule, mode and result", attrs)
+		for _, k := range []string{"rule", "mode", "result"} {
+			assert.NotEmpty(t, kv[k], "decisions point with attributes %q: %s", attrs, k)
 		}
 		got[kv["rule"]+","+kv["mode"]+","+kv["result"]] += v
 	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("decisions{%s} = %d, want %d", k, got[k], v)
-		}
+	assert.Equal(t, want, got, "decisions by rule,mode,result")
+	assert.Equal(t, rounds, int64Points(t, c, "hybridlimit.sync.rounds")[""], "sync.rounds")
+	require.Positive(t, synced, "keys synced")
+	assert.Equal(t, synced, int64Points(t, c, "hybridlimit.sync.keys")[""], "sync.keys")
+	h, ok := c["hybridlimit.sync.duration"].Data.(metricdata.Histogram[float64])
+	if assert.True(t, ok, "sync.duration: %+v, want a histogram", c["hybridlimit.sync.duration"].Data) &&
+		assert.Len(t, h.DataPoints, 1, "sync.duration's points") {
+		assert.EqualValues(t, rounds, h.DataPoints[0].Count, "sync.duration: a histogram of the rounds")
 	}
-	for k, v := range got {
-		if _, ok := want[k]; !ok {
-			t.Errorf("decisions{%s} = %d, not decided", k, v)
-		}
-	}
-	if n := int64Points(t, c, "hybridlimit.sync.rounds")[""]; n != rounds {
-		t.Errorf("sync.rounds = %d, want %d", n, rounds)
-	}
-	if n := int64Points(t, c, "hybridlimit.sync.keys")[""]; n != synced || n == 0 {
-		t.Errorf("sync.keys = %d, want %d (> 0)", n, synced)
-	}
-	if h, ok := c["hybridlimit.sync.duration"].Data.(metricdata.Histogram[float64]); !ok || len(h.DataPoints) != 1 || int64(h.DataPoints[0].Count) != rounds {
-		t.Errorf("sync.duration: %+v, want a histogram of %d rounds", c["hybridlimit.sync.duration"].Data, rounds)
-	} else if u := c["hybridlimit.sync.duration"].Unit; u != "s" {
-		t.Errorf("sync.duration unit %q, want s", u)
-	}
+	assert.Equal(t, "s", c["hybridlimit.sync.duration"].Unit, "sync.duration's unit")
 	keysHeld := int64Points(t, c, "hybridlimit.keys")
-	if n := keysHeld["mode=hybrid,rule=hyb"]; n != int64(len(keys)) {
-		t.Errorf("keys{hyb} = %d, want %d: %v", n, len(keys), keysHeld)
-	}
-	if n := keysHeld["mode=local,rule=loc"]; n != int64(len(keys)) {
-		t.Errorf("keys{loc} = %d, want %d: %v", n, len(keys), keysHeld)
-	}
-	if up := int64Points(t, c, "hybridlimit.redis.available")[""]; up != 1 {
-		t.Errorf("redis.available = %d with Redis up", up)
-	}
+	assert.Equal(t, int64(len(keys)), keysHeld["mode=hybrid,rule=hyb"], "keys{hyb}: %v", keysHeld)
+	assert.Equal(t, int64(len(keys)), keysHeld["mode=local,rule=loc"], "keys{loc}: %v", keysHeld)
+	assert.Equal(t, int64(1), int64Points(t, c, "hybridlimit.redis.available")[""], "redis.available with Redis up")
 	noUserKeys(t, c, keys)
 
 	// Redis goes away: rounds fail (three in a row open the breaker), the
@@ -199,31 +178,23 @@ func TestMetrics(t *testing.T) {
 	l.Allow(ctx, rules[0], "new-key")
 	for range 3 {
 		clk.Add(10 * time.Millisecond)
-		if _, err := l.SyncAt(ctx, clk.Now()); err == nil {
-			t.Fatal("SyncAt with Redis killed: no error")
-		}
+		_, err := l.SyncAt(ctx, clk.Now())
+		require.Error(t, err, "SyncAt with Redis killed")
 	}
 	// A new key: its cold-start allowance, then the policy.
 	var byPolicy int64
 	for range 200 {
 		d, err := l.Allow(ctx, rules[0], keys[1]+"-outage")
-		if err != nil {
-			t.Fatalf("a decision with Redis killed: %v, want none: the policy decides", err)
-		}
+		require.NoError(t, err, "a decision with Redis killed: the policy decides")
 		if d.Degraded() {
 			byPolicy++
 		}
 	}
 	c = collect(t, reader)
-	if up := int64Points(t, c, "hybridlimit.redis.available")[""]; up != 0 {
-		t.Errorf("redis.available = %d after three failed rounds", up)
-	}
-	if n := int64Points(t, c, "hybridlimit.sync.errors")[""]; n < 1 {
-		t.Errorf("sync.errors = %d after a failed round", n)
-	}
-	if n := int64Points(t, c, "hybridlimit.fallback.decisions")["rule=hyb"]; n != byPolicy || n == 0 {
-		t.Errorf("fallback.decisions{hyb} = %d after %d decisions by the policy", n, byPolicy)
-	}
+	assert.Zero(t, int64Points(t, c, "hybridlimit.redis.available")[""], "redis.available after three failed rounds")
+	assert.GreaterOrEqual(t, int64Points(t, c, "hybridlimit.sync.errors")[""], int64(1), "sync.errors after a failed round")
+	require.Positive(t, byPolicy, "decisions by the policy")
+	assert.Equal(t, byPolicy, int64Points(t, c, "hybridlimit.fallback.decisions")["rule=hyb"], "fallback.decisions{hyb}: the decisions by the policy")
 	noUserKeys(t, c, append(keys, "new-key", keys[1]+"-outage"))
 }
 
@@ -236,8 +207,10 @@ func noUserKeys(t *testing.T, c collected, keys []string) {
 			for _, kv := range set.ToSlice() {
 				v := kv.Value.String()
 				for _, k := range keys {
-					if strings.Contains(v, k) || strings.Contains(string(kv.Key), k) || (len(v) >= 6 && strings.Contains(k, v)) {
-						t.Errorf("%s: attribute %s=%q carries the user key %q", name, kv.Key, v, k)
+					assert.NotContains(t, v, k, "%s: attribute %s carries the user key", name, kv.Key)
+					assert.NotContains(t, string(kv.Key), k, "%s: an attribute's name carries the user key", name)
+					if len(v) >= 6 {
+						assert.NotContains(t, k, v, "%s: attribute %s carries part of the user key", name, kv.Key)
 					}
 				}
 			}
@@ -261,9 +234,8 @@ func TestMetricsAvailabilityRecovers(t *testing.T) {
 	})
 	r := mustRegister(t, l, hybrid.Rule{Name: "cen", Mode: hybrid.Central, Limit: fixed(100, time.Minute)}, hybrid.Central)
 	available := func() int64 { return int64Points(t, collect(t, reader), "hybridlimit.redis.available")[""] }
-	if _, err := l.Allow(ctx, r, "k"); err != nil {
-		t.Fatal(err)
-	}
+	_, err := l.Allow(ctx, r, "k")
+	require.NoError(t, err)
 	srv.Pause()
 	d, err := l.Allow(ctx, r, "k")
 	// Read the gauge while Redis is still paused: once it answers, the

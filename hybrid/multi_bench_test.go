@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -18,7 +19,7 @@ import (
 // is fetched before the timer starts, so every decision admits without
 // Redis.
 func BenchmarkAllowMulti(b *testing.B) {
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(b, nodeConfig(redistest.Client(b, redistest.Addr(b)), redistest.Prefix(b), clk, "a", 1))
 	big := fixed(1<<40, time.Hour)
 	rules := map[hybrid.Mode][2]*hybrid.Rule{}
@@ -62,7 +63,7 @@ func TestAllowMultiNoAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(t, nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1))
 	rs := registerMixed(t, l, time.Hour, map[string]int64{"local": 1 << 40, "hybrid": 1 << 40, "central": 1 << 40}, hybrid.PolicyDefault)
 	ctx := context.Background()

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -64,7 +66,7 @@ var mixedCombos = [][]string{
 // when every rule has room; refused by any one rule, charged to none.
 func TestAllowMultiMixedModes(t *testing.T) {
 	ctx := context.Background()
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(t, nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1))
 	limits := map[string]int64{"local": 5, "hybrid": 50, "central": 5}
 	rs := registerMixed(t, l, time.Minute, limits, hybrid.PolicyDefault)
@@ -150,8 +152,8 @@ func TestAllowMultiMixedConcurrent(t *testing.T) {
 			client := redistest.Client(t, redistest.Addr(t))
 			prefix := redistest.Prefix(t)
 			W := time.Second
-			clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
-			wid := clk.window(W)
+			clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
+			wid := windowStart(clk, W)
 			limits := map[string]int64{"local": wide, "hybrid": wide, "central": wide}
 			limits[tight] = 20
 			ids := []string{"a", "b"}
@@ -196,7 +198,7 @@ func TestAllowMultiMixedConcurrent(t *testing.T) {
 				wg.Wait()
 				clk.Add(10 * time.Millisecond)
 			}
-			require.Equal(t, wid, clk.window(W), "the test left its window")
+			require.Equal(t, wid, windowStart(clk, W), "the test left its window")
 			total := admitted[0].Load() + admitted[1].Load()
 			t.Logf("admitted a %d, b %d of %d offered", admitted[0].Load(), admitted[1].Load(), 2*goroutines*perStep*steps)
 			assert.Zero(t, inconsistent.Load(), "Decisions whose Allowed disagrees with the result")
@@ -207,7 +209,7 @@ func TestAllowMultiMixedConcurrent(t *testing.T) {
 				assert.LessOrEqual(t, admitted[i].Load(), limits["local"], "node %s past its local limit", ids[i])
 			}
 			assert.LessOrEqual(t, total, limits["central"], "past the central limit")
-			allowance := max(1, int64(math.Ceil(syncer.DefaultEpsilon*float64(limits["hybrid"])/float64(len(ids)))))
+			allowance := max(1, int64(math.Ceil(config.Epsilon*float64(limits["hybrid"])/float64(len(ids)))))
 			assert.LessOrEqual(t, total, limits["hybrid"]+int64(len(ids))*allowance, "past the hybrid limit and the cold-start allowances")
 			if tight == "local" {
 				assert.Equal(t, 2*limits["local"], total, "the local limit was not reached on both nodes")
@@ -236,7 +238,7 @@ func TestAllowMultiMixedConcurrent(t *testing.T) {
 func TestAllowMultiMixedDegraded(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	cfg := nodeConfig(redistest.Client(t, srv.Addr), redistest.Prefix(t), clk, "a", 1)
 	cfg.Timeout = 200 * time.Millisecond
 	l := newNode(t, cfg)
@@ -293,7 +295,7 @@ func TestAllowMultiMixedDegraded(t *testing.T) {
 // the central charge refunded, the hybrid rule not charged.
 func TestAllowMultiMixedTakenInBetween(t *testing.T) {
 	ctx := context.Background()
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	c := redistest.Client(t, redistest.Addr(t))
 	hook := &armedHook{}
 	c.AddHook(hook)

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -27,8 +29,8 @@ func TestAllowMultiHybrid(t *testing.T) {
 	ks := syncer.Keyspace{Prefix: prefix}
 	const L1, L2 = 1000, 600
 	W := time.Second
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
-	wid := clk.window(W)
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
+	wid := windowStart(clk, W)
 	ids := []string{"a", "b"}
 	nodes := make([]*hybrid.Limiter, 2)
 	reqs := make([][]hybrid.Request, 2)
@@ -51,8 +53,7 @@ func TestAllowMultiHybrid(t *testing.T) {
 					out := make([]local.Decision, 2)
 					for range perStep {
 						ok, err := l.AllowMulti(context.Background(), reqs[i], out)
-						if err != nil {
-							t.Errorf("AllowMulti: %v", err)
+						if !assert.NoError(t, err, "AllowMulti") {
 							return
 						}
 						if ok != (out[0].Allowed() && out[1].Allowed()) || !ok && (out[0].Allowed() || out[1].Allowed()) {
@@ -68,24 +69,19 @@ func TestAllowMultiHybrid(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := l.SyncAt(context.Background(), clk.Now()); err != nil {
-					t.Errorf("SyncAt: %v", err)
-				}
+				_, err := l.SyncAt(context.Background(), clk.Now())
+				assert.NoError(t, err, "SyncAt")
 			}()
 		}
 		wg.Wait()
 		clk.Add(10 * time.Millisecond)
 	}
-	if clk.window(W) != wid {
-		t.Fatal("the test left its window")
-	}
+	require.Equal(t, wid, windowStart(clk, W), "the test left its window")
 	if n := inconsistent.Load(); n > 0 {
 		t.Logf("%d refused multi-rule decisions had a Decision with Allowed true (see TestAllowMultiRefusedDecisions)", n)
 	}
 	for _, l := range nodes {
-		if err := l.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, l.Shutdown(context.Background()), "Shutdown")
 	}
 	s1 := readWindow(t, client, ks, "r1", "k", W, wid)
 	s2 := readWindow(t, client, ks, "r2", "k", W, wid)
@@ -93,21 +89,15 @@ func TestAllowMultiHybrid(t *testing.T) {
 	t.Logf("admitted a %d, b %d (offered %d); Redis r1 u %v g %v; r2 u %v g %v", admitted[0].Load(), admitted[1].Load(),
 		2*goroutines*perStep*steps, s1.u, s1.g, s2.u, s2.g)
 	// Over-admission: none but the cold-start allowance of the tighter rule.
-	allowance := int64(float64(L2)*syncer.DefaultEpsilon/2) + 1
-	if total > L2+2*allowance {
-		t.Errorf("admitted %d multi-rule requests, the tighter limit is %d (+ allowance %d per node)", total, L2, allowance)
-	}
-	if total < L2/2 {
-		t.Errorf("admitted only %d at 20× the limit %d", total, L2)
-	}
+	allowance := int64(float64(L2)*config.Epsilon/2) + 1
+	assert.LessOrEqual(t, total, L2+2*allowance, "multi-rule requests admitted: the tighter limit is %d (+ allowance %d per node)", L2, allowance)
+	assert.GreaterOrEqual(t, total, int64(L2/2), "multi-rule requests admitted at 20× the limit %d", L2)
 	for i, id := range ids {
 		n := admitted[i].Load()
-		if s1.u[id] != n || s2.u[id] != n {
-			t.Errorf("node %s admitted %d multi-rule requests; Redis charged r1 %d, r2 %d", id, n, s1.u[id], s2.u[id])
-		}
-		if s1.g[id] > s1.u[id] || s2.g[id] > s2.u[id] {
-			t.Errorf("node %s: grants left after Shutdown: r1 g %d u %d, r2 g %d u %d", id, s1.g[id], s1.u[id], s2.g[id], s2.u[id])
-		}
+		assert.Equal(t, n, s1.u[id], "node %s: Redis charged r1 the multi-rule requests it admitted", id)
+		assert.Equal(t, n, s2.u[id], "node %s: Redis charged r2 the multi-rule requests it admitted", id)
+		assert.LessOrEqual(t, s1.g[id], s1.u[id], "node %s: r1 grants left after Shutdown", id)
+		assert.LessOrEqual(t, s2.g[id], s2.u[id], "node %s: r2 grants left after Shutdown", id)
 	}
 }
 
@@ -138,8 +128,8 @@ func TestAllowMultiMixed(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	ks := syncer.Keyspace{Prefix: prefix}
 	W := time.Second
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
-	wid := clk.window(W)
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
+	wid := windowStart(clk, W)
 	type node struct {
 		l              *hybrid.Limiter
 		cen, hyb, hyb2 *hybrid.Rule
@@ -163,9 +153,7 @@ func TestAllowMultiMixed(t *testing.T) {
 	centralLeft := func(n node, key string) int64 {
 		t.Helper()
 		d, err := n.l.AllowN(ctx, n.cen, key, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return d.Remaining()
 	}
 
@@ -181,8 +169,7 @@ func TestAllowMultiMixed(t *testing.T) {
 						out := make([]local.Decision, 2)
 						for range 5 {
 							ok, err := n.l.AllowMulti(ctx, []hybrid.Request{{Rule: n.cen, Key: "k", N: 1}, {Rule: n.hyb, Key: "k", N: 1}}, out)
-							if err != nil {
-								t.Errorf("AllowMulti: %v", err)
+							if !assert.NoError(t, err, "AllowMulti") {
 								return
 							}
 							if ok {
@@ -201,20 +188,14 @@ func TestAllowMultiMixed(t *testing.T) {
 			clk.Add(10 * time.Millisecond)
 		}
 		got := admitted.Load()
-		if got > LC || got == 0 {
-			t.Errorf("admitted %d multi-rule requests, central limit %d", got, LC)
-		}
-		if left := centralLeft(nodes[0], "k"); left != LC-got {
-			t.Errorf("central rule: %d left after %d admitted, want %d: a refused request stayed charged", left, got, LC-got)
-		}
+		assert.Positive(t, got, "multi-rule requests admitted")
+		assert.LessOrEqual(t, got, int64(LC), "multi-rule requests admitted: at most the central limit")
+		assert.Equal(t, LC-got, centralLeft(nodes[0], "k"), "central rule's room left after %d admitted: a refused request stays uncharged", got)
 		for _, n := range nodes {
-			if err := n.l.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, n.l.Shutdown(ctx), "Shutdown")
 		}
-		if st := readWindow(t, redistest.Client(t, redistest.Addr(t)), ks, "big", "k", W, wid); st.sumU() != got {
-			t.Errorf("hybrid rule charged %d (%v), %d admitted", st.sumU(), st.u, got)
-		}
+		st := readWindow(t, redistest.Client(t, redistest.Addr(t)), ks, "big", "k", W, wid)
+		assert.Equal(t, got, st.sumU(), "hybrid rule charged (%v) what was admitted", st.u)
 	})
 
 	// Fresh nodes for the deterministic cases.
@@ -239,12 +220,10 @@ func TestAllowMultiMixed(t *testing.T) {
 		exhaust(t, n.l, n.hyb, "x", 10*LH)
 		before := centralLeft(n, "x")
 		ok, err := n.l.AllowMulti(ctx, []hybrid.Request{{Rule: n.cen, Key: "x", N: 1}, {Rule: n.hyb, Key: "x", N: 1}}, out)
-		if ok || err != nil || out[0].Allowed() || out[1].Allowed() {
-			t.Fatalf("AllowMulti: %v, %v, %+v", ok, err, out[:2])
-		}
-		if left := centralLeft(n, "x"); left != before {
-			t.Errorf("central rule charged: %d left, %d before", left, before)
-		}
+		require.NoError(t, err, "AllowMulti")
+		require.False(t, ok, "AllowMulti: %+v", out[:2])
+		require.False(t, out[0].Allowed() || out[1].Allowed(), "AllowMulti refused, its decisions: %+v", out[:2])
+		assert.Equal(t, before, centralLeft(n, "x"), "central rule's room left: not charged")
 	})
 
 	t.Run("hybrid refuses after the central charge", func(t *testing.T) {
@@ -268,18 +247,11 @@ func TestAllowMultiMixed(t *testing.T) {
 		before := centralLeft(n, key)
 		n.hook.armed.Store(true)
 		ok, err := n.l.AllowMulti(ctx, []hybrid.Request{{Rule: n.cen, Key: key, N: 1}, {Rule: n.hyb, Key: key, N: 1}}, out)
-		if n.hook.armed.Load() || taken == 0 {
-			t.Fatalf("the hook did not run (taken %d)", taken)
-		}
-		if ok || out[0].Allowed() || out[1].Allowed() {
-			t.Fatalf("AllowMulti admitted after the hybrid room was taken: %v, %v, %+v", ok, err, out[:2])
-		}
-		if err != nil {
-			t.Errorf("AllowMulti: %v", err)
-		}
-		if left := centralLeft(n, key); left != before {
-			t.Errorf("central charge not refunded: %d left, %d before", left, before)
-		}
+		require.False(t, n.hook.armed.Load(), "the hook did not run")
+		require.NotZero(t, taken, "the hook took the hybrid room")
+		require.False(t, ok || out[0].Allowed() || out[1].Allowed(), "AllowMulti admitted after the hybrid room was taken: %v, %v, %+v", ok, err, out[:2])
+		assert.NoError(t, err, "AllowMulti")
+		assert.Equal(t, before, centralLeft(n, key), "central rule's room left: the charge refunded")
 	})
 
 	t.Run("local rules combine", func(t *testing.T) {
@@ -300,23 +272,18 @@ func TestAllowMultiMixed(t *testing.T) {
 	})
 
 	t.Run("edges", func(t *testing.T) {
-		if ok, err := n.l.AllowMulti(ctx, nil, nil); !ok || err != nil {
-			t.Errorf("no requests: %v, %v; want true, nil", ok, err)
-		}
+		ok, err := n.l.AllowMulti(ctx, nil, nil)
+		assert.NoError(t, err, "no requests")
+		assert.True(t, ok, "no requests")
 		// The same hybrid key twice counts twice; over MaxCost together it is
 		// refused as too costly, charging nothing.
-		ok, err := n.l.AllowMulti(ctx, []hybrid.Request{{Rule: n.hyb2, Key: "e", N: LH/2 + 1}, {Rule: n.hyb2, Key: "e", N: LH / 2}}, out)
-		if ok || err != nil || out[0].Reason() != local.ReasonCostTooHigh {
-			t.Errorf("the same key twice past the limit: %v, %v, %+v", ok, err, out[:2])
-		}
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("AllowMulti with out shorter than reqs did not panic")
-				}
-			}()
+		ok, err = n.l.AllowMulti(ctx, []hybrid.Request{{Rule: n.hyb2, Key: "e", N: LH/2 + 1}, {Rule: n.hyb2, Key: "e", N: LH / 2}}, out)
+		assert.NoError(t, err, "the same key twice past the limit")
+		assert.False(t, ok, "the same key twice past the limit: %+v", out[:2])
+		assert.Equal(t, local.ReasonCostTooHigh, out[0].Reason(), "the same key twice past the limit: %+v", out[:2])
+		assert.Panics(t, func() {
 			n.l.AllowMulti(ctx, []hybrid.Request{{Rule: n.hyb, Key: "p", N: 1}, {Rule: n.hyb2, Key: "p", N: 1}}, out[:1])
-		}()
+		}, "AllowMulti with out shorter than reqs")
 	})
 }
 
@@ -326,7 +293,7 @@ func TestAllowMultiMixed(t *testing.T) {
 func TestAllowMultiRefusedDecisions(t *testing.T) {
 	ctx := context.Background()
 	client := redistest.Client(t, redistest.Addr(t))
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(t, nodeConfig(client, redistest.Prefix(t), clk, "a", 1))
 	wide := mustRegister(t, l, hybrid.Rule{Name: "wide", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
 	tight := mustRegister(t, l, hybrid.Rule{Name: "tight", Limit: fixed(200, time.Second)}, hybrid.Hybrid)
@@ -347,14 +314,10 @@ func TestAllowMultiRefusedDecisions(t *testing.T) {
 	} {
 		out := make([]local.Decision, 2)
 		ok, err := l.AllowMulti(ctx, reqs, out)
-		if ok || err != nil {
-			t.Fatalf("%s: %v, %v", name, ok, err)
-		}
-		if out[0].Allowed() || out[1].Allowed() {
-			t.Errorf("bug: %s: refused, yet %+v", name, out)
-		}
-		if out[0].Reason() != local.ReasonOK || out[1].Allowed() || out[1].Reason() == local.ReasonOK {
-			t.Errorf("%s: reasons %v, %v; want ok (had room), then why the other refused", name, out[0].Reason(), out[1].Reason())
-		}
+		require.NoError(t, err, name)
+		require.False(t, ok, name)
+		assert.False(t, out[0].Allowed() || out[1].Allowed(), "bug: %s: refused, yet %+v", name, out)
+		assert.Equal(t, local.ReasonOK, out[0].Reason(), "%s: the first request's reason: it had room", name)
+		assert.NotEqual(t, local.ReasonOK, out[1].Reason(), "%s: the second request's reason: why it refused", name)
 	}
 }

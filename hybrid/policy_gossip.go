@@ -23,12 +23,9 @@ type gossip struct {
 	reg  metric.Registration
 }
 
-// startGossip starts the node cfg describes, logging to l's Logger unless
-// cfg names one, and registers its figures as metrics.
+// startGossip starts the node cfg describes and registers its figures as
+// metrics.
 func startGossip(cfg fallback.Config, l *Limiter) (*gossip, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = l.logger
-	}
 	node, err := fallback.New(cfg)
 	if err != nil {
 		if errors.Is(err, fallback.ErrInvalidConfig) {

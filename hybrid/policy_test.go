@@ -2,14 +2,15 @@ package hybrid_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -26,24 +27,18 @@ var policyRules = []struct {
 // without error, marked Degraded.
 func checkPolicy(t *testing.T, p hybrid.Policy, d local.Decision, err error) {
 	t.Helper()
-	if err != nil {
-		t.Fatalf("%v decision with error %v, want none: a policy's decision is an ordinary one", p, err)
-	}
-	if !d.Degraded() {
-		t.Fatalf("%v decision %v is not Degraded", p, d)
-	}
+	require.NoError(t, err, "%v decision: a policy's decision is an ordinary one, without error", p)
+	require.True(t, d.Degraded(), "%v decision %v is Degraded", p, d)
 	switch p {
 	case hybrid.FailOpen:
-		if !d.Allowed() || d.Reason() != local.ReasonUnavailable {
-			t.Fatalf("FailOpen decided %+v, want admitted with ReasonUnavailable", d)
-		}
+		require.True(t, d.Allowed(), "FailOpen decided %+v, want admitted", d)
+		require.Equal(t, local.ReasonUnavailable, d.Reason(), "FailOpen's reason")
 	case hybrid.FailClosed:
-		if d.Allowed() || d.Reason() != local.ReasonUnavailable {
-			t.Fatalf("FailClosed decided %+v, want refused with ReasonUnavailable", d)
-		}
+		require.False(t, d.Allowed(), "FailClosed decided %+v, want refused", d)
+		require.Equal(t, local.ReasonUnavailable, d.Reason(), "FailClosed's reason")
 	case hybrid.FailLocal:
-		if !d.Allowed() && d.Reason() != local.ReasonLimited {
-			t.Fatalf("FailLocal refused with %v, want ReasonLimited (its part of the limit)", d.Reason())
+		if !d.Allowed() {
+			require.Equal(t, local.ReasonLimited, d.Reason(), "FailLocal's reason to refuse: its part of the limit")
 		}
 	}
 }
@@ -51,7 +46,7 @@ func checkPolicy(t *testing.T, p hybrid.Policy, d local.Decision, err error) {
 // markUnavailable has l notice that Redis is down, as its loop would: a
 // key that wants a lease (a new one) and rounds that fail, three in a row
 // (one failed round alone may be a busy machine, not Redis gone).
-func markUnavailable(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, clk *fakeClock) {
+func markUnavailable(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, clk *clocktest.Clock) {
 	t.Helper()
 	l.Allow(context.Background(), r, "probe")
 	for range 3 {
@@ -59,9 +54,7 @@ func markUnavailable(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, clk *fakeC
 		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 		_, err := l.SyncAt(ctx, clk.Now())
 		cancel()
-		if !errors.Is(err, hybrid.ErrUnavailable) {
-			t.Fatalf("SyncAt with Redis down: %v, want ErrUnavailable", err)
-		}
+		require.ErrorIs(t, err, hybrid.ErrUnavailable, "SyncAt with Redis down")
 	}
 }
 
@@ -127,9 +120,10 @@ func TestHotPathNeverWaits(t *testing.T) {
 						time.Sleep(max(d.RetryAfter(), 20*time.Millisecond))
 						d, err = nodes[0].AllowN(ctx, rules[0][p.name], "k", 1000)
 					}
-					if err != nil || !d.Allowed() {
+					require.NoError(t, err, "warm-up of %s", p.name)
+					if !d.Allowed() {
 						now := time.Now().UnixMicro()
-						t.Fatalf("warm-up of %s: %+v, %v; Redis: %+v", p.name, d, err, readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, p.name, "k", time.Hour, now-now%time.Hour.Microseconds()))
+						require.FailNow(t, "warm-up refused", "%s: %+v; Redis: %+v", p.name, d, readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, p.name, "k", time.Hour, now-now%time.Hour.Microseconds()))
 					}
 				}
 				time.Sleep(10 * time.Millisecond)
@@ -152,9 +146,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 				d, err := a.AllowN(ctx, r, "k", n)
 				el := time.Since(start)
 				slowest = max(slowest, el)
-				if el > c.bound {
-					t.Fatalf("a decision took %v with Redis %s", el, outage)
-				}
+				require.LessOrEqual(t, el, c.bound, "a decision's time with Redis %s", outage)
 				return d, err
 			}
 			if outage == "paused" {
@@ -166,9 +158,9 @@ func TestHotPathNeverWaits(t *testing.T) {
 			// The leases held go on admitting.
 			for _, p := range policyRules {
 				for i := range min(held[p.name], 1000) {
-					if d, err := timed(ra[p.name], 1); err != nil || !d.Allowed() {
-						t.Fatalf("%s: call %d with a lease held: %+v, %v", p.name, i, d, err)
-					}
+					d, err := timed(ra[p.name], 1)
+					require.NoError(t, err, "%s: call %d with a lease held", p.name, i)
+					require.True(t, d.Allowed(), "%s: call %d with a lease held: %+v", p.name, i, d)
 				}
 			}
 			// Drain the leases: no call waits; once the loop has seen Redis
@@ -178,7 +170,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 			deadline := time.Now().Add(10 * time.Second)
 			for done := false; !done; {
 				if time.Now().After(deadline) {
-					t.Fatalf("no policy decisions after 10s: %+v %+v %+v", *got["open"], *got["closed"], *got["flocal"])
+					require.FailNow(t, "no policy decisions after 10s", "%+v %+v %+v", *got["open"], *got["closed"], *got["flocal"])
 				}
 				done = true
 				for _, p := range policyRules {
@@ -188,9 +180,8 @@ func TestHotPathNeverWaits(t *testing.T) {
 						got[p.name] = s
 					}
 					d, err := timed(ra[p.name], cost)
+					require.NoError(t, err, "%s: %+v while Redis is %s: decisions return no error", p.name, d, outage)
 					switch {
-					case err != nil:
-						t.Fatalf("%s: %+v with error %v while Redis is %s: decisions return none", p.name, d, err, outage)
 					case d.Degraded():
 						checkPolicy(t, p.policy, d, err)
 						s.policy++
@@ -200,11 +191,11 @@ func TestHotPathNeverWaits(t *testing.T) {
 							s.refused++
 						}
 					case s.policy > 0:
-						t.Fatalf("%s: a decision not Degraded (%+v) after policy decisions, Redis still %s", p.name, d, outage)
+						require.FailNow(t, "a decision not Degraded after policy decisions", "%s: %+v, Redis still %s", p.name, d, outage)
 					case d.Allowed():
 						s.leased++
-					case d.Reason() != local.ReasonOK && d.Reason() != local.ReasonLimited && d.Reason() != local.ReasonNoLease: // no lease yet: limited, or no_lease without an allowance (FailClosed)
-						t.Fatalf("%s: %+v before the policy decided", p.name, d)
+					default: // no lease yet: limited, or no_lease without an allowance (FailClosed)
+						require.Contains(t, []local.Reason{local.ReasonOK, local.ReasonLimited, local.ReasonNoLease}, d.Reason(), "%s: %+v before the policy decided", p.name, d)
 					}
 					enough := s.policy >= 100
 					if p.policy == hybrid.FailLocal {
@@ -218,10 +209,10 @@ func TestHotPathNeverWaits(t *testing.T) {
 			// window (one hour), counting what the node admitted from its
 			// lease there: the warm-up, the 1,000 calls of cost 1, and the
 			// drain's calls before the policy decided.
-			if fl := got["flocal"]; fl.admitted == 0 {
-				t.Errorf("FailLocal admitted nothing during the outage")
-			} else if used := 20*1000 + 1000 + int64(fl.leased+fl.admitted)*cost; used > L/2 || used <= L/2-cost {
-				t.Errorf("node a admitted %d in the window by the end of the outage (%d by FailLocal), want L/2 = %d to within a cost of %d", used, int64(fl.admitted)*cost, L/2, cost)
+			if fl := got["flocal"]; assert.NotZero(t, fl.admitted, "FailLocal admitted nothing during the outage") {
+				used := 20*1000 + 1000 + int64(fl.leased+fl.admitted)*cost
+				assert.LessOrEqual(t, used, int64(L/2), "node a's admissions in the window by the end of the outage (%d by FailLocal): L/2 to within a cost of %d", int64(fl.admitted)*cost, cost)
+				assert.Greater(t, used, int64(L/2-cost), "node a's admissions in the window by the end of the outage (%d by FailLocal): L/2 to within a cost of %d", int64(fl.admitted)*cost, cost)
 			}
 			t.Logf("slowest decision while Redis was %s: %v; policy decisions: open %+v closed %+v local %+v", outage, slowest, *got["open"], *got["closed"], *got["flocal"])
 
@@ -238,9 +229,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 					if err == nil && !d.Degraded() {
 						break
 					}
-					if time.Now().After(deadline) {
-						t.Fatalf("%s: still %+v, %v 10s after Redis came back", p.name, d, err)
-					}
+					require.True(t, time.Now().Before(deadline), "%s: still %+v, %v 10s after Redis came back", p.name, d, err)
 					time.Sleep(5 * time.Millisecond)
 				}
 			}
@@ -258,7 +247,7 @@ func TestPolicies(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const L = 1000
 	W := time.Second
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	a := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "a", 2))
 	b := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, "b", 2))
 	ra, rb := map[string]*hybrid.Rule{}, map[string]*hybrid.Rule{}
@@ -292,12 +281,8 @@ func TestPolicies(t *testing.T) {
 			for i := 0; i < 3*L; i++ {
 				d, err := a.Allow(ctx, ra[p.name], "k")
 				if err == nil && !d.Degraded() {
-					if policy > 0 {
-						t.Fatalf("call %d: %+v not Degraded after policy decisions", i, d)
-					}
-					if !d.Allowed() {
-						t.Fatalf("call %d: refused %+v, not Degraded, while Redis is down", i, d)
-					}
+					require.Zero(t, policy, "call %d: %+v not Degraded after policy decisions", i, d)
+					require.True(t, d.Allowed(), "call %d: refused %+v, not Degraded, while Redis is down", i, d)
 					leased++
 					continue
 				}
@@ -308,20 +293,18 @@ func TestPolicies(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d admitted on the lease held, then %d policy decisions, %d admitted", p.name, leased, policy, admitted)
-			if leased == 0 || policy == 0 {
-				t.Fatalf("leased %d, policy %d", leased, policy)
-			}
+			require.NotZero(t, leased, "decisions on the lease held")
+			require.NotZero(t, policy, "decisions by the policy")
 			if p.policy == hybrid.FailLocal {
 				// The limit over the 2 nodes last seen, per window, counting
 				// what the node admitted there on its lease: FailLocal makes
 				// up the difference, if any.
-				if want := max(L/2-before[p.name]-leased, 0); admitted != want {
-					t.Errorf("FailLocal admitted %d in a window where the node had admitted %d on its lease, want %d (the limit over the 2 nodes last seen, less that)", admitted, before[p.name]+leased, want)
-				}
+				assert.Equal(t, max(L/2-before[p.name]-leased, 0), admitted,
+					"FailLocal's admissions in a window where the node had admitted %d on its lease: the limit over the 2 nodes last seen, less that", before[p.name]+leased)
 				// The next window: L/2 again, the allowance of a key without
 				// a lease included.
 				at := clk.Now()
-				clk.Set(time.UnixMicro(clk.window(W)).Add(W + 10*time.Millisecond))
+				clk.Set(time.UnixMicro(windowStart(clk, W)).Add(W + 10*time.Millisecond))
 				var again int
 				for range L {
 					if d, _ := a.Allow(ctx, ra[p.name], "k"); d.Allowed() {
@@ -329,18 +312,17 @@ func TestPolicies(t *testing.T) {
 					}
 				}
 				clk.Set(at)
-				if again != L/2 {
-					t.Errorf("FailLocal and the allowance admitted %d in the next window, want %d", again, L/2)
-				}
+				assert.Equal(t, L/2, again, "FailLocal's and the allowance's admissions in the next window")
 			}
 		})
 	}
 	srv.Resume()
 	syncUntilOK(t, a, clk, 10*time.Millisecond)
 	for _, p := range policyRules {
-		if d, err := a.Allow(ctx, ra[p.name], "k2"); err != nil || d.Degraded() || d.Reason() == local.ReasonUnavailable {
-			t.Errorf("%s after Redis is back: %+v, %v", p.name, d, err)
-		}
+		d, err := a.Allow(ctx, ra[p.name], "k2")
+		assert.NoError(t, err, "%s after Redis is back", p.name)
+		assert.False(t, d.Degraded(), "%s after Redis is back: %+v", p.name, d)
+		assert.NotEqual(t, local.ReasonUnavailable, d.Reason(), "%s after Redis is back", p.name)
 	}
 }
 
@@ -355,8 +337,8 @@ func TestOutageAdmissionsReconciled(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const L = 1000
 	W := time.Second
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
-	wid := clk.window(W)
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
+	wid := windowStart(clk, W)
 	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, fixed(L, W), hybrid.FailLocal)
 	var tl tally
 	allow := func(i int) bool { return tl.allow(t, nodes[i], rules[i]) }
@@ -371,7 +353,7 @@ func TestOutageAdmissionsReconciled(t *testing.T) {
 	syncOK(t, nodes[0], clk) // node a has seen both nodes
 	// The next window, where neither node holds a grant yet.
 	clk.Set(time.UnixMicro(wid).Add(W + 10*time.Millisecond))
-	wid = clk.window(W)
+	wid = windowStart(clk, W)
 	tl = tally{}
 	// Outage: node a admits what FailLocal lets it.
 	srv.Pause()
@@ -384,7 +366,7 @@ func TestOutageAdmissionsReconciled(t *testing.T) {
 	clk.Add(10 * time.Millisecond)
 	syncUntilOK(t, nodes[0], clk, 10*time.Millisecond)
 	// Both nodes ask for all they can get for the rest of the window.
-	for clk.window(W) == wid && clk.Now().Sub(time.UnixMicro(wid)) < 800*time.Millisecond {
+	for windowStart(clk, W) == wid && clk.Now().Sub(time.UnixMicro(wid)) < 800*time.Millisecond {
 		for i := range nodes {
 			for allow(i) {
 			}
@@ -394,12 +376,8 @@ func TestOutageAdmissionsReconciled(t *testing.T) {
 	}
 	a := int64(float64(L) * 0.05 / 2)
 	t.Logf("admitted in the window: %d (%d by the end of the outage, %d of them by FailLocal); Redis R = %d", tl.total, outage, tl.byPolicy, readWindow(t, redistest.Client(t, srv.Addr), syncer.Keyspace{Prefix: prefix}, "r", "k", W, wid).R)
-	if tl.byPolicy == 0 {
-		t.Fatal("FailLocal admitted nothing during the outage")
-	}
-	if tl.total > L+2*(a+1) {
-		t.Errorf("bug: the window admitted %d, the limit is %d (+ allowance %d): the %d FailLocal admitted during the outage were not counted when Redis came back", tl.total, L, 2*(a+1), tl.byPolicy)
-	}
+	require.NotZero(t, tl.byPolicy, "FailLocal admitted nothing during the outage")
+	assert.LessOrEqual(t, tl.total, L+2*(a+1), "bug: the window's admissions, the limit is %d (+ allowance %d): the %d FailLocal admitted during the outage were not counted when Redis came back", L, 2*(a+1), tl.byPolicy)
 }
 
 // TestCentralUnavailable: central rules decide by their failure policy
@@ -425,8 +403,6 @@ func TestCentralUnavailable(t *testing.T) {
 				admitted++
 			}
 		}
-		if admitted > 100/4 {
-			t.Errorf("bug: FailLocal admitted %d on one of 4 nodes (Config.Sync.Nodes = 4), the limit is 100: each node admits the whole limit, the cluster 4×", admitted)
-		}
+		assert.LessOrEqual(t, admitted, 100/4, "bug: FailLocal's admissions on one of 4 nodes (Config.Sync.Nodes = 4), the limit is 100: each node admits the whole limit, the cluster 4×")
 	})
 }

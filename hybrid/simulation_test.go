@@ -7,13 +7,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -45,11 +47,6 @@ func skipRace(t *testing.T) {
 
 // simTimeout bounds each exchange with Redis in wall-clock time.
 const simTimeout = time.Minute
-
-// vclock is the virtual clock all nodes share.
-type vclock struct{ us atomic.Int64 }
-
-func (c *vclock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
 
 type event struct {
 	at   int64
@@ -118,10 +115,10 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 	t.Helper()
 	client := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	clock := &vclock{}
 	W := lim.Window().Microseconds()
 	start := (time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()/W)*W + W/3 // mid-window start
-	clock.us.Store(start)
+	// The virtual clock all nodes share.
+	clock := clocktest.New(time.UnixMicro(start))
 	const interval = 100 * time.Millisecond
 	ctx := context.Background()
 
@@ -137,17 +134,11 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 			Timeout: simTimeout,
 			Sync:    syncer.SyncConfig{Interval: interval, NodeID: fmt.Sprintf("n%d", i), Nodes: nodes, Timeout: simTimeout},
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "New")
 		t.Cleanup(func() { l.Close() })
 		r, err := l.Register(hybrid.Rule{Name: "sim", Limit: lim, Mode: hybrid.Hybrid})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l.Mode(r) != hybrid.Hybrid {
-			t.Fatalf("rule runs %v", l.Mode(r))
-		}
+		require.NoError(t, err, "Register")
+		require.Equal(t, hybrid.Hybrid, l.Mode(r), "the mode the rule runs in")
 		ls[i], rules[i] = l, r
 	}
 
@@ -219,9 +210,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 
 	// The exact replay: one limiter sees every arrival in order.
 	exact, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true, MaxKeys: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer exact.Close()
 
 	type wk struct{ window, key int64 }
@@ -236,7 +225,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 	var admittedTimes [][]int64 = make([][]int64, max(w.keys, w.users)+1)
 	for q.Len() > 0 {
 		e := heap.Pop(&q).(event)
-		clock.us.Store(e.at)
+		clock.Set(time.UnixMicro(e.at))
 		switch e.kind {
 		case evSync, evEarly, evFirst:
 			sync := ls[e.node].SyncAt
@@ -253,9 +242,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 				lastRound[e.node] = e.at
 			}
 			st, err := sync(ctx, clock.Now())
-			if err != nil {
-				t.Fatalf("sync: %v", err)
-			}
+			require.NoError(t, err, "sync")
 			res.scripts += int64(st.Synced)
 			if st.Registered {
 				res.scripts++
@@ -264,9 +251,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 			key := fmt.Sprintf("k%d", e.key)
 			res.requests++
 			d, err := ls[e.node].Allow(ctx, rules[e.node], key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err, "Allow")
 			ex := exact.AllowAt(clock.Now(), key)
 			// Steady-state figures: the first, partial window is the
 			// cold start, which the cold workload measures.
@@ -501,14 +486,10 @@ func TestSimulation(t *testing.T) {
 			r := simulate(t, c.lim, nodes, c.w, 30, 1)
 			t.Logf("%s %s: over-admission worst window %+.2f%%, capacity lost %.2f%%, false rejections %.2f%% of %d exact admissions (by reason %v), %d requests, %d scripts (%.4f per decision)",
 				c.lim, c.w.name, 100*r.worstOver, r.lostPct, r.falseRejPct, r.exact, r.falseBy, r.requests, r.scripts, float64(r.scripts)/float64(r.requests))
-			if r.worstOver > c.maxOver+1e-9 {
-				t.Errorf("over-admission %.4f > bound %.4f", r.worstOver, c.maxOver)
-			}
-			if r.lostPct > c.maxLost {
-				t.Errorf("capacity lost %.2f%% > %.2f%%", r.lostPct, c.maxLost)
-			}
-			if c.maxFalseR >= 0 && r.falseRejPct > c.maxFalseR {
-				t.Errorf("false rejections %.2f%% > %.2f%%", r.falseRejPct, c.maxFalseR)
+			assert.LessOrEqual(t, r.worstOver, c.maxOver+1e-9, "over-admission, worst window, within its bound")
+			assert.LessOrEqual(t, r.lostPct, c.maxLost, "capacity lost, in percent")
+			if c.maxFalseR >= 0 {
+				assert.LessOrEqual(t, r.falseRejPct, c.maxFalseR, "false rejections, in percent of the exact admissions")
 			}
 		})
 	}
@@ -537,7 +518,7 @@ func TestSimulationSmallLimits(t *testing.T) {
 	} {
 		t.Run(lim.Algorithm().String(), func(t *testing.T) {
 			r := simulate(t, lim, nodes, users, windows, 1)
-			allowance := max(int64(math.Ceil(syncer.DefaultEpsilon*float64(lim.MaxCost())/nodes)), 1)
+			allowance := max(int64(math.Ceil(config.Epsilon*float64(lim.MaxCost())/nodes)), 1)
 			coldBound := L + nodes*allowance
 			if lim.Algorithm() == local.GCRA {
 				coldBound += lim.Burst()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -27,7 +28,7 @@ func TestSubWindowLeases(t *testing.T) {
 	W := 6 * time.Second
 	sub := W / K
 	lim := local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: L, Window: W, SubWindows: K})
-	clk := newFakeClock(epoch2030.Add(time.Second))
+	clk := clocktest.New(epoch2030.Add(time.Second))
 	var nodes []*hybrid.Limiter
 	var rules []*hybrid.Rule
 	for _, id := range []string{"a", "b", "c"} {
@@ -71,7 +72,7 @@ func TestSubWindowLeases(t *testing.T) {
 func TestAnchoredRunsCentral(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	l := newNode(t, nodeConfig(client, prefix, clk, "a", 1))
 	for _, p := range []local.Params{
 		{Algorithm: local.FixedWindow, Limit: 1000, Window: time.Second, Anchored: true},
@@ -95,12 +96,12 @@ func TestSubWindowRelease(t *testing.T) {
 	W := time.Second
 	sub := W / K
 	lim := local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: L, Window: W, SubWindows: K})
-	clk := newFakeClock(epoch2030.Add(sub / 10))
+	clk := clocktest.New(epoch2030.Add(sub / 10))
 	const nodes = 2
 	ls, _, allow := leasingNodes(t, client, ks.Prefix, clk, "release", lim, nodes)
 
 	// The first sub-window: both nodes lease, and use a part of it.
-	x := clk.window(sub)
+	x := windowStart(clk, sub)
 	var used int // n0's admissions there
 	for range 5 {
 		for i := range nodes {
@@ -132,7 +133,7 @@ func TestSubWindowRelease(t *testing.T) {
 // leasingNodes starts n nodes with no cold-start allowance, each with a
 // hybrid rule of lim named name. allow decides count requests of the key
 // "k" on node i and returns how many were admitted.
-func leasingNodes(t *testing.T, client redis.UniversalClient, prefix string, clk *fakeClock, name string, lim local.Limit, n int) ([]*hybrid.Limiter, []*hybrid.Rule, func(i, count int) int) {
+func leasingNodes(t *testing.T, client redis.UniversalClient, prefix string, clk *clocktest.Clock, name string, lim local.Limit, n int) ([]*hybrid.Limiter, []*hybrid.Rule, func(i, count int) int) {
 	t.Helper()
 	ls, rs := make([]*hybrid.Limiter, n), make([]*hybrid.Rule, n)
 	for i := range ls {

@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -23,7 +24,7 @@ func TestUnregister(t *testing.T) {
 	addr := redistest.Addr(t)
 	for _, mode := range []hybrid.Mode{hybrid.Local, hybrid.Central, hybrid.Hybrid} {
 		t.Run(mode.String(), func(t *testing.T) {
-			clk := newFakeClock(epoch2030)
+			clk := clocktest.New(epoch2030)
 			l := newNode(t, nodeConfig(redistest.Client(t, addr), redistest.Prefix(t), clk, "a", 1))
 			rule := hybrid.Rule{Name: "r", Limit: fixed(10, time.Minute), Mode: mode}
 			r := mustRegister(t, l, rule, mode)
@@ -75,7 +76,7 @@ func TestUnregisterReportsUsage(t *testing.T) {
 		{"lease", true},       // admitted within a grant, which goes back
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := newFakeClock(epoch2030)
+			clk := clocktest.New(epoch2030)
 			c := redistest.Client(t, addr)
 			cfg := nodeConfig(c, redistest.Prefix(t), clk, "a", 1)
 			l := newNode(t, cfg)
@@ -93,14 +94,14 @@ func TestUnregisterReportsUsage(t *testing.T) {
 			if tc.lease {
 				syncOK(t, l, clk)
 				clk.Add(time.Millisecond)
-				require.Greater(t, readWindow(t, c, cfg.Keyspace, "r", "k", w, clk.window(w)).g["a"], int64(3), "a grant")
+				require.Greater(t, readWindow(t, c, cfg.Keyspace, "r", "k", w, windowStart(clk, w)).g["a"], int64(3), "a grant")
 				allow(5)
 			}
 
 			require.NoError(t, l.Unregister(r))
 			st := syncOK(t, l, clk)
 			assert.Equal(t, 1, st.Synced, "the key's last exchange")
-			ws := readWindow(t, c, cfg.Keyspace, "r", "k", w, clk.window(w))
+			ws := readWindow(t, c, cfg.Keyspace, "r", "k", w, windowStart(clk, w))
 			require.True(t, ws.ok)
 			assert.Equal(t, int64(admitted), ws.u["a"], "what the node admitted, reported")
 			assert.LessOrEqual(t, ws.g["a"], int64(admitted), "no grant left unused")
@@ -118,7 +119,7 @@ func TestUnregisterReportsUsage(t *testing.T) {
 // once more after the rule is unregistered, and forgotten.
 func TestUnregisterBucket(t *testing.T) {
 	ctx := context.Background()
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	l := newNode(t, nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1))
 	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second, Burst: 100})
 	r := mustRegister(t, l, hybrid.Rule{Name: "b", Limit: lim}, hybrid.Hybrid)
@@ -147,7 +148,7 @@ func TestUnregisterBucket(t *testing.T) {
 func TestUnregisterMetrics(t *testing.T) {
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
-	clk := newFakeClock(epoch2030)
+	clk := clocktest.New(epoch2030)
 	cfg := nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1)
 	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	l := newNode(t, cfg)

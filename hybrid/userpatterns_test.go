@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -36,7 +37,7 @@ func liveNode(t testing.TB, c redis.UniversalClient, prefix string, clk local.Cl
 // elapse moves clk on by d, in sync intervals, each followed by a round
 // on every node, as their loops would run on a clock that moves on its
 // own.
-func elapse(t testing.TB, clk *fakeClock, d time.Duration, nodes ...*hybrid.Limiter) {
+func elapse(t testing.TB, clk *clocktest.Clock, d time.Duration, nodes ...*hybrid.Limiter) {
 	t.Helper()
 	for end := clk.Now().Add(d); clk.Now().Before(end); {
 		clk.Add(testInterval)
@@ -71,7 +72,7 @@ func TestFirstRequestsInARow(t *testing.T) {
 	} {
 		t.Run(lim.Algorithm().String(), func(t *testing.T) {
 			client := redistest.Client(t, redistest.Addr(t))
-			clk := newFakeClock(epoch2030.Add(time.Second))
+			clk := clocktest.New(epoch2030.Add(time.Second))
 			l := liveNode(t, client, redistest.Prefix(t), clk, "a", 1)
 			r := mustRegister(t, l, hybrid.Rule{Name: "api", Limit: lim}, hybrid.Hybrid)
 			for i := range 5 {
@@ -88,7 +89,7 @@ func TestFirstRequestsInARow(t *testing.T) {
 func TestParallelBurstNewKey(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	clk := newFakeClock(epoch2030.Add(time.Second))
+	clk := clocktest.New(epoch2030.Add(time.Second))
 	var nodes []*hybrid.Limiter
 	var rules []*hybrid.Rule
 	for _, id := range []string{"a", "b"} {
@@ -126,7 +127,7 @@ func TestTwoRulesPerRequest(t *testing.T) {
 		t.Run("", func(t *testing.T) {
 			client := redistest.Client(t, redistest.Addr(t))
 			W := 4 * time.Second
-			clk := newFakeClock(epoch2030)
+			clk := clocktest.New(epoch2030)
 			l := liveNode(t, client, redistest.Prefix(t), clk, "a", 1)
 			ip := mustRegister(t, l, hybrid.Rule{Name: "ip", Limit: fixed(20, W)}, hybrid.Hybrid)
 			key := mustRegister(t, l, hybrid.Rule{Name: "key", Limit: fixed(10, W)}, hybrid.Hybrid)
@@ -172,7 +173,7 @@ func TestTwoRulesWhileRedisDown(t *testing.T) {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			W := 4 * time.Second
-			clk := newFakeClock(epoch2030)
+			clk := clocktest.New(epoch2030)
 			l := newNode(t, nodeConfig(redistest.Client(t, srv.Addr), redistest.Prefix(t), clk, "a", 1))
 			ip := mustRegister(t, l, hybrid.Rule{Name: "ip", Limit: fixed(20, W)}, hybrid.Hybrid)
 			key := mustRegister(t, l, hybrid.Rule{Name: "key", Limit: fixed(10, W), Policy: c.policy}, hybrid.Hybrid)
@@ -207,7 +208,7 @@ func TestRetryAtRetryAfter(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
 	W := 4 * time.Second
-	clk := newFakeClock(epoch2030.Add(time.Second))
+	clk := clocktest.New(epoch2030.Add(time.Second))
 	a := liveNode(t, client, prefix, clk, "a", 2)
 	b := liveNode(t, redistest.Client(t, redistest.Addr(t)), prefix, clk, "b", 2)
 	ra := mustRegister(t, a, hybrid.Rule{Name: "r", Limit: fixed(10, W)}, hybrid.Hybrid)
@@ -259,7 +260,7 @@ func TestRaiseLimit(t *testing.T) {
 		t.Run(lim.old.Algorithm().String(), func(t *testing.T) {
 			client := redistest.Client(t, redistest.Addr(t))
 			prefix := redistest.Prefix(t)
-			clk := newFakeClock(epoch2030.Add(time.Second))
+			clk := clocktest.New(epoch2030.Add(time.Second))
 			a := liveNode(t, client, prefix, clk, "a", 2)
 			b := liveNode(t, redistest.Client(t, redistest.Addr(t)), prefix, clk, "b", 2)
 			ra := mustRegister(t, a, hybrid.Rule{Name: "r", Limit: lim.old}, hybrid.Hybrid)
@@ -322,7 +323,7 @@ func TestOneClientTwoNodes(t *testing.T) {
 			client := redistest.Client(t, redistest.Addr(t))
 			prefix := redistest.Prefix(t)
 			W := 10 * time.Second
-			clk := newFakeClock(epoch2030.Add(time.Second))
+			clk := clocktest.New(epoch2030.Add(time.Second))
 			nodes := []*hybrid.Limiter{
 				liveNode(t, client, prefix, clk, "a", 2),
 				liveNode(t, redistest.Client(t, redistest.Addr(t)), prefix, clk, "b", 2),

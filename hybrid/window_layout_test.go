@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -23,7 +24,7 @@ func TestWindowLeaseLayout(t *testing.T) {
 	const L, W = 100, time.Second
 	client := redistest.Client(t, redistest.Addr(t))
 	ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
-	clk := newFakeClock(epoch2030.Add(100 * time.Millisecond))
+	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	ctx := context.Background()
 	l := newNode(t, nodeConfig(client, ks.Prefix, clk, "a", 1))
 	r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid)

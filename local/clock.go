@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
 // Clock tells the time. Implementations must be safe for concurrent use and
@@ -20,9 +22,9 @@ type SystemClock struct{}
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
 
-// DefaultResolution is the resolution of the CoarseClock a Limiter makes for
-// itself when Config.Clock is nil.
-const DefaultResolution = time.Millisecond
+// defaultResolution is the resolution of the CoarseClock a Limiter makes
+// for itself when Config.Clock is nil, and of a CoarseClock given none.
+const defaultResolution = config.ClockResolution
 
 // CoarseClock is a Clock that reads a time refreshed by a goroutine every
 // resolution, so Now costs an atomic load instead of a system call. The time
@@ -42,10 +44,10 @@ type CoarseClock struct {
 }
 
 // NewCoarseClock starts a CoarseClock refreshed every resolution. A
-// resolution of zero or less means DefaultResolution.
+// resolution of zero or less means 1ms.
 func NewCoarseClock(resolution time.Duration) *CoarseClock {
 	if resolution <= 0 {
-		resolution = DefaultResolution
+		resolution = defaultResolution
 	}
 	c := &CoarseClock{base: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	c.us.Store(c.base.UnixMicro())

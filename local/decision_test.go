@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -27,9 +29,7 @@ func TestDecisionOutcome(t *testing.T) {
 	}
 	for _, o := range outcomes {
 		d := o.Decision()
-		if got := d.Outcome(); got != o {
-			t.Errorf("Outcome %+v: the Decision gives back %+v", o, got)
-		}
+		assert.Equal(t, o, d.Outcome(), "Outcome %+v: what the Decision gives back", o)
 		nd := local.NewDecision(o.Allowed, o.Reason, o.Limit, o.Remaining, o.ResetAfter, o.RetryAfter)
 		if o.Degraded {
 			nd = nd.AsDegraded()
@@ -37,28 +37,19 @@ func TestDecisionOutcome(t *testing.T) {
 		if o.Waited {
 			nd = nd.AsWaited()
 		}
-		if nd != d {
-			t.Errorf("Outcome %+v: NewDecision gives %v, Outcome.Decision %v", o, nd, d)
+		assert.Equal(t, d, nd, "Outcome %+v: NewDecision, want what Outcome.Decision gives", o)
+		methods := local.Outcome{
+			Allowed: d.Allowed(), Reason: d.Reason(), Limit: d.Limit(), Remaining: d.Remaining(),
+			ResetAfter: d.ResetAfter(), RetryAfter: d.RetryAfter(), Degraded: d.Degraded(), Waited: d.Waited(),
 		}
-		if d.Allowed() != o.Allowed || d.Reason() != o.Reason || d.Limit() != o.Limit || d.Remaining() != o.Remaining ||
-			d.ResetAfter() != o.ResetAfter || d.RetryAfter() != o.RetryAfter || d.Degraded() != o.Degraded || d.Waited() != o.Waited {
-			t.Errorf("Outcome %+v: the methods give %v", o, d)
-		}
+		assert.Equal(t, o, methods, "Outcome %+v: what the methods give", o)
 	}
 	var zero local.Decision
-	if zero.Degraded() {
-		t.Errorf("zero Decision is degraded")
-	}
-	if zero.Outcome() != (local.Outcome{}) {
-		t.Errorf("zero Decision: %+v", zero.Outcome())
-	}
+	assert.False(t, zero.Degraded(), "zero Decision is degraded")
+	assert.Zero(t, zero.Outcome(), "zero Decision's Outcome")
 	d := local.Outcome{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: time.Second}.Decision()
-	if got, want := d.String(), "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s"; got != want {
-		t.Errorf("String: %q, want %q", got, want)
-	}
-	if got, want := d.AsDegraded().Refused().String(), "rejected reason=ok limit=10 remaining=7 reset=1s retry=0s degraded"; got != want {
-		t.Errorf("String of a degraded Decision: %q, want %q", got, want)
-	}
+	assert.Equal(t, "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s", d.String(), "String")
+	assert.Equal(t, "rejected reason=ok limit=10 remaining=7 reset=1s retry=0s degraded", d.AsDegraded().Refused().String(), "String of a degraded Decision")
 }
 
 // A limiter of another kind builds its Decisions with NewDecision (or an

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // The fuzz targets decode a limit and a request sequence from bytes and run
@@ -68,7 +70,7 @@ func decodeVariant(data []byte) (Limit, []fuzzReq, bool) {
 		p.Algorithm = FixedWindow
 	} else {
 		var ks []int64
-		for k := int64(1); k <= MaxSubWindows; k++ {
+		for k := int64(1); k <= maxSubWindows; k++ {
 			if p.Window.Microseconds()%k == 0 {
 				ks = append(ks, k)
 			}
@@ -285,53 +287,41 @@ func checkSequence(t *testing.T, lim Limit, reqs []fuzzReq) {
 	var s state
 	var admitted []fuzzReq
 	l, err := New(lim, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	for i, q := range reqs {
 		before := cloneState(s)
 		d := lim.decide(&s, q.at, q.n, true).decision(lim.max)
-		if got := l.AllowNAt(time.UnixMicro(q.at), "k", q.n); got != d {
-			t.Fatalf("%v step %d (t=%d n=%d): the Limiter decided %v, the transition %v", lim, i, q.at, q.n, got, d)
-		}
+		got := l.AllowNAt(time.UnixMicro(q.at), "k", q.n)
+		require.Equal(t, d.Outcome(), got.Outcome(), "%v step %d (t=%d n=%d): the Limiter's decision, want the transition's", lim, i, q.at, q.n)
 		wantAllowed, wantRemaining := ref.decide(q.at, q.n)
-		if d.Allowed() != wantAllowed || d.Remaining() != wantRemaining {
-			t.Fatalf("%v step %d (t=%d n=%d): got allowed=%v remaining=%d, reference %v %d", lim, i, q.at, q.n, d.Allowed(), d.Remaining(), wantAllowed, wantRemaining)
-		}
-		if d.Remaining() < 0 || d.Remaining() > lim.max || d.Limit() != lim.max {
-			t.Fatalf("%v step %d: remaining %d, limit %d out of range", lim, i, d.Remaining(), d.Limit())
-		}
+		require.Equal(t, wantAllowed, d.Allowed(), "%v step %d (t=%d n=%d): allowed, want the reference's", lim, i, q.at, q.n)
+		require.Equal(t, wantRemaining, d.Remaining(), "%v step %d (t=%d n=%d): remaining, want the reference's", lim, i, q.at, q.n)
+		require.GreaterOrEqual(t, d.Remaining(), int64(0), "%v step %d: remaining out of range", lim, i)
+		require.LessOrEqual(t, d.Remaining(), lim.max, "%v step %d: remaining out of range", lim, i)
+		require.Equal(t, lim.max, d.Limit(), "%v step %d: limit", lim, i)
 		if d.Allowed() {
-			if d.RetryAfter() != 0 || d.Reason() != ReasonOK {
-				t.Fatalf("%v step %d: admitted with %+v", lim, i, d)
-			}
+			require.Equal(t, ReasonOK, d.Reason(), "%v step %d: admitted with %+v", lim, i, d)
+			require.Zero(t, d.RetryAfter(), "%v step %d: admitted with %+v", lim, i, d)
 			if q.n > 0 {
 				admitted = append(admitted, q)
 			}
 		} else {
-			if d.Reason() != ReasonLimited || d.RetryAfter() <= 0 {
-				t.Fatalf("%v step %d: rejected with %+v", lim, i, d)
-			}
+			require.Equal(t, ReasonLimited, d.Reason(), "%v step %d: rejected with %+v", lim, i, d)
+			require.Positive(t, d.RetryAfter(), "%v step %d: rejected with %+v", lim, i, d)
 			retry := d.RetryAfter().Microseconds()
 			at := cloneState(before)
-			if lim.decide(&at, q.at+retry, q.n, false).reason != ReasonOK {
-				t.Fatalf("%v step %d: retry-after %v is not honest", lim, i, d.RetryAfter())
-			}
+			require.Equal(t, ReasonOK, lim.decide(&at, q.at+retry, q.n, false).reason, "%v step %d: retry-after %v is not honest", lim, i, d.RetryAfter())
 			at = cloneState(before)
-			if lim.decide(&at, q.at+retry-1, q.n, false).reason == ReasonOK {
-				t.Fatalf("%v step %d: retry-after %v is not the shortest", lim, i, d.RetryAfter())
-			}
+			require.NotEqual(t, ReasonOK, lim.decide(&at, q.at+retry-1, q.n, false).reason, "%v step %d: retry-after %v is not the shortest", lim, i, d.RetryAfter())
 		}
 		reset := d.ResetAfter().Microseconds()
-		if !lim.initial(&s, q.at+reset) {
-			t.Fatalf("%v step %d: not initial after reset-after %v", lim, i, d.ResetAfter())
+		require.True(t, lim.initial(&s, q.at+reset), "%v step %d: not initial after reset-after %v", lim, i, d.ResetAfter())
+		if reset > 0 {
+			require.False(t, lim.initial(&s, q.at+reset-1), "%v step %d: initial before reset-after %v", lim, i, d.ResetAfter())
 		}
-		if reset > 0 && lim.initial(&s, q.at+reset-1) {
-			t.Fatalf("%v step %d: initial before reset-after %v", lim, i, d.ResetAfter())
-		}
-		if reset == 0 && d.Remaining() != lim.max {
-			t.Fatalf("%v step %d: reset-after 0 with remaining %d", lim, i, d.Remaining())
+		if reset == 0 {
+			require.Equal(t, lim.max, d.Remaining(), "%v step %d: remaining with reset-after 0", lim, i)
 		}
 	}
 	if r, ok := ref.(*refSub); ok {
@@ -360,9 +350,8 @@ func checkSubBound(t *testing.T, lim Limit, adm []fuzzReq, starts []int64) {
 				}
 			}
 		}
-		if inSubs > lim.p.Limit || inWindow-oldest > lim.p.Limit {
-			t.Fatalf("%v: %d in the sub-windows up to %d, %d in (%d, %d]", lim, inSubs, starts[i], inWindow, a.at-lim.w, a.at)
-		}
+		require.LessOrEqual(t, inSubs, lim.p.Limit, "%v: admitted in the sub-windows up to %d", lim, starts[i])
+		require.LessOrEqual(t, inWindow-oldest, lim.p.Limit, "%v: admitted in (%d, %d] less the sub-window its start cuts (%d)", lim, a.at-lim.w, a.at, oldest)
 	}
 }
 
@@ -378,9 +367,7 @@ func checkWindowBound(t *testing.T, lim Limit, adm []fuzzReq) {
 		per := map[int64]int64{}
 		for _, a := range adm {
 			per[a.at/lim.w] += a.n
-			if per[a.at/lim.w] > lim.p.Limit {
-				t.Fatalf("%v: window %d admitted %d", lim, a.at/lim.w, per[a.at/lim.w])
-			}
+			require.LessOrEqual(t, per[a.at/lim.w], lim.p.Limit, "%v: admitted in window %d", lim, a.at/lim.w)
 		}
 	case SlidingWindowLog:
 		for i, a := range adm {
@@ -390,9 +377,7 @@ func checkWindowBound(t *testing.T, lim Limit, adm []fuzzReq) {
 					sum += b.n
 				}
 			}
-			if sum > lim.p.Limit {
-				t.Fatalf("%v: (%d, %d] admitted %d", lim, a.at-lim.w, a.at, sum)
-			}
+			require.LessOrEqual(t, sum, lim.p.Limit, "%v: admitted in (%d, %d]", lim, a.at-lim.w, a.at)
 		}
 	case TokenBucket, LeakyBucket, GCRA:
 		// admitted in [t0, t1] ≤ burst + rate·(t1 − t0), cross-multiplied.
@@ -401,7 +386,7 @@ func checkWindowBound(t *testing.T, lim Limit, adm []fuzzReq) {
 			for j := i; j < len(adm); j++ {
 				sum += adm[j].n
 				if (sum-lim.p.Burst)*lim.w > lim.p.Limit*(adm[j].at-adm[i].at) {
-					t.Fatalf("%v: [%d, %d] admitted %d", lim, adm[i].at, adm[j].at, sum)
+					require.Failf(t, "more than burst + rate · length admitted", "%v: [%d, %d] admitted %d", lim, adm[i].at, adm[j].at, sum)
 				}
 			}
 		}
@@ -480,9 +465,7 @@ func checkShaper(t *testing.T, data []byte) {
 	algo := []Algorithm{TokenBucket, LeakyBucket, GCRA}[data[0]%3]
 	lim := shaperLimit(algo, data[1:4])
 	l, err := New(lim, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	ref := &refShaper{pending: lim}
 	used := []Limit{lim}
@@ -501,25 +484,22 @@ func checkShaper(t *testing.T, data []byte) {
 		switch b[0] % 4 {
 		case 0:
 			got := l.AllowNAt(at, "k", n)
-			if want := ref.allow(now, n); got != want {
-				t.Fatalf("op %d: AllowNAt(t=%d, n=%d) = %v, want %v", i, now-base, n, got, want)
-			}
+			require.Equal(t, ref.allow(now, n).Outcome(), got.Outcome(), "op %d: AllowNAt(t=%d, n=%d), want the model's", i, now-base, n)
 			if got.Allowed() && n > 0 {
 				acts = append(acts, shapedAct{at: now, n: n})
 			}
 		case 1:
-			maxDelay := MaxWindow
+			maxDelay := maxWindow
 			if b[4] != 0xff {
 				maxDelay = time.Duration(w*int64(b[4])/32) * time.Microsecond
 			}
 			got, err := l.ReserveAt(at, "k", n, maxDelay)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err, "op %d", i)
 			want, e := ref.reserve(now, n, maxDelay.Microseconds())
-			if got.OK != want.OK || got.Reason != want.Reason || got.Delay != want.Delay || !got.TimeToAct.Equal(want.TimeToAct) {
-				t.Fatalf("op %d: ReserveAt(t=%d, n=%d, maxDelay=%v) = %+v, want %+v", i, now-base, n, maxDelay, got, want)
-			}
+			require.Equal(t, want.OK, got.OK, "op %d: ReserveAt(t=%d, n=%d, maxDelay=%v) = %+v, want %+v", i, now-base, n, maxDelay, got, want)
+			require.Equal(t, want.Reason, got.Reason, "op %d: ReserveAt(t=%d, n=%d, maxDelay=%v) = %+v, want %+v", i, now-base, n, maxDelay, got, want)
+			require.Equal(t, want.Delay, got.Delay, "op %d: ReserveAt(t=%d, n=%d, maxDelay=%v) = %+v, want %+v", i, now-base, n, maxDelay, got, want)
+			require.WithinDuration(t, want.TimeToAct, got.TimeToAct, 0, "op %d: ReserveAt(t=%d, n=%d, maxDelay=%v) = %+v, want %+v", i, now-base, n, maxDelay, got, want)
 			if got.OK {
 				if e == nil { // the model refused it
 					e = &refReservation{}
@@ -536,9 +516,7 @@ func checkShaper(t *testing.T, data []byte) {
 			ref.cancel(now, e)
 		case 3:
 			next := shaperLimit(algo, b[2:5])
-			if err := l.SetLimit(next); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, l.SetLimit(next), "op %d", i)
 			ref.pending, ref.changed = next, true
 			used = append(used, next)
 		}
@@ -585,7 +563,7 @@ func checkActs(t *testing.T, lims []Limit, acts []shapedAct) {
 		for j := i; j < len(acts); j++ {
 			sum += acts[j].n
 			if (sum-burst)*fast.w > fast.p.Limit*(acts[j].at-acts[i].at+slack) {
-				t.Fatalf("[%d, %d] admits %d: more than burst %d + rate %d/%dµs · length", acts[i].at, acts[j].at, sum, burst, fast.p.Limit, fast.w)
+				require.Failf(t, "more than burst + rate · length admitted", "[%d, %d] admits %d: more than burst %d + rate %d/%dµs · length", acts[i].at, acts[j].at, sum, burst, fast.p.Limit, fast.w)
 			}
 		}
 	}

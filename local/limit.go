@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
 // Algorithm names a rate limiting algorithm. The zero value is not a valid
@@ -110,29 +112,31 @@ func (a *Algorithm) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Bounds on parameters. Every product the algorithms form stays at or below
-// MaxProduct, so that sums of two of them, and the quotients the algorithms
-// take of those sums, are exact in IEEE doubles: the Redis (Lua) twin of
-// each algorithm computes in doubles (exact below 2^53) and must give the
-// same answer as the Go one. Its exact floor division q = ⌊a/b⌋, corrected
-// by the remainder a − q·b, needs a + b < 2^53, which 2^51 leaves room for.
+// Bounds on parameters (docs/operating.md#bounds). Every product the
+// algorithms form stays at or below maxProduct (2^51), so that sums of two of
+// them, and the quotients the algorithms take of those sums, are exact in
+// IEEE doubles: the Redis (Lua) twin of each algorithm computes in doubles
+// (exact below 2^53) and must give the same answer as the Go one. Its exact
+// floor division q = ⌊a/b⌋, corrected by the remainder a − q·b, needs
+// a + b < 2^53, which 2^51 leaves room for.
 const (
-	// MaxProduct bounds Limit × (window steps) for the sliding window counter
+	// maxProduct bounds Limit × (window steps) for the sliding window counter
 	// and Burst × (emission interval) for the bucket algorithms, and Limit
 	// for the fixed window; see docs/algorithms.md.
-	MaxProduct = 1 << 51
-	// MaxWindow is the longest window accepted: 366 days.
-	MaxWindow = 366 * 24 * time.Hour
-	// MaxLogLimit is the largest Limit of a SlidingWindowLog. The log keeps
+	maxProduct = config.MaxProduct
+	// maxWindow is the longest window accepted: 366 days.
+	maxWindow = config.MaxWindow
+	// maxLogLimit is the largest Limit of a SlidingWindowLog. The log keeps
 	// up to Limit timestamps per key (16 bytes each); larger limits belong to
 	// the sliding window counter.
-	MaxLogLimit = 1 << 16
-	// MaxSubWindows is the most sub-windows a SubWindowCounter takes. A key
+	maxLogLimit = 1 << 16
+	// maxSubWindows is the most sub-windows a SubWindowCounter takes. A key
 	// holds a count for each sub-window of its window that saw requests.
-	MaxSubWindows = 64
-	// DefaultSubWindows is the SubWindowCounter's SubWindows when zero.
-	DefaultSubWindows = 10
+	maxSubWindows = 64
 )
+
+// defaultSubWindows is a SubWindowCounter's SubWindows when zero.
+const defaultSubWindows = 10
 
 // Params are the parameters of a Limit. Build a Limit from them with
 // NewLimit, which validates them.
@@ -144,15 +148,15 @@ type Params struct {
 	// emission rate: Limit per Window. Required, at least 1.
 	Limit int64
 	// Window is the length of the window, or the period of the rate. It must
-	// be a whole number of microseconds, from 1µs to MaxWindow. Required.
+	// be a whole number of microseconds, from 1µs to 366 days. Required.
 	Window time.Duration
 	// Burst is the capacity of the bucket algorithms: the most requests
 	// admitted at once. Zero means Limit. The window algorithms take no burst
 	// and reject a non-zero one.
 	Burst int64
 	// SubWindows is how many equal sub-windows a SubWindowCounter cuts the
-	// window into, from 1 to MaxSubWindows; each must be a whole number of
-	// microseconds. Zero means DefaultSubWindows. The other algorithms take
+	// window into, from 1 to 64; each must be a whole number of
+	// microseconds. Default 10. The other algorithms take
 	// none and reject a non-zero one.
 	SubWindows int64
 	// Anchored starts a key's window at its first request, and the next one
@@ -242,8 +246,8 @@ func NewLimit(p Params) (Limit, error) {
 	if p.Window%time.Microsecond != 0 {
 		return Limit{}, invalid("Window", p.Window, "must be a whole number of microseconds")
 	}
-	if p.Window > MaxWindow {
-		return Limit{}, invalid("Window", p.Window, "must be at most 366 days")
+	if p.Window > maxWindow {
+		return Limit{}, invalid("Window", p.Window, fmt.Sprintf("must be at most %d days", maxWindow/(24*time.Hour)))
 	}
 	l := Limit{p: p, w: p.Window.Microseconds()}
 	if p.SubWindows != 0 && p.Algorithm != SubWindowCounter {
@@ -257,7 +261,7 @@ func NewLimit(p Params) (Limit, error) {
 		if p.Burst != 0 {
 			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
 		}
-		if p.Limit > MaxProduct {
+		if p.Limit > maxProduct {
 			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^51")
 		}
 		l.max = p.Limit
@@ -265,8 +269,8 @@ func NewLimit(p Params) (Limit, error) {
 		if p.Burst != 0 {
 			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
 		}
-		if p.Limit > MaxLogLimit {
-			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("the sliding window log keeps one timestamp per request and takes at most %d; use the sliding window counter", MaxLogLimit))
+		if p.Limit > maxLogLimit {
+			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("the sliding window log keeps one timestamp per request and takes at most %d; use the sliding window counter", maxLogLimit))
 		}
 		l.max = p.Limit
 	case SlidingWindowCounter:
@@ -275,7 +279,7 @@ func NewLimit(p Params) (Limit, error) {
 		}
 		l.step = counterStep(l.w)
 		l.ws = l.w / l.step
-		if p.Limit > MaxProduct/l.ws {
+		if p.Limit > maxProduct/l.ws {
 			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("Limit × %d window steps would pass 2^51; lower the limit or use a rounder window", l.ws))
 		}
 		l.max = p.Limit
@@ -283,15 +287,15 @@ func NewLimit(p Params) (Limit, error) {
 		if p.Burst != 0 {
 			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
 		}
-		if p.Limit > MaxProduct {
+		if p.Limit > maxProduct {
 			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^51")
 		}
 		k := p.SubWindows
 		if k == 0 {
-			k = DefaultSubWindows
+			k = defaultSubWindows
 		}
-		if k < 1 || k > MaxSubWindows {
-			return Limit{}, invalid("SubWindows", p.SubWindows, fmt.Sprintf("must be from 1 to %d", MaxSubWindows))
+		if k < 1 || k > maxSubWindows {
+			return Limit{}, invalid("SubWindows", p.SubWindows, fmt.Sprintf("must be from 1 to %d", maxSubWindows))
 		}
 		if l.w%k != 0 {
 			return Limit{}, invalid("SubWindows", k, fmt.Sprintf("must divide Window (%dµs) into whole microseconds", l.w))
@@ -300,7 +304,7 @@ func NewLimit(p Params) (Limit, error) {
 		l.step, l.ws = l.w/k, k
 		l.max = p.Limit
 	default: // bucket algorithms
-		if p.Limit > MaxProduct {
+		if p.Limit > maxProduct {
 			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^51")
 		}
 		if p.Burst < 0 {
@@ -313,7 +317,7 @@ func NewLimit(p Params) (Limit, error) {
 		l.p.Burst = burst
 		g := gcd(p.Limit, l.w)
 		l.rl, l.el = p.Limit/g, l.w/g
-		if burst > MaxProduct/l.el {
+		if burst > maxProduct/l.el {
 			return Limit{}, invalid("Burst", burst, fmt.Sprintf("Burst × emission interval (%d/%d µs) would pass 2^51", l.el, l.rl))
 		}
 		l.tau = burst * l.el
@@ -362,7 +366,7 @@ func rateToWindow(perSecond float64) (int64, time.Duration, error) {
 	}
 	// Best rational approximation p/q of perSecond by continued fractions,
 	// q in seconds, kept small enough that the window fits.
-	const maxQ = int64(MaxWindow / time.Second)
+	const maxQ = int64(maxWindow / time.Second)
 	var p0, q0, p1, q1 int64 = 0, 1, 1, 0
 	x := perSecond
 	for range 64 {
@@ -372,7 +376,7 @@ func rateToWindow(perSecond float64) (int64, time.Duration, error) {
 		}
 		ai := int64(a)
 		p2, q2 := ai*p1+p0, ai*q1+q0
-		if q2 > maxQ || p2 > MaxProduct {
+		if q2 > maxQ || p2 > maxProduct {
 			break
 		}
 		p0, q0, p1, q1 = p1, q1, p2, q2

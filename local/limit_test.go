@@ -1,10 +1,12 @@
 package local_test
 
 import (
-	"errors"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -37,13 +39,10 @@ func TestNewLimitRejects(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := local.NewLimit(c.p)
-			if !errors.Is(err, local.ErrInvalidLimit) {
-				t.Fatalf("err = %v, want ErrInvalidLimit", err)
-			}
+			require.ErrorIs(t, err, local.ErrInvalidLimit)
 			var le *local.LimitError
-			if !errors.As(err, &le) || le.Field != c.field {
-				t.Fatalf("err = %v, want a *LimitError for %s", err, c.field)
-			}
+			require.ErrorAs(t, err, &le)
+			assert.Equal(t, c.field, le.Field, "err = %v, want a *LimitError for %s", err, c.field)
 		})
 	}
 }
@@ -65,15 +64,12 @@ func TestNewLimitAccepts(t *testing.T) {
 		{local.Params{Algorithm: local.LeakyBucket, Limit: 3, Window: time.Second}, 3, 0, 3},
 	} {
 		l, err := local.NewLimit(c.p)
-		if err != nil {
-			t.Errorf("%+v: %v", c.p, err)
+		if !assert.NoError(t, err, "%+v", c.p) {
 			continue
 		}
 		_, steps := l.Counter()
 		per, _, _ := l.Emission()
-		if l.MaxCost() != c.maxCost || steps != c.steps || per != c.per {
-			t.Errorf("%v: max cost %d, steps %d, per %d; want %d, %d, %d", l, l.MaxCost(), steps, per, c.maxCost, c.steps, c.per)
-		}
+		assert.Equal(t, [3]int64{c.maxCost, c.steps, c.per}, [3]int64{l.MaxCost(), steps, per}, "%v: max cost, steps, per", l)
 	}
 }
 
@@ -91,54 +87,46 @@ func TestNewRateLimit(t *testing.T) {
 		{1e9, 1e9, time.Second},
 	} {
 		l, err := local.NewRateLimit(local.TokenBucket, c.rate, 1)
-		if err != nil {
-			t.Errorf("rate %v: %v", c.rate, err)
+		if !assert.NoError(t, err, "rate %v", c.rate) {
 			continue
 		}
-		if l.Limit() != c.limit || l.Window() != c.window {
-			t.Errorf("rate %v: got %d/%v, want %d/%v", c.rate, l.Limit(), l.Window(), c.limit, c.window)
-		}
+		assert.Equal(t, c.limit, l.Limit(), "rate %v: limit", c.rate)
+		assert.Equal(t, c.window, l.Window(), "rate %v: window", c.rate)
 	}
 	for _, rate := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, -1, 1e13, 1e-12} {
 		_, err := local.NewRateLimit(local.GCRA, rate, 1)
 		var le *local.LimitError
-		if !errors.As(err, &le) || le.Field != "rate" {
-			t.Errorf("rate %v: err = %v, want a *LimitError for rate", rate, err)
+		if assert.ErrorAs(t, err, &le, "rate %v", rate) {
+			assert.Equal(t, "rate", le.Field, "rate %v: err = %v, want a *LimitError for rate", rate, err)
 		}
 	}
 	_, err := local.NewRateLimit(local.FixedWindow, 1, 1)
 	var le *local.LimitError
-	if !errors.As(err, &le) || le.Field != "Algorithm" {
-		t.Errorf("window algorithm: err = %v, want a *LimitError for Algorithm", err)
-	}
+	require.ErrorAs(t, err, &le, "window algorithm")
+	assert.Equal(t, "Algorithm", le.Field, "window algorithm: err = %v, want a *LimitError for Algorithm", err)
 }
 
 func TestAlgorithmText(t *testing.T) {
 	for _, a := range local.Algorithms() {
 		b, err := a.MarshalText()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "%v", a)
 		var back local.Algorithm
-		if err := back.UnmarshalText(b); err != nil || back != a {
-			t.Errorf("%v: round trip gave %v, %v", a, back, err)
-		}
+		assert.NoError(t, back.UnmarshalText(b), "%v: round trip", a)
+		assert.Equal(t, a, back, "%v: round trip", a)
 	}
 	for in, want := range map[string]local.Algorithm{
 		"Token-Bucket": local.TokenBucket, " gcra ": local.GCRA, "sliding window log": local.SlidingWindowLog,
 	} {
-		if got, err := local.ParseAlgorithm(in); err != nil || got != want {
-			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", in, got, err, want)
-		}
+		got, err := local.ParseAlgorithm(in)
+		assert.NoError(t, err, "ParseAlgorithm(%q)", in)
+		assert.Equal(t, want, got, "ParseAlgorithm(%q)", in)
 	}
 	for _, in := range []string{"", "leaky", "token_bucket2", "\x00"} {
-		if _, err := local.ParseAlgorithm(in); !errors.Is(err, local.ErrInvalidLimit) {
-			t.Errorf("ParseAlgorithm(%q): err = %v", in, err)
-		}
+		_, err := local.ParseAlgorithm(in)
+		assert.ErrorIs(t, err, local.ErrInvalidLimit, "ParseAlgorithm(%q)", in)
 	}
-	if _, err := local.Algorithm(0).MarshalText(); err == nil {
-		t.Error("the zero Algorithm marshalled")
-	}
+	_, err := local.Algorithm(0).MarshalText()
+	assert.Error(t, err, "the zero Algorithm marshalled")
 }
 
 func FuzzParseAlgorithm(f *testing.F) {
@@ -152,8 +140,7 @@ func FuzzParseAlgorithm(f *testing.F) {
 			return
 		}
 		again, err := local.ParseAlgorithm(a.String())
-		if err != nil || again != a {
-			t.Fatalf("%q parsed as %v, which does not round-trip", s, a)
-		}
+		require.NoError(t, err, "%q parsed as %v, which does not round-trip", s, a)
+		assert.Equal(t, a, again, "%q parsed as %v, which does not round-trip", s, a)
 	})
 }

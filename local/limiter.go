@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 )
 
@@ -42,30 +43,35 @@ func (o Overflow) String() string {
 	return fmt.Sprintf("Overflow(%d)", uint8(o))
 }
 
-// Defaults for Config.
+// Defaults of Config: docs/operating.md#defaults lists them, and
+// TestDefaults holds that table against them.
 const (
-	DefaultShards        = keyed.DefaultShards
-	DefaultMaxKeys       = keyed.DefaultMaxKeys
-	DefaultSweepInterval = time.Minute
+	defaultShards        = keyed.DefaultShards
+	defaultMaxKeys       = keyed.DefaultMaxKeys
+	defaultSweepInterval = config.SweepInterval
 )
 
+// maxShards bounds Config.Shards.
+const maxShards = keyed.MaxShards
+
 // Config configures a Limiter. The zero value is a usable configuration:
-// every field documents its default.
+// every field documents its default, and docs/operating.md#defaults lists
+// them all.
 type Config struct {
 	// Shards is the number of partitions of the key table, a power of two
 	// from 1 to 65,536. More shards spread the locking of inserts and sweeps.
-	// Lookups of existing keys take no shard lock. Default DefaultShards (64).
+	// Lookups of existing keys take no shard lock. Default 64.
 	Shards int
 	// MaxKeys caps the keys held. The cap is enforced per shard, at
-	// ⌈MaxKeys/Shards⌉ keys each. Default DefaultMaxKeys (1,048,576).
+	// ⌈MaxKeys/Shards⌉ keys each. Default 1,048,576.
 	MaxKeys int
 	// Overflow is the policy for new keys beyond MaxKeys. Default
 	// OverflowReject. Every overflow is counted in Stats.
 	Overflow Overflow
 	// Clock tells the time for the methods without an At suffix and for the
-	// background sweeper. Default: a CoarseClock of DefaultResolution (1ms)
-	// that the Limiter starts and Close stops. Pass a shared CoarseClock when
-	// running many limiters.
+	// background sweeper. Default: a CoarseClock of 1ms resolution that New
+	// starts and Close stops. Pass a shared CoarseClock when running many
+	// limiters.
 	//
 	// Eviction compares a key's state with a time, so all times a Limiter
 	// sees must be on one timeline: the times passed to the At methods must
@@ -75,14 +81,49 @@ type Config struct {
 	// replays) set NoBackgroundSweep and call SweepAt with their time.
 	Clock Clock
 	// SweepInterval is how often a background goroutine evicts the keys
-	// whose state is back to the initial state. Default
-	// DefaultSweepInterval (1 minute). Keys are also evicted as new keys
-	// arrive, judged at the new request's time: when a shard's table is
-	// about to grow or is full.
+	// whose state is back to the initial state. Default 1m. Keys are also
+	// evicted as new keys arrive, judged at the new request's time: when a
+	// shard's table is about to grow or is full.
 	SweepInterval time.Duration
 	// NoBackgroundSweep turns the sweeping goroutine off; call SweepAt to
 	// free idle keys. Default false.
 	NoBackgroundSweep bool
+}
+
+// withDefaults returns c with each zero field that has a default set to
+// it. Clock stays nil: New starts one.
+func (c Config) withDefaults() Config {
+	if c.Shards == 0 {
+		c.Shards = defaultShards
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = defaultMaxKeys
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = defaultSweepInterval
+	}
+	return c
+}
+
+// validate reports c's first bad field, c having its defaults, in an error
+// wrapping ErrInvalidConfig that names it. It builds nothing.
+func (c Config) validate() error {
+	switch {
+	case c.Shards < 1 || c.Shards > maxShards || c.Shards&(c.Shards-1) != 0:
+		return configError("Shards", c.Shards, fmt.Sprintf("must be a power of two from 1 to %d", maxShards))
+	case c.MaxKeys < 1:
+		return configError("MaxKeys", c.MaxKeys, "must be positive")
+	case c.Overflow > OverflowShared:
+		return configError("Overflow", uint8(c.Overflow), "unknown policy")
+	case c.SweepInterval < 0:
+		return configError("SweepInterval", c.SweepInterval, "must be positive")
+	}
+	return nil
+}
+
+// configError is the error of a bad Config field.
+func configError(field string, value any, reason string) error {
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
 }
 
 // Limiter limits requests per key under one Limit. Its keys are held in a
@@ -206,19 +247,15 @@ func idleKey(v *keyState, now int64) bool {
 
 // New returns a Limiter for lim. It returns an error wrapping ErrInvalidLimit
 // for an invalid lim and ErrInvalidConfig, naming the field, for a bad cfg.
-// New copies cfg and does not modify it.
+// New works on a copy of cfg, with its defaults filled in, and does not
+// modify the caller's.
 func New(lim Limit, cfg Config) (*Limiter, error) {
 	if !lim.Valid() {
 		return nil, fmt.Errorf("%w: zero Limit; build one with NewLimit", ErrInvalidLimit)
 	}
-	if cfg.Overflow > OverflowShared {
-		return nil, fmt.Errorf("%w: Overflow %d: unknown policy", ErrInvalidConfig, cfg.Overflow)
-	}
-	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = DefaultSweepInterval
-	}
-	if cfg.SweepInterval < 0 {
-		return nil, fmt.Errorf("%w: SweepInterval %v: must be positive", ErrInvalidConfig, cfg.SweepInterval)
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	l := &Limiter{clock: cfg.Clock, overflow: cfg.Overflow}
 	var err error
@@ -231,7 +268,7 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	l.shared.MakeStandalone() // never in the store, never evicted
 	l.shared.Value.lim.Store(p)
 	if l.clock == nil {
-		l.clock = NewCoarseClock(DefaultResolution)
+		l.clock = NewCoarseClock(defaultResolution)
 		l.ownClock = true
 	}
 	l.coarse, _ = l.clock.(*CoarseClock)

@@ -1,12 +1,14 @@
 package local_test
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
@@ -45,25 +47,15 @@ func TestConfigRejects(t *testing.T) {
 		{local.Config{SweepInterval: -time.Second}, "SweepInterval"},
 	} {
 		_, err := local.New(lim, c.cfg)
-		if !errors.Is(err, local.ErrInvalidConfig) || !contains(err.Error(), c.field) {
-			t.Errorf("%+v: err = %v, want ErrInvalidConfig naming %s", c.cfg, err, c.field)
+		if !assert.ErrorIs(t, err, local.ErrInvalidConfig, "%+v", c.cfg) {
+			continue
 		}
-		if errors.Is(err, keyed.ErrInvalidConfig) || contains(err.Error(), "keyed") {
-			t.Errorf("%+v: err = %v, carries the store's own error", c.cfg, err)
-		}
+		assert.ErrorContains(t, err, c.field, "%+v: want ErrInvalidConfig naming %s", c.cfg, c.field)
+		assert.NotErrorIs(t, err, keyed.ErrInvalidConfig, "%+v: carries the store's own error", c.cfg)
+		assert.NotContains(t, err.Error(), "keyed", "%+v: carries the store's own error", c.cfg)
 	}
-	if _, err := local.New(local.Limit{}, local.Config{}); !errors.Is(err, local.ErrInvalidLimit) {
-		t.Errorf("zero Limit: err = %v", err)
-	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
+	_, err := local.New(local.Limit{}, local.Config{})
+	assert.ErrorIs(t, err, local.ErrInvalidLimit, "zero Limit")
 }
 
 func TestNewCopiesConfig(t *testing.T) {
@@ -71,13 +63,9 @@ func TestNewCopiesConfig(t *testing.T) {
 	cfg := local.Config{MaxKeys: 10}
 	want := cfg
 	l, err := local.New(eachAlgorithm()[0], cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
-	if cfg != want {
-		t.Fatalf("New modified its config: %+v", cfg)
-	}
+	assert.Equal(t, want, cfg, "New modified its config")
 }
 
 // TestCloseStopsEverything starts a Limiter with its default clock and
@@ -85,28 +73,19 @@ func TestNewCopiesConfig(t *testing.T) {
 func TestCloseStopsEverything(t *testing.T) {
 	leakcheck.Check(t)
 	l, err := local.New(eachAlgorithm()[3], local.Config{SweepInterval: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !l.Allow("k").Allowed() {
-		t.Fatal("first request rejected")
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	assert.True(t, l.Allow("k").Allowed(), "first request rejected")
+	require.NoError(t, l.Close())
+	require.NoError(t, l.Close(), "the second Close")
 	// Decisions still work after Close, on time.Now.
-	if d := l.AllowN("k", 0); !d.Allowed() {
-		t.Fatalf("after Close: %+v", d)
-	}
+	d := l.AllowN("k", 0)
+	assert.True(t, d.Allowed(), "after Close: %+v", d)
 	c := local.NewCoarseClock(time.Millisecond)
 	c.Close()
 	c.Close()
-	if since := time.Since(c.Now()); since < 0 || since > time.Minute {
-		t.Fatalf("closed coarse clock is off by %v", since)
-	}
+	got := c.Now()
+	now := time.Now()
+	assert.WithinRange(t, got, now.Add(-time.Minute), now, "a closed coarse clock's time, against time.Now")
 }
 
 // TestEvictsOnlyInitialState: a key is kept while anything it consumed
@@ -116,22 +95,16 @@ func TestEvictsOnlyInitialState(t *testing.T) {
 		t.Run(lim.Algorithm().String(), func(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{})
 			d := l.AllowNAt(t0, "victim", 3)
-			if !d.Allowed() || d.ResetAfter() <= 0 {
-				t.Fatalf("%+v", d)
-			}
-			if n := l.SweepAt(t0.Add(d.ResetAfter() - time.Microsecond)); n != 0 || l.Len() != 1 {
-				t.Fatalf("swept %d before reset-after; %d keys held", n, l.Len())
-			}
-			if n := l.SweepAt(t0.Add(d.ResetAfter())); n != 1 || l.Len() != 0 {
-				t.Fatalf("swept %d at reset-after; %d keys held", n, l.Len())
-			}
-			if s := l.Stats(); s.Evictions != 1 {
-				t.Fatalf("stats %+v", s)
-			}
+			require.True(t, d.Allowed(), "%+v", d)
+			require.Positive(t, d.ResetAfter(), "%+v", d)
+			require.Zero(t, l.SweepAt(t0.Add(d.ResetAfter()-time.Microsecond)), "swept before reset-after")
+			require.Equal(t, 1, l.Len(), "keys held before reset-after")
+			require.Equal(t, 1, l.SweepAt(t0.Add(d.ResetAfter())), "swept at reset-after")
+			require.Zero(t, l.Len(), "keys held after reset-after")
+			assert.Equal(t, uint64(1), l.Stats().Evictions, "evictions in the stats")
 			// Evicted means forgotten, which is exactly the initial state.
-			if d := l.AllowNAt(t0.Add(d.ResetAfter()), "victim", 0); d.Remaining() != lim.MaxCost() {
-				t.Fatalf("after eviction: %+v", d)
-			}
+			after := l.AllowNAt(t0.Add(d.ResetAfter()), "victim", 0)
+			assert.Equal(t, lim.MaxCost(), after.Remaining(), "after eviction: %+v", after)
 		})
 	}
 }
@@ -156,34 +129,29 @@ func TestFullTableKeepsVictimsBudget(t *testing.T) {
 					overflowed++
 				}
 			}
-			if d := l.AllowAt(t0, "victim"); d.Allowed() {
-				t.Fatalf("victim's budget was reset: %+v", d)
-			}
+			d := l.AllowAt(t0, "victim")
+			assert.False(t, d.Allowed(), "victim's budget was reset: %+v", d)
 			held := 63 // the victim and 63 flood keys
 			switch policy {
 			case local.OverflowReject:
-				if admitted != held || overflowed != 10000-held {
-					t.Fatalf("admitted %d, overflowed %d", admitted, overflowed)
-				}
+				assert.Equal(t, held, admitted, "admitted")
+				assert.Equal(t, 10000-held, overflowed, "overflowed")
 			case local.OverflowAllow:
-				if admitted != 10000 || overflowed != 10000-held {
-					t.Fatalf("admitted %d, overflowed %d", admitted, overflowed)
-				}
+				assert.Equal(t, 10000, admitted, "admitted")
+				assert.Equal(t, 10000-held, overflowed, "overflowed")
 			case local.OverflowShared:
 				// The overflowing keys share one budget of 3.
-				if admitted != held+3 {
-					t.Fatalf("admitted %d", admitted)
-				}
+				assert.Equal(t, held+3, admitted, "admitted")
 			}
-			if s := l.Stats(); s.Keys != 64 || s.Overflows != uint64(10000-held) {
-				t.Fatalf("stats %+v", s)
-			}
+			s := l.Stats()
+			assert.Equal(t, 64, s.Keys, "keys in the stats %+v", s)
+			assert.Equal(t, uint64(10000-held), s.Overflows, "overflows in the stats %+v", s)
 			// Once the flood keys are idle, new keys get in again: the
 			// insert sweeps make room.
 			later := t0.Add(2 * time.Minute)
-			if d := l.AllowAt(later, "newcomer"); !d.Allowed() || d.Reason() != local.ReasonOK {
-				t.Fatalf("newcomer after the flood: %+v", d)
-			}
+			d = l.AllowAt(later, "newcomer")
+			assert.True(t, d.Allowed(), "newcomer after the flood: %+v", d)
+			assert.Equal(t, local.ReasonOK, d.Reason(), "newcomer after the flood: %+v", d)
 		})
 	}
 }
@@ -193,21 +161,15 @@ func TestManyKeysGrowAndSweep(t *testing.T) {
 	l := newLimiter(t, lim, local.Config{Shards: 4})
 	const n = 50000
 	for i := range n {
-		if !l.AllowAt(t0, fmt.Sprint(i)).Allowed() {
-			t.Fatalf("key %d rejected", i)
-		}
+		require.True(t, l.AllowAt(t0, fmt.Sprint(i)).Allowed(), "key %d rejected", i)
 	}
-	if l.Len() != n {
-		t.Fatalf("%d keys held, want %d", l.Len(), n)
-	}
+	require.Equal(t, n, l.Len(), "keys held")
 	for i := range n { // every key found again: its second request sees the first
-		if d := l.AllowNAt(t0, fmt.Sprint(i), 0); d.Remaining() != 9 {
-			t.Fatalf("key %d: %+v", i, d)
-		}
+		d := l.AllowNAt(t0, fmt.Sprint(i), 0)
+		require.Equal(t, int64(9), d.Remaining(), "key %d: %+v", i, d)
 	}
-	if evicted := l.SweepAt(t0.Add(time.Second)); evicted != n || l.Len() != 0 {
-		t.Fatalf("evicted %d, %d left", evicted, l.Len())
-	}
+	assert.Equal(t, n, l.SweepAt(t0.Add(time.Second)), "evicted")
+	assert.Zero(t, l.Len(), "keys left")
 }
 
 func TestAnyKeyBytes(t *testing.T) {
@@ -219,14 +181,10 @@ func TestAnyKeyBytes(t *testing.T) {
 	}
 	keys := []string{"", "{", "}", "a:b", "\n", "\xff\xfe", string(big), string(big[:len(big)-1]), "\x00"}
 	for _, k := range keys {
-		if !l.AllowAt(t0, k).Allowed() {
-			t.Fatalf("key %q rejected on first use", k[:min(len(k), 8)])
-		}
+		assert.True(t, l.AllowAt(t0, k).Allowed(), "key %q rejected on first use", k[:min(len(k), 8)])
 	}
 	for _, k := range keys {
-		if l.AllowAt(t0, k).Allowed() {
-			t.Fatalf("key %q admitted twice", k[:min(len(k), 8)])
-		}
+		assert.False(t, l.AllowAt(t0, k).Allowed(), "key %q admitted twice", k[:min(len(k), 8)])
 	}
 }
 
@@ -247,17 +205,14 @@ func TestSetLimitSameBucket(t *testing.T) {
 			}
 			// 100 ms later 0.3 of a token has come back: a conversion through
 			// whole tokens would drop it.
-			if err := l.SetLimit(to); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, l.SetLimit(to))
 			for _, step := range []struct {
 				at time.Duration
 				n  int64
 			}{{100 * time.Millisecond, 0}, {100 * time.Millisecond, 1}, {500 * time.Millisecond, 2}, {700 * time.Millisecond, 1}, {2 * time.Second, 3}} {
 				at := t0.Add(step.at)
-				if got, want := l.AllowNAt(at, "k", step.n), ref.AllowNAt(at, "k", step.n); got != want {
-					t.Fatalf("at +%v n=%d: %+v, want %+v as if the limit had not changed", step.at, step.n, got, want)
-				}
+				got, want := l.AllowNAt(at, "k", step.n), ref.AllowNAt(at, "k", step.n)
+				require.Equal(t, want.Outcome(), got.Outcome(), "at +%v n=%d: want the decision as if the limit had not changed", step.at, step.n)
 			}
 		})
 	}
@@ -283,38 +238,34 @@ func TestSetLimitKeepsConsumption(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := newLimiter(t, c.from, local.Config{})
-			if !l.AllowNAt(t0, "k", c.consume).Allowed() {
-				t.Fatal("setup rejected")
-			}
-			if err := l.SetLimit(c.to); err != nil {
-				t.Fatal(err)
-			}
-			if d := l.AllowNAt(t0, "k", 0); d.Remaining() != c.wantRemains || d.Limit() != c.to.MaxCost() {
-				t.Fatalf("after SetLimit: %+v, want remaining %d", d, c.wantRemains)
-			}
+			require.True(t, l.AllowNAt(t0, "k", c.consume).Allowed(), "setup rejected")
+			require.NoError(t, l.SetLimit(c.to))
+			d := l.AllowNAt(t0, "k", 0)
+			assert.Equal(t, c.wantRemains, d.Remaining(), "after SetLimit: %+v", d)
+			assert.Equal(t, c.to.MaxCost(), d.Limit(), "after SetLimit: %+v", d)
 		})
 	}
 	l := newLimiter(t, fw(1), local.Config{})
-	if err := l.SetLimit(local.Limit{}); !errors.Is(err, local.ErrInvalidLimit) {
-		t.Fatalf("SetLimit(zero) = %v", err)
-	}
+	assert.ErrorIs(t, l.SetLimit(local.Limit{}), local.ErrInvalidLimit, "SetLimit(zero)")
 }
 
 func TestCostReasons(t *testing.T) {
 	for _, lim := range eachAlgorithm() {
 		l := newLimiter(t, lim, local.Config{})
-		if d := l.AllowNAt(t0, "k", lim.MaxCost()+1); d.Allowed() || d.Reason() != local.ReasonCostTooHigh || d.RetryAfter() != 0 {
-			t.Errorf("%v: cost above max: %+v", lim, d)
-		}
-		if d := l.AllowNAt(t0, "k", -1); d.Allowed() || d.Reason() != local.ReasonInvalidCost {
-			t.Errorf("%v: negative cost: %+v", lim, d)
-		}
-		if d := l.AllowNAt(t0, "k", lim.MaxCost()); !d.Allowed() || d.Remaining() != 0 {
-			t.Errorf("%v: cost equal to max: %+v", lim, d)
-		}
-		if d := l.AllowNAt(t0, "k", 1); d.Allowed() || d.Reason() != local.ReasonLimited || d.RetryAfter() <= 0 {
-			t.Errorf("%v: exhausted: %+v", lim, d)
-		}
+		d := l.AllowNAt(t0, "k", lim.MaxCost()+1)
+		assert.False(t, d.Allowed(), "%v: cost above max: %+v", lim, d)
+		assert.Equal(t, local.ReasonCostTooHigh, d.Reason(), "%v: cost above max: %+v", lim, d)
+		assert.Zero(t, d.RetryAfter(), "%v: cost above max: %+v", lim, d)
+		d = l.AllowNAt(t0, "k", -1)
+		assert.False(t, d.Allowed(), "%v: negative cost: %+v", lim, d)
+		assert.Equal(t, local.ReasonInvalidCost, d.Reason(), "%v: negative cost: %+v", lim, d)
+		d = l.AllowNAt(t0, "k", lim.MaxCost())
+		assert.True(t, d.Allowed(), "%v: cost equal to max: %+v", lim, d)
+		assert.Zero(t, d.Remaining(), "%v: cost equal to max: %+v", lim, d)
+		d = l.AllowNAt(t0, "k", 1)
+		assert.False(t, d.Allowed(), "%v: exhausted: %+v", lim, d)
+		assert.Equal(t, local.ReasonLimited, d.Reason(), "%v: exhausted: %+v", lim, d)
+		assert.Positive(t, d.RetryAfter(), "%v: exhausted: %+v", lim, d)
 	}
 }
 
@@ -331,21 +282,18 @@ func TestNoAllocations(t *testing.T) {
 			now = now.Add(time.Second)
 			l.AllowAt(now, "hot")
 		}
-		if a := testing.AllocsPerRun(1000, func() {
+		a := testing.AllocsPerRun(1000, func() {
 			now = now.Add(time.Second)
 			l.AllowAt(now, "hot")
-		}); a != 0 {
-			t.Errorf("%v: AllowAt allocates %v per call", lim, a)
-		}
-		if a := testing.AllocsPerRun(1000, func() { l.Allow("hot") }); a != 0 {
-			t.Errorf("%v: Allow allocates %v per call", lim, a)
-		}
+		})
+		assert.Zero(t, a, "%v: AllowAt's allocations per call", lim)
+		a = testing.AllocsPerRun(1000, func() { l.Allow("hot") })
+		assert.Zero(t, a, "%v: Allow's allocations per call", lim)
 		reqs := []local.Request{{l, "hot", 0}, {l, "other", 0}}
 		out := make([]local.Decision, 2)
 		local.AllowMultiAt(now, reqs, out)
-		if a := testing.AllocsPerRun(1000, func() { local.AllowMultiAt(now, reqs, out) }); a != 0 {
-			t.Errorf("%v: AllowMultiAt allocates %v per call", lim, a)
-		}
+		a = testing.AllocsPerRun(1000, func() { local.AllowMultiAt(now, reqs, out) })
+		assert.Zero(t, a, "%v: AllowMultiAt's allocations per call", lim)
 	}
 }
 
@@ -368,9 +316,7 @@ func TestConcurrentExact(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			if got := admitted.Load(); got != big.MaxCost() {
-				t.Fatalf("admitted %d of 4000, want exactly %d", got, big.MaxCost())
-			}
+			assert.Equal(t, big.MaxCost(), admitted.Load(), "requests admitted of 4000, want exactly the limit")
 		})
 	}
 }
@@ -383,14 +329,13 @@ func TestTimeFarBackwards(t *testing.T) {
 	for _, lim := range append(eachAlgorithm(), fast) {
 		t.Run(lim.String(), func(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{})
-			if !l.AllowNAt(t0, "k", lim.MaxCost()).Allowed() {
-				t.Fatal("setup rejected")
-			}
+			require.True(t, l.AllowNAt(t0, "k", lim.MaxCost()).Allowed(), "setup rejected")
 			for _, back := range []time.Time{{}, time.Unix(0, 0), t0.Add(-time.Hour), t0.Add(-time.Microsecond)} {
 				d := l.AllowAt(back, "k")
-				if d.Allowed() || d.Remaining() < 0 || d.ResetAfter() < 0 || d.RetryAfter() <= 0 {
-					t.Fatalf("at %v: %+v", back, d)
-				}
+				assert.False(t, d.Allowed(), "at %v: %+v", back, d)
+				assert.GreaterOrEqual(t, d.Remaining(), int64(0), "at %v: %+v", back, d)
+				assert.GreaterOrEqual(t, d.ResetAfter(), time.Duration(0), "at %v: %+v", back, d)
+				assert.Positive(t, d.RetryAfter(), "at %v: %+v", back, d)
 			}
 		})
 	}
@@ -412,22 +357,18 @@ func TestOverflowReasonsAgree(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{Shards: 1, MaxKeys: 1, Overflow: c.policy})
 			l.AllowAt(t0, "held")
 			d := l.AllowAt(t0, "new")
-			if d.Allowed() != c.allowOK || d.Reason() != local.ReasonOverflow {
-				t.Fatalf("Allow: %+v", d)
-			}
+			assert.Equal(t, c.allowOK, d.Allowed(), "Allow: %+v", d)
+			assert.Equal(t, local.ReasonOverflow, d.Reason(), "Allow: %+v", d)
 			r, err := l.ReserveAt(t0, "other", 1, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			// The shared budget of 1 went to "new" above: Reserve must wait
 			// for it, which a max delay of 0 refuses.
 			wantOK := c.reserveOK && c.policy != local.OverflowShared
-			if r.OK != wantOK || r.Reason != local.ReasonOverflow {
-				t.Fatalf("Reserve: %+v", r)
-			}
-			if d := l.AllowAt(t0, "third"); d.Allowed() != c.secondAllow || d.Reason() != local.ReasonOverflow {
-				t.Fatalf("second Allow: %+v", d)
-			}
+			assert.Equal(t, wantOK, r.OK, "Reserve: %+v", r)
+			assert.Equal(t, local.ReasonOverflow, r.Reason, "Reserve: %+v", r)
+			d = l.AllowAt(t0, "third")
+			assert.Equal(t, c.secondAllow, d.Allowed(), "second Allow: %+v", d)
+			assert.Equal(t, local.ReasonOverflow, d.Reason(), "second Allow: %+v", d)
 		})
 	}
 }
@@ -491,12 +432,8 @@ func TestAllowMultiSurvivesSetLimit(t *testing.T) {
 			stop()
 			flipped.SetLimit(c.big)
 			now := t0.Add(time.Minute)
-			if got := c.big.MaxCost() - flipped.AllowNAt(now, "k", 0).Remaining(); got != admitted {
-				t.Fatalf("flipped rule charged %d, %d multi decisions admitted", got, admitted)
-			}
-			if got := int64(1<<20) - other.AllowNAt(now, "k", 0).Remaining(); got != admitted {
-				t.Fatalf("other rule charged %d, %d admitted", got, admitted)
-			}
+			assert.Equal(t, admitted, c.big.MaxCost()-flipped.AllowNAt(now, "k", 0).Remaining(), "the flipped rule's charge, against the multi decisions admitted")
+			assert.Equal(t, admitted, int64(1<<20)-other.AllowNAt(now, "k", 0).Remaining(), "the other rule's charge, against the multi decisions admitted")
 		})
 	}
 }
@@ -539,9 +476,9 @@ func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
 	wg.Wait()
 	flips := stop()
 	most := gcra.Burst() + gcra.Limit()*ms // burst + rate × 50ms
-	if got := admitted.Load(); got > most || got < most/2 {
-		t.Fatalf("admitted %d over %dms, want at most %d (burst + rate × time) and at least half that", got, ms, most)
-	}
+	got := admitted.Load()
+	assert.LessOrEqual(t, got, most, "admitted over %dms, want at most burst + rate × time", ms)
+	assert.GreaterOrEqual(t, got, most/2, "admitted over %dms, want at least half of burst + rate × time", ms)
 	t.Logf("admitted %d of at most %d; %d limit changes, %d evictions", admitted.Load(), most, flips, swept)
 }
 
@@ -596,9 +533,7 @@ func TestSweepsRaceDecisions(t *testing.T) {
 				close(stop)
 				evictions += <-swept
 				for k := range admitted {
-					if got := admitted[k].Load(); got != lim.MaxCost() {
-						t.Fatalf("phase %d, key %d: admitted %d of %d, want exactly %d", phase, k, got, perKey, lim.MaxCost())
-					}
+					require.Equal(t, lim.MaxCost(), admitted[k].Load(), "phase %d, key %d: admitted of %d", phase, k, perKey)
 				}
 			}
 			t.Logf("%d evictions raced %d phases of decisions", evictions, phases)

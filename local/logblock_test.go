@@ -3,6 +3,9 @@ package local
 import (
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // logAt admits n requests for key at distinct microseconds from at, and
@@ -10,9 +13,8 @@ import (
 func logAt(t *testing.T, l *Limiter, key string, at time.Time, n int) {
 	t.Helper()
 	for i := range n {
-		if d := l.AllowAt(at.Add(time.Duration(i)*time.Microsecond), key); !d.Allowed() {
-			t.Fatalf("%s: request %d rejected: %+v", key, i, d)
-		}
+		d := l.AllowAt(at.Add(time.Duration(i)*time.Microsecond), key)
+		require.True(t, d.Allowed(), "%s: request %d rejected: %+v", key, i, d)
 	}
 }
 
@@ -38,56 +40,39 @@ func TestLogInItsEntry(t *testing.T) {
 	at := time.UnixMicro(1 << 40)
 	now := at.UnixMicro()
 	l, err := New(logLimit(8), Config{NoBackgroundSweep: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 
 	logAt(t, l, "small", at, 2) // within the first pairs
 	logAt(t, l, "grown", at, 6) // past them: the ring moves to a buffer of its own
-	if st, pairs := inPlace(t, l, "small", now); !st || !pairs {
-		t.Fatalf("small: state in place %v, pairs in place %v; want both", st, pairs)
-	}
-	if st, pairs := inPlace(t, l, "grown", now); !st || pairs {
-		t.Fatalf("grown: state in place %v, pairs in place %v; want the state only", st, pairs)
-	}
+	st, pairs := inPlace(t, l, "small", now)
+	assert.Equal(t, [2]bool{true, true}, [2]bool{st, pairs}, "small: state and pairs in place; want both")
+	st, pairs = inPlace(t, l, "grown", now)
+	assert.Equal(t, [2]bool{true, false}, [2]bool{st, pairs}, "grown: state and pairs in place; want the state only")
 
 	old := l.store.Get("small", now)
-	if err := l.SetLimit(logLimit(10)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, l.SetLimit(logLimit(10)))
 	for key, held := range map[string]int64{"small": 2, "grown": 6} {
-		if d := l.AllowNAt(at, key, 0); d.Remaining() != 10-held {
-			t.Fatalf("%s after SetLimit: remaining %d, want %d", key, d.Remaining(), 10-held)
-		}
+		assert.Equal(t, 10-held, l.AllowNAt(at, key, 0).Remaining(), "%s after SetLimit: remaining", key)
 	}
-	if l.store.Get("small", now) == old {
-		t.Fatal("small: the new limit did not give the key a new entry")
-	}
-	if st, pairs := inPlace(t, l, "small", now); !st || !pairs {
-		t.Fatalf("small after SetLimit: state in place %v, pairs in place %v; want both", st, pairs)
-	}
-	if st, _ := inPlace(t, l, "grown", now); !st {
-		t.Fatal("grown after SetLimit: its state stayed in the old entry")
-	}
+	assert.NotSame(t, old, l.store.Get("small", now), "small: the new limit did not give the key a new entry")
+	st, pairs = inPlace(t, l, "small", now)
+	assert.Equal(t, [2]bool{true, true}, [2]bool{st, pairs}, "small after SetLimit: state and pairs in place; want both")
+	st, _ = inPlace(t, l, "grown", now)
+	assert.True(t, st, "grown after SetLimit: its state stayed in the old entry")
 
 	// A key under a packed limit has a plain entry; carried over to a log,
 	// it starts afresh in the room of its new entry.
 	fw := MustLimit(Params{Algorithm: FixedWindow, Limit: 8, Window: time.Minute})
-	if err := l.SetLimit(fw); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, l.SetLimit(fw))
 	logAt(t, l, "packed", at, 3)
-	if v := &l.store.Get("packed", now).Value; v.spare != nil || v.st != nil {
-		t.Fatalf("packed: spare %p, st %p; want neither", v.spare, v.st)
-	}
-	if err := l.SetLimit(logLimit(8)); err != nil {
-		t.Fatal(err)
-	}
-	if d := l.AllowAt(at.Add(time.Second), "packed"); !d.Allowed() || d.Remaining() != 7 {
-		t.Fatalf("packed after SetLimit: %+v, want admitted with 7 remaining", d)
-	}
-	if st, pairs := inPlace(t, l, "packed", now); !st || !pairs {
-		t.Fatalf("packed after SetLimit: state in place %v, pairs in place %v; want both", st, pairs)
-	}
+	v := &l.store.Get("packed", now).Value
+	assert.Nil(t, v.spare, "packed: a spare; want none")
+	assert.Nil(t, v.st, "packed: a state; want none")
+	require.NoError(t, l.SetLimit(logLimit(8)))
+	d := l.AllowAt(at.Add(time.Second), "packed")
+	assert.True(t, d.Allowed(), "packed after SetLimit: %+v, want admitted", d)
+	assert.Equal(t, int64(7), d.Remaining(), "packed after SetLimit: remaining")
+	st, pairs = inPlace(t, l, "packed", now)
+	assert.Equal(t, [2]bool{true, true}, [2]bool{st, pairs}, "packed after SetLimit: state and pairs in place; want both")
 }

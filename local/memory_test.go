@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -91,9 +94,8 @@ func TestMemoryPerKey(t *testing.T) {
 	})
 	runtime.KeepAlive(clones)
 	clones = nil
-	if keyBytes < float64(len(keys[0])) || keyBytes > 2*float64(len(keys[0])) {
-		t.Fatalf("a %d-byte key clone measured %.1f bytes: the measurement is off", len(keys[0]), keyBytes)
-	}
+	require.GreaterOrEqual(t, keyBytes, float64(len(keys[0])), "a %d-byte key clone measured in bytes: the measurement is off", len(keys[0]))
+	require.LessOrEqual(t, keyBytes, 2*float64(len(keys[0])), "a %d-byte key clone measured in bytes: the measurement is off", len(keys[0]))
 
 	type row struct {
 		name          string
@@ -108,17 +110,13 @@ func TestMemoryPerKey(t *testing.T) {
 	measure := func(p local.Params, keys []string, perKeyCalls int64, later bool) row {
 		t.Helper()
 		lim, err := local.NewLimit(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		l, err := local.New(lim, local.Config{
 			Clock:             local.SystemClock{},
 			NoBackgroundSweep: true,
 			MaxKeys:           1 << 30,
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer l.Close()
 		denied := 0
 		total := perKey(len(keys), func() {
@@ -135,12 +133,8 @@ func TestMemoryPerKey(t *testing.T) {
 			}
 		})
 		runtime.KeepAlive(l)
-		if denied > 0 {
-			t.Fatalf("%v: %d requests denied; every key must be admitted to be held", lim, denied)
-		}
-		if got := l.Len(); got != len(keys) {
-			t.Fatalf("%v: %d keys held, want %d", lim, got, len(keys))
-		}
+		require.Zero(t, denied, "%v: requests denied; every key must be admitted to be held", lim)
+		require.Equal(t, len(keys), l.Len(), "%v: keys held", lim)
 		return row{name: p.Algorithm.String(), limit: p.Limit, keys: len(keys), total: total, budget: memBudgetPerKey}
 	}
 
@@ -187,8 +181,6 @@ func TestMemoryPerKey(t *testing.T) {
 	for _, r := range rows {
 		held := r.total - keyBytes
 		t.Logf("%-40s %6d %8d %11.1f %16.1f %8.0f", r.name, r.limit, r.keys, r.total, held, r.budget)
-		if held > r.budget {
-			t.Errorf("%s (limit %d): %.1f bytes per key besides the key, budget %.0f", r.name, r.limit, held, r.budget)
-		}
+		assert.LessOrEqual(t, held, r.budget, "%s (limit %d): bytes per key besides the key, within the budget", r.name, r.limit)
 	}
 }

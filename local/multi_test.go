@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -14,68 +17,48 @@ func TestAllowMultiAllOrNone(t *testing.T) {
 	reqs := []local.Request{{perSecond, "u1", 1}, {perMinute, "u1", 1}}
 	out := make([]local.Decision, 2)
 
-	if !local.AllowMultiAt(t0, reqs, out) || !out[0].Allowed() || !out[1].Allowed() || out[0].Remaining() != 1 || out[1].Remaining() != 2 {
-		t.Fatalf("first: %+v", out)
-	}
-	if !local.AllowMultiAt(t0, reqs, out) {
-		t.Fatalf("second: %+v", out)
-	}
+	require.True(t, local.AllowMultiAt(t0, reqs, out), "first: %+v", out)
+	assert.True(t, out[0].Allowed(), "first, bucket: %+v", out[0])
+	assert.True(t, out[1].Allowed(), "first, window: %+v", out[1])
+	assert.Equal(t, int64(1), out[0].Remaining(), "first, bucket: remaining")
+	assert.Equal(t, int64(2), out[1].Remaining(), "first, window: remaining")
+	require.True(t, local.AllowMultiAt(t0, reqs, out), "second: %+v", out)
 	// The per-second bucket is empty: nothing is charged, the per-minute
 	// window keeps its last unit.
-	if local.AllowMultiAt(t0, reqs, out) {
-		t.Fatal("third admitted")
-	}
-	if out[0].Allowed() || out[0].Reason() != local.ReasonLimited || out[0].RetryAfter() != 100*time.Millisecond {
-		t.Fatalf("third, bucket: %+v", out[0])
-	}
-	if out[1].Allowed() || out[1].Reason() != local.ReasonOK || out[1].Remaining() != 1 {
-		t.Fatalf("third, window (had room, not charged): %+v", out[1])
-	}
-	if d := perMinute.AllowNAt(t0, "u1", 0); d.Remaining() != 1 {
-		t.Fatalf("window was charged by a refused multi: %+v", d)
-	}
+	require.False(t, local.AllowMultiAt(t0, reqs, out), "third admitted")
+	assert.False(t, out[0].Allowed(), "third, bucket: %+v", out[0])
+	assert.Equal(t, local.ReasonLimited, out[0].Reason(), "third, bucket: %+v", out[0])
+	assert.Equal(t, 100*time.Millisecond, out[0].RetryAfter(), "third, bucket: %+v", out[0])
+	assert.False(t, out[1].Allowed(), "third, window (had room, not charged): %+v", out[1])
+	assert.Equal(t, local.ReasonOK, out[1].Reason(), "third, window (had room, not charged): %+v", out[1])
+	assert.Equal(t, int64(1), out[1].Remaining(), "third, window (had room, not charged): %+v", out[1])
+	assert.Equal(t, int64(1), perMinute.AllowNAt(t0, "u1", 0).Remaining(), "window's remaining: charged by a refused multi")
 	later := t0.Add(100 * time.Millisecond)
-	if !local.AllowMultiAt(later, reqs, out) || out[1].Remaining() != 0 {
-		t.Fatalf("after retry-after: %+v", out)
-	}
+	require.True(t, local.AllowMultiAt(later, reqs, out), "after retry-after: %+v", out)
+	assert.Equal(t, int64(0), out[1].Remaining(), "after retry-after, window: %+v", out[1])
 }
 
 func TestAllowMultiSameKeyTwice(t *testing.T) {
 	l := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Minute}), local.Config{})
 	out := make([]local.Decision, 2)
 	reqs := []local.Request{{l, "k", 2}, {l, "k", 3}}
-	if !local.AllowMultiAt(t0, reqs, out) || out[0].Remaining() != 0 || out[1].Remaining() != 0 {
-		t.Fatalf("2 + 3 of 5: %+v", out)
-	}
-	if local.AllowMultiAt(t0, []local.Request{{l, "j", 3}, {l, "j", 3}}, out) {
-		t.Fatal("3 + 3 of 5 admitted")
-	}
-	if d := l.AllowNAt(t0, "j", 0); d.Remaining() != 5 {
-		t.Fatalf("refused multi charged: %+v", d)
-	}
+	require.True(t, local.AllowMultiAt(t0, reqs, out), "2 + 3 of 5: %+v", out)
+	assert.Equal(t, []int64{0, 0}, []int64{out[0].Remaining(), out[1].Remaining()}, "2 + 3 of 5: remaining")
+	assert.False(t, local.AllowMultiAt(t0, []local.Request{{l, "j", 3}, {l, "j", 3}}, out), "3 + 3 of 5 admitted")
+	assert.Equal(t, int64(5), l.AllowNAt(t0, "j", 0).Remaining(), "remaining: a refused multi charged")
 }
 
 func TestAllowMultiBadCostChargesNothing(t *testing.T) {
 	a := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Minute}), local.Config{})
 	out := make([]local.Decision, 3)
-	if local.AllowMultiAt(t0, []local.Request{{a, "k", 1}, {a, "x", 6}, {a, "y", -1}}, out) {
-		t.Fatal("admitted")
-	}
-	if out[1].Reason() != local.ReasonCostTooHigh || out[2].Reason() != local.ReasonInvalidCost || out[0].Reason() != local.ReasonOK || out[0].Allowed() {
-		t.Fatalf("%+v", out)
-	}
-	if d := a.AllowNAt(t0, "k", 0); d.Remaining() != 5 {
-		t.Fatalf("charged: %+v", d)
-	}
-	if !local.AllowMultiAt(t0, nil, nil) || !local.AllowMulti(nil, nil) {
-		t.Fatal("no requests must be admitted")
-	}
-	defer func() {
-		if recover() == nil {
-			t.Fatal("short out did not panic")
-		}
-	}()
-	local.AllowMultiAt(t0, []local.Request{{a, "k", 1}}, nil)
+	require.False(t, local.AllowMultiAt(t0, []local.Request{{a, "k", 1}, {a, "x", 6}, {a, "y", -1}}, out), "admitted")
+	assert.Equal(t, []local.Reason{local.ReasonOK, local.ReasonCostTooHigh, local.ReasonInvalidCost},
+		[]local.Reason{out[0].Reason(), out[1].Reason(), out[2].Reason()}, "reasons: %+v", out)
+	assert.False(t, out[0].Allowed(), "the good request, refused with the others: %+v", out[0])
+	assert.Equal(t, int64(5), a.AllowNAt(t0, "k", 0).Remaining(), "remaining: charged")
+	assert.True(t, local.AllowMultiAt(t0, nil, nil), "no requests must be admitted")
+	assert.True(t, local.AllowMulti(nil, nil), "no requests must be admitted")
+	assert.Panics(t, func() { local.AllowMultiAt(t0, []local.Request{{a, "k", 1}}, nil) }, "short out did not panic")
 }
 
 func TestAllowMultiManyRules(t *testing.T) {
@@ -85,15 +68,10 @@ func TestAllowMultiManyRules(t *testing.T) {
 		reqs = append(reqs, local.Request{l, "k", 1})
 	}
 	out := make([]local.Decision, len(reqs))
-	if !local.AllowMultiAt(t0, reqs, out) {
-		t.Fatalf("%+v", out)
-	}
-	if local.AllowMultiAt(t0, reqs, out) { // the first rule allows one per second
-		t.Fatalf("second admitted: %+v", out[0])
-	}
-	if out[0].Reason() != local.ReasonLimited || out[1].Reason() != local.ReasonOK {
-		t.Fatalf("%+v %+v", out[0], out[1])
-	}
+	require.True(t, local.AllowMultiAt(t0, reqs, out), "first: %+v", out)
+	require.False(t, local.AllowMultiAt(t0, reqs, out), "second admitted: %+v", out) // the first rule allows one per second
+	assert.Equal(t, local.ReasonLimited, out[0].Reason(), "second, first rule: %+v", out[0])
+	assert.Equal(t, local.ReasonOK, out[1].Reason(), "second, second rule: %+v", out[1])
 }
 
 // TestAllowMultiConcurrentNoDeadlockNoPartialCharge: goroutines take the same
@@ -124,10 +102,7 @@ func TestAllowMultiConcurrentNoDeadlockNoPartialCharge(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if admitted != 700 {
-		t.Fatalf("admitted %d of 1600, want 700", admitted)
-	}
-	if da, db := a.AllowNAt(t0, "k", 0), b.AllowNAt(t0, "k", 0); da.Remaining() != 300 || db.Remaining() != 0 {
-		t.Fatalf("a %+v, b %+v", da, db)
-	}
+	assert.Equal(t, 700, admitted, "admitted of 1600")
+	assert.Equal(t, int64(300), a.AllowNAt(t0, "k", 0).Remaining(), "a's remaining")
+	assert.Equal(t, int64(0), b.AllowNAt(t0, "k", 0).Remaining(), "b's remaining")
 }

@@ -3,6 +3,9 @@ package local
 import (
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzDecideWord holds the packed path to the general one: for a limit
@@ -23,9 +26,7 @@ func FuzzDecideWord(f *testing.F) {
 			return
 		}
 		l, err := New(lim, Config{NoBackgroundSweep: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer l.Close()
 		var s state
 		var w uint64
@@ -33,19 +34,19 @@ func FuzzDecideWord(f *testing.F) {
 			for _, now := range []int64{max(r.at-lim.w, 0), r.at} {
 				rv, rok := lim.rejectWord(w, now, r.n)
 				want := lim.decide(&s, now, r.n, true).decision(lim.max)
-				if rok && (r.n < 0 || r.n > lim.max || want.Allowed() || rv.decision(lim.max) != want) {
-					t.Fatalf("%v: step %d: %d at %d on %#x: rejectWord %v, general %v", lim, i, r.n, now, w, rv.decision(lim.max), want)
+				if rok {
+					// rejectWord rejects only what the general path rejects, of a cost in [0, max].
+					require.GreaterOrEqual(t, r.n, int64(0), "%v: step %d: %d at %d on %#x: rejectWord rejects a negative cost", lim, i, r.n, now, w)
+					require.LessOrEqual(t, r.n, lim.max, "%v: step %d: %d at %d on %#x: rejectWord rejects a cost above the limit's", lim, i, r.n, now, w)
+					require.False(t, want.Allowed(), "%v: step %d: %d at %d on %#x: rejectWord rejects, the general path admits: %v", lim, i, r.n, now, w, want)
+					require.Equal(t, want.Outcome(), rv.decision(lim.max).Outcome(), "%v: step %d: %d at %d on %#x: rejectWord, want the general path's", lim, i, r.n, now, w)
 				}
 				w = lim.pack(&s, w)
-				if got := l.AllowNAt(time.UnixMicro(now), "k", r.n); got != want {
-					t.Fatalf("%v: step %d: %d at %d: Limiter %v, general %v", lim, i, r.n, now, got, want)
-				}
-				if got := l.store.Get("k", now).Value.word.Load(); got != w {
-					t.Fatalf("%v: step %d: %d at %d: the key's word %#x, the general state's %#x", lim, i, r.n, now, got, w)
-				}
-				if got := lim.pack(new(lim.unpack(w)), w); got != w {
-					t.Fatalf("%v: step %d: word %#x packs back as %#x", lim, i, w, got)
-				}
+				require.Equal(t, want.Outcome(), l.AllowNAt(time.UnixMicro(now), "k", r.n).Outcome(), "%v: step %d: %d at %d: Limiter, want the general path's", lim, i, r.n, now)
+				got := l.store.Get("k", now).Value.word.Load()
+				require.Equal(t, w, got, "%v: step %d: %d at %d: the key's word %#x, the general state's %#x", lim, i, r.n, now, got, w)
+				got = lim.pack(new(lim.unpack(w)), w)
+				require.Equal(t, w, got, "%v: step %d: word %#x packs back as %#x", lim, i, w, got)
 			}
 		}
 	})
@@ -69,8 +70,6 @@ func TestPacking(t *testing.T) {
 		{Params{Algorithm: TokenBucket, Limit: 7, Window: time.Second, Burst: 100}, true},
 		{Params{Algorithm: LeakyBucket, Limit: 999983, Window: time.Second}, false}, // rl 999983
 	} {
-		if got := MustLimit(c.p).packed; got != c.want {
-			t.Errorf("%v: packed %v, want %v", MustLimit(c.p), got, c.want)
-		}
+		assert.Equal(t, c.want, MustLimit(c.p).packed, "%v: packed", MustLimit(c.p))
 	}
 }

@@ -3,6 +3,8 @@ package local
 import (
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestRingResizes follows one log's ring through a burst and its end: it
@@ -16,20 +18,18 @@ func TestRingResizes(t *testing.T) {
 	admit := func(now int64, wantRemaining int64) {
 		t.Helper()
 		v := lim.decide(&s, now, 1, true)
-		if v.reason != ReasonOK || v.remaining != wantRemaining {
-			t.Fatalf("at %d: %+v, want admitted with %d remaining", now-at, v, wantRemaining)
-		}
+		require.Equal(t, ReasonOK, v.reason, "at %d: %+v, want admitted", now-at, v)
+		require.Equal(t, wantRemaining, v.remaining, "at %d: %+v, remaining", now-at, v)
 	}
 	expect := func(size int, times ...int64) {
 		t.Helper()
 		r := s.log
-		if len(r.buf) != size || r.n != len(times) || r.sum != int64(len(times)) {
-			t.Fatalf("buffer %d with %d pairs of total %d; want %d with %d", len(r.buf), r.n, r.sum, size, len(times))
-		}
+		require.Equal(t, size, len(r.buf), "the ring's buffer length")
+		require.Equal(t, len(times), r.n, "pairs in the ring")
+		require.Equal(t, int64(len(times)), r.sum, "the ring's pairs' total")
 		for i, tm := range times {
-			if e := r.at(i); e.t != tm || e.n != 1 {
-				t.Fatalf("pair %d is (%d, %d), want (%d, 1)", i, e.t-at, e.n, tm-at)
-			}
+			e := r.at(i)
+			require.Equal(t, [2]int64{tm - at, 1}, [2]int64{e.t - at, e.n}, "pair %d", i)
 		}
 	}
 	span := func(from, to int64) []int64 { // from, from+1, …, to−1

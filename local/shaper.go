@@ -223,7 +223,7 @@ func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 		return err
 	}
 	now := l.nowMicro()
-	maxDelay := MaxWindow
+	maxDelay := maxWindow
 	if dl, ok := ctx.Deadline(); ok {
 		maxDelay = dl.Sub(time.UnixMicro(now))
 	}

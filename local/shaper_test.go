@@ -2,10 +2,12 @@ package local_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -17,34 +19,30 @@ func TestReserveSpacesRequests(t *testing.T) {
 	var delays []time.Duration
 	for {
 		r, err := l.ReserveAt(t0, "k", 1, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if !r.OK {
-			if r.Reason != local.ReasonLimited || r.Delay <= time.Second {
-				t.Fatalf("refused with %+v", r)
-			}
+			require.Equal(t, local.ReasonLimited, r.Reason, "refused with %+v", r)
+			require.Greater(t, r.Delay, time.Second, "refused with %+v", r)
 			break
 		}
-		if !r.TimeToAct.Equal(t0.Add(r.Delay)) {
-			t.Fatalf("time to act %v, delay %v", r.TimeToAct, r.Delay)
-		}
+		require.WithinDuration(t, t0.Add(r.Delay), r.TimeToAct, 0, "time to act, delay %v", r.Delay)
 		delays = append(delays, r.Delay)
 	}
 	// Two at once (the burst), then one every 100ms up to 1s: 12 in all.
-	if len(delays) != 12 || delays[0] != 0 || delays[1] != 0 || delays[2] != 100*time.Millisecond || delays[11] != time.Second {
-		t.Fatalf("delays %v", delays)
+	want := []time.Duration{0, 0}
+	for i := range 10 {
+		want = append(want, time.Duration(i+1)*100*time.Millisecond)
 	}
+	assert.Equal(t, want, delays, "delays")
 	// The meter sees the queue as consumed.
-	if d := l.AllowNAt(t0, "k", 1); d.Allowed() {
-		t.Fatalf("Allow admitted past a full queue: %+v", d)
-	}
-	if r, _ := l.ReserveAt(t0, "k", 3, time.Hour); r.OK || r.Reason != local.ReasonCostTooHigh {
-		t.Fatalf("cost above burst: %+v", r)
-	}
-	if r, _ := l.ReserveAt(t0, "k", -1, time.Hour); r.OK || r.Reason != local.ReasonInvalidCost {
-		t.Fatalf("negative cost: %+v", r)
-	}
+	d := l.AllowNAt(t0, "k", 1)
+	assert.False(t, d.Allowed(), "Allow admitted past a full queue: %+v", d)
+	r, _ := l.ReserveAt(t0, "k", 3, time.Hour)
+	assert.False(t, r.OK, "cost above burst: %+v", r)
+	assert.Equal(t, local.ReasonCostTooHigh, r.Reason, "cost above burst: %+v", r)
+	r, _ = l.ReserveAt(t0, "k", -1, time.Hour)
+	assert.False(t, r.OK, "negative cost: %+v", r)
+	assert.Equal(t, local.ReasonInvalidCost, r.Reason, "negative cost: %+v", r)
 }
 
 func TestReserveCancel(t *testing.T) {
@@ -53,66 +51,48 @@ func TestReserveCancel(t *testing.T) {
 	first, _ := l.ReserveAt(t0, "k", 1, time.Minute)
 	second, _ := l.ReserveAt(t0, "k", 1, time.Minute)
 	third, _ := l.ReserveAt(t0, "k", 1, time.Minute)
-	if third.Delay != 2*time.Second {
-		t.Fatalf("third %+v", third)
-	}
+	require.Equal(t, 2*time.Second, third.Delay, "third %+v", third)
 	// The last one is given back exactly: the next takes its slot.
 	third.CancelAt(t0)
-	if again, _ := l.ReserveAt(t0, "k", 1, time.Minute); again.Delay != 2*time.Second {
-		t.Fatalf("after cancelling the last: %+v", again)
-	}
+	again, _ := l.ReserveAt(t0, "k", 1, time.Minute)
+	assert.Equal(t, 2*time.Second, again.Delay, "after cancelling the last: %+v", again)
 	// One with others behind it keeps its slot (reusing it would break the
 	// spacing promised to the later ones).
 	second.CancelAt(t0)
-	if next, _ := l.ReserveAt(t0, "k", 1, time.Minute); next.Delay != 3*time.Second {
-		t.Fatalf("after cancelling a middle one: %+v", next)
-	}
+	next, _ := l.ReserveAt(t0, "k", 1, time.Minute)
+	assert.Equal(t, 3*time.Second, next.Delay, "after cancelling a middle one: %+v", next)
 	// Past its time to act, a reservation is spent.
 	first.CancelAt(t0)
-	if d := l.AllowNAt(t0.Add(4*time.Second), "k", 1); !d.Allowed() {
-		t.Fatalf("%+v", d)
-	}
+	d := l.AllowNAt(t0.Add(4*time.Second), "k", 1)
+	assert.True(t, d.Allowed(), "4s on, after cancelling a spent one: %+v", d)
 }
 
 func TestReserveNeedsABucket(t *testing.T) {
 	l := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Second}), local.Config{})
-	if _, err := l.ReserveAt(t0, "k", 1, time.Second); !errors.Is(err, local.ErrNotShaper) {
-		t.Fatalf("err = %v", err)
-	}
-	if err := l.Wait(context.Background(), "k", 1); !errors.Is(err, local.ErrNotShaper) {
-		t.Fatalf("Wait err = %v", err)
-	}
+	_, err := l.ReserveAt(t0, "k", 1, time.Second)
+	assert.ErrorIs(t, err, local.ErrNotShaper, "ReserveAt")
+	assert.ErrorIs(t, l.Wait(context.Background(), "k", 1), local.ErrNotShaper, "Wait")
 }
 
 func TestWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim := local.MustLimit(local.Params{Algorithm: local.LeakyBucket, Limit: 1, Window: time.Second})
 		l, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer l.Close()
 		ctx := context.Background()
 		start := time.Now()
 		for range 3 {
-			if err := l.Wait(ctx, "k", 1); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, l.Wait(ctx, "k", 1))
 		}
-		if waited := time.Since(start); waited != 2*time.Second {
-			t.Fatalf("three waits at 1/s took %v, want 2s", waited)
-		}
+		assert.Equal(t, 2*time.Second, time.Since(start), "the time three waits at 1/s took")
 
 		// A deadline too near fails at once, consuming nothing.
 		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancel()
 		before := time.Now()
-		if err := l.Wait(short, "k", 1); !errors.Is(err, local.ErrLimitExceeded) {
-			t.Fatalf("err = %v", err)
-		}
-		if time.Since(before) != 0 {
-			t.Fatal("Wait slept before failing on its deadline")
-		}
+		require.ErrorIs(t, l.Wait(short, "k", 1), local.ErrLimitExceeded, "a deadline too near")
+		assert.Zero(t, time.Since(before), "Wait slept before failing on its deadline")
 
 		// A cancelled wait gives its reservation back.
 		cctx, cancelWait := context.WithCancel(ctx)
@@ -120,19 +100,11 @@ func TestWait(t *testing.T) {
 		go func() { done <- l.Wait(cctx, "k", 1) }()
 		synctest.Wait()
 		cancelWait()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v", err)
-		}
-		if d := l.AllowN("k", 0); d.ResetAfter() != time.Second {
-			t.Fatalf("cancelled reservation kept: %+v", d)
-		}
-		if err := l.Wait(ctx, "k", 2); !errors.Is(err, local.ErrLimitExceeded) {
-			t.Fatalf("cost above burst: %v", err)
-		}
+		require.ErrorIs(t, <-done, context.Canceled, "a cancelled wait")
+		assert.Equal(t, time.Second, l.AllowN("k", 0).ResetAfter(), "reset after: a cancelled reservation kept")
+		assert.ErrorIs(t, l.Wait(ctx, "k", 2), local.ErrLimitExceeded, "cost above burst")
 		cancelled, c := context.WithCancel(ctx)
 		c()
-		if err := l.Wait(cancelled, "k", 1); !errors.Is(err, context.Canceled) {
-			t.Fatalf("done context: %v", err)
-		}
+		assert.ErrorIs(t, l.Wait(cancelled, "k", 1), context.Canceled, "done context")
 	})
 }

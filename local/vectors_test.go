@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hybridlimit/hybridlimit/internal/vectors"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -14,15 +17,11 @@ func TestVectors(t *testing.T) {
 	for _, c := range vectors.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			lim, err := local.NewLimit(c.Params)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			l := newLimiter(t, lim, local.Config{})
 			for i, s := range c.Steps {
 				got := l.AllowNAt(time.UnixMicro(vectors.Base+s.At), "key", s.N)
-				if got != s.Want {
-					t.Errorf("step %d (at %v, n=%d):\n got %+v\nwant %+v", i, time.Duration(s.At)*time.Microsecond, s.N, got, s.Want)
-				}
+				assert.Equal(t, s.Want.Outcome(), got.Outcome(), "step %d (at %v, n=%d)", i, time.Duration(s.At)*time.Microsecond, s.N)
 			}
 		})
 	}
@@ -37,9 +36,7 @@ func newLimiter(t testing.TB, lim local.Limit, cfg local.Config) *local.Limiter 
 		cfg.Clock = local.SystemClock{}
 	}
 	l, err := local.New(lim, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
 }

@@ -10,13 +10,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// DefaultTimeout is the default bound of a call to Redis.
-const DefaultTimeout = 250 * time.Millisecond
+// Defaults of CentralConfig and SyncConfig, beside SyncConfig's own:
+// docs/operating.md#defaults lists them, and TestDefaults holds that table
+// against them.
+const (
+	defaultTimeout    = config.Timeout
+	defaultResolution = config.ClockResolution
+)
 
-// CentralConfig configures a Central.
+// CentralConfig configures a Central. Every zero field takes the default it
+// documents (docs/operating.md#defaults lists them all).
 type CentralConfig struct {
 	// Client reaches Redis: a *redis.Client (one server, or Sentinel
 	// through redis.NewFailoverClient), a *redis.ClusterClient, or another
@@ -29,13 +36,34 @@ type CentralConfig struct {
 	// it.
 	Client redis.UniversalClient
 	// Keyspace names the keys; see Keyspace. Every process sharing limits
-	// must use the same one.
+	// must use the same one. Default: prefix "hl".
 	Keyspace Keyspace
 	// Timeout bounds each call: its deadline is its context's or Timeout
 	// from its start, whichever comes first. A call whose context is
 	// cancelled while it waits for Redis returns at that deadline, with the
-	// context's error. Default DefaultTimeout (250ms).
+	// context's error. Default 250ms.
 	Timeout time.Duration
+}
+
+// withDefaults returns c with each zero field that has a default set to it.
+func (c CentralConfig) withDefaults() CentralConfig {
+	c.Keyspace = c.Keyspace.withDefaults()
+	if c.Timeout == 0 {
+		c.Timeout = defaultTimeout
+	}
+	return c
+}
+
+// validate reports c's first bad field, c having its defaults, in an error
+// wrapping ErrInvalidConfig that names it. It builds nothing.
+func (c CentralConfig) validate() error {
+	if err := checkRedis(c.Client, c.Keyspace, "calls to Redis"); err != nil {
+		return err
+	}
+	if c.Timeout < 0 {
+		return invalidConfig("Timeout", c.Timeout, "must be positive")
+	}
+	return nil
 }
 
 // Central decides every request with one atomic script in Redis: exact
@@ -56,17 +84,13 @@ type Central struct {
 	cluster bool // keys of different hash tags may live on different nodes
 }
 
-// NewCentral returns a Central for cfg. It copies cfg and reports a bad
-// field with an error wrapping ErrInvalidConfig.
+// NewCentral returns a Central for cfg. It works on a copy of cfg with its
+// zero fields set to their defaults, and reports a bad field with an error
+// wrapping ErrInvalidConfig.
 func NewCentral(cfg CentralConfig) (*Central, error) {
-	if err := checkRedis(cfg.Client, cfg.Keyspace, "calls to Redis"); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("%w: Timeout %v: must be positive", ErrInvalidConfig, cfg.Timeout)
 	}
 	ks := cfg.Keyspace
 	ks.Secret = append([]byte(nil), ks.Secret...)
@@ -78,12 +102,17 @@ func NewCentral(cfg CentralConfig) (*Central, error) {
 // deadlines bound what (the calls it makes), and a keyspace.
 func checkRedis(c redis.UniversalClient, ks Keyspace, what string) error {
 	if c == nil {
-		return fmt.Errorf("%w: Client: required", ErrInvalidConfig)
+		return invalidConfig("Client", c, "required")
 	}
 	if enabled, known := contextTimeouts(c); known && !enabled {
-		return fmt.Errorf("%w: Client: set ContextTimeoutEnabled in its options, or deadlines will not bound %s", ErrInvalidConfig, what)
+		return invalidConfig("Client", fmt.Sprintf("%T", c), "set ContextTimeoutEnabled in its options, or deadlines will not bound "+what)
 	}
 	return ks.validate()
+}
+
+// invalidConfig is the error of a bad Config field.
+func invalidConfig(field string, value any, reason string) error {
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
 }
 
 func contextTimeouts(c redis.UniversalClient) (enabled, known bool) {

@@ -78,9 +78,9 @@ func decodeLeaseBucket(v []int64) (lease.BucketReply, error) {
 	}, nil
 }
 
-// encodeSingle is the ARGV of r's single-rule script (scripts.go: single,
-// and scriptBucket) for a request of cost n at now: now, the cost, then the
-// rule's parameters (a bucket's fingerprint and packed numbers).
+// encodeSingle is the ARGV of r's single-rule script (the parts single and
+// bucket_args, scripts.go) for a request of cost n at now: now, the cost,
+// then the rule's parameters (a bucket's fingerprint and packed numbers).
 func encodeSingle(now string, n int64, r *Rule) []any {
 	rule := r.args
 	if r.bucket {

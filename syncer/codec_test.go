@@ -125,7 +125,7 @@ func TestApplyMalformedReply(t *testing.T) {
 			select {
 			case <-locked:
 			case <-time.After(5 * time.Second):
-				t.Fatal("the entry's lock is left held")
+				require.FailNow(t, "the entry's lock is left held")
 			}
 			assert.False(t, e.Value.InFlight(), "the request is still in flight")
 			before.Answered()

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -98,11 +101,8 @@ func checkFixed(t *testing.T, evs []event, L, w int64) int {
 	slices.Sort(ids)
 	full := 0
 	for _, id := range ids {
-		switch {
-		case adm[id] > L:
-			t.Errorf("window %d: %d admitted, limit %d", id, adm[id], L)
-		case rej[id] > 0 && adm[id] != L:
-			t.Errorf("window %d: %d refused, but only %d of %d admitted", id, rej[id], adm[id], L)
+		if assert.LessOrEqual(t, adm[id], L, "window %d: admitted, over the limit", id) && rej[id] > 0 {
+			assert.Equal(t, L, adm[id], "window %d: %d refused, want the limit admitted", id, rej[id])
 		}
 		if rej[id] > 0 {
 			full++
@@ -138,9 +138,7 @@ func TestContentionExact(t *testing.T) {
 			}
 			rule := mustRule(t, "hot", tt.p)
 			evs, err := hammer(cens, rule, "k", 16, time.Now().Add(tt.dur))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			L, w := tt.p.Limit, tt.p.Window.Microseconds()
 			var adm []int64
 			var rej []int64
@@ -152,9 +150,7 @@ func TestContentionExact(t *testing.T) {
 				}
 			}
 			t.Logf("%d decisions, %d admitted, over %v", len(evs), len(adm), time.Duration(evs[len(evs)-1].at-evs[0].at)*time.Microsecond)
-			if len(rej) == 0 {
-				t.Fatalf("no request refused in %d: demand never passed the limit (machine overloaded?)", len(evs))
-			}
+			require.NotEmpty(t, rej, "no request refused in %d: demand never passed the limit (machine overloaded?)", len(evs))
 			switch tt.p.Algorithm {
 			case local.FixedWindow:
 				checkFixed(t, evs, L, w)
@@ -177,17 +173,14 @@ func checkLog(t *testing.T, adm, rej []int64, L, w int64) {
 		lo := sort.Search(len(adm), func(i int) bool { return adm[i] > at-w })
 		return int64(hi - lo)
 	}
-	bad := 0
 	for _, a := range adm {
-		if n := in(a); n > L && bad < 5 {
-			bad++
-			t.Errorf("%d admitted in (%d − %d, %d], limit %d", n, a, w, a, L)
+		if !assert.LessOrEqual(t, in(a), L, "admitted in (%d − %d, %d], over the limit", a, w, a) {
+			break
 		}
 	}
 	for _, r := range rej {
-		if n := in(r); n != L && bad < 10 {
-			bad++
-			t.Errorf("refused at %d with %d admitted in (t − W, t], limit %d", r, n, L)
+		if !assert.Equal(t, L, in(r), "refused at %d: admitted in (t − W, t], want the limit", r) {
+			break
 		}
 	}
 }
@@ -204,7 +197,7 @@ func checkBucket(t *testing.T, evs []event, adm, rej []int64, p local.Params) {
 			// (j − i + 1) ≤ burst + (adm[j] − adm[i])·L/w, cross-multiplied
 			if (int64(j-i+1)-burst)*w > (adm[j]-adm[i])*L && bad < 5 {
 				bad++
-				t.Errorf("%d admitted in [%d, %d] (%dµs): more than burst %d + rate %d/%dµs", j-i+1, adm[i], adm[j], adm[j]-adm[i], burst, L, w)
+				assert.Failf(t, "more than burst + rate · length admitted", "%d admitted in [%d, %d] (%dµs): more than burst %d + rate %d/%dµs", j-i+1, adm[i], adm[j], adm[j]-adm[i], burst, L, w)
 			}
 		}
 	}
@@ -228,15 +221,12 @@ func checkBucket(t *testing.T, evs []event, adm, rej []int64, p local.Params) {
 	}
 	d := r1 - r0
 	t.Logf("%d admitted between refusals %dµs apart; rate × time = %.1f; longest gap %dµs", n, d, float64(d*L)/float64(w), gap)
-	if d*L < 2*w {
-		t.Fatalf("refusals only %dµs apart: too short to compare with the rate", d)
-	}
+	require.GreaterOrEqual(t, d*L, 2*w, "refusals only %dµs apart: too short to compare with the rate", d)
 	if gap*L < (burst-1)*w { // gap < (burst − 1) / rate
-		if diff := n*w - d*L; diff >= w || diff <= -w {
-			t.Errorf("%d admitted in %dµs of continuous demand: want rate × time = %.2f within 1", n, d, float64(d*L)/float64(w))
-		}
-	} else if n*w*10 < d*L*9 { // the process stalled: a loose bound
-		t.Errorf("%d admitted in %dµs: want at least 90%% of rate × time = %.1f", n, d, float64(d*L)/float64(w))
+		// |n − rate × time| < 1, cross-multiplied by the window
+		assert.InDelta(t, d*L, n*w, float64(w-1), "%d admitted in %dµs of continuous demand: want rate × time = %.2f within 1", n, d, float64(d*L)/float64(w))
+	} else { // the process stalled: a loose bound
+		assert.GreaterOrEqual(t, n*w*10, d*L*9, "%d admitted in %dµs: want at least 90%% of rate × time = %.1f", n, d, float64(d*L)/float64(w))
 	}
 }
 
@@ -248,16 +238,12 @@ func TestHelperHammer(t *testing.T) {
 		t.Skip("helper process for TestContentionProcesses")
 	}
 	until, err := strconv.ParseInt(os.Getenv("HYBRIDLIMIT_HAMMER_UNTIL"), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c := redistest.Client(t, os.Getenv("HYBRIDLIMIT_HAMMER_ADDR"))
 	cen := newCentral(t, c, syncer.Keyspace{Prefix: os.Getenv("HYBRIDLIMIT_HAMMER_PREFIX")})
 	rule := mustRule(t, "hot", hammerParams)
 	evs, err := hammer([]*syncer.Central{cen}, rule, "k", 16, time.UnixMicro(until))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	w := bufio.NewWriter(os.Stdout)
 	for _, e := range evs {
 		kind := "R"
@@ -302,9 +288,7 @@ func TestContentionProcesses(t *testing.T) {
 			"HYBRIDLIMIT_HAMMER_UNTIL="+strconv.FormatInt(until.UnixMicro(), 10))
 		ch.cmd.Stdout, ch.cmd.Stderr = &ch.stdout, &ch.errs
 		ch.cmd.WaitDelay = 5 * time.Second
-		if err := ch.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, ch.cmd.Start())
 		children = append(children, ch)
 	}
 	for _, ch := range children {
@@ -312,8 +296,7 @@ func TestContentionProcesses(t *testing.T) {
 	}
 	var evs []event
 	for i, ch := range children {
-		if ch.err != nil {
-			t.Errorf("child %d: %v\nstdout tail: %s\nstderr: %s", i, ch.err, tail(ch.stdout.String()), ch.errs.String())
+		if !assert.NoError(t, ch.err, "child %d\nstdout tail: %s\nstderr: %s", i, tail(ch.stdout.String()), ch.errs.String()) {
 			continue
 		}
 		done := false
@@ -323,27 +306,21 @@ func TestContentionProcesses(t *testing.T) {
 			switch kind {
 			case "A", "R":
 				at, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatalf("child %d: line %q", i, l)
-				}
+				require.NoError(t, err, "child %d: line %q", i, l)
 				evs = append(evs, event{at, kind == "A"})
 				n++
 			case "done":
 				done = true
 			}
 		}
-		if !done {
-			t.Errorf("child %d did not finish its output:\n%s", i, tail(ch.stdout.String()))
-		}
+		assert.True(t, done, "child %d did not finish its output:\n%s", i, tail(ch.stdout.String()))
 		t.Logf("child %d: %d decisions", i, n)
 	}
 	if t.Failed() {
 		return
 	}
 	full := checkFixed(t, evs, hammerParams.Limit, hammerParams.Window.Microseconds())
-	if full == 0 {
-		t.Fatal("no window saw a refusal: demand never passed the limit (machine overloaded?)")
-	}
+	assert.Positive(t, full, "windows that saw a refusal: demand never passed the limit (machine overloaded?)")
 }
 
 func tail(s string) string {

@@ -39,8 +39,8 @@
 //
 // # Exactness
 //
-// The scripts compute in Lua's doubles on integers below 2^53 (see
-// local.MaxProduct) and make the same decisions as package local: the shared
-// vectors (internal/vectors) and a randomized differential test run both and
-// compare every field.
+// The scripts compute in Lua's doubles on integers below 2^53 (package local
+// bounds every product of a limit's parameters by 2^51) and make the same
+// decisions as package local: the shared vectors (internal/vectors) and a
+// randomized differential test run both and compare every field.
 package syncer

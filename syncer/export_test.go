@@ -7,6 +7,15 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
+// The bound and the default the tests of package syncer_test use.
+const (
+	MaxRuleName    = maxRuleName
+	DefaultTimeout = defaultTimeout
+)
+
+// WithDefaults returns c with its defaults filled in, as NewSyncer fills them.
+func WithDefaults(c SyncConfig) SyncConfig { return c.withDefaults() }
+
 // AllowNTime is Central.AllowN that also returns the time, in µs since the
 // Unix epoch, the script decided at (Redis's clock, clamped as the state
 // clamps it): the fifth value every script answers, so the tests can

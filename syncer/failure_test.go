@@ -2,12 +2,13 @@ package syncer_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -25,15 +26,11 @@ type decider struct {
 func deciders(t *testing.T, addr string, ks syncer.Keyspace, timeout time.Duration) []decider {
 	t.Helper()
 	single, err := syncer.NewCentral(syncer.CentralConfig{Client: redistest.Client(t, addr), Keyspace: ks, Timeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(addr))}
 	t.Cleanup(func() { hc.Close() })
 	split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a := mustRule(t, "a", local.Params{Algorithm: local.FixedWindow, Limit: 100, Window: time.Second})
 	b := mustRule(t, "b", local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Second})
 	reqs := []syncer.Request{{a, "k", 1}, {b, "k", 1}}
@@ -51,9 +48,7 @@ func TestKilledServer(t *testing.T) {
 	srv := redistest.Start(t)
 	ds := deciders(t, srv.Addr, syncer.Keyspace{Prefix: redistest.Prefix(t)}, 5*time.Second)
 	for _, d := range ds { // connections in the pools, to be reset
-		if err := d.decide(context.Background()); err != nil {
-			t.Fatalf("%s before the kill: %v", d.name, err)
-		}
+		require.NoError(t, d.decide(context.Background()), "%s before the kill", d.name)
 	}
 	srv.Kill()
 	for _, d := range ds {
@@ -64,12 +59,9 @@ func TestKilledServer(t *testing.T) {
 				start := time.Now()
 				err := d.decide(ctx)
 				cancel()
-				if el := time.Since(start); el > deadline+time.Second {
-					t.Errorf("call %d returned after %v, deadline %v", i, el, deadline)
-				}
-				if !errors.Is(err, syncer.ErrUnavailable) || errors.Is(err, syncer.ErrRedis) {
-					t.Errorf("call %d: %v, want ErrUnavailable", i, err)
-				}
+				assert.LessOrEqual(t, time.Since(start), deadline+time.Second, "call %d: the time it took to return, deadline %v", i, deadline)
+				assert.ErrorIs(t, err, syncer.ErrUnavailable, "call %d", i)
+				assert.NotErrorIs(t, err, syncer.ErrRedis, "call %d", i)
 			}
 		})
 	}
@@ -82,9 +74,7 @@ func TestPausedServer(t *testing.T) {
 	ds := deciders(t, srv.Addr, ks, 5*time.Second)
 	short := deciders(t, srv.Addr, ks, 300*time.Millisecond) // Config.Timeout
 	for _, d := range append(ds, short...) {
-		if err := d.decide(context.Background()); err != nil {
-			t.Fatalf("%s before the pause: %v", d.name, err)
-		}
+		require.NoError(t, d.decide(context.Background()), "%s before the pause", d.name)
 	}
 	srv.Pause()
 	resumed := false
@@ -100,24 +90,18 @@ func TestPausedServer(t *testing.T) {
 			defer cancel()
 			start := time.Now()
 			err := d.decide(ctx)
-			if el := time.Since(start); el > deadline+time.Second {
-				t.Errorf("returned after %v, deadline %v", el, deadline)
-			}
-			if !errors.Is(err, syncer.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("%v: want ErrUnavailable and context.DeadlineExceeded", err)
-			}
+			assert.LessOrEqual(t, time.Since(start), deadline+time.Second, "the time it took to return, deadline %v", deadline)
+			assert.ErrorIs(t, err, syncer.ErrUnavailable)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
 		})
 	}
 	for _, d := range short {
 		t.Run("Config.Timeout/"+d.name, func(t *testing.T) {
 			start := time.Now()
 			err := d.decide(context.Background()) // no deadline: Config.Timeout bounds it
-			if el := time.Since(start); el > 300*time.Millisecond+time.Second {
-				t.Errorf("returned after %v, Config.Timeout 300ms", el)
-			}
-			if !errors.Is(err, syncer.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("%v: want ErrUnavailable and context.DeadlineExceeded", err)
-			}
+			assert.LessOrEqual(t, time.Since(start), 300*time.Millisecond+time.Second, "the time it took to return, Config.Timeout 300ms")
+			assert.ErrorIs(t, err, syncer.ErrUnavailable)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
 		})
 	}
 	// Cancelled in flight: the call returns at its deadline, the context's
@@ -129,12 +113,9 @@ func TestPausedServer(t *testing.T) {
 		time.AfterFunc(100*time.Millisecond, cancel)
 		start := time.Now()
 		err := d.decide(ctx)
-		if el := time.Since(start); el > 300*time.Millisecond+time.Second {
-			t.Errorf("returned %v after the call began, cancelled at 100ms, Config.Timeout 300ms", el)
-		}
-		if !errors.Is(err, syncer.ErrUnavailable) || !errors.Is(err, context.Canceled) {
-			t.Errorf("%v: want ErrUnavailable and context.Canceled", err)
-		}
+		assert.LessOrEqual(t, time.Since(start), 300*time.Millisecond+time.Second, "the time it took to return, cancelled at 100ms, Config.Timeout 300ms")
+		assert.ErrorIs(t, err, syncer.ErrUnavailable)
+		assert.ErrorIs(t, err, context.Canceled)
 	})
 	// Cancelled before: no call at all.
 	t.Run("cancelled before", func(t *testing.T) {
@@ -143,20 +124,15 @@ func TestPausedServer(t *testing.T) {
 		for _, d := range ds {
 			start := time.Now()
 			err := d.decide(ctx)
-			if el := time.Since(start); el > 50*time.Millisecond {
-				t.Errorf("%s: returned after %v with its context cancelled before the call", d.name, el)
-			}
-			if !errors.Is(err, syncer.ErrUnavailable) || !errors.Is(err, context.Canceled) {
-				t.Errorf("%s: %v: want ErrUnavailable and context.Canceled", d.name, err)
-			}
+			assert.LessOrEqual(t, time.Since(start), 50*time.Millisecond, "%s: the time it took to return, its context cancelled before the call", d.name)
+			assert.ErrorIs(t, err, syncer.ErrUnavailable, d.name)
+			assert.ErrorIs(t, err, context.Canceled, d.name)
 		}
 	})
 	srv.Resume()
 	resumed = true
 	for _, d := range append(ds, short...) {
-		if err := d.decide(context.Background()); err != nil {
-			t.Errorf("%s after resuming: %v", d.name, err)
-		}
+		assert.NoError(t, d.decide(context.Background()), "%s after resuming", d.name)
 	}
 }
 
@@ -175,40 +151,34 @@ func TestWrongType(t *testing.T) {
 				state, _ := cen.Keyspace().Keys(r, "k")
 				// Short, and longer than a bucket state's 24 bytes of numbers.
 				for _, v := range []string{"not a hash", "another application's value, under the rule's name"} {
-					if err := c.Set(ctx, state, v, time.Minute).Err(); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, c.Set(ctx, state, v, time.Minute).Err())
 					_, err := cen.AllowN(ctx, r, "k", 1)
-					if !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
-						t.Errorf("AllowN over %q: %v, want ErrRedis", v, err)
-					}
-					if got, err := c.Get(ctx, state).Result(); got != v {
-						t.Errorf("the value after AllowN: %q, %v; want %q untouched", got, err, v)
-					}
+					assert.ErrorIs(t, err, syncer.ErrRedis, "AllowN over %q", v)
+					assert.NotErrorIs(t, err, syncer.ErrUnavailable, "AllowN over %q", v)
+					got, err := c.Get(ctx, state).Result()
+					assert.NoError(t, err, "the value after AllowN")
+					assert.Equal(t, v, got, "the value after AllowN, want it untouched")
 				}
 				// With another rule of the same key, which must stay uncharged.
 				other := mustRule(t, "o-"+a.String(), local.Params{Algorithm: local.FixedWindow, Limit: 10, Window: time.Hour})
 				_, err := cen.AllowMulti(ctx, []syncer.Request{{other, "k", 1}, {r, "k", 1}}, make([]local.Decision, 2))
-				if !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
-					t.Errorf("AllowMulti: %v, want ErrRedis", err)
-				}
-				if d, err := cen.AllowN(ctx, other, "k", 0); err != nil || d.Remaining() != 10 {
-					t.Errorf("the other rule after the failed multi call: %+v, %v; want 10 remaining", d, err)
+				assert.ErrorIs(t, err, syncer.ErrRedis, "AllowMulti")
+				assert.NotErrorIs(t, err, syncer.ErrUnavailable, "AllowMulti")
+				d, err := cen.AllowN(ctx, other, "k", 0)
+				if assert.NoError(t, err, "the other rule after the failed multi call") {
+					assert.Equal(t, int64(10), d.Remaining(), "the other rule after the failed multi call: %+v, want it uncharged", d)
 				}
 			})
 		}
 		t.Run("log list", func(t *testing.T) {
 			r := mustRule(t, "wl", local.Params{Algorithm: local.SlidingWindowLog, Limit: 10, Window: time.Minute})
-			if _, err := cen.AllowN(ctx, r, "k", 1); err != nil {
-				t.Fatal(err)
-			}
+			_, err := cen.AllowN(ctx, r, "k", 1)
+			require.NoError(t, err)
 			_, lg := cen.Keyspace().Keys(r, "k")
-			if err := c.Set(ctx, lg, "not a list", time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := cen.AllowN(ctx, r, "k", 1); !errors.Is(err, syncer.ErrRedis) || errors.Is(err, syncer.ErrUnavailable) {
-				t.Errorf("AllowN: %v, want ErrRedis", err)
-			}
+			require.NoError(t, c.Set(ctx, lg, "not a list", time.Minute).Err())
+			_, err = cen.AllowN(ctx, r, "k", 1)
+			assert.ErrorIs(t, err, syncer.ErrRedis, "AllowN")
+			assert.NotErrorIs(t, err, syncer.ErrUnavailable, "AllowN")
 		})
 	})
 }
@@ -222,32 +192,18 @@ func TestPingWrites(t *testing.T) {
 		srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
 		c := redistest.Client(t, srv.Addr)
 		central, err := syncer.NewCentral(syncer.CentralConfig{Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := central.Ping(ctx); err != nil {
-			t.Fatalf("Ping of a healthy server: %v", err)
-		}
-		if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Ping(ctx).Err(); err != nil {
-			t.Fatalf("PING out of memory: %v", err)
-		}
-		if err := central.Ping(ctx); !errors.Is(err, syncer.ErrUnavailable) {
-			t.Fatalf("Ping out of memory: %v, want ErrUnavailable", err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, central.Ping(ctx), "Ping of a healthy server")
+		require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
+		require.NoError(t, c.Ping(ctx).Err(), "PING out of memory")
+		assert.ErrorIs(t, central.Ping(ctx), syncer.ErrUnavailable, "Ping out of memory")
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cc := redistest.ClusterClient(t, redistest.ClusterAddrs(t))
 		prefix := redistest.Prefix(t)
 		central, err := syncer.NewCentral(syncer.CentralConfig{Client: cc, Keyspace: syncer.Keyspace{Prefix: prefix}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := central.Ping(ctx); err != nil {
-			t.Fatalf("Ping of the Cluster: %v", err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, central.Ping(ctx), "Ping of the Cluster")
 		var masters, probed atomic.Int64 // ForEachMaster runs the masters concurrently
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			keys, err := m.Keys(ctx, prefix+":probe:*").Result()
@@ -260,11 +216,8 @@ func TestPingWrites(t *testing.T) {
 			}
 			return nil
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if masters.Load() < 3 || probed.Load() != masters.Load() {
-			t.Fatalf("probe keys on %d of %d masters, want every one", probed.Load(), masters.Load())
-		}
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, masters.Load(), int64(3), "masters")
+		assert.Equal(t, masters.Load(), probed.Load(), "masters holding a probe key, want every one")
 	})
 }

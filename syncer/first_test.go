@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -20,29 +23,21 @@ import (
 func TestFirstLeaseRounds(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Client(t, redistest.Addr(t))
-	clk := &stepClock{time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := newClock()
 	s, err := syncer.NewSyncer(syncer.SyncConfig{
 		Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, NodeID: "a", Nodes: 1,
 		Clock: clk, PassTime: true,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	rule, err := syncer.NewRule("first", local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1000, Window: time.Minute}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lr, err := s.LeaseRule(rule)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	store, err := keyed.New(keyed.Config{}, func(*lease.Lease, int64) bool { return false }, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	decide := func(key string) {
-		now := clk.Now().UnixMicro()
+		now := clk.Micros()
 		e := store.Get(key, now)
 		e.Lock()
 		if _, signal := e.Value.Decide(lr, now, 1); signal.Sync() {
@@ -51,33 +46,23 @@ func TestFirstLeaseRounds(t *testing.T) {
 		e.Unlock()
 	}
 	decide("a")
-	if s.Wanted() || !s.WantedFirst() {
-		t.Fatal("a new key: want a first-lease round asked for, and no early round")
-	}
+	require.False(t, s.Wanted(), "a new key: an early round asked for, want a first-lease round")
+	require.True(t, s.WantedFirst(), "a new key: want a first-lease round asked for")
 	decide("a") // asked already: listed once
 	decide("b")
-	if n := syncer.FirstPending(s); n != 2 {
-		t.Fatalf("%d keys wait for the first-lease round, want 2", n)
-	}
-	st, err := s.SyncFirstAt(ctx, clk.Now().UnixMicro())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !st.First || st.Synced != 2 {
-		t.Errorf("first-lease round: %+v, want First and 2 keys synced", st)
-	}
-	if st, _ := s.SyncFirstAt(ctx, clk.Now().UnixMicro()); st.Synced != 0 {
-		t.Errorf("a second first-lease round synced %d keys, want none asked", st.Synced)
-	}
+	require.Equal(t, 2, syncer.FirstPending(s), "keys waiting for the first-lease round")
+	st, err := s.SyncFirstAt(ctx, clk.Micros())
+	require.NoError(t, err)
+	assert.True(t, st.First, "first-lease round: %+v, want First", st)
+	assert.Equal(t, 2, st.Synced, "first-lease round: keys synced")
+	st, _ = s.SyncFirstAt(ctx, clk.Micros())
+	assert.Zero(t, st.Synced, "a second first-lease round: keys synced, want none asked")
 	// Keys that wait while only ordinary rounds run are served by them.
 	for i := range 50 {
 		decide(fmt.Sprintf("k%d", i))
 	}
-	st, err = s.SyncAt(ctx, clk.Now().UnixMicro())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := syncer.FirstPending(s); n != 0 || st.Synced < 50 {
-		t.Errorf("after an ordinary round: %d keys still wait for a first-lease round, %d synced; want 0 and at least 50", n, st.Synced)
-	}
+	st, err = s.SyncAt(ctx, clk.Micros())
+	require.NoError(t, err)
+	assert.Zero(t, syncer.FirstPending(s), "after an ordinary round: keys still waiting for a first-lease round")
+	assert.GreaterOrEqual(t, st.Synced, 50, "after an ordinary round: keys synced")
 }

@@ -9,13 +9,14 @@ import (
 	"math"
 	"strings"
 
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// DefaultPrefix starts every Redis key when Keyspace.Prefix is empty.
-const DefaultPrefix = "hl"
+// defaultPrefix starts every Redis key when Keyspace.Prefix is empty.
+const defaultPrefix = config.KeyPrefix
 
 // digestBytes is how much of the SHA-256 (or HMAC-SHA256) of a user key its
 // Redis name keeps: 128 bits, collision-resistant (about 2^64 work to find
@@ -40,8 +41,8 @@ var _ [lease.DigestSize]byte = [digestBytes]byte{}
 // HMAC-SHA256 under Secret), base64url-encoded, so keys of any bytes and any
 // length are safe, and identical in every process.
 type Keyspace struct {
-	// Prefix starts every key. Default DefaultPrefix ("hl"). It must not
-	// contain '{' or '}', which would change the hash tag.
+	// Prefix starts every key. Default "hl". It must not contain '{' or
+	// '}', which would change the hash tag.
 	Prefix string
 	// Secret, when set, keys the digest (HMAC-SHA256): the Redis key names
 	// then reveal nothing about the user keys, even to someone who can guess
@@ -55,16 +56,28 @@ type Keyspace struct {
 	SharedKeyTag bool
 }
 
+// withDefaults returns ks with its default Prefix if it has none.
+func (ks Keyspace) withDefaults() Keyspace {
+	if ks.Prefix == "" {
+		ks.Prefix = defaultPrefix
+	}
+	return ks
+}
+
+// validate reports a bad Keyspace, in an error wrapping ErrInvalidConfig
+// that names the field.
 func (ks *Keyspace) validate() error {
 	if strings.ContainsAny(ks.Prefix, "{}") {
-		return fmt.Errorf("%w: Prefix %q: must not contain '{' or '}'", ErrInvalidConfig, ks.Prefix)
+		return invalidConfig("Keyspace.Prefix", fmt.Sprintf("%q", ks.Prefix), "must not contain '{' or '}'")
 	}
 	return nil
 }
 
+// prefix returns the Prefix, or the default for a Keyspace a Config did
+// not fill in (one a caller uses to name keys: Keys, Digest).
 func (ks *Keyspace) prefix() string {
 	if ks.Prefix == "" {
-		return DefaultPrefix
+		return defaultPrefix
 	}
 	return ks.Prefix
 }
@@ -161,8 +174,8 @@ type Rule struct {
 	lpack  []byte // the parameters' numbers packed as the lease scripts take them, after the request's
 }
 
-// MaxRuleName is the longest rule name accepted, in bytes.
-const MaxRuleName = 128
+// maxRuleName is the longest rule name accepted, in bytes.
+const maxRuleName = config.MaxRuleName
 
 // NewRule validates name and lim and returns the Rule. A name is 1 to 128
 // bytes of letters, digits and "-_.:/" (it becomes part of Redis key names
@@ -200,7 +213,7 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 	if a := lim.Algorithm(); a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 		r.bucket = true
 		// A bucket's state holds a fingerprint of its own, the three numbers
-		// its decisions depend on (see bucket_body.lua): shorter than fp, and
+		// its decisions depend on (see bucket.lua): shorter than fp, and
 		// the same for the same rate and burst under any bucket algorithm.
 		r.bargs = []any{parts[6] + ":" + parts[7] + ":" + parts[8], packNumbers(p.Burst, rl, el, tau)}
 	}

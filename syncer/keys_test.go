@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -46,7 +47,7 @@ func TestKeyNamesGolden(t *testing.T) {
 	}{
 		{"default", syncer.Keyspace{}, "user:42", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:s", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:l", "6j_UO-HlfWLhY9rhn8dAvQ"},
 		{"default empty key", syncer.Keyspace{}, "", "hl:{api:47DEQpj8HBSa-_TImW-5JA}:s", "hl:{api:47DEQpj8HBSa-_TImW-5JA}:l", "47DEQpj8HBSa-_TImW-5JA"},
-		{"explicit default prefix", syncer.Keyspace{Prefix: syncer.DefaultPrefix}, "user:42", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:s", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:l", "6j_UO-HlfWLhY9rhn8dAvQ"},
+		{"explicit default prefix", syncer.Keyspace{Prefix: "hl"}, "user:42", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:s", "hl:{api:6j_UO-HlfWLhY9rhn8dAvQ}:l", "6j_UO-HlfWLhY9rhn8dAvQ"},
 		{"prefix and secret", secret, "user:42", "x:{api:P1s5wR62FZZOLiLh994xvw}:s", "x:{api:P1s5wR62FZZOLiLh994xvw}:l", "P1s5wR62FZZOLiLh994xvw"},
 		{"prefix and secret empty key", secret, "", "x:{api:ZOygfM5nkpw1fWPQpK7CBw}:s", "x:{api:ZOygfM5nkpw1fWPQpK7CBw}:l", "ZOygfM5nkpw1fWPQpK7CBw"},
 		{"shared tag", syncer.Keyspace{SharedKeyTag: true}, "user:42", "hl:{6j_UO-HlfWLhY9rhn8dAvQ}:api:s", "hl:{6j_UO-HlfWLhY9rhn8dAvQ}:api:l", "6j_UO-HlfWLhY9rhn8dAvQ"},
@@ -57,13 +58,10 @@ func TestKeyNamesGolden(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, r := range []*syncer.Rule{api, api2, bucket} {
 				s, l := tt.ks.Keys(r, tt.key)
-				if s != tt.state || l != tt.lg {
-					t.Errorf("Keys(%v, %q) = %q, %q; want %q, %q", r.Limit(), tt.key, s, l, tt.state, tt.lg)
-				}
+				assert.Equal(t, tt.state, s, "Keys(%v, %q): the state's name", r.Limit(), tt.key)
+				assert.Equal(t, tt.lg, l, "Keys(%v, %q): the log's name", r.Limit(), tt.key)
 			}
-			if d := tt.ks.Digest(tt.key); d != tt.digest {
-				t.Errorf("Digest(%q) = %q, want %q", tt.key, d, tt.digest)
-			}
+			assert.Equal(t, tt.digest, tt.ks.Digest(tt.key), "Digest(%q)", tt.key)
 		})
 	}
 	t.Run("central copies the keyspace", func(t *testing.T) {
@@ -71,13 +69,10 @@ func TestKeyNamesGolden(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 		defer c.Close()
 		cen, err := syncer.NewCentral(syncer.CentralConfig{Client: c, Keyspace: ks})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ks.Secret[0] = 't' // the caller's buffer changes afterwards
-		if s, _ := cen.Keyspace().Keys(api, "user:42"); s != "x:{api:P1s5wR62FZZOLiLh994xvw}:s" {
-			t.Errorf("after the caller changed its Secret: %q", s)
-		}
+		s, _ := cen.Keyspace().Keys(api, "user:42")
+		assert.Equal(t, "x:{api:P1s5wR62FZZOLiLh994xvw}:s", s, "the state's name after the caller changed its Secret")
 	})
 }
 
@@ -147,9 +142,7 @@ func TestKeyNamesAcrossProcesses(t *testing.T) {
 	cmd.Env = append(os.Environ(), envHelper+"=keynames")
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helper: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "helper's output:\n%s", out)
 	var got []string
 	for _, l := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(l, "names ") {
@@ -157,14 +150,8 @@ func TestKeyNamesAcrossProcesses(t *testing.T) {
 		}
 	}
 	want := keyNameLines(t)
-	if len(got) != len(want) {
-		t.Fatalf("helper printed %d names, want %d; output:\n%s", len(got), len(want), out)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("another process names differently:\n here  %s\n there %s", want[i], got[i])
-		}
-	}
+	require.Equal(t, len(want), len(got), "names the helper printed; output:\n%s", out)
+	assert.Equal(t, want, got, "another process names differently (expected: here, actual: there)")
 }
 
 // findCollision reports two different keys with the same digest, if any.
@@ -290,27 +277,24 @@ func TestDigestCollisions(t *testing.T) {
 				spaces = spaces[:1]
 			}
 			for _, ks := range spaces {
-				if a, b, found := findCollision(ks.Digest, f.keys); found {
-					t.Errorf("secret %q: %q and %q share the digest %q", ks.Secret, a, b, ks.Digest(a))
-				}
+				a, b, found := findCollision(ks.Digest, f.keys)
+				assert.False(t, found, "secret %q: %q and %q share the digest %q", ks.Secret, a, b, ks.Digest(a))
 			}
 			for i, k := range f.keys {
-				if d := plain.Digest(k); !digestRe.MatchString(d) {
-					t.Fatalf("Digest(%q) = %q: want 22 characters of base64url", k, d)
-				}
+				require.Regexp(t, digestRe, plain.Digest(k), "Digest(%q): want 22 characters of base64url", k)
 				if i > 1000 {
 					break
 				}
 			}
 			truncated := func(k string) string { return plain.Digest(k)[:2] }
 			a, b, found := findCollision(truncated, f.keys)
-			switch {
-			case len(f.keys) >= 1000 && !found:
-				t.Errorf("a 12-bit digest shows no collision among %d keys: the checker is blind", len(f.keys))
-			case found && (a == b || truncated(a) != truncated(b)):
-				t.Errorf("checker reported %q and %q, which are not a collision", a, b)
-			case len(f.keys) < 3 && found:
-				t.Errorf("collision %q, %q among %d keys", a, b, len(f.keys))
+			if len(f.keys) >= 1000 {
+				assert.True(t, found, "a 12-bit digest shows no collision among %d keys: the checker is blind", len(f.keys))
+			}
+			if found {
+				assert.NotEqual(t, a, b, "checker reported a key colliding with itself")
+				assert.Equal(t, truncated(a), truncated(b), "checker reported %q and %q, which are not a collision", a, b)
+				assert.GreaterOrEqual(t, len(f.keys), 3, "collision %q, %q among so few keys", a, b)
 			}
 		})
 	}
@@ -329,35 +313,25 @@ func TestAnyKeyBytes(t *testing.T) {
 		remaining := func(k string) int64 {
 			t.Helper()
 			d, err := cen.AllowNAt(ctx, now, rule, k, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			return d.Remaining()
 		}
 		for i, k := range keys {
 			for j := range 4 {
 				d, err := cen.AllowNAt(ctx, now, rule, k, 1)
-				if err != nil {
-					t.Fatalf("key %d (%q): %v", i, trunc(k), err)
-				}
-				if d.Allowed() != (j < 3) {
-					t.Fatalf("key %d (%q), request %d: allowed %v, want %v", i, trunc(k), j, d.Allowed(), j < 3)
-				}
+				require.NoError(t, err, "key %d (%q)", i, trunc(k))
+				require.Equal(t, j < 3, d.Allowed(), "key %d (%q), request %d: allowed", i, trunc(k), j)
 			}
 			for o, other := range keys {
 				want := int64(3)
 				if o <= i {
 					want = 0
 				}
-				if got := remaining(other); got != want {
-					t.Errorf("after consuming key %d (%q): key %d (%q) has %d remaining, want %d", i, trunc(k), o, trunc(other), got, want)
-				}
+				assert.Equal(t, want, remaining(other), "after consuming key %d (%q): key %d (%q)'s remaining", i, trunc(k), o, trunc(other))
 			}
 		}
 		names, err := redistest.Keys(ctx, c, prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		want := map[string]bool{}
 		for _, k := range keys {
 			s, l := cen.Keyspace().Keys(rule, k)
@@ -365,17 +339,11 @@ func TestAnyKeyBytes(t *testing.T) {
 		}
 		nameRe := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `:\{r:[A-Za-z0-9_-]{22}\}:[sl]$`)
 		for _, n := range names {
-			if !nameRe.MatchString(n) {
-				t.Errorf("Redis key %q: not <prefix>:{r:<digest>}:<part>", trunc(n))
-			}
-			if !want[n] {
-				t.Errorf("Redis key %q: not a name of the keys decided", trunc(n))
-			}
+			assert.Regexp(t, nameRe, n, "Redis key %q: not <prefix>:{r:<digest>}:<part>", trunc(n))
+			assert.True(t, want[n], "Redis key %q: not a name of the keys decided", trunc(n))
 			delete(want, n)
 		}
-		if len(want) != 0 {
-			t.Errorf("names missing in Redis: %v", want)
-		}
+		assert.Empty(t, want, "names missing in Redis")
 	})
 }
 
@@ -419,26 +387,21 @@ func TestRuleNames(t *testing.T) {
 			err := syncer.ValidRuleName(tt.name)
 			r, nerr := syncer.NewRule(tt.name, lim)
 			if tt.ok {
-				if err != nil || nerr != nil {
-					t.Fatalf("rejected: %v, %v", err, nerr)
-				}
-				if r.Name() != tt.name || r.Limit() != lim {
-					t.Errorf("rule %q %v, want %q %v", r.Name(), r.Limit(), tt.name, lim)
-				}
+				require.NoError(t, err, "ValidRuleName")
+				require.NoError(t, nerr, "NewRule")
+				assert.Equal(t, tt.name, r.Name(), "the rule's name")
+				assert.Equal(t, lim, r.Limit(), "the rule's limit")
 				return
 			}
-			if !errors.Is(err, syncer.ErrInvalidRule) {
-				t.Errorf("ValidRuleName: %v, want ErrInvalidRule", err)
-			}
-			if !errors.Is(nerr, syncer.ErrInvalidRule) || r != nil {
-				t.Errorf("NewRule: %v, %v; want nil, ErrInvalidRule", r, nerr)
-			}
+			assert.ErrorIs(t, err, syncer.ErrInvalidRule, "ValidRuleName")
+			assert.ErrorIs(t, nerr, syncer.ErrInvalidRule, "NewRule")
+			assert.Nil(t, r, "NewRule's rule")
 		})
 	}
 	t.Run("zero limit", func(t *testing.T) {
-		if r, err := syncer.NewRule("ok", local.Limit{}); !errors.Is(err, syncer.ErrInvalidRule) || r != nil {
-			t.Errorf("NewRule(zero Limit) = %v, %v; want nil, ErrInvalidRule", r, err)
-		}
+		r, err := syncer.NewRule("ok", local.Limit{})
+		assert.ErrorIs(t, err, syncer.ErrInvalidRule, "NewRule(zero Limit)")
+		assert.Nil(t, r, "NewRule(zero Limit)'s rule")
 	})
 }
 
@@ -475,21 +438,17 @@ func TestNewCentralConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cen, err := syncer.NewCentral(tt.cfg)
 			if tt.ok {
-				if err != nil || cen == nil {
-					t.Fatalf("NewCentral: %v", err)
-				}
+				require.NoError(t, err, "NewCentral")
+				require.NotNil(t, cen, "NewCentral")
 				want := tt.cfg.Timeout
 				if want == 0 {
 					want = syncer.DefaultTimeout
 				}
-				if cen.Timeout() != want {
-					t.Errorf("timeout %v, want %v", cen.Timeout(), want)
-				}
+				assert.Equal(t, want, cen.Timeout(), "timeout")
 				return
 			}
-			if !errors.Is(err, syncer.ErrInvalidConfig) || cen != nil {
-				t.Errorf("NewCentral = %v, %v; want nil, ErrInvalidConfig", cen, err)
-			}
+			assert.ErrorIs(t, err, syncer.ErrInvalidConfig, "NewCentral")
+			assert.Nil(t, cen, "NewCentral's Central")
 		})
 	}
 }

@@ -96,8 +96,8 @@ func benchLeaseExchange(b *testing.B, p local.Params) {
 	ctx := context.Background()
 	rule, err := syncer.NewRule("users", local.MustLimit(p))
 	require.NoError(b, err)
-	clk := &stepClock{time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	cfg := syncer.SyncConfig{Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)}, Nodes: nodes, Clock: clk, PassTime: true, Timeout: 10 * time.Second}.WithDefaults()
+	clk := newClock()
+	cfg := syncer.WithDefaults(syncer.SyncConfig{Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)}, Nodes: nodes, Clock: clk, PassTime: true, Timeout: 10 * time.Second})
 	type node struct {
 		s         *syncer.Syncer
 		lr        *lease.Rule
@@ -129,7 +129,7 @@ func benchLeaseExchange(b *testing.B, p local.Params) {
 	const step = time.Millisecond // FirstGap
 	decisions := 0
 	var t time.Duration // since the start
-	start := clk.t
+	start := clk.Now()
 	// run is one window of simulated time: users whose sessions (one window
 	// long) start in it, at a rate per window from a truncated Pareto (1 to
 	// 10, shape 1.2), every hundredth user at ten times the limit; the
@@ -157,8 +157,8 @@ func benchLeaseExchange(b *testing.B, p local.Params) {
 		}
 		slices.SortFunc(pending, func(x, y arrival) int { return cmp.Compare(x.at, y.at) })
 		for ; t < from+window; t += step {
-			clk.t = start.Add(t)
-			now := clk.t.UnixMicro()
+			clk.Set(start.Add(t))
+			now := clk.Micros()
 			i := 0
 			for ; i < len(pending) && pending[i].at <= t; i++ {
 				a := pending[i]

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -22,9 +24,7 @@ var garbage = local.Outcome{Allowed: true, Reason: 99, Limit: -1, Remaining: -77
 func newLocal(t testing.TB, lim local.Limit) *local.Limiter {
 	t.Helper()
 	l, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
 }
@@ -34,12 +34,8 @@ func newLocal(t testing.TB, lim local.Limit) *local.Limiter {
 func slotOf(t testing.TB, c *redis.ClusterClient, name string) int64 {
 	t.Helper()
 	s, err := c.ClusterKeySlot(context.Background(), name).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if int64(syncer.Slot(name)) != s {
-		t.Fatalf("slot of %q: syncer computes %d, Redis %d", name, syncer.Slot(name), s)
-	}
+	require.NoError(t, err)
+	require.Equal(t, s, int64(syncer.Slot(name)), "slot of %q: syncer's, want Redis's", name)
 	return s
 }
 
@@ -47,9 +43,7 @@ func slotOf(t testing.TB, c *redis.ClusterClient, name string) int64 {
 func masterOf(t testing.TB, c *redis.ClusterClient, name string) string {
 	t.Helper()
 	n, err := c.MasterForKey(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return n.Options().Addr
 }
 
@@ -61,9 +55,7 @@ func apartRules(t testing.TB, c *redis.ClusterClient, ks syncer.Keyspace, key st
 	var rules []*syncer.Rule
 	used := map[string]bool{}
 	for i := 0; len(rules) < len(ps); i++ {
-		if i > 1000 {
-			t.Fatal("no rule names on distinct masters")
-		}
+		require.LessOrEqual(t, i, 1000, "no rule names on distinct masters")
 		r := mustRule(t, fmt.Sprintf("m%d", i), ps[len(rules)])
 		s, _ := ks.Keys(r, key)
 		slotOf(t, c, s)
@@ -168,51 +160,38 @@ func TestMultiDecisions(t *testing.T) {
 				got[j], want[j] = garbage, garbage
 			}
 			ok, err := cen.AllowMultiAt(ctx, now, reqs, got)
-			if err != nil {
-				t.Fatalf("step %d: %v", i, err)
-			}
+			require.NoError(t, err, "step %d", i)
 			wok := local.AllowMultiAt(now, lreqs, want)
-			if ok != s.ok || wok != s.ok {
-				t.Errorf("step %d %v: redis %v, local %v; want %v", i, s.reqs, ok, wok, s.ok)
-			}
+			assert.Equal(t, s.ok, ok, "step %d %v: redis's verdict", i, s.reqs)
+			assert.Equal(t, s.ok, wok, "step %d %v: local's verdict", i, s.reqs)
 			for j := range reqs {
-				if got[j] != want[j] {
-					t.Errorf("step %d %v, request %d:\nredis %+v\nlocal %+v", i, s.reqs, j, got[j], want[j])
+				assert.Equal(t, want[j].Outcome(), got[j].Outcome(), "step %d %v, request %d: redis, want local's decision", i, s.reqs, j)
+				if s.remaining != nil {
+					assert.Equal(t, s.remaining[j], got[j].Remaining(), "step %d %v, request %d: remaining", i, s.reqs, j)
 				}
-				if s.remaining != nil && got[j].Remaining() != s.remaining[j] {
-					t.Errorf("step %d %v, request %d: remaining %d, want %d", i, s.reqs, j, got[j].Remaining(), s.remaining[j])
-				}
-				if !ok && got[j].Allowed() {
-					t.Errorf("step %d: refused, but request %d is marked allowed", i, j)
+				if !ok {
+					assert.False(t, got[j].Allowed(), "step %d: refused, but request %d is marked allowed", i, j)
 				}
 			}
-			if got[len(reqs)] != garbage {
-				t.Errorf("step %d: wrote past the requests", i)
-			}
+			assert.Equal(t, garbage.Outcome(), got[len(reqs)].Outcome(), "step %d: wrote past the requests", i)
 			// Whatever the decision, the state is local's: nothing charged
 			// by a refusal, everything by an admission.
 			for j, q := range s.reqs {
 				d, err := cen.AllowNAt(ctx, now, rules[q.rule], q.key, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if w := lims[q.rule].AllowNAt(now, q.key, 0); d.Remaining() != w.Remaining() {
-					t.Errorf("step %d, after: request %d's rule has %d remaining in Redis, %d in local", i, j, d.Remaining(), w.Remaining())
-				}
+				require.NoError(t, err)
+				w := lims[q.rule].AllowNAt(now, q.key, 0)
+				assert.Equal(t, w.Remaining(), d.Remaining(), "step %d, after: request %d's rule's remaining in Redis, want local's", i, j)
 			}
 		}
 		t.Run("out shorter than reqs", func(t *testing.T) {
-			defer func() {
-				if recover() == nil {
-					t.Error("no panic")
-				}
-			}()
-			cen.AllowMultiAt(ctx, start, []syncer.Request{{rules[0], "p", 1}, {rules[1], "p", 1}}, make([]local.Decision, 1))
+			assert.Panics(t, func() {
+				cen.AllowMultiAt(ctx, start, []syncer.Request{{rules[0], "p", 1}, {rules[1], "p", 1}}, make([]local.Decision, 1))
+			})
 		})
 		t.Run("empty", func(t *testing.T) {
-			if ok, err := cen.AllowMulti(ctx, nil, nil); !ok || err != nil {
-				t.Errorf("AllowMulti(nil) = %v, %v; want true, nil", ok, err)
-			}
+			ok, err := cen.AllowMulti(ctx, nil, nil)
+			assert.NoError(t, err, "AllowMulti(nil)")
+			assert.True(t, ok, "AllowMulti(nil)")
 		})
 	})
 }
@@ -229,14 +208,11 @@ func TestMultiInvalidCostSameKey(t *testing.T) {
 		now := time.Now()
 		got, want := []local.Decision{garbage, garbage, garbage}, []local.Decision{garbage, garbage, garbage}
 		ok, err := cen.AllowMultiAt(context.Background(), now, []syncer.Request{{r, "k", -1}, {r, "k", 1}, {o, "k", 1}}, got)
-		if err != nil || ok {
-			t.Fatalf("AllowMultiAt = %v, %v; want a refusal", ok, err)
-		}
+		require.NoError(t, err, "AllowMultiAt")
+		require.False(t, ok, "AllowMultiAt: want a refusal")
 		local.AllowMultiAt(now, []local.Request{{Limiter: lr, Key: "k", N: -1}, {Limiter: lr, Key: "k", N: 1}, {Limiter: lo, Key: "k", N: 1}}, want)
 		for i := range got {
-			if got[i] != want[i] {
-				t.Errorf("request %d:\nredis %+v\nlocal %+v", i, got[i], want[i])
-			}
+			assert.Equal(t, want[i].Outcome(), got[i].Outcome(), "request %d: redis, want local's decision", i)
 		}
 	})
 }
@@ -271,7 +247,7 @@ func multiHammer(t *testing.T, cen *syncer.Central, now time.Time, rules []*sync
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Fatal(err)
+		require.NoError(t, err)
 	}
 	return admitted.Load()
 }
@@ -283,9 +259,7 @@ func charged(t *testing.T, cen *syncer.Central, now time.Time, rules []*syncer.R
 	used := make([]int64, len(rules))
 	for i, r := range rules {
 		d, err := cen.AllowNAt(context.Background(), now, r, key, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		used[i] = r.Limit().MaxCost() - d.Remaining()
 	}
 	return used
@@ -319,28 +293,16 @@ func TestMultiClusterContention(t *testing.T) {
 			now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
 			least := min(rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
 			admitted := multiHammer(t, cen, now, rules, "hot", 16, 8)
-			if admitted > least {
-				t.Fatalf("admitted %d multi calls, limits %d and %d", admitted, rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
-			}
-			if admitted == 0 {
-				t.Fatal("nothing admitted")
-			}
-			if hc.pipes.Load() == 0 {
-				t.Fatal("no pipeline: the rules in different slots did not take the reserve path")
-			}
+			require.LessOrEqual(t, admitted, least, "multi calls admitted, limits %d and %d", rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
+			require.Positive(t, admitted, "multi calls admitted")
+			require.Positive(t, hc.pipes.Load(), "no pipeline: the rules in different slots did not take the reserve path")
 			for i, u := range charged(t, cen, now, rules, "hot") {
-				if u != admitted {
-					t.Errorf("rule %v charged %d, but %d multi calls were admitted", rules[i].Limit(), u, admitted)
-				}
+				assert.Equal(t, admitted, u, "rule %v's charge, want the multi calls admitted", rules[i].Limit())
 			}
 			more := multiHammer(t, cen, now, rules, "hot", 1, int(least)+3)
-			if admitted+more != least {
-				t.Errorf("admitted %d under contention and %d after: want %d in all", admitted, more, least)
-			}
+			assert.Equal(t, least, admitted+more, "admitted %d under contention and %d after", admitted, more)
 			for i, u := range charged(t, cen, now, rules, "hot") {
-				if u != least {
-					t.Errorf("at the end, rule %v charged %d, want %d", rules[i].Limit(), u, least)
-				}
+				assert.Equal(t, least, u, "at the end, rule %v's charge", rules[i].Limit())
 			}
 		})
 	}
@@ -364,9 +326,7 @@ func TestMultiSharedKeyTag(t *testing.T) {
 					slots = append(slots, slotOf(t, c, s), slotOf(t, c, l))
 				}
 				for _, s := range slots {
-					if s != slots[0] {
-						t.Fatalf("key %q: the rules' keys are in slots %v, want one", key, slots)
-					}
+					require.Equal(t, slots[0], s, "key %q: the rules' keys are in slots %v, want one", key, slots)
 				}
 			}
 			// Without the shared tag the same rules spread over slots.
@@ -379,16 +339,10 @@ func TestMultiSharedKeyTag(t *testing.T) {
 			now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
 			least := min(rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
 			admitted := multiHammer(t, cen, now, rules[:2], "hot", 16, 8)
-			if admitted != least {
-				t.Errorf("admitted %d multi calls, want exactly %d (one script: no false rejection)", admitted, least)
-			}
-			if n := hc.pipes.Load(); n != 0 {
-				t.Errorf("%d pipelines: a multi-rule decision over one key under SharedKeyTag must be one script", n)
-			}
+			assert.Equal(t, least, admitted, "multi calls admitted (one script: no false rejection)")
+			assert.Zero(t, hc.pipes.Load(), "pipelines: a multi-rule decision over one key under SharedKeyTag must be one script")
 			for i, u := range charged(t, cen, now, rules[:2], "hot") {
-				if u != admitted {
-					t.Errorf("rule %v charged %d, want %d", rules[i].Limit(), u, admitted)
-				}
+				assert.Equal(t, admitted, u, "rule %v's charge", rules[i].Limit())
 			}
 		})
 	}
@@ -432,20 +386,16 @@ func TestMultiRefundInterleaved(t *testing.T) {
 			hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
 			t.Cleanup(func() { hc.Close() })
 			split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			direct := newCentral(t, base, ks)
-			if err := direct.Preload(ctx); err != nil { // no NOSCRIPT retry: one pipeline per exchange
-				t.Fatal(err)
-			}
+			require.NoError(t, direct.Preload(ctx)) // no NOSCRIPT retry: one pipeline per exchange
 			x := mustRule(t, "x", p)
 			full := mustRule(t, "full", local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Hour})
 			t0 := time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)
 			t1 := t0.Add(2 * time.Millisecond) // the one reserved token has come back
-			if d, err := direct.AllowNAt(ctx, t0, full, "k", 1); err != nil || !d.Allowed() {
-				t.Fatalf("filling the other rule: %+v, %v", d, err)
-			}
+			d, err := direct.AllowNAt(ctx, t0, full, "k", 1)
+			require.NoError(t, err, "filling the other rule")
+			require.True(t, d.Allowed(), "filling the other rule: %+v", d)
 			var admitted int64
 			var hookErr error
 			hc.before = func(n int64) {
@@ -461,17 +411,13 @@ func TestMultiRefundInterleaved(t *testing.T) {
 			}
 			out := make([]local.Decision, 2)
 			ok, err := split.AllowMultiAt(ctx, t0, []syncer.Request{{x, "k", 1}, {full, "k", 1}}, out)
-			if err != nil || ok || hookErr != nil {
-				t.Fatalf("multi: %v, %v (hook: %v); want a refusal", ok, err, hookErr)
-			}
-			if hc.pipes.Load() != 2 {
-				t.Fatalf("%d pipelines, want 2 (reserve, refund)", hc.pipes.Load())
-			}
+			require.NoError(t, err, "multi")
+			require.NoError(t, hookErr, "the request between reservation and refund")
+			require.False(t, ok, "multi: want a refusal")
+			require.Equal(t, int64(2), hc.pipes.Load(), "pipelines (reserve, refund)")
 			for range 2 * x.Limit().MaxCost() {
 				d, err := direct.AllowNAt(ctx, t1, x, "k", 1)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				if !d.Allowed() {
 					break
 				}
@@ -486,9 +432,7 @@ func TestMultiRefundInterleaved(t *testing.T) {
 			for lim.AllowNAt(t1, "k", 1).Allowed() {
 				want++
 			}
-			if admitted > want {
-				t.Errorf("%d admitted at t0+2ms once the refused multi call was refunded: want at most %d (the limit without it)", admitted, want)
-			}
+			assert.LessOrEqual(t, admitted, want, "admitted at t0+2ms once the refused multi call was refunded: want at most the limit without it")
 		})
 	}
 }

@@ -2,11 +2,12 @@ package syncer_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -24,17 +25,14 @@ func algoParams(a local.Algorithm) local.Params {
 
 func scriptFlush(t testing.TB, c *redis.Client) {
 	t.Helper()
-	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.ScriptFlush(context.Background()).Err(), "SCRIPT FLUSH")
 }
 
 func scriptExists(t testing.TB, c *redis.Client, sha string) bool {
 	t.Helper()
 	ex, err := c.ScriptExists(context.Background(), sha).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "SCRIPT EXISTS")
+	require.Len(t, ex, 1, "SCRIPT EXISTS of one script")
 	return ex[0]
 }
 
@@ -50,29 +48,20 @@ func sameAsLocal(t *testing.T, cen *syncer.Central, now time.Time, reqs []syncer
 	}
 	got, want := make([]local.Decision, len(reqs)), make([]local.Decision, len(reqs))
 	ok, err := cen.AllowMultiAt(context.Background(), now, reqs, got)
-	if err != nil {
-		t.Fatalf("AllowMultiAt: %v", err)
-	}
+	require.NoError(t, err, "AllowMultiAt")
 	wok := local.AllowMultiAt(now, lreqs, want)
-	if ok != wok {
-		t.Errorf("AllowMultiAt: %v, local %v", ok, wok)
-	}
+	assert.Equal(t, wok, ok, "AllowMultiAt: redis, want local's verdict")
 	for i := range reqs {
 		g, w := got[i].Outcome(), want[i].Outcome()
 		g.ResetAfter, w.ResetAfter = 0, 0
-		if g != w {
-			t.Errorf("request %d:\nredis %+v\nlocal %+v", i, got[i], want[i])
-		}
+		assert.Equal(t, w, g, "request %d: redis, want local's decision (ResetAfter aside)", i)
 	}
 	// And the state left behind.
 	for _, q := range reqs {
 		d, err := cen.AllowNAt(context.Background(), now, q.Rule, q.Key, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if w := lims[q.Rule].AllowNAt(now, q.Key, 0); d != w {
-			t.Errorf("rule %s after: redis %+v, local %+v", q.Rule.Name(), d, w)
-		}
+		require.NoError(t, err)
+		w := lims[q.Rule].AllowNAt(now, q.Key, 0)
+		assert.Equal(t, w.Outcome(), d.Outcome(), "rule %s after: redis, want local's state", q.Rule.Name())
 	}
 	return ok
 }
@@ -87,9 +76,7 @@ func TestNoScriptSingleServer(t *testing.T) {
 	hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
 	t.Cleanup(func() { hc.Close() })
 	split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sha := syncer.ScriptHashes()
 	now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
 	ctx := context.Background()
@@ -99,19 +86,12 @@ func TestNoScriptSingleServer(t *testing.T) {
 			lim := newLocal(t, r.Limit())
 			for i := range r.Limit().MaxCost() + 2 {
 				scriptFlush(t, c)
-				if scriptExists(t, c, syncer.ScriptHash(r)) {
-					t.Fatal("script still there after SCRIPT FLUSH")
-				}
+				require.False(t, scriptExists(t, c, syncer.ScriptHash(r)), "script still there after SCRIPT FLUSH")
 				got, err := cen.AllowNAt(ctx, now, r, "k", 1)
-				if err != nil {
-					t.Fatalf("call %d after SCRIPT FLUSH: %v", i, err)
-				}
-				if want := lim.AllowNAt(now, "k", 1); got != want {
-					t.Errorf("call %d: redis %+v, local %+v", i, got, want)
-				}
-				if !scriptExists(t, c, syncer.ScriptHash(r)) {
-					t.Error("the script was not loaded again")
-				}
+				require.NoError(t, err, "call %d after SCRIPT FLUSH", i)
+				want := lim.AllowNAt(now, "k", 1)
+				assert.Equal(t, want.Outcome(), got.Outcome(), "call %d: redis, want local's decision", i)
+				assert.True(t, scriptExists(t, c, syncer.ScriptHash(r)), "call %d: the script was not loaded again", i)
 			}
 		})
 	}
@@ -126,37 +106,24 @@ func TestNoScriptSingleServer(t *testing.T) {
 	full := rule("full", local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Hour})
 	t.Run("AllowMulti one script", func(t *testing.T) {
 		scriptFlush(t, c)
-		if !sameAsLocal(t, cen, now, []syncer.Request{{a, "m", 1}, {b, "m", 1}}, lims) {
-			t.Error("refused")
-		}
-		if !scriptExists(t, c, sha["multi"]) {
-			t.Error("the multi script was not loaded again")
-		}
+		assert.True(t, sameAsLocal(t, cen, now, []syncer.Request{{a, "m", 1}, {b, "m", 1}}, lims), "refused")
+		assert.True(t, scriptExists(t, c, sha["multi"]), "the multi script was not loaded again")
 	})
 	t.Run("AllowMulti reserve, pipelined", func(t *testing.T) {
 		scriptFlush(t, c)
-		if !sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 1}}, lims) {
-			t.Error("refused")
-		}
-		if !scriptExists(t, c, sha["fixed"]) || !scriptExists(t, c, sha["bucket"]) {
-			t.Error("the pipelined scripts were not loaded again")
-		}
+		assert.True(t, sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 1}}, lims), "refused")
+		assert.True(t, scriptExists(t, c, sha["fixed"]), "the pipelined fixed window script was not loaded again")
+		assert.True(t, scriptExists(t, c, sha["bucket"]), "the pipelined bucket script was not loaded again")
 	})
 	t.Run("AllowMulti reserve then refund, pipelined", func(t *testing.T) {
 		sameAsLocal(t, cen, now, []syncer.Request{{full, "p", 1}}, lims)
 		scriptFlush(t, c)
-		if sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 1}, {full, "p", 1}}, lims) {
-			t.Error("admitted past a full rule")
-		}
-		if !scriptExists(t, c, sha["refund"]) {
-			t.Error("the refund script was not loaded")
-		}
+		assert.False(t, sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 1}, {full, "p", 1}}, lims), "admitted past a full rule")
+		assert.True(t, scriptExists(t, c, sha["refund"]), "the refund script was not loaded")
 	})
 	t.Run("AllowMulti read only, pipelined", func(t *testing.T) {
 		scriptFlush(t, c)
-		if sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 4}}, lims) {
-			t.Error("admitted a cost above the burst")
-		}
+		assert.False(t, sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 4}}, lims), "admitted a cost above the burst")
 	})
 }
 
@@ -171,9 +138,7 @@ func TestNoScriptRestart(t *testing.T) {
 	hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
 	t.Cleanup(func() { hc.Close() })
 	split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
 	type call struct {
 		name string
@@ -197,12 +162,12 @@ func TestNoScriptRestart(t *testing.T) {
 	}
 	calls = append(calls, call{"AllowMulti one script", multi(cen, "m")}, call{"AllowMulti reserve", multi(split, "s")})
 	for _, cl := range calls { // each takes all there is
-		if ok, err := cl.do(); !ok || err != nil {
-			t.Fatalf("%s before the restart: %v, %v", cl.name, ok, err)
-		}
-		if ok, err := cl.do(); ok || err != nil {
-			t.Fatalf("%s before the restart, again: %v, %v; want a refusal", cl.name, ok, err)
-		}
+		ok, err := cl.do()
+		require.NoError(t, err, "%s before the restart", cl.name)
+		require.True(t, ok, "%s before the restart: refused", cl.name)
+		ok, err = cl.do()
+		require.NoError(t, err, "%s before the restart, again", cl.name)
+		require.False(t, ok, "%s before the restart, again: want a refusal", cl.name)
 	}
 	srv.Restart()
 	for _, cl := range calls {
@@ -213,16 +178,10 @@ func TestNoScriptRestart(t *testing.T) {
 				if ok, err = cl.do(); err == nil {
 					break
 				}
-				if !errors.Is(err, syncer.ErrUnavailable) {
-					t.Fatalf("attempt %d after the restart: %v, want ErrUnavailable (or success)", i, err)
-				}
+				require.ErrorIs(t, err, syncer.ErrUnavailable, "attempt %d after the restart: want ErrUnavailable (or success)", i)
 			}
-			if err != nil {
-				t.Fatalf("still failing after 5 attempts: %v", err)
-			}
-			if !ok {
-				t.Error("refused: the restarted server should hold no state")
-			}
+			require.NoError(t, err, "still failing after 5 attempts")
+			assert.True(t, ok, "refused: the restarted server should hold no state")
 		})
 	}
 }
@@ -238,11 +197,9 @@ func TestNoScriptCluster(t *testing.T) {
 	cen := newCentral(t, cc, ks)
 	flushAll := func(t *testing.T) {
 		t.Helper()
-		if err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 			return n.ScriptFlush(ctx).Err()
-		}); err != nil {
-			t.Fatal(err)
-		}
+		}), "SCRIPT FLUSH on every master")
 	}
 	rules := apartRules(t, cc, ks, "k",
 		local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Hour},
@@ -255,41 +212,26 @@ func TestNoScriptCluster(t *testing.T) {
 	now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
 	t.Run("every master flushed", func(t *testing.T) {
 		flushAll(t)
-		if !sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}, {rules[2], "k", 1}}, lims) {
-			t.Error("refused")
-		}
+		assert.True(t, sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}, {rules[2], "k", 1}}, lims), "refused")
 		flushAll(t) // reserve, refused by the log, refund
-		if sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}, {rules[2], "k", 1}}, lims) {
-			t.Error("admitted past a full rule")
-		}
+		assert.False(t, sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}, {rules[2], "k", 1}}, lims), "admitted past a full rule")
 		flushAll(t) // read only
-		if sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 9}}, lims) {
-			t.Error("admitted a cost above the burst")
-		}
+		assert.False(t, sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 9}}, lims), "admitted a cost above the burst")
 	})
 	t.Run("one master flushed", func(t *testing.T) {
 		state, _ := cen.Keyspace().Keys(rules[0], "k")
 		node, err := cc.MasterForKey(ctx, state)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for i := range 3 {
 			scriptFlush(t, node)
 			got, err := cen.AllowNAt(ctx, now, rules[0], "k", 1)
-			if err != nil {
-				t.Fatalf("call %d: %v", i, err)
-			}
-			if want := lims[rules[0]].AllowNAt(now, "k", 1); got != want {
-				t.Errorf("call %d on %s: redis %+v, local %+v", i, node.Options().Addr, got, want)
-			}
-			if !scriptExists(t, node, syncer.ScriptHash(rules[0])) {
-				t.Errorf("the script was not loaded on %s", node.Options().Addr)
-			}
+			require.NoError(t, err, "call %d", i)
+			want := lims[rules[0]].AllowNAt(now, "k", 1)
+			assert.Equal(t, want.Outcome(), got.Outcome(), "call %d on %s: redis, want local's decision", i, node.Options().Addr)
+			assert.True(t, scriptExists(t, node, syncer.ScriptHash(rules[0])), "the script was not loaded on %s", node.Options().Addr)
 			scriptFlush(t, node)
 			sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}}, lims)
-			if !scriptExists(t, node, syncer.ScriptHashes()["fixed"]) {
-				t.Errorf("the pipelined script was not loaded on %s", node.Options().Addr)
-			}
+			assert.True(t, scriptExists(t, node, syncer.ScriptHashes()["fixed"]), "the pipelined script was not loaded on %s", node.Options().Addr)
 		}
 	})
 }

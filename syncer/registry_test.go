@@ -5,14 +5,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
-type stepClock struct{ t time.Time }
-
-func (c *stepClock) Now() time.Time { return c.t }
+// newClock returns a fake clock for a Syncer run with PassTime, at a fixed
+// start.
+func newClock() *clocktest.Clock {
+	return clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+}
 
 // TestRegistry: each Syncer registers as live at its rounds (every
 // DemandTTL ÷ 2); Nodes counts the live ones, never fewer than
@@ -22,70 +27,46 @@ func TestRegistry(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	clk := &stepClock{time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := newClock()
 	newSyncer := func(id string, hint int) *syncer.Syncer {
 		s, err := syncer.NewSyncer(syncer.SyncConfig{
 			Client: c, Keyspace: syncer.Keyspace{Prefix: prefix}, NodeID: id, Nodes: hint,
 			Clock: clk, PassTime: true,
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
 	round := func(s *syncer.Syncer) syncer.RoundStats {
 		t.Helper()
-		st, err := s.SyncAt(ctx, clk.Now().UnixMicro())
-		if err != nil {
-			t.Fatal(err)
-		}
+		st, err := s.SyncAt(ctx, clk.Micros())
+		require.NoError(t, err)
 		return st
 	}
 	a, b, d := newSyncer("a", 0), newSyncer("b", 0), newSyncer("d", 5)
-	if n := a.Nodes(); n != 0 {
-		t.Errorf("before any round: Nodes = %d, want 0 (unknown)", n)
-	}
-	if n := d.Nodes(); n != 5 {
-		t.Errorf("before any round, SyncConfig.Nodes 5: Nodes = %d, want 5", n)
-	}
-	if st := round(a); !st.Registered {
-		t.Errorf("first round: %+v, want Registered", st)
-	}
-	if n := a.Nodes(); n != 1 {
-		t.Errorf("a alone: Nodes = %d, want 1", n)
-	}
+	assert.Zero(t, a.Nodes(), "before any round: Nodes, want 0 (unknown)")
+	assert.Equal(t, int64(5), d.Nodes(), "before any round, SyncConfig.Nodes 5: Nodes")
+	st := round(a)
+	assert.True(t, st.Registered, "first round: %+v, want Registered", st)
+	assert.Equal(t, int64(1), a.Nodes(), "a alone: Nodes")
 	round(b)
-	if n := b.Nodes(); n != 2 {
-		t.Errorf("a and b: b counts %d, want 2", n)
-	}
+	assert.Equal(t, int64(2), b.Nodes(), "a and b: b's count")
 	// a registers again only DemandTTL ÷ 2 (250ms) after its last time.
-	clk.t = clk.t.Add(100 * time.Millisecond)
-	if st := round(a); st.Registered {
-		t.Errorf("a round 100ms after registering registered again: %+v", st)
-	}
-	clk.t = clk.t.Add(200 * time.Millisecond)
-	if st := round(a); !st.Registered || a.Nodes() != 2 {
-		t.Errorf("a round 300ms after registering: %+v, Nodes %d; want Registered, 2", st, a.Nodes())
-	}
+	clk.Add(100 * time.Millisecond)
+	st = round(a)
+	assert.False(t, st.Registered, "a round 100ms after registering registered again: %+v", st)
+	clk.Add(200 * time.Millisecond)
+	st = round(a)
+	assert.True(t, st.Registered, "a round 300ms after registering: %+v, want Registered", st)
+	assert.Equal(t, int64(2), a.Nodes(), "a round 300ms after registering: Nodes")
 	round(d)
-	if n := d.Nodes(); n != 5 {
-		t.Errorf("3 live, SyncConfig.Nodes 5: Nodes = %d, want 5", n)
-	}
+	assert.Equal(t, int64(5), d.Nodes(), "3 live, SyncConfig.Nodes 5: Nodes")
 	// b leaves at Shutdown; d stops syncing and drops out after DemandTTL.
-	if err := b.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	clk.t = clk.t.Add(300 * time.Millisecond)
+	require.NoError(t, b.Shutdown(ctx))
+	clk.Add(300 * time.Millisecond)
 	round(a)
-	if n := a.Nodes(); n != 2 {
-		t.Errorf("after b left: a counts %d, want 2 (a and d)", n)
-	}
-	clk.t = clk.t.Add(300 * time.Millisecond)
+	assert.Equal(t, int64(2), a.Nodes(), "after b left: a's count (a and d)")
+	clk.Add(300 * time.Millisecond)
 	round(a)
-	if n := a.Nodes(); n != 1 {
-		t.Errorf("after d stopped for 600ms: a counts %d, want 1", n)
-	}
+	assert.Equal(t, int64(1), a.Nodes(), "after d stopped for 600ms: a's count")
 }
-
-var _ local.Clock = (*stepClock)(nil)

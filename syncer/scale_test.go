@@ -2,7 +2,6 @@ package syncer_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
@@ -23,7 +23,7 @@ import (
 // each decided once, a microsecond apart, in order.
 type manyKeys struct {
 	s     *syncer.Syncer
-	clk   *stepClock
+	clk   *clocktest.Clock
 	lr    *lease.Rule
 	store *keyed.Store[lease.Lease]
 	keys  []*keyed.Entry[lease.Lease]
@@ -31,7 +31,7 @@ type manyKeys struct {
 
 func newManyKeys(t *testing.T, client redis.UniversalClient, n int, cfg syncer.SyncConfig) *manyKeys {
 	t.Helper()
-	m := &manyKeys{clk: &stepClock{time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	m := &manyKeys{clk: newClock()}
 	cfg.Client, cfg.Keyspace = client, syncer.Keyspace{Prefix: redistest.Prefix(t)}
 	cfg.NodeID, cfg.Nodes, cfg.Clock, cfg.PassTime, cfg.NoColdStart = "a", 1, m.clk, true, true
 	var err error
@@ -45,8 +45,8 @@ func newManyKeys(t *testing.T, client redis.UniversalClient, n int, cfg syncer.S
 	m.store, err = keyed.New(keyed.Config{}, func(*lease.Lease, int64) bool { return false }, nil)
 	require.NoError(t, err)
 	for i := range n {
-		m.clk.t = m.clk.t.Add(time.Microsecond)
-		now := m.clk.Now().UnixMicro()
+		m.clk.Add(time.Microsecond)
+		now := m.clk.Micros()
 		e := m.store.Get(fmt.Sprintf("u%d", i), now)
 		e.Lock()
 		if _, signal := e.Value.Decide(m.lr, now, 1); signal.Sync() {
@@ -55,7 +55,7 @@ func newManyKeys(t *testing.T, client redis.UniversalClient, n int, cfg syncer.S
 		e.Unlock()
 		m.keys = append(m.keys, e)
 	}
-	m.clk.t = m.clk.t.Add(cfg.WithDefaults().MinGap)
+	m.clk.Add(syncer.WithDefaults(cfg).MinGap)
 	return m
 }
 
@@ -66,7 +66,7 @@ func (m *manyKeys) leased(i int) (leased, inFlight bool) {
 	e.Lock()
 	defer e.Unlock()
 	k := e.Value // a copy: the peek changes nothing
-	v, _ := k.Redecide(m.lr, m.clk.Now().UnixMicro(), 1, false)
+	v, _ := k.Redecide(m.lr, m.clk.Micros(), 1, false)
 	return v.Reason == local.ReasonOK, e.Value.InFlight()
 }
 
@@ -85,7 +85,7 @@ func TestRoundManyKeys(t *testing.T) {
 		require.Less(t, rounds, 2*n/batch, "rounds to serve %d keys, %d served", n, synced)
 		// A budget that has run out when the first pipeline returns: each
 		// round sends one pipeline.
-		st, err := syncer.SyncWithin(m.s, ctx, m.clk.Now().UnixMicro(), time.Nanosecond)
+		st, err := syncer.SyncWithin(m.s, ctx, m.clk.Micros(), time.Nanosecond)
 		require.NoError(t, err)
 		rounds++
 		assert.Equal(t, 1, st.Pipeline, "round %d: pipelines", rounds)
@@ -107,7 +107,7 @@ func TestRoundManyKeys(t *testing.T) {
 		}
 		synced += st.Synced
 		// Past MinGap in all, but not Interval: a key served is not due again.
-		m.clk.t = m.clk.t.Add(500 * time.Microsecond)
+		m.clk.Add(500 * time.Microsecond)
 	}
 	assert.Equal(t, n, synced, "keys exchanged over %d rounds: each once", rounds)
 	for i := range n {
@@ -117,7 +117,7 @@ func TestRoundManyKeys(t *testing.T) {
 		}
 	}
 	// Served, the keys are not exchanged again until due.
-	st, err := syncer.SyncWithin(m.s, ctx, m.clk.Now().UnixMicro(), time.Nanosecond)
+	st, err := syncer.SyncWithin(m.s, ctx, m.clk.Micros(), time.Nanosecond)
 	require.NoError(t, err)
 	assert.Zero(t, st.Synced+st.Carried, "keys exchanged or carried once all are served")
 }
@@ -137,9 +137,9 @@ func TestRoundFailedPipeline(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	st, err := m.s.SyncAt(ctx, m.clk.Now().UnixMicro())
+	st, err := m.s.SyncAt(ctx, m.clk.Micros())
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, context.DeadlineExceeded), "round error %v: want the deadline", err)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "round error: want the deadline")
 	assert.Equal(t, n/batch+1, st.Pipeline, "pipelines (the registration takes a place in the first)")
 	// The delayed pipeline's keys fail (all but those whose reply the
 	// client read before noticing the deadline); the others do not.
@@ -161,8 +161,8 @@ func TestRoundFailedPipeline(t *testing.T) {
 	failed := st.Failed
 	h.before = nil
 	// Past MinGap, the failed keys are due again; the others not before Interval.
-	m.clk.t = m.clk.t.Add(20 * time.Millisecond)
-	st, err = m.s.SyncAt(ctx, m.clk.Now().UnixMicro())
+	m.clk.Add(20 * time.Millisecond)
+	st, err = m.s.SyncAt(ctx, m.clk.Micros())
 	require.NoError(t, err)
 	assert.Equal(t, failed, st.Synced, "the next round exchanges the failed keys")
 	for i := range n {

@@ -13,72 +13,122 @@ import (
 //go:embed lua/*.lua
 var luaFS embed.FS
 
-func luaSource(names ...string) string {
+// The scripts are composed of parts: each a whole chunk of Lua with one
+// job, a file of lua/ or a few lines held here (lines), and each script is
+// the concatenation of its parts, in the order the table below gives. No
+// script text is rewritten. The files, what each computes, and (after the
+// semicolon) what it expects the parts before it to define:
+//
+//	prelude       helpers: fdiv, fmod, cdiv, fmt, other_family, demand_total, ttl_ms, clock; nothing
+//	params        params(i), a rule's parameters from ARGV; NPARAMS, parse_fp, expire, bucket_alg,
+//	              bucket_fp; prelude
+//	fixed         decide_fixed(k, lk, p, now, n, commit): the fixed window's six numbers, a table;
+//	              prelude, params
+//	log           decide_log, the same for the sliding window log; prelude, params
+//	counter       decide_counter, for the sliding window counter; prelude, params
+//	sub           decide_sub, for the sub-window counter; prelude, params
+//	bucket        the buckets' decision, statements whose returns are answer(form, six numbers);
+//	              k, lk, now, n, commit, fp, burst, rl, el, tau, answer, form
+//	bucket_args   what bucket expects but answer and form, from the single-rule script's KEYS
+//	              and ARGV; nothing
+//	multi         several rules decided as one, in one slot; prelude, params, deciders
+//	refund        a reservation given back, then the rule's decision at its time; prelude,
+//	              params, deciders
+//	lease_window  the window algorithms' lease exchange; prelude
+//	lease_bucket  the buckets' lease exchange; prelude, params
+//	registry      a node's round in the registry of live nodes; prelude, params
+//
+// The lines are described beside them.
+var lines = map[string]string{
+	// answer(form, ...) packs a decision's six numbers into one string of
+	// little-endian doubles, a single-rule script's reply (see unpack),
+	// creating no function and no table; expects nothing.
+	"answer_packed": "local answer, form = struct.pack, '<dddddd'\n",
+	// answer(form, ...) makes a decision's six numbers a table, as the
+	// window algorithms' decisions return theirs (form is unused); expects
+	// nothing.
+	"answer_table": "local form = nil\nlocal function answer(_, ...) return {...} end\n",
+	// Opens decide_bucket(k, lk, p, now, n, commit), the buckets' decision
+	// as a function of the window algorithms' signature, taking fp, burst,
+	// rl, el and tau from p: the parts up to bucket_end are its body;
+	// expects params (bucket_fp).
+	"bucket_begin": "local function decide_bucket(k, lk, p, now, n, commit)\n" +
+		"  local fp, burst, rl, el, tau = bucket_fp(p), p.burst, p.rl, p.el, p.tau\n",
+	// Closes decide_bucket; expects bucket_begin and its body.
+	"bucket_end": "end\n",
+	// deciders[alg] is the decision function of algorithm alg (numbered as
+	// local.Algorithm); expects decide_fixed, decide_log, decide_counter,
+	// decide_bucket and decide_sub.
+	"deciders": "local deciders = {decide_fixed, decide_log, decide_counter, decide_bucket, decide_bucket, decide_bucket, decide_sub}\n",
+	// decide is the decision a window algorithm's single-rule script runs;
+	// each expects the decide_ function it names.
+	"use_fixed":   "local decide = decide_fixed\n",
+	"use_log":     "local decide = decide_log\n",
+	"use_counter": "local decide = decide_counter\n",
+	"use_sub":     "local decide = decide_sub\n",
+	// A window algorithm's single-rule script decides and answers: KEYS =
+	// its state, and its log for the sliding window log (see
+	// Keyspace.Keys); ARGV[1] = now (empty for Redis's clock), ARGV[2] =
+	// cost, ARGV[3..] = the rule's parameters. Expects params, clock,
+	// decide, answer, form.
+	"single": "return answer(form, unpack(decide(KEYS[1], KEYS[2], params(3), clock(ARGV[1]), tonumber(ARGV[2]), true)))\n",
+}
+
+// part returns the text of the part named name: one of lines, or the file
+// lua/<name>.lua.
+func part(name string) string {
+	if src, ok := lines[name]; ok {
+		return src
+	}
+	src, err := luaFS.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic("syncer: no script part " + name) // the build embeds every file
+	}
+	return string(src)
+}
+
+// layouts holds each script's parts, in order (see compose).
+var layouts = map[*redis.Script][]string{}
+
+// compose returns the script made of the named parts, in order: their
+// concatenation. Each part is whole lines.
+func compose(names ...string) *redis.Script {
 	var b strings.Builder
 	for _, n := range names {
-		src, err := luaFS.ReadFile("lua/" + n + ".lua")
-		if err != nil {
-			panic("syncer: missing embedded script " + n) // the build embeds them all
+		src := part(n)
+		if !strings.HasSuffix(src, "\n") {
+			panic("syncer: script part " + n + " does not end a line")
 		}
-		b.Write(src)
-		b.WriteByte('\n')
+		b.WriteString(src)
 	}
-	return b.String()
+	s := redis.NewScript(b.String())
+	layouts[s] = names
+	return s
 }
-
-// single is the body of a one-rule script: KEYS = its state, and its log for
-// the sliding window log (see Keyspace.Keys); ARGV[1] = now (empty for
-// Redis's clock), ARGV[2] = cost, ARGV[3..] = the rule's parameters. It
-// returns the decision packed (see packed).
-const single = "return struct.pack('<dddddd', unpack(%s(KEYS[1], KEYS[2], params(3), clock(ARGV[1]), tonumber(ARGV[2]), true)))\n"
-
-func singleScript(file, fn string) *redis.Script {
-	return redis.NewScript(luaSource("prelude", "params", file) + strings.Replace(single, "%s", fn, 1))
-}
-
-// The bucket algorithms' decision, as a flat chunk (the single-rule script
-// runs it, its answers packed in place: no function is created per call)
-// and wrapped in a function (for the multi-rule and refund scripts, whose
-// answer makes a table): one text, two forms.
-var (
-	bucketBody = luaSource("bucket_body")
-	bucketFunc = "local function answer(...) return {...} end\n" +
-		"local function decide_bucket(k, now, n, fp, burst, rl, el, tau, commit, lk)\n" + bucketBody + "end\n"
-)
 
 // The scripts, run by SHA. Each algorithm has its own, holding only its own
-// code. The buckets' is the leanest, a flat chunk: no helper, no table of
-// parameters; the numbers it needs as arguments (ARGV: now, cost,
-// fingerprint, and burst, rl, el, tau packed as four little-endian doubles
-// in one argument, which costs Redis less than four to parse; KEYS: its
-// state alone), one GET and one SET.
+// code. The buckets' is the leanest, a flat chunk: no helper, no function,
+// no table of parameters; the numbers it needs as arguments (bucket_args),
+// one GET and one SET.
 //
 // A single-rule script answers with its decision's six numbers packed into
-// one string (see unpack), not an array: turning a script's table into a
+// one string (answer_packed), not an array: turning a script's table into a
 // reply costs Redis a sizable part of the bucket script's whole work.
 var (
-	scriptFixed   = singleScript("fixed", "decide_fixed")
-	scriptLog     = singleScript("log", "decide_log")
-	scriptCounter = singleScript("counter", "decide_counter")
-	scriptSub     = singleScript("sub", "decide_sub")
-	scriptBucket  = redis.NewScript(`local k, now = KEYS[1], ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-else
-  now = tonumber(now)
-end
-local n, fp = tonumber(ARGV[2]), ARGV[3]
-local burst, rl, el, tau = struct.unpack('<dddd', ARGV[4])
-local commit, lk = true, nil
-` + strings.ReplaceAll(bucketBody, "return answer(", "return struct.pack('<dddddd', "))
-	scriptMulti  = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter", "sub") + bucketFunc + luaSource("multi"))
-	scriptRefund = redis.NewScript(luaSource("prelude", "params", "fixed", "log", "counter", "sub") + bucketFunc + luaSource("refund"))
+	scriptFixed   = compose("prelude", "params", "fixed", "answer_packed", "use_fixed", "single")
+	scriptLog     = compose("prelude", "params", "log", "answer_packed", "use_log", "single")
+	scriptCounter = compose("prelude", "params", "counter", "answer_packed", "use_counter", "single")
+	scriptSub     = compose("prelude", "params", "sub", "answer_packed", "use_sub", "single")
+	scriptBucket  = compose("bucket_args", "answer_packed", "bucket")
+	scriptMulti   = compose("prelude", "params", "fixed", "log", "counter", "sub",
+		"answer_table", "bucket_begin", "bucket", "bucket_end", "deciders", "multi")
+	scriptRefund = compose("prelude", "params", "fixed", "log", "counter", "sub",
+		"answer_table", "bucket_begin", "bucket", "bucket_end", "deciders", "refund")
 
 	// The hybrid mode's lease exchanges.
-	scriptLeaseWindow = redis.NewScript(luaSource("prelude", "lease_window"))
-	scriptLeaseBucket = redis.NewScript(luaSource("prelude", "params", "lease_bucket"))
-	scriptRegistry    = redis.NewScript(luaSource("prelude", "params", "registry"))
+	scriptLeaseWindow = compose("prelude", "lease_window")
+	scriptLeaseBucket = compose("prelude", "params", "lease_bucket")
+	scriptRegistry    = compose("prelude", "params", "registry")
 )
 
 // scripts lists every script, for loading them ahead (Preload).

@@ -15,32 +15,48 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// Defaults for SyncConfig.
+// Defaults of SyncConfig: docs/operating.md#defaults lists them, and
+// TestDefaults holds that table against them. The durations but Interval
+// derive from it: Horizon is defaultHorizonIntervals × Interval, MinGap is
+// Interval ÷ defaultMinGapsPerInterval, and so on.
 const (
-	DefaultInterval = 100 * time.Millisecond
-	DefaultEpsilon  = 0.05
-	DefaultBatch    = 64
+	defaultInterval             = 100 * time.Millisecond
+	defaultHorizonIntervals     = 2
+	defaultMinGapsPerInterval   = 10
+	defaultFirstGapsPerMinGap   = 10
+	defaultPaceGapsPerMinGap    = 5
+	defaultLeaseTTLIntervals    = 5
+	defaultDemandTTLIntervals   = 5
+	defaultIdleReleaseIntervals = 3
+	defaultEpsilon              = config.Epsilon
+	defaultBatch                = 64
 )
 
+// minInterval bounds SyncConfig.Interval from below.
+const minInterval = time.Millisecond
+
 // SyncConfig configures a Syncer. Every zero field takes the default it
-// documents (WithDefaults fills them in); durations derive from Interval
-// unless set.
+// documents (docs/operating.md#defaults lists them all); the durations
+// derive from Interval unless set.
 type SyncConfig struct {
 	// Client reaches Redis; see CentralConfig.Client. Required.
 	Client redis.UniversalClient
-	// Keyspace names the keys; every node must use the same one.
+	// Keyspace names the keys; every node must use the same one. Default:
+	// prefix "hl".
 	Keyspace Keyspace
 	// NodeID names this node in Redis: each node of a cluster needs its own.
-	// Default: 64 random bits.
+	// Default: 64 random bits, drawn by NewSyncer.
 	NodeID string
 	// Interval is the regular sync period: usage is reported and leases
-	// renewed at most this long after they are due. Default 100ms. Shorter
-	// means smaller leases and more scripts; longer means coarser leases.
+	// renewed at most this long after they are due. Default 100ms; at least
+	// 1ms. Shorter means smaller leases and more scripts; longer means
+	// coarser leases.
 	Interval time.Duration
 	// Horizon is how long a lease is sized to last at the key's current
 	// demand. Default 2 × Interval.
@@ -71,7 +87,8 @@ type SyncConfig struct {
 	PaceGap time.Duration
 	// LeaseTTL is how long a bucket share is held without renewal. A node
 	// that stops syncing (crashed, cut off) loses its share that long after
-	// its last sync, and the others get it. Default 5 × Interval.
+	// its last sync, and the others get it. Default 5 × Interval; more than
+	// 2 × Interval.
 	LeaseTTL time.Duration
 	// DemandTTL is how long a node's reported demand counts in the others'
 	// shares. Default 5 × Interval.
@@ -84,7 +101,8 @@ type SyncConfig struct {
 	Safety time.Duration
 	// Epsilon is the cold-start allowance: a new key may admit ε × limit ÷
 	// nodes per node, counted as debt, while its first lease is fetched.
-	// Default 0.05. Set NoColdStart to admit nothing before a lease.
+	// Default 0.05; at most 1. Set NoColdStart to admit nothing before a
+	// lease.
 	Epsilon float64
 	// NoColdStart turns the cold-start allowance off.
 	NoColdStart bool
@@ -104,7 +122,8 @@ type SyncConfig struct {
 	// leaves the keys it did not reach to the next one, which serves the
 	// longest unsynced first. Default Interval.
 	Timeout time.Duration
-	// Clock is the node's clock. Default: a CoarseClock the Syncer owns.
+	// Clock is the node's clock. Default: a CoarseClock of 1ms resolution
+	// that NewSyncer starts and Close stops.
 	Clock local.Clock
 	// Observer receives each round's figures. Optional.
 	Observer Observer
@@ -114,40 +133,41 @@ type SyncConfig struct {
 	PassTime bool
 }
 
-// WithDefaults returns c with each zero field set to its default: every
-// default of a SyncConfig is here. NodeID stays empty (NewSyncer draws a
-// random one) and Clock nil (NewSyncer starts its own).
-func (c SyncConfig) WithDefaults() SyncConfig {
+// withDefaults returns c with each zero field that has a default set to
+// it. NodeID stays empty (NewSyncer draws a random one) and Clock nil
+// (NewSyncer starts its own).
+func (c SyncConfig) withDefaults() SyncConfig {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
 		}
 	}
-	def(&c.Interval, DefaultInterval)
-	def(&c.Horizon, 2*c.Interval)
-	def(&c.MinGap, c.Interval/10)
-	def(&c.LeaseTTL, 5*c.Interval)
-	def(&c.DemandTTL, 5*c.Interval)
-	def(&c.IdleRelease, 3*c.Interval)
+	c.Keyspace = c.Keyspace.withDefaults()
+	def(&c.Interval, defaultInterval)
+	def(&c.Horizon, defaultHorizonIntervals*c.Interval)
+	def(&c.MinGap, c.Interval/defaultMinGapsPerInterval)
+	def(&c.LeaseTTL, defaultLeaseTTLIntervals*c.Interval)
+	def(&c.DemandTTL, defaultDemandTTLIntervals*c.Interval)
+	def(&c.IdleRelease, defaultIdleReleaseIntervals*c.Interval)
 	def(&c.Timeout, c.Interval)
 	def(&c.Safety, c.MinGap)
-	def(&c.FirstGap, c.MinGap/10)
-	def(&c.PaceGap, c.MinGap/5)
+	def(&c.FirstGap, c.MinGap/defaultFirstGapsPerMinGap)
+	def(&c.PaceGap, c.MinGap/defaultPaceGapsPerMinGap)
 	if c.Epsilon == 0 {
-		c.Epsilon = DefaultEpsilon
+		c.Epsilon = defaultEpsilon
 	}
 	if c.Batch == 0 {
-		c.Batch = DefaultBatch
+		c.Batch = defaultBatch
 	}
 	return c
 }
 
-// Validate reports the first bad field of c with its defaults filled in
-// (WithDefaults), in an error wrapping ErrInvalidConfig that names it. It
-// builds nothing and checks neither Client nor Keyspace, which NewSyncer
-// checks.
-func (c SyncConfig) Validate() error {
-	c = c.WithDefaults()
+// validate reports c's first bad field, c having its defaults, in an error
+// wrapping ErrInvalidConfig that names it. It builds nothing.
+func (c SyncConfig) validate() error {
+	if err := checkRedis(c.Client, c.Keyspace, "syncs"); err != nil {
+		return err
+	}
 	for _, f := range []struct {
 		name string
 		d    time.Duration
@@ -157,26 +177,26 @@ func (c SyncConfig) Validate() error {
 		{"Timeout", c.Timeout}, {"Safety", c.Safety}, {"FirstGap", c.FirstGap}, {"PaceGap", c.PaceGap},
 	} {
 		if f.d < 0 {
-			return fmt.Errorf("%w: %s %v: must be positive", ErrInvalidConfig, f.name, f.d)
+			return invalidConfig(f.name, f.d, "must be positive")
 		}
 	}
 	switch {
 	case c.PaceGap > c.MinGap:
-		return fmt.Errorf("%w: PaceGap %v: must not pass MinGap %v", ErrInvalidConfig, c.PaceGap, c.MinGap)
-	case c.Interval < time.Millisecond:
-		return fmt.Errorf("%w: Interval %v: must be at least 1ms", ErrInvalidConfig, c.Interval)
+		return invalidConfig("PaceGap", c.PaceGap, fmt.Sprintf("must not pass MinGap %v", c.MinGap))
+	case c.Interval < minInterval:
+		return invalidConfig("Interval", c.Interval, fmt.Sprintf("must be at least %v", minInterval))
 	case c.LeaseTTL <= 2*c.Interval:
-		return fmt.Errorf("%w: LeaseTTL %v: must be more than twice Interval, or shares expire between renewals", ErrInvalidConfig, c.LeaseTTL)
+		return invalidConfig("LeaseTTL", c.LeaseTTL, "must be more than twice Interval, or shares expire between renewals")
 	case c.Epsilon < 0 || c.Epsilon > 1:
-		return fmt.Errorf("%w: Epsilon %v: must be in [0, 1] (0 takes the default)", ErrInvalidConfig, c.Epsilon)
+		return invalidConfig("Epsilon", c.Epsilon, "must be in [0, 1] (0 takes the default)")
 	case c.Batch < 1:
-		return fmt.Errorf("%w: Batch %d: must be at least 1", ErrInvalidConfig, c.Batch)
+		return invalidConfig("Batch", c.Batch, "must be at least 1")
 	case c.Nodes < 0:
-		return fmt.Errorf("%w: Nodes %d: must not be negative", ErrInvalidConfig, c.Nodes)
+		return invalidConfig("Nodes", c.Nodes, "must not be negative")
 	}
 	if c.NodeID != "" {
 		if err := ValidRuleName(c.NodeID); err != nil {
-			return fmt.Errorf("%w: NodeID %q: letters, digits and -_.:/ only", ErrInvalidConfig, c.NodeID)
+			return invalidConfig("NodeID", fmt.Sprintf("%q", c.NodeID), fmt.Sprintf("1 to %d bytes of letters, digits and -_.:/", maxRuleName))
 		}
 	}
 	return nil
@@ -245,15 +265,12 @@ type Syncer struct {
 	closed, flushed bool
 }
 
-// NewSyncer returns a Syncer for cfg, not yet running. It copies cfg, fills
-// its zero fields with their defaults (SyncConfig.WithDefaults) and reports
-// a bad field with an error wrapping ErrInvalidConfig.
+// NewSyncer returns a Syncer for cfg, not yet running. It works on a copy
+// of cfg with its zero fields set to their defaults, and reports a bad
+// field with an error wrapping ErrInvalidConfig.
 func NewSyncer(cfg SyncConfig) (*Syncer, error) {
-	if err := checkRedis(cfg.Client, cfg.Keyspace, "syncs"); err != nil {
-		return nil, err
-	}
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.NodeID == "" {
@@ -275,7 +292,7 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	}
 	s.ks.Secret = append([]byte(nil), s.ks.Secret...)
 	if s.cfg.Clock == nil {
-		s.ownClock = local.NewCoarseClock(local.DefaultResolution)
+		s.ownClock = local.NewCoarseClock(defaultResolution)
 		s.cfg.Clock = s.ownClock
 	}
 	return s, nil
@@ -299,7 +316,7 @@ func (s *Syncer) LeaseRule(r *Rule) (*lease.Rule, error) {
 	switch r.limit.Algorithm() {
 	case local.FixedWindow, local.SlidingWindowCounter, local.SlidingWindowLog:
 	default:
-		if p.Window.Microseconds() > local.MaxProduct/(p.Burst+p.Limit) {
+		if p.Window.Microseconds() > config.MaxProduct/(p.Burst+p.Limit) {
 			return nil, fmt.Errorf("%w: rule %q: window × (burst + limit) passes 2^51; use central mode", ErrNotLeasable, r.name)
 		}
 	}

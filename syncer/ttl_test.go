@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -47,9 +49,7 @@ var ttlCases = []ttlCase{
 func pttl(t *testing.T, c redis.UniversalClient, key string) time.Duration {
 	t.Helper()
 	d, err := c.PTTL(context.Background(), key).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "PTTL %s", key)
 	return d
 }
 
@@ -57,9 +57,7 @@ func pttl(t *testing.T, c redis.UniversalClient, key string) time.Duration {
 func ruleKeys(t *testing.T, c redis.UniversalClient, prefix, name string) []string {
 	t.Helper()
 	all, err := redistest.Keys(context.Background(), c, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var keys []string
 	for _, k := range all {
 		if strings.Contains(k, ":{"+name+":") {
@@ -81,41 +79,33 @@ func TestTTL(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				r := mustRule(t, name, tc.p)
 				now := time.Now()
-				if d, err := cen.AllowNAt(ctx, now, r, "k", tc.n); err != nil || !d.Allowed() {
-					t.Fatalf("%+v, %v", d, err)
-				}
+				d, err := cen.AllowNAt(ctx, now, r, "k", tc.n)
+				require.NoError(t, err)
+				require.True(t, d.Allowed(), "%+v", d)
 				life := time.Duration(tc.life(now.UnixMicro())) * time.Microsecond
 				keys := ruleKeys(t, c, prefix, name)
 				want := 1
 				if tc.p.Algorithm == local.SlidingWindowLog {
 					want = 2
 				}
-				if len(keys) != want {
-					t.Fatalf("keys %q, want %d", keys, want)
-				}
+				require.Len(t, keys, want, "the rule's keys")
 				for _, k := range keys {
 					// PTTL counts down from the call: at most the life plus
 					// grace (and the rounding up to the ms), at least the
 					// life (the grace covers the time since the call).
 					got := pttl(t, c, k)
-					if got <= 0 || got > (life+grace).Round(time.Millisecond)+time.Millisecond || got < life.Truncate(time.Millisecond) {
-						t.Errorf("%s: PTTL %v; want in [%v, %v + %v]", k, got, life, life, grace)
-					}
+					assert.Positive(t, got, "%s: PTTL", k)
+					assert.LessOrEqual(t, got, (life+grace).Round(time.Millisecond)+time.Millisecond, "%s: PTTL, want at most %v + %v", k, life, grace)
+					assert.GreaterOrEqual(t, got, life.Truncate(time.Millisecond), "%s: PTTL, want at least %v", k, life)
 				}
 			})
 		}
 		// And nothing else under the prefix is without a TTL.
 		all, err := redistest.Keys(ctx, c, prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(all) != len(ttlCases)+1 {
-			t.Errorf("%d keys under the prefix, want %d: %q", len(all), len(ttlCases)+1, all)
-		}
+		require.NoError(t, err)
+		assert.Len(t, all, len(ttlCases)+1, "keys under the prefix")
 		for _, k := range all {
-			if d := pttl(t, c, k); d <= 0 {
-				t.Errorf("%s: PTTL %v", k, d)
-			}
+			assert.Positive(t, pttl(t, c, k), "%s: PTTL", k)
 		}
 	})
 }
@@ -132,9 +122,9 @@ func TestTTLNotExtended(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				r := mustRule(t, name, tc.p)
 				now := time.Now()
-				if d, err := cen.AllowNAt(ctx, now, r, "k", r.Limit().MaxCost()); err != nil || !d.Allowed() {
-					t.Fatalf("%+v, %v", d, err)
-				}
+				d, err := cen.AllowNAt(ctx, now, r, "k", r.Limit().MaxCost())
+				require.NoError(t, err)
+				require.True(t, d.Allowed(), "%+v", d)
 				keys := ruleKeys(t, c, prefix, name)
 				before := map[string]time.Duration{}
 				for _, k := range keys {
@@ -144,16 +134,13 @@ func TestTTLNotExtended(t *testing.T) {
 				time.Sleep(wait)
 				// At the same time as the charge: a write would set the
 				// TTL the charge set, back up by the wait.
-				if d, err := cen.AllowNAt(ctx, now, r, "k", 1); err != nil || d.Allowed() {
-					t.Fatalf("%+v, %v; want a refusal", d, err)
-				}
-				if _, err := cen.AllowNAt(ctx, now, r, "k", 0); err != nil {
-					t.Fatal(err)
-				}
+				d, err = cen.AllowNAt(ctx, now, r, "k", 1)
+				require.NoError(t, err)
+				require.False(t, d.Allowed(), "%+v, want a refusal", d)
+				_, err = cen.AllowNAt(ctx, now, r, "k", 0)
+				require.NoError(t, err)
 				for _, k := range keys {
-					if got := pttl(t, c, k); got > before[k]-wait+10*time.Millisecond {
-						t.Errorf("%s: PTTL %v, %v earlier: a refusal or a query extended it", k, got, before[k])
-					}
+					assert.LessOrEqual(t, pttl(t, c, k), before[k]-wait+10*time.Millisecond, "%s: PTTL, %v earlier: a refusal or a query extended it", k, before[k])
 				}
 			})
 		}

@@ -16,26 +16,20 @@ import (
 func TestScheduleDeterministicAndPoisson(t *testing.T) {
 	s := NewSpec(ModeHybrid, AlgoFixed, WorkSkewed, 1000, 4, 9)
 	a, b := s.Schedule(0), s.Schedule(0)
-	if len(a) != len(b) || len(a) == 0 || a[len(a)/2] != b[len(b)/2] {
-		t.Fatalf("schedules of one (seed, node) differ: %d vs %d arrivals", len(a), len(b))
-	}
+	require.NotEmpty(t, a, "a schedule")
+	require.Len(t, b, len(a), "schedules of one (seed, node): their arrivals")
+	require.Equal(t, a[len(a)/2], b[len(b)/2], "schedules of one (seed, node): their middle arrivals")
 	total := 0
 	for n := range s.Nodes {
 		sched := s.Schedule(n)
 		for i := 1; i < len(sched); i++ {
-			if sched[i].At < sched[i-1].At {
-				t.Fatalf("node %d: arrivals out of order at %d", n, i)
-			}
+			require.GreaterOrEqual(t, sched[i].At, sched[i-1].At, "node %d: arrivals in order at %d", n, i)
 		}
 		want := s.Offered * float64(s.Limit) * s.Share(n) * s.Duration().Seconds()
-		if math.Abs(float64(len(sched))-want) > 5*math.Sqrt(want) {
-			t.Errorf("node %d: %d arrivals, want about %.0f", n, len(sched), want)
-		}
+		assert.InDelta(t, want, float64(len(sched)), 5*math.Sqrt(want), "node %d: arrivals", n)
 		total += len(sched)
 	}
-	if share := float64(len(s.Schedule(0))) / float64(total); math.Abs(share-0.8) > 0.01 {
-		t.Errorf("skewed: node 0 has %.3f of the traffic, want 0.8", share)
-	}
+	assert.InDelta(t, 0.8, float64(len(s.Schedule(0)))/float64(total), 0.01, "skewed: node 0's share of the traffic")
 }
 
 func TestScheduleCold(t *testing.T) {
@@ -47,9 +41,8 @@ func TestScheduleCold(t *testing.T) {
 			for _, a := range s.Schedule(n) {
 				counts[n]++
 				start := uint32(float64(a.Key)*float64(W) + ColdAt*float64(W))
-				if a.At < start || a.At >= start+W {
-					t.Fatalf("%s: key %d at %d µs: outside its second [%d, %d)", w, a.Key, a.At, start, start+W)
-				}
+				require.GreaterOrEqual(t, a.At, start, "%s: key %d at %d µs: outside its second [%d, %d)", w, a.Key, a.At, start, start+W)
+				require.Less(t, a.At, start+W, "%s: key %d at %d µs: outside its second [%d, %d)", w, a.Key, a.At, start, start+W)
 			}
 		}
 		total := 0
@@ -60,9 +53,7 @@ func TestScheduleCold(t *testing.T) {
 		if w == WorkColdSkewed {
 			want = 0.8
 		}
-		if share := float64(counts[0]) / float64(total); math.Abs(share-want) > 0.03 {
-			t.Errorf("%s: node 0 has %.3f of the traffic, want %.2f", w, share, want)
-		}
+		assert.InDelta(t, want, float64(counts[0])/float64(total), 0.03, "%s: node 0's share of the traffic", w)
 	}
 }
 
@@ -78,14 +69,10 @@ func TestScheduleZipf(t *testing.T) {
 			if a.Key == 0 {
 				hot++
 			}
-			if a.Key >= ZipfKeys {
-				t.Fatalf("key %d out of range", a.Key)
-			}
+			require.Less(t, a.Key, uint32(ZipfKeys), "key out of range")
 		}
 	}
-	if share := float64(hot) / float64(n); share < 0.12 || share > 0.15 {
-		t.Errorf("hottest key has %.3f of the traffic, want about 0.135", share)
-	}
+	assert.InDelta(t, 0.135, float64(hot)/float64(n), 0.015, "the hottest key's share of the traffic")
 }
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -94,19 +81,15 @@ func TestRecordRoundTrip(t *testing.T) {
 		NewRecord(4, 5, 0, false, uint8(local.ReasonNoLease), -1),
 	}
 	p := filepath.Join(t.TempDir(), "n0.rec")
-	if err := WriteRecords(p, recs); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, WriteRecords(p, recs))
 	got, err := ReadRecords(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0] != recs[0] || got[1] != recs[1] {
-		t.Fatalf("got %+v, want %+v", got, recs)
-	}
-	if !got[0].Allowed() || got[0].KeyID() != 99999 || got[1].Allowed() || got[1].Reason() != uint8(local.ReasonNoLease) || got[1].Window != -1 {
-		t.Fatalf("fields lost: %+v", got)
-	}
+	require.NoError(t, err)
+	require.Equal(t, recs, got, "the records read back")
+	assert.True(t, got[0].Allowed(), "fields lost: %+v", got[0])
+	assert.Equal(t, uint32(99999), got[0].KeyID(), "fields lost: %+v", got[0])
+	assert.False(t, got[1].Allowed(), "fields lost: %+v", got[1])
+	assert.Equal(t, uint8(local.ReasonNoLease), got[1].Reason(), "fields lost: %+v", got[1])
+	assert.Equal(t, int32(-1), got[1].Window, "fields lost: %+v", got[1])
 }
 
 func TestWindowOf(t *testing.T) {
@@ -125,9 +108,7 @@ func TestWindowOf(t *testing.T) {
 		{t0 + 3*W + 1000, 2000 * time.Microsecond, 2},
 		{t0 + 500, (W - 500) * time.Microsecond, 0},
 	} {
-		if got := windowOf(c.now, c.reset, t0, W); got != c.want {
-			t.Errorf("windowOf(%d, %v) = %d, want %d", c.now-t0, c.reset, got, c.want)
-		}
+		assert.Equal(t, c.want, windowOf(c.now, c.reset, t0, W), "windowOf(%d, %v)", c.now-t0, c.reset)
 	}
 }
 
@@ -149,14 +130,10 @@ func TestArrivalCurve(t *testing.T) {
 	}
 	over := []float64{math.Inf(-1), math.Inf(-1)}
 	arrivalCurve(recs, lim, W, 1, 2, over)
-	if math.Abs(over[0]-0) > 1e-9 {
-		t.Errorf("window 1: excess %v × burst, want 0", over[0])
-	}
+	assert.InDelta(t, 0, over[0], 1e-9, "window 1: excess × burst")
 	// (t0, t] from just before 1.9 s to 2.95 s: 1 + 8 admitted, rate ×
 	// 1.05 s = 10.5: 9 − 5 − 10.5 < 0; from just before 2.95 s: 8 − 5 = 3.
-	if math.Abs(over[1]-3.0/5) > 1e-9 {
-		t.Errorf("window 2: excess %v × burst, want 0.6", over[1])
-	}
+	assert.InDelta(t, 3.0/5, over[1], 1e-9, "window 2: excess × burst")
 }
 
 func TestBounds(t *testing.T) {
@@ -174,9 +151,9 @@ func TestBounds(t *testing.T) {
 		{ModeNaive, WorkUnder, -0.1}, // never more than offered
 	} {
 		r := &Result{Spec: NewSpec(c.mode, AlgoFixed, c.work, 10000, 8, 30), ModeRun: c.mode}
-		if got, why := Bound(r); math.Abs(got-c.want) > 1e-9 || why == "" {
-			t.Errorf("%s/%s: bound %v (%s), want %v", c.mode, c.work, got, why, c.want)
-		}
+		got, why := Bound(r)
+		assert.InDelta(t, c.want, got, 1e-9, "%s/%s: bound (%s)", c.mode, c.work, why)
+		assert.NotEmpty(t, why, "%s/%s: the bound's reason", c.mode, c.work)
 	}
 }
 
@@ -185,9 +162,9 @@ func TestChartSVG(t *testing.T) {
 		{Name: "a", X: []float64{10, 100, 1000}, Y: []float64{1, 0.01, 0.0001}, Invalid: []bool{false, true, false}, Color: "#000"},
 	}}
 	svg := c.SVG()
-	if !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<circle") != 4 || !strings.Contains(svg, "1,000") {
-		t.Fatalf("unexpected SVG:\n%s", svg)
-	}
+	assert.True(t, strings.HasPrefix(svg, "<svg"), "an SVG:\n%s", svg)
+	assert.Equal(t, 4, strings.Count(svg, "<circle"), "the SVG's circles:\n%s", svg)
+	assert.Contains(t, svg, "1,000", "the x axis's labels")
 }
 
 func TestHist(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -63,11 +64,11 @@ const (
 	// PatMaxRetries bounds a retry chain: a client gives a request up after
 	// that many retries refused in a row.
 	PatMaxRetries = 20
-	// EdgeMargin is the clock resolution of a decision's time (a Limiter's
-	// CoarseClock, local.DefaultResolution): requests this close to a
+	// EdgeMargin is the clock resolution of a decision's time (the
+	// CoarseClock a Limiter starts without a Clock): requests this close to a
 	// window's edge are left out of the false-refusal sums, where the
 	// replay cannot tell which window the limiter decided them in.
-	EdgeMargin = local.DefaultResolution
+	EdgeMargin = config.ClockResolution
 )
 
 // patSessions is how many sessions each pattern starts per window at

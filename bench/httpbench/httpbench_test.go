@@ -18,7 +18,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
 // huge is a limit no benchmark reaches.
@@ -64,12 +64,13 @@ func middlewares(b *testing.B) []struct {
 	// httprate keyed by the peer's address, as its docs advise when no
 	// proxy is trusted.
 	// The same rule at a limit as people write them, 3,000 per second, on a
-	// clock that moves half a millisecond at each read, so that no window
-	// fills (2,000 reads a window, in any order across goroutines) and each
-	// of 1,000 clients comes back within its window:
+	// clock moved half a millisecond before each request, so that no window
+	// fills (2,000 requests a window, in any order across goroutines) and
+	// each of 1,000 clients comes back within its window:
 	// the headers carry small numbers, as they do in production, where the
 	// 2^40 limit above makes every remaining count a 13-digit one.
-	ls, err := hybrid.New(hybrid.Config{Clock: &stepClock{}})
+	clk := clocktest.New(time.UnixMicro(1_900_000_000_000_000))
+	ls, err := hybrid.New(hybrid.Config{Clock: clk})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -80,6 +81,11 @@ func middlewares(b *testing.B) []struct {
 	if err != nil {
 		b.Fatal(err)
 	}
+	hsh := hs.Handler(bare)
+	stepped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		clk.Add(500 * time.Microsecond)
+		hsh.ServeHTTP(w, r)
+	})
 	hr := httprate.LimitBy(huge, time.Hour, func(r *http.Request) (string, error) {
 		host, _, _ := strings.Cut(r.RemoteAddr, ":")
 		return host, nil
@@ -102,18 +108,13 @@ func middlewares(b *testing.B) []struct {
 		{"bare", bare},
 		{"decision", decision},
 		{"httplimit", hl.Handler(bare)},
-		{"httplimit-3000/s", hs.Handler(bare)},
+		{"httplimit-3000/s", stepped},
 		{"httprate", hr(bare)},
 		{"tollbooth", tollbooth.LimitHandler(tb, bare)},
 	}
 }
 
 // requests returns n requests from n client addresses.
-// stepClock moves half a millisecond at each read.
-type stepClock struct{ us atomic.Int64 }
-
-func (c *stepClock) Now() time.Time { return time.UnixMicro(1_900_000_000_000_000 + c.us.Add(500)) }
-
 func requests(n int) []*http.Request {
 	rs := make([]*http.Request, n)
 	for i := range rs {

@@ -4,35 +4,30 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
-// vclock is a settable clock: the benchmark moves it by hand, so that a
-// hybrid key's lease (fetched once, with ManualSync) covers the whole run.
-type vclock struct{ us atomic.Int64 }
-
-func (c *vclock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
-
 // benchLimiter returns a hybrid.Limiter of one node on a fresh prefix, with
-// ManualSync and the settable clock it reads, both closed when b ends. It
-// skips b without HYBRIDLIMIT_REDIS_ADDR.
-func benchLimiter(b *testing.B) (*hybrid.Limiter, *vclock) {
+// ManualSync and the settable clock it reads, closed when b ends. The
+// benchmark moves the clock by hand, so that a hybrid key's lease (fetched
+// once, with ManualSync) covers the whole run. It skips b without
+// HYBRIDLIMIT_REDIS_ADDR.
+func benchLimiter(b *testing.B) (*hybrid.Limiter, *clocktest.Clock) {
 	addr := os.Getenv("HYBRIDLIMIT_REDIS_ADDR")
 	if addr == "" {
 		b.Skip("HYBRIDLIMIT_REDIS_ADDR is not set: make bench starts Redis")
 	}
 	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { client.Close() })
-	clock := &vclock{}
-	clock.us.Store(t0.UnixMicro())
+	clock := clocktest.New(t0)
 	l, err := hybrid.New(hybrid.Config{
 		Redis: client, Clock: clock, ManualSync: true, VirtualTime: true,
 		Keyspace: syncer.Keyspace{Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano())},
@@ -146,7 +141,7 @@ func BenchmarkFlood(b *testing.B) {
 					admitted++
 				}
 				if i++; i%10 == 0 {
-					clock.us.Add(1)
+					clock.Add(time.Microsecond)
 				}
 				if i%(1<<16) == 0 && c.name == "hybrid" {
 					sync(b)

@@ -29,9 +29,7 @@ import (
 func buildDemo(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-server is not on PATH, and CI is set: make test installs it")
-		}
+		require.Empty(t, os.Getenv("CI"), "redis-server is not on PATH, and CI is set: make test installs it")
 		t.Skip("redis-server is not on PATH: run make test, which installs it")
 	}
 	goBin, err := exec.LookPath("go") // go test puts GOROOT/bin first on PATH
@@ -136,7 +134,7 @@ func TestDemoInterrupted(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 		<-read
-		t.Fatalf("Redis was not killed at t=10s, or the outage's first window not drawn:\n%s", out.String())
+		require.FailNow(t, "Redis was not killed at t=10s, or the outage's first window not drawn", "output:\n%s", out.String())
 	}
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	done := make(chan error, 1)
@@ -147,7 +145,7 @@ func TestDemoInterrupted(t *testing.T) {
 		cmd.Process.Kill()
 		<-done
 		<-read
-		t.Fatalf("the demo did not stop within 20s of SIGINT:\n%s", out.String())
+		require.FailNow(t, "the demo did not stop within 20s of SIGINT", "output:\n%s", out.String())
 	}
 	<-read
 	var exit *exec.ExitError

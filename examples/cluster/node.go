@@ -28,8 +28,8 @@ import (
 )
 
 // clientHeader carries the client's key, as an API key: the load generator
-// sets it, the middleware keys the rule by it.
-const clientHeader = httplimit.DefaultAPIKeyHeader
+// sets it, the middleware keys the rule by it (Config.APIKeyHeader).
+const clientHeader = "X-API-Key"
 
 // nodeOptions configure one node process.
 type nodeOptions struct {
@@ -131,7 +131,7 @@ func runNode(o nodeOptions) error {
 		return err
 	}
 	dr := demoRule(dl)
-	mw, err := httplimit.New(lim, httplimit.Config{Rules: []httplimit.Rule{dr}, MeterProvider: mp, Logger: logger})
+	mw, err := httplimit.New(lim, httplimit.Config{Rules: []httplimit.Rule{dr}, APIKeyHeader: clientHeader, MeterProvider: mp, Logger: logger})
 	if err != nil {
 		return err
 	}

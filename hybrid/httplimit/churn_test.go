@@ -22,6 +22,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
@@ -29,7 +30,7 @@ import (
 // overrides' included, leave the Limiter; a set refused leaves none of the
 // rules it registered behind.
 func TestSetRulesUnregisters(t *testing.T) {
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	a, b := perIP("a", "/a", 10, time.Minute), perIP("b", "/b", 10, time.Minute)
 	b.Overrides = map[string]int64{"pro": 100, "key-1": 1}
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{a, b}})
@@ -52,7 +53,7 @@ func TestSetRulesUnregisters(t *testing.T) {
 // removes before its decision is decided on the rules SetRules put in
 // force, not let through as the Limiter's misuse.
 func TestSetRulesUnderRequest(t *testing.T) {
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	old := httplimit.Rule{ID: "old", Key: httplimit.KeyUser, Endpoint: "/", Algorithm: hybrid.FixedWindow, Quota: 1, Window: time.Minute}
 	next := old
 	next.ID, next.Quota = "next", 5
@@ -103,7 +104,7 @@ func TestRulesChurn(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Client(t, redistest.Addr(t))
 	ks := hybrid.Keyspace{Prefix: redistest.Prefix(t)}
-	clk := newClock()
+	clk := clocktest.New(t0)
 	reader := metric.NewManualReader()
 	l, err := hybrid.New(hybrid.Config{
 		Redis: c, Keyspace: ks, Clock: clk, ManualSync: true, VirtualTime: true,

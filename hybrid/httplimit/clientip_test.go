@@ -13,11 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
 // TestClientIP resolves client addresses from peers and forwarding headers.
 func TestClientIP(t *testing.T) {
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	for _, tc := range []struct {
 		name   string
 		cfg    httplimit.Config
@@ -99,7 +100,7 @@ func cutHeader(h string) (string, string, bool) {
 // TestSpoofing: through a real listener, forged forwarding headers do not
 // give a client a fresh budget.
 func TestSpoofing(t *testing.T) {
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	echo := func(m *httplimit.Middleware) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, m.ClientIP(r).String()) })
 	}
@@ -139,7 +140,7 @@ func TestSpoofing(t *testing.T) {
 
 // TestIPv6Prefix: grouped IPv6 clients share a budget; IPv4 ones do not.
 func TestIPv6Prefix(t *testing.T) {
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{perIP("v6", "/", 2, time.Minute)}, TrustedProxies: []string{"127.0.0.1"}, IPv6Prefix: 64})
 	require.NoError(t, err)
 	ts := serve(t, m, okHandler)
@@ -170,7 +171,7 @@ func TestCanonicalKeys(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Rules = []httplimit.Rule{perIP("ip", "/", 2, time.Minute)}
-			m, err := httplimit.New(newLimiter(t, newClock()), tc.cfg)
+			m, err := httplimit.New(newLimiter(t, clocktest.New(t0)), tc.cfg)
 			require.NoError(t, err)
 			h := m.Handler(okHandler)
 			codes := []int{}

@@ -153,9 +153,9 @@ func wantType(t reflect.Type) string {
 	return "must be a mapping (an object)"
 }
 
-// tooLong is the reason of a string past MaxFieldSize.
+// tooLong is the reason of a string past maxFieldSize.
 func tooLong(s string) string {
-	return fmt.Sprintf("%s: longer than %d bytes (MaxFieldSize)", quoteShort(s), MaxFieldSize)
+	return fmt.Sprintf("%s: longer than %d bytes", quoteShort(s), maxFieldSize)
 }
 
 // decoder fills Go values from a document's nodes. Its errors name the
@@ -210,7 +210,7 @@ func (d decoder) value(n *node, v reflect.Value, field string) error {
 		switch {
 		case n.kind != kindString:
 			return d.fail(field, n.line, wantType(t))
-		case len(n.text) > MaxFieldSize:
+		case len(n.text) > maxFieldSize:
 			return d.fail(field, n.line, tooLong(n.text))
 		}
 		if err := setNamed(v, n.text); err != nil {
@@ -224,7 +224,7 @@ func (d decoder) value(n *node, v reflect.Value, field string) error {
 	case k == reflect.Slice:
 		return d.list(n, v, field)
 	case k == reflect.String && n.kind == kindString:
-		if len(n.text) > MaxFieldSize {
+		if len(n.text) > maxFieldSize {
 			return d.fail(field, n.line, tooLong(n.text))
 		}
 		v.SetString(n.text)
@@ -287,8 +287,8 @@ func (d decoder) mapping(n *node, v reflect.Value, field string) error {
 			name = ""
 		}
 		entry := field + "[" + quoteShort(name) + "]"
-		if len(name) > MaxFieldSize {
-			return d.fail(entry, key.line, fmt.Sprintf("longer than %d bytes (MaxFieldSize)", MaxFieldSize))
+		if len(name) > maxFieldSize {
+			return d.fail(entry, key.line, fmt.Sprintf("longer than %d bytes", maxFieldSize))
 		}
 		kv := reflect.ValueOf(name).Convert(t.Key())
 		if m.MapIndex(kv).IsValid() {

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
 // ErrInvalidConfig reports a bad Config, WatchConfig or argument of New,
@@ -19,18 +21,19 @@ import (
 // errors.Is.
 var ErrInvalidConfig = errors.New("httplimit: invalid config")
 
-// DefaultAPIKeyHeader is the header api_key rules read when
-// Config.APIKeyHeader is empty.
-const DefaultAPIKeyHeader = "X-API-Key"
+// Defaults of Config: docs/operating.md#defaults lists them, and
+// TestDefaults holds that table against them.
+const (
+	// defaultAPIKeyHeader is the header api_key rules read.
+	defaultAPIKeyHeader = "X-API-Key"
+	// defaultUnavailableStatus is the status of a FailClosed refusal made
+	// without Redis: 503 Service Unavailable.
+	defaultUnavailableStatus = http.StatusServiceUnavailable
+)
 
-// DefaultUnavailableStatus is the status of a FailClosed refusal made
-// without Redis when Config.UnavailableStatus is 0: 503 Service
-// Unavailable.
-const DefaultUnavailableStatus = http.StatusServiceUnavailable
-
-// Config configures a Middleware. Every field documents its default; the
-// zero Config keys IP rules by the socket's peer address and sends the
-// X-RateLimit-* headers.
+// Config configures a Middleware. Every field documents its default, and
+// docs/operating.md#defaults lists them all; the zero Config keys IP rules
+// by the socket's peer address and sends the X-RateLimit-* headers.
 type Config struct {
 	// Rules are the initial rules; SetRules replaces them. Default none:
 	// every request passes.
@@ -61,7 +64,7 @@ type Config struct {
 	IPv6Prefix int
 
 	// APIKeyHeader is the header whose value keys api_key rules and
-	// selects the tier. Default DefaultAPIKeyHeader ("X-API-Key").
+	// selects the tier. Default "X-API-Key".
 	APIKeyHeader string
 	// UserFunc returns the user that user rules count by, and false for a
 	// request without one (user rules then do not apply to it). It must be
@@ -104,11 +107,11 @@ type Config struct {
 	Shadow bool
 
 	// Clock tells the time of X-RateLimit-Reset in Unix form. Default: the
-	// system clock. Give it the Limiter's Clock when that is not the
-	// system's.
+	// system clock (time.Now). Give it the Limiter's Clock when that is not
+	// the system's.
 	Clock hybrid.Clock
 	// MeterProvider receives the middleware's metrics. Default: the global
-	// one (otel.GetMeterProvider).
+	// one (otel.GetMeterProvider()).
 	MeterProvider metric.MeterProvider
 	// Logger receives decisions the middleware could not make (misuse of
 	// the Limiter). Default: slog.Default().
@@ -124,36 +127,70 @@ type clientIP struct {
 	v6bits  int
 }
 
-func (c Config) validate() (clientIP, error) {
-	var ci clientIP
+// withDefaults returns c with each zero field that has a default set to it.
+func (c Config) withDefaults() Config {
+	if c.APIKeyHeader == "" {
+		c.APIKeyHeader = defaultAPIKeyHeader
+	}
+	if c.UnavailableStatus == 0 {
+		c.UnavailableStatus = defaultUnavailableStatus
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate reports c's first bad field, c having its defaults, in an error
+// wrapping ErrInvalidConfig that names it. It builds nothing: New parses
+// the client IP fields into a clientIP.
+func (c Config) validate() error {
 	for i, s := range c.TrustedProxies {
-		p, err := parsePrefix(s)
-		if err != nil {
-			return ci, fmt.Errorf("%w: TrustedProxies[%d] %q: %w", ErrInvalidConfig, i, s, err)
+		if _, err := parsePrefix(s); err != nil {
+			return configError(fmt.Sprintf("TrustedProxies[%d]", i), fmt.Sprintf("%q", s), err.Error())
 		}
-		ci.trusted = append(ci.trusted, p)
 	}
 	switch {
 	case c.TrustedHops < 0:
-		return ci, fmt.Errorf("%w: TrustedHops %d: must not be negative", ErrInvalidConfig, c.TrustedHops)
+		return configError("TrustedHops", c.TrustedHops, "must not be negative")
 	case c.TrustedHops > 0 && len(c.TrustedProxies) > 0:
-		return ci, fmt.Errorf("%w: TrustedHops: set with TrustedProxies; use one", ErrInvalidConfig)
+		return configError("TrustedHops", c.TrustedHops, "set with TrustedProxies; use one")
 	case c.IPv6Prefix < 0 || c.IPv6Prefix > 128:
-		return ci, fmt.Errorf("%w: IPv6Prefix %d: must be from 1 to 128", ErrInvalidConfig, c.IPv6Prefix)
+		return configError("IPv6Prefix", c.IPv6Prefix, "must be from 1 to 128")
 	case c.RetryJitter < 0:
-		return ci, fmt.Errorf("%w: RetryJitter %v: must not be negative", ErrInvalidConfig, c.RetryJitter)
-	case c.UnavailableStatus != 0 && (c.UnavailableStatus < 400 || c.UnavailableStatus > 599):
-		return ci, fmt.Errorf("%w: UnavailableStatus %d: must be from 400 to 599", ErrInvalidConfig, c.UnavailableStatus)
+		return configError("RetryJitter", c.RetryJitter, "must not be negative")
+	case c.UnavailableStatus < 400 || c.UnavailableStatus > 599:
+		return configError("UnavailableStatus", c.UnavailableStatus, "must be from 400 to 599")
 	case c.ClientIPHeader != "" && len(c.TrustedProxies) == 0 && c.TrustedHops == 0:
-		return ci, fmt.Errorf("%w: ClientIPHeader %q: needs TrustedProxies or TrustedHops, or anyone could set it", ErrInvalidConfig, c.ClientIPHeader)
+		return configError("ClientIPHeader", fmt.Sprintf("%q", c.ClientIPHeader), "needs TrustedProxies or TrustedHops, or anyone could set it")
 	case strings.ContainsAny(c.APIKeyHeader, " :\r\n"):
-		return ci, fmt.Errorf("%w: APIKeyHeader %q: not a header name", ErrInvalidConfig, c.APIKeyHeader)
+		return configError("APIKeyHeader", fmt.Sprintf("%q", c.APIKeyHeader), "not a header name")
 	}
-	ci.hops, ci.v6bits = c.TrustedHops, c.IPv6Prefix
+	return nil
+}
+
+// configError is the error of a bad Config or WatchConfig field.
+func configError(field string, value any, reason string) error {
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
+}
+
+// newClientIP returns the client IP fields of c, a valid Config, parsed.
+func newClientIP(c Config) clientIP {
+	ci := clientIP{hops: c.TrustedHops, v6bits: c.IPv6Prefix}
+	for _, s := range c.TrustedProxies {
+		p, _ := parsePrefix(s) // validate parsed it
+		ci.trusted = append(ci.trusted, p)
+	}
 	if c.ClientIPHeader != "" {
 		ci.header = http.CanonicalHeaderKey(c.ClientIPHeader)
 	}
-	return ci, nil
+	return ci
 }
 
 // parsePrefix parses a CIDR, or a single address as its own prefix.
@@ -176,3 +213,8 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	a = a.Unmap()
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
+
+// systemClock is the Clock of a Config without one.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }

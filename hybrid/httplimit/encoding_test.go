@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
 // encodedTargets are request targets that reach /api/ written in other
@@ -126,7 +127,7 @@ func TestPathEncodings(t *testing.T) {
 		t.Run(rt.name, func(t *testing.T) {
 			for _, target := range encodedTargets {
 				t.Run(target, func(t *testing.T) {
-					m, err := httplimit.New(newLimiter(t, newClock()), httplimit.Config{
+					m, err := httplimit.New(newLimiter(t, clocktest.New(t0)), httplimit.Config{
 						Rules: []httplimit.Rule{
 							perIP("api", "/api/", limit, time.Minute),
 							perIP("all", "/", 1<<40, time.Minute),

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/hybridlimit/hybridlimit/internal/keyname"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
 // ErrInvalidRule reports rules that cannot be used, whatever their source
@@ -73,7 +73,7 @@ func (e *RuleError) Unwrap() []error {
 // ruleError is the error of rule i, whose ID is id, naming the field: an
 // id too long to be one is left out, and the rule named by its position.
 func ruleError(i int, id, field, reason string) *RuleError {
-	if len(id) > keyname.MaxRule {
+	if len(id) > config.MaxRuleName {
 		id = ""
 	}
 	return &RuleError{Index: i, ID: id, Field: field, Reason: reason}

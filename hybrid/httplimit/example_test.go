@@ -10,10 +10,16 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 )
 
+// stoppedClock always tells the same time, so the example's output is
+// fixed. Real programs leave hybrid.Config.Clock nil.
+type stoppedClock struct{ t time.Time }
+
+func (c stoppedClock) Now() time.Time { return c.t }
+
 // A per-IP limit of 2 requests per minute on the API, and the headers of
-// the draft beside the X-RateLimit-* ones. Time is a fake clock's.
+// the draft beside the X-RateLimit-* ones. Time is a stopped clock's.
 func Example() {
-	l, err := hybrid.New(hybrid.Config{Clock: newClock()})
+	l, err := hybrid.New(hybrid.Config{Clock: stoppedClock{time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)}})
 	if err != nil {
 		panic(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,26 +17,15 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
-// t0 is the fake clocks' start: a whole minute, so that windows of 1, 10
-// and 60 s start there.
+// t0 is where the tests' clocks start: a whole minute, so that windows of
+// 1, 10 and 60 s start there.
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct{ us atomic.Int64 }
-
-func newClock() *fakeClock {
-	c := &fakeClock{}
-	c.us.Store(t0.UnixMicro())
-	return c
-}
-
-func (c *fakeClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
-
 // newLimiter returns a Local Limiter on clk, closed when t ends.
-func newLimiter(t testing.TB, clk *fakeClock) *hybrid.Limiter {
+func newLimiter(t testing.TB, clk *clocktest.Clock) *hybrid.Limiter {
 	t.Helper()
 	l, err := hybrid.New(hybrid.Config{Clock: clk})
 	require.NoError(t, err)

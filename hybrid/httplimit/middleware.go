@@ -11,9 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"go.opentelemetry.io/otel"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 )
@@ -96,40 +93,27 @@ func newTarget(c *compiledRule, hr *hybrid.Rule, lim hybrid.Limit) *target {
 	}
 }
 
-// New returns a Middleware deciding with l, configured by cfg, which it
-// copies. A bad field is reported with an error wrapping ErrInvalidConfig
-// (naming it); a bad rule in cfg.Rules with a *RuleError, as SetRules
-// reports it.
+// New returns a Middleware deciding with l, configured by cfg. It works on
+// a copy of cfg with its zero fields set to their defaults (and its own
+// copies of TrustedProxies and Tiers), never changing the caller's. A bad
+// field is reported with an error wrapping ErrInvalidConfig (naming it); a
+// bad rule in cfg.Rules with a *RuleError, as SetRules reports it.
 func New(l *hybrid.Limiter, cfg Config) (*Middleware, error) {
 	if l == nil {
-		return nil, fmt.Errorf("%w: Limiter: nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: Limiter <nil>: required", ErrInvalidConfig)
 	}
 	cfg.TrustedProxies = slices.Clone(cfg.TrustedProxies)
 	cfg.Tiers = maps.Clone(cfg.Tiers)
-	ip, err := cfg.validate()
-	if err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &Middleware{l: l, cfg: cfg, ip: ip, clock: cfg.Clock, logger: cfg.Logger, reg: map[string]registered{}}
-	if m.cfg.UnavailableStatus == 0 {
-		m.cfg.UnavailableStatus = DefaultUnavailableStatus
+	m := &Middleware{
+		l: l, cfg: cfg, ip: newClientIP(cfg), clock: cfg.Clock, logger: cfg.Logger, reg: map[string]registered{},
+		apiKeyHeader: http.CanonicalHeaderKey(cfg.APIKeyHeader),
 	}
-	m.apiKeyHeader = cfg.APIKeyHeader
-	if m.apiKeyHeader == "" {
-		m.apiKeyHeader = DefaultAPIKeyHeader
-	}
-	m.apiKeyHeader = http.CanonicalHeaderKey(m.apiKeyHeader)
-	if m.clock == nil {
-		m.clock = systemClock{}
-	}
-	if m.logger == nil {
-		m.logger = slog.Default()
-	}
-	mp := cfg.MeterProvider
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	if m.met, err = newMetrics(mp); err != nil {
+	var err error
+	if m.met, err = newMetrics(cfg.MeterProvider); err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
 	}
 	m.pool.New = func() any { return new(scratch) }
@@ -147,11 +131,6 @@ func (m *Middleware) Rules() []Rule {
 	defer m.mu.Unlock()
 	return cloneRules(m.cfg.Rules)
 }
-
-// systemClock is the Clock of a Config without one.
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
 
 // cloneRules returns a copy of rules that shares no map with them.
 func cloneRules(rules []Rule) []Rule {

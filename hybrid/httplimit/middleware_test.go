@@ -12,6 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 )
 
@@ -36,8 +37,8 @@ func state(t *testing.T, l *hybrid.Limiter, r httplimit.Rule, key string) hybrid
 // limiter's state, then the refusal: 429, Retry-After ≥ t, the problem.
 func TestHeaders(t *testing.T) {
 	leakcheck.Check(t)
-	clk := newClock()
-	clk.Advance(3 * time.Second)
+	clk := clocktest.New(t0)
+	clk.Add(3 * time.Second)
 	l := newLimiter(t, clk)
 	rule := perIP("per-ip", "GET /", 5, 10*time.Second)
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{rule}, RateLimitHeaders: true})
@@ -91,7 +92,7 @@ func TestHeaders(t *testing.T) {
 	assert.Empty(t, presp.Header.Values("X-RateLimit-Limit"))
 
 	// The window ends: admitted again.
-	clk.Advance(7 * time.Second)
+	clk.Add(7 * time.Second)
 	resp, _ = get(t, ts, "/")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, int64(4), intHeader(t, resp, "X-RateLimit-Remaining"))
@@ -101,7 +102,7 @@ func TestHeaders(t *testing.T) {
 // TestHeaderOptions: families switched off and on, Reset as Unix time,
 // Retry-After jittered but never below its base.
 func TestHeaderOptions(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New(t0)
 	l := newLimiter(t, clk)
 	rule := httplimit.Rule{ID: "bucket", Key: httplimit.KeyIP, Algorithm: hybrid.TokenBucket, Quota: 1, Window: 2 * time.Second, Burst: 2}
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{rule}, ResetUnix: true, Clock: clk, RetryJitter: 3 * time.Second})
@@ -139,7 +140,7 @@ func TestHeaderOptions(t *testing.T) {
 // TestAllOrNothing: several rules on one request; one refusing charges
 // none, and the headers describe all of them.
 func TestAllOrNothing(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New(t0)
 	l := newLimiter(t, clk)
 	perSecond := perIP("per-second", "/", 3, time.Second)
 	perMinute := httplimit.Rule{ID: "per-minute", Key: httplimit.KeyIP, Endpoint: "/api/", Algorithm: hybrid.SlidingWindowCounter, Quota: 10, Window: time.Minute}
@@ -168,7 +169,7 @@ func TestAllOrNothing(t *testing.T) {
 	assert.Equal(t, int64(7), state(t, l, perMinute, "127.0.0.1").Remaining(), "refused requests are charged to no rule")
 	assert.Equal(t, int64(1), state(t, l, other, "127.0.0.1").Remaining(), "an unmatched rule is not charged")
 
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	resp, _ := get(t, ts, "/api/x")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, int64(6), state(t, l, perMinute, "127.0.0.1").Remaining())
@@ -177,7 +178,7 @@ func TestAllOrNothing(t *testing.T) {
 // TestKeysTiersOverrides: API keys and users as keys, tiers selecting
 // rules and overriding limits, single keys overriding them, and costs.
 func TestKeysTiersOverrides(t *testing.T) {
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	byKey := httplimit.Rule{ID: "by-key", Key: httplimit.KeyAPIKey, Algorithm: hybrid.FixedWindow, Quota: 2, Window: time.Minute,
 		Overrides: map[string]int64{"pro": 5, "vip-key": 1}}
 	freeOnly := httplimit.Rule{ID: "free-search", Key: httplimit.KeyAPIKey, Endpoint: "/search", Algorithm: hybrid.GCRA, Quota: 1, Window: time.Minute, Tier: "free"}
@@ -219,7 +220,7 @@ func TestKeysTiersOverrides(t *testing.T) {
 	assert.Equal(t, int64(6), intHeader(t, resp, "X-RateLimit-Remaining"))
 
 	// A cost per request.
-	m2, err := httplimit.New(newLimiter(t, newClock()), httplimit.Config{
+	m2, err := httplimit.New(newLimiter(t, clocktest.New(t0)), httplimit.Config{
 		Rules: []httplimit.Rule{perIP("ip", "/", 10, time.Minute)},
 		Cost: func(r *http.Request) int64 {
 			n, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
@@ -239,7 +240,7 @@ func TestKeysTiersOverrides(t *testing.T) {
 // TestShadow: shadow mode on the same traffic as enforcement counts as many
 // would-be refusals as enforcement refuses, and refuses none.
 func TestShadow(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New(t0)
 	rules := []httplimit.Rule{
 		perIP("ip-second", "/", 4, time.Second),
 		{ID: "key-minute", Key: httplimit.KeyAPIKey, Algorithm: hybrid.TokenBucket, Quota: 20, Window: time.Minute, Burst: 6},
@@ -263,7 +264,7 @@ func TestShadow(t *testing.T) {
 			assert.Equal(t, int64(0), intHeader(t, rs, "X-RateLimit-Remaining"), "shadow sets the headers")
 		}
 		if i%7 == 0 {
-			clk.Advance(300 * time.Millisecond)
+			clk.Add(300 * time.Millisecond)
 		}
 	}
 	require.Greater(t, refused, 30)
@@ -292,7 +293,7 @@ func TestShadow(t *testing.T) {
 // consumption, a bad set is refused whole and the old rules keep serving,
 // and a removed rule is unregistered: a Local one comes back afresh.
 func TestSetRules(t *testing.T) {
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	a, b := perIP("a", "/a", 10, time.Minute), perIP("b", "/b", 10, time.Minute)
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{a, b}})
 	require.NoError(t, err)
@@ -368,7 +369,7 @@ func TestRuleErrors(t *testing.T) {
 		{rule: ok, extra: []httplimit.Rule{ok}, index: 1, id: "ok", field: "id"},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
-			_, err := httplimit.New(newLimiter(t, newClock()), httplimit.Config{Rules: append([]httplimit.Rule{tc.rule}, tc.extra...)})
+			_, err := httplimit.New(newLimiter(t, clocktest.New(t0)), httplimit.Config{Rules: append([]httplimit.Rule{tc.rule}, tc.extra...)})
 			var re *httplimit.RuleError
 			require.ErrorAs(t, err, &re)
 			assert.ErrorIs(t, err, httplimit.ErrInvalidRule)
@@ -379,7 +380,7 @@ func TestRuleErrors(t *testing.T) {
 		})
 	}
 	// Mode and policy cannot change under one ID.
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{ok}})
 	require.NoError(t, err)
 	err = m.SetRules([]httplimit.Rule{with(func(r *httplimit.Rule) { r.Policy = hybrid.FailOpen })})
@@ -389,7 +390,7 @@ func TestRuleErrors(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	for _, tc := range []struct {
 		field string
 		cfg   httplimit.Config
@@ -422,7 +423,7 @@ func TestLongHeaders(t *testing.T) {
 		rules = append(rules, perIP(id, "/", int64(100+i), time.Minute))
 		want = append(want, sfItem{id, map[string]int64{"q": int64(100 + i), "w": 60}})
 	}
-	m, err := httplimit.New(newLimiter(t, newClock()), httplimit.Config{Rules: rules, RateLimitHeaders: true})
+	m, err := httplimit.New(newLimiter(t, clocktest.New(t0)), httplimit.Config{Rules: rules, RateLimitHeaders: true})
 	require.NoError(t, err)
 	resp, _ := get(t, serve(t, m, okHandler), "/")
 	require.Equal(t, http.StatusOK, resp.StatusCode)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -21,7 +22,7 @@ import (
 // charged for it.
 func TestMixedRuleSet(t *testing.T) {
 	leakcheck.Check(t)
-	clk := newClock()
+	clk := clocktest.New(t0)
 	l, err := hybrid.New(hybrid.Config{
 		Redis: redistest.Client(t, redistest.Addr(t)), Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)},
 		Clock: clk, ManualSync: true, VirtualTime: true, Sync: hybrid.SyncConfig{NodeID: "a", Nodes: 1},

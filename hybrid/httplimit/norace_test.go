@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
 // raceEnabled reports a build with the race detector, whose allocations
@@ -42,7 +43,7 @@ func TestAllocs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Rules = []httplimit.Rule{perIP("ip", "GET /api/", tc.limit, time.Hour)}
-			m, err := httplimit.New(newLimiter(t, newClock()), tc.cfg)
+			m, err := httplimit.New(newLimiter(t, clocktest.New(t0)), tc.cfg)
 			require.NoError(t, err)
 			h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 			if tc.path == "" {

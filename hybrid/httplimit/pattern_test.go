@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
 // TestPatterns: a rule matches a request exactly when a ServeMux holding
@@ -29,7 +30,7 @@ func TestPatterns(t *testing.T) {
 			}
 		}
 	}
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	for _, p := range patterns {
 		mux := http.NewServeMux()
 		mark := &marker{}
@@ -57,7 +58,7 @@ func (*marker) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 // TestUncleanPaths: a path written another way matches what it means.
 func TestUncleanPaths(t *testing.T) {
-	l := newLimiter(t, newClock())
+	l := newLimiter(t, clocktest.New(t0))
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{perIP("p", "/api/", 1, time.Hour)}})
 	require.NoError(t, err)
 	h := m.Handler(okHandler)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
 // patternSets are the ServeMuxes the routing fuzz test builds, each a set
@@ -49,9 +50,7 @@ func newRoutingCases(tb testing.TB, l func() *httplimit.Middleware) []*routingCa
 			rules = append(rules, perIP("p"+strconv.Itoa(i), p, 1<<40, time.Hour))
 		}
 		m := l()
-		if err := m.SetRules(rules); err != nil {
-			tb.Fatal(err)
-		}
+		require.NoError(tb, m.SetRules(rules), "SetRules")
 		rc.mw = m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		cases = append(cases, rc)
 	}
@@ -68,12 +67,10 @@ func newRoutingCases(tb testing.TB, l func() *httplimit.Middleware) []*routingCa
 // corpus, in testdata/fuzz, holds the encodings of TestPathEncodings and
 // cases of every kind of pattern.
 func FuzzServeMuxRouting(f *testing.F) {
-	clk := newClock()
+	clk := clocktest.New(t0)
 	cases := newRoutingCases(f, func() *httplimit.Middleware {
 		m, err := httplimit.New(newLimiter(f, clk), httplimit.Config{RateLimitHeaders: true})
-		if err != nil {
-			f.Fatal(err)
-		}
+		require.NoError(f, err)
 		return m
 	})
 	f.Fuzz(func(t *testing.T, method, target, host string) {

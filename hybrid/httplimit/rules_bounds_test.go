@@ -61,14 +61,14 @@ func TestRulesBounds(t *testing.T) {
 		field  string // a part of the field
 		reason string // a part of the reason
 	}{
-		{"document too large", yamlDoc("# " + strings.Repeat("x", MaxRulesSize) + "\n"), -1, "", "", "more than the 524288 bytes"},
-		{"too many rules", yamlRules(MaxRules + 1), -1, "", "rules", "2049 rules: more than 2048"},
-		{"too many rules, JSON", jsonRules(MaxRules + 1), -1, "", "rules", "2049 rules: more than 2048"},
+		{"document too large", yamlDoc("# " + strings.Repeat("x", maxRulesSize) + "\n"), -1, "", "", "more than the 524288 bytes"},
+		{"too many rules", yamlRules(maxRules + 1), -1, "", "rules", "2049 rules: more than 2048"},
+		{"too many rules, JSON", jsonRules(maxRules + 1), -1, "", "rules", "2049 rules: more than 2048"},
 		{"too many overrides", "version: 1\nrules:\n" +
-			strings.Replace(rule1, "id: r1", "id: a", 1) + "    overrides: " + overrides(0, MaxOverrides/2) + "\n" +
-			strings.Replace(rule1, "id: r1", "id: b", 1) + "    overrides: " + overrides(MaxOverrides, MaxOverrides/2+1) + "\n",
+			strings.Replace(rule1, "id: r1", "id: a", 1) + "    overrides: " + overrides(0, maxOverrides/2) + "\n" +
+			strings.Replace(rule1, "id: r1", "id: b", 1) + "    overrides: " + overrides(maxOverrides, maxOverrides/2+1) + "\n",
 			1, "b", "overrides", "more than 8192 in the document"},
-		{"too many overrides in a rule", yamlDoc("    overrides: " + overrides(0, MaxOverrides+1) + "\n"), 0, "r1", "overrides", "8193 up to this rule: more than 8192"},
+		{"too many overrides in a rule", yamlDoc("    overrides: " + overrides(0, maxOverrides+1) + "\n"), 0, "r1", "overrides", "8193 up to this rule: more than 8192"},
 		{"override given twice", yamlDoc("    overrides: {pro: 1, pro: 2}\n"), 0, "r1", `overrides["pro"]`, "given twice"},
 		{"long id", strings.Replace(yamlDoc(""), "id: r1", "id: "+long, 1), 0, "", "id", `"aaaa`},
 		{"long id, JSON", `{"version": 1, "rules": [` + strings.Replace(json1, `"r1"`, `"`+long+`"`, 1) + `}]}`, 0, "", "id", `"aaaa`},
@@ -104,14 +104,14 @@ func TestRulesBounds(t *testing.T) {
 		})
 	}
 	t.Run("at the bounds", func(t *testing.T) {
-		rules, err := ParseRules([]byte(yamlRules(MaxRules)))
+		rules, err := ParseRules([]byte(yamlRules(maxRules)))
 		require.NoError(t, err)
-		assert.Len(t, rules, MaxRules)
-		doc := yamlDoc("    tier: " + strings.Repeat("t", MaxFieldSize) + "\n    overrides: " + overrides(0, MaxOverrides) + "\n")
-		require.Less(t, len(doc), MaxRulesSize)
+		assert.Len(t, rules, maxRules)
+		doc := yamlDoc("    tier: " + strings.Repeat("t", maxFieldSize) + "\n    overrides: " + overrides(0, maxOverrides) + "\n")
+		require.Less(t, len(doc), maxRulesSize)
 		rules, err = ParseRules([]byte(doc))
 		require.NoError(t, err)
-		assert.Len(t, rules[0].Overrides, MaxOverrides)
+		assert.Len(t, rules[0].Overrides, maxOverrides)
 	})
 }
 
@@ -152,7 +152,7 @@ func TestRuleErrorsShort(t *testing.T) {
 	}
 }
 
-// TestWatchFileTooLarge: a file past MaxRulesSize is refused without being
+// TestWatchFileTooLarge: a file past maxRulesSize is refused without being
 // read, at the start and while watching; the previous rules keep serving.
 func TestWatchFileTooLarge(t *testing.T) {
 	leakcheck.Check(t)
@@ -170,7 +170,7 @@ func TestWatchFileTooLarge(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	require.ErrorIs(t, err, ErrInvalidRule)
 	assert.Contains(t, err.Error(), "52428800 bytes")
-	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(MaxRulesSize), "the file is not read")
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(maxRulesSize), "the file is not read")
 	assert.Zero(t, a.count())
 
 	mp, reloads := reloadMetrics(t)
@@ -185,7 +185,7 @@ func TestWatchFileTooLarge(t *testing.T) {
 	require.Eventually(t, func() bool { return b.quota() == 2 }, waitFor, tick)
 }
 
-// TestRedisRulesTooLarge: a document in Redis past MaxRulesSize is refused
+// TestRedisRulesTooLarge: a document in Redis past maxRulesSize is refused
 // without being read, at the start and while watching.
 func TestRedisRulesTooLarge(t *testing.T) {
 	leakcheck.Check(t)
@@ -194,7 +194,7 @@ func TestRedisRulesTooLarge(t *testing.T) {
 	ctx := t.Context()
 	ks := hybrid.Keyspace{Prefix: redistest.Prefix(t)}
 	hash := ks.Prefix + ":{rules}:doc"
-	big := strings.Repeat(" ", MaxRulesSize) + jsonRules(1)
+	big := strings.Repeat(" ", maxRulesSize) + jsonRules(1)
 
 	require.NoError(t, c.HSet(ctx, hash, "rules", big, "version", 1).Err())
 	var a applied
@@ -222,7 +222,7 @@ func TestBoundsDocumented(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "rules.md"))
 	require.NoError(t, err)
 	for name, v := range map[string]int{
-		"MaxRulesSize": MaxRulesSize, "MaxRules": MaxRules, "MaxOverrides": MaxOverrides, "MaxFieldSize": MaxFieldSize,
+		"maxRulesSize": maxRulesSize, "maxRules": maxRules, "maxOverrides": maxOverrides, "maxFieldSize": maxFieldSize,
 	} {
 		assert.Contains(t, string(doc), fmt.Sprintf("| `%s` | %d ", name, v), name)
 	}

@@ -22,33 +22,34 @@ import (
 // "version" field. ParseRules accepts this version only.
 const RulesFormat = 1
 
-// Bounds on a rules document, so that one from a broken or hostile source
-// (a file anyone can write, a Redis others can reach) costs little to
-// refuse. ParseRules and the watchers refuse a document past one; the
-// watchers check MaxRulesSize before reading it.
+// Bounds on a rules document (docs/operating.md#bounds), so that one from a
+// broken or hostile source (a file anyone can write, a Redis others can
+// reach) costs little to refuse. ParseRules and the watchers refuse a
+// document past one; the watchers check maxRulesSize before reading it.
 const (
-	// MaxRulesSize is the most bytes a rules document may have. 512 KiB
-	// holds MaxRules rules as docs/rules.md writes them (about 130 bytes
-	// each) and MaxOverrides overrides, with room for comments; and it
+	// maxRulesSize is the most bytes a rules document may have. 512 KiB
+	// holds maxRules rules as docs/rules.md writes them (about 130 bytes
+	// each) and maxOverrides overrides, with room for comments; and it
 	// bounds the densest YAML, whose parser builds a node of about 160
 	// bytes for every two bytes of input before anything can be checked.
-	MaxRulesSize = 512 << 10
-	// MaxRules is the most rules a document may hold. The middleware
+	maxRulesSize = 512 << 10
+	// maxRules is the most rules a document may hold. The middleware
 	// matches every request against each rule, so a set this large already
 	// costs microseconds a request.
-	MaxRules = 2048
-	// MaxOverrides is the most overrides a document may hold, its rules'
+	maxRules = 2048
+	// maxOverrides is the most overrides a document may hold, its rules'
 	// together; each is a rule of the Limiter. Many single keys belong in
 	// tiers (Config.Tiers, Config.TierFunc).
-	MaxOverrides = 8192
-	// MaxFieldSize is the most bytes of a string value (key, endpoint,
+	maxOverrides = 8192
+	// maxFieldSize is the most bytes of a string value (key, endpoint,
 	// algorithm, window, tier, mode, policy) or an override's name; an id
-	// has at most syncer.MaxRuleName (128).
-	MaxFieldSize = 1024
+	// has at most 128 (a rule name).
+	maxFieldSize = 1024
 )
 
 // WatchConfig configures WatchFile and WatchRedis. The zero value is ready
-// to use.
+// to use: every field documents its default, and docs/operating.md#defaults
+// lists them all.
 type WatchConfig struct {
 	// PollInterval is how often the source is read whatever the
 	// notifications say: the backstop for a lost file event or Redis
@@ -66,6 +67,44 @@ type WatchConfig struct {
 	MeterProvider metric.MeterProvider
 }
 
+// Defaults of WatchConfig: docs/operating.md#defaults lists them, and
+// TestDefaults holds that table against them.
+const (
+	defaultFilePollInterval  = 2 * time.Second // WatchFile's
+	defaultRedisPollInterval = time.Second     // WatchRedis's
+	defaultDebounce          = 100 * time.Millisecond
+)
+
+// withDefaults returns c with each zero field that has a default set to
+// it, poll being the source's default PollInterval.
+func (c WatchConfig) withDefaults(poll time.Duration) WatchConfig {
+	if c.PollInterval == 0 {
+		c.PollInterval = poll
+	}
+	if c.Debounce == 0 {
+		c.Debounce = defaultDebounce
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	return c
+}
+
+// validate reports c's first bad field, c having its defaults, in an error
+// wrapping ErrInvalidConfig that names it. It builds nothing.
+func (c WatchConfig) validate() error {
+	switch {
+	case c.PollInterval < 0:
+		return configError("PollInterval", c.PollInterval, "must not be negative")
+	case c.Debounce < 0:
+		return configError("Debounce", c.Debounce, "must not be negative")
+	}
+	return nil
+}
+
 // Watcher applies the versions of a rules source, a file (WatchFile) or
 // Redis (WatchRedis), as they change, until Close is called or the context
 // given to it ends. Its methods are safe for concurrent use.
@@ -81,34 +120,21 @@ type Watcher struct {
 }
 
 // newWatcher validates the arguments both watchers share and returns a
-// Watcher of source, which Watch… starts.
+// Watcher of source, which Watch… starts; poll is the source's default
+// PollInterval.
 func newWatcher(cfg WatchConfig, source string, poll time.Duration, apply func([]Rule) error) (*Watcher, error) {
 	if apply == nil {
 		return nil, fmt.Errorf("%w: apply: required", ErrInvalidConfig)
 	}
-	if cfg.PollInterval < 0 {
-		return nil, fmt.Errorf("%w: WatchConfig.PollInterval %v: must not be negative", ErrInvalidConfig, cfg.PollInterval)
-	}
-	if cfg.Debounce < 0 {
-		return nil, fmt.Errorf("%w: WatchConfig.Debounce %v: must not be negative", ErrInvalidConfig, cfg.Debounce)
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = poll
-	}
-	if cfg.Debounce == 0 {
-		cfg.Debounce = 100 * time.Millisecond
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.MeterProvider == nil {
-		cfg.MeterProvider = otel.GetMeterProvider()
+	cfg = cfg.withDefaults(poll)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	reloads, err := cfg.MeterProvider.Meter(meterName).Int64Counter("hybridlimit.http.rules.reloads",
 		metric.WithDescription("Rules versions read from a file or Redis, by source and result (applied or rejected)."),
 		metric.WithUnit("{version}"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
 	}
 	return &Watcher{
 		cfg: cfg, reloads: reloads, source: attribute.String("source", source),
@@ -144,7 +170,7 @@ func (w *Watcher) reject(ctx context.Context, version string, err error) error {
 }
 
 // readRules reads the rules file at path, refusing it, unread, when it
-// is larger than MaxRulesSize: the error is then a *RuleError.
+// is larger than maxRulesSize: the error is then a *RuleError.
 func readRules(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -155,16 +181,16 @@ func readRules(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi.Size() > MaxRulesSize {
+	if fi.Size() > maxRulesSize {
 		return nil, tooLarge(fi.Size())
 	}
 	// The file may grow after Stat: read one byte past the bound, no more.
-	data, err := io.ReadAll(io.LimitReader(f, MaxRulesSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxRulesSize+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > MaxRulesSize {
-		return nil, docError("", fmt.Sprintf("more than the %d bytes of MaxRulesSize", MaxRulesSize))
+	if len(data) > maxRulesSize {
+		return nil, docError("", fmt.Sprintf("more than the %d bytes a document may have", maxRulesSize))
 	}
 	return data, nil
 }
@@ -189,7 +215,7 @@ type fileSource struct {
 // its content changed. A version that does not parse, or that apply
 // refuses, is logged and counted (hybridlimit.http.rules.reloads with
 // result=rejected), and the previous rules keep serving; so is a file
-// larger than MaxRulesSize, which is not read.
+// larger than a rules document may be (512 KiB), which is not read.
 //
 // The first version must be valid: WatchFile returns its error, having
 // started nothing. apply is called from one goroutine at a time.
@@ -197,7 +223,7 @@ func WatchFile(ctx context.Context, path string, apply func([]Rule) error, cfg W
 	if path == "" {
 		return nil, fmt.Errorf("%w: path: required", ErrInvalidConfig)
 	}
-	w, err := newWatcher(cfg, "file", 2*time.Second, apply)
+	w, err := newWatcher(cfg, "file", defaultFilePollInterval, apply)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -46,7 +47,7 @@ func repeat(code, n int) []int {
 // previous rules serving.
 func TestRulesFileMiddleware(t *testing.T) {
 	leakcheck.Check(t)
-	m, err := httplimit.New(newLimiter(t, newClock()), httplimit.Config{})
+	m, err := httplimit.New(newLimiter(t, clocktest.New(t0)), httplimit.Config{})
 	require.NoError(t, err)
 	ts := serve(t, m, okHandler)
 	code := func() int { resp, _ := get(t, ts, "/x"); return resp.StatusCode }
@@ -96,7 +97,7 @@ func TestRulesRedisMiddlewares(t *testing.T) {
 	}
 	var nodes [2]node
 	for i := range nodes {
-		m, err := httplimit.New(newLimiter(t, newClock()), httplimit.Config{})
+		m, err := httplimit.New(newLimiter(t, clocktest.New(t0)), httplimit.Config{})
 		require.NoError(t, err)
 		ts := serve(t, m, okHandler)
 		nodes[i] = node{m, func() int { resp, _ := get(t, ts, "/x"); return resp.StatusCode }}

@@ -35,10 +35,11 @@ type rulesDoc struct {
 // and the field, with the line. An empty document is rejected (a version
 // is required), so a file caught half-written never removes every limit;
 // "rules: []" does that on purpose. So is a document past a bound
-// (MaxRulesSize, checked first, MaxRules, MaxOverrides, MaxFieldSize);
+// (docs/rules.md#bounds: 512 KiB, checked first, 2,048 rules, 8,192
+// overrides, 1,024 bytes a value);
 // errors quote at most a short prefix of a value.
 func ParseRules(data []byte) ([]Rule, error) {
-	if len(data) > MaxRulesSize {
+	if len(data) > maxRulesSize {
 		return nil, tooLarge(int64(len(data)))
 	}
 	root, err := parseTree(data)
@@ -80,29 +81,29 @@ func checkDoc(root *node) error {
 	if rules == nil || rules.kind != kindList {
 		return nil
 	}
-	if len(rules.items) > MaxRules {
+	if len(rules.items) > maxRules {
 		return tooMany(rules.line, len(rules.items))
 	}
 	overrides := 0
 	for i := range rules.items {
 		r := &rules.items[i]
 		if o := r.get("overrides"); o != nil && o.kind == kindMap {
-			if overrides += len(o.items) / 2; overrides > MaxOverrides {
-				return ruleError(i, r.id(), "overrides", fmt.Sprintf("line %d: %d up to this rule: more than %d in the document (MaxOverrides)", o.line, overrides, MaxOverrides))
+			if overrides += len(o.items) / 2; overrides > maxOverrides {
+				return ruleError(i, r.id(), "overrides", fmt.Sprintf("line %d: %d up to this rule: more than %d in the document", o.line, overrides, maxOverrides))
 			}
 		}
 	}
 	return nil
 }
 
-// tooLarge is the error of a document of n bytes, past MaxRulesSize.
+// tooLarge is the error of a document of n bytes, past maxRulesSize.
 func tooLarge(n int64) error {
-	return docError("", fmt.Sprintf("%d bytes: more than the %d bytes of MaxRulesSize", n, MaxRulesSize))
+	return docError("", fmt.Sprintf("%d bytes: more than the %d bytes a document may have", n, maxRulesSize))
 }
 
-// tooMany is the error of a list of n rules, past MaxRules.
+// tooMany is the error of a list of n rules, past maxRules.
 func tooMany(line, n int) error {
-	return docError("rules", fmt.Sprintf("line %d: %d rules: more than %d (MaxRules)", line, n, MaxRules))
+	return docError("rules", fmt.Sprintf("line %d: %d rules: more than %d", line, n, maxRules))
 }
 
 // marshalRules returns rules as a JSON rules document, which ParseRules

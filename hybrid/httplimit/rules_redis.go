@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/keyname"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
 // rulesKeys are the Redis names of the published rules: one hash (fields
@@ -27,7 +27,7 @@ type rulesKeys struct {
 func keysOf(ks hybrid.Keyspace) (rulesKeys, error) {
 	prefix := ks.Prefix
 	if prefix == "" {
-		prefix = keyname.DefaultPrefix
+		prefix = config.KeyPrefix
 	}
 	if strings.ContainsAny(prefix, "{}") {
 		return rulesKeys{}, fmt.Errorf("%w: Keyspace.Prefix %q: must not contain '{' or '}'", ErrInvalidConfig, prefix)
@@ -91,8 +91,9 @@ type redisSource struct {
 // message or a dropped connection delays a version by at most about
 // PollInterval. A version that does not parse, or that apply refuses, is
 // logged and counted (hybridlimit.http.rules.reloads, result=rejected), and
-// the previous rules keep serving; so is one larger than MaxRulesSize,
-// which is not fetched (its length is read with HSTRLEN first).
+// the previous rules keep serving; so is one larger than a rules document
+// may be (512 KiB), which is not fetched (its length is read with HSTRLEN
+// first).
 //
 // If Redis cannot be read at the start, WatchRedis logs it and keeps
 // trying in the background; the caller's rules, if any, keep serving. A
@@ -106,7 +107,7 @@ func WatchRedis(ctx context.Context, c redis.UniversalClient, ks hybrid.Keyspace
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWatcher(cfg, "redis", time.Second, apply)
+	w, err := newWatcher(cfg, "redis", defaultRedisPollInterval, apply)
 	if err != nil {
 		return nil, err
 	}
@@ -191,9 +192,9 @@ func (s *redisSource) check(ctx context.Context) error {
 		if s.tag(vals) == s.version {
 			return nil
 		}
-		// A document past MaxRulesSize is refused before it is read.
+		// A document past maxRulesSize is refused before it is read.
 		var n int64
-		if n, err = s.c.HStrLen(ctx, s.keys.hash, "rules").Result(); err == nil && n > MaxRulesSize {
+		if n, err = s.c.HStrLen(ctx, s.keys.hash, "rules").Result(); err == nil && n > maxRulesSize {
 			v, _ := vals[0].(string)
 			s.version = s.tag(vals)
 			return s.w.reject(ctx, v, tooLarge(n))

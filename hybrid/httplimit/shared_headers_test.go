@@ -12,6 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
 // TestSharedHeaderValues checks the header values responses share (a
@@ -19,7 +20,7 @@ import (
 // changes no other response, an override's are its own, and a limit
 // changed behind the middleware's back is sent as it is.
 func TestSharedHeaderValues(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New(t0)
 	l := newLimiter(t, clk)
 	rule := httplimit.Rule{ID: "by-key", Key: httplimit.KeyAPIKey, Algorithm: hybrid.FixedWindow, Quota: 100, Window: time.Minute,
 		Overrides: map[string]int64{"pro-key": 5000}}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
 // TestWindowVariants checks that a rule's SubWindows and Anchored reach its
@@ -49,13 +50,13 @@ func TestWindowVariants(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := newClock()
+			clk := clocktest.New(t0)
 			tc.rule.ID, tc.rule.Key = "r", httplimit.KeyIP
 			m, err := httplimit.New(newLimiter(t, clk), httplimit.Config{Rules: []httplimit.Rule{tc.rule}})
 			require.NoError(t, err)
 			h := m.Handler(okHandler)
 			for i, d := range tc.steps {
-				clk.Advance(d)
+				clk.Add(d)
 				w := httptest.NewRecorder()
 				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
 				assert.Equal(t, tc.want[i], w.Code, "request %d", i)

@@ -44,7 +44,7 @@ func TestLinks(t *testing.T) {
 			problems, err := check(root, f, tracked)
 			require.NoError(t, err)
 			for _, p := range problems {
-				t.Errorf("%s:%d: link %q: %s", rel, p.line, p.target, p.why)
+				assert.Fail(t, "a broken link", "%s:%d: link %q: %s", rel, p.line, p.target, p.why)
 			}
 		})
 	}

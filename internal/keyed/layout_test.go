@@ -3,14 +3,12 @@ package keyed
 import (
 	"testing"
 	"unsafe"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // TestLayout holds the shard layout the false-sharing budget relies on.
 func TestLayout(t *testing.T) {
-	if s := unsafe.Sizeof(shard[int]{}); s != 2*cacheLine {
-		t.Errorf("shard is %d bytes, want %d", s, 2*cacheLine)
-	}
-	if o := unsafe.Offsetof(shard[int]{}.mu); o != cacheLine {
-		t.Errorf("shard.mu at offset %d, want %d: lookups and inserts would share a line", o, cacheLine)
-	}
+	assert.Equal(t, 2*cacheLine, int(unsafe.Sizeof(shard[int]{})), "shard's size in bytes")
+	assert.Equal(t, cacheLine, int(unsafe.Offsetof(shard[int]{}.mu)), "shard.mu's offset: on another line, lookups and inserts would share one")
 }

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func newIdleStore(t *testing.T, cfg Config) *Store[int] {
+// newIdleStore returns a store of cfg whose entries are idle while their
+// value is zero.
+func newIdleStore(t testing.TB, cfg Config) *Store[int] {
 	s, err := New[int](cfg, func(v *int, _ int64) bool { return *v == 0 }, nil)
 	require.NoError(t, err)
 	return s

@@ -107,10 +107,11 @@ func (e *Entry[V]) MakeStandalone() { e.id1 = standaloneID }
 // Standalone reports whether e was marked by MakeStandalone.
 func (e *Entry[V]) Standalone() bool { return e.id1 == standaloneID }
 
-// Defaults for Config.
+// Defaults for Config, and the bound on Shards.
 const (
 	DefaultShards  = 64
 	DefaultMaxKeys = 1 << 20
+	MaxShards      = 1 << 16
 )
 
 // ErrInvalidConfig reports a bad Config. New's errors match it (errors.Is)
@@ -154,8 +155,8 @@ func New[V any](cfg Config, idle func(v *V, now int64) bool, newEntry func() *En
 	if cfg.Shards == 0 {
 		cfg.Shards = DefaultShards
 	}
-	if cfg.Shards < 1 || cfg.Shards > 1<<16 || cfg.Shards&(cfg.Shards-1) != 0 {
-		return nil, configError(fmt.Sprintf("Shards %d: must be a power of two from 1 to 65536", cfg.Shards))
+	if cfg.Shards < 1 || cfg.Shards > MaxShards || cfg.Shards&(cfg.Shards-1) != 0 {
+		return nil, configError(fmt.Sprintf("Shards %d: must be a power of two from 1 to %d", cfg.Shards, MaxShards))
 	}
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = DefaultMaxKeys

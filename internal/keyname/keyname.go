@@ -1,28 +1,23 @@
-// Package keyname holds what the module's Redis key names are made of that
-// more than one package checks: the default prefix, and what a rule name,
-// which goes into a hash tag, may hold. syncer builds its keys with them;
-// httplimit, which sees syncer only through hybrid, checks its rule IDs and
-// names its rules keys with them.
+// Package keyname checks what a rule name, which goes into the hash tag of
+// the module's Redis key names, may hold. syncer checks the names of its
+// rules with it; httplimit, which sees syncer only through hybrid, checks
+// its rule IDs with it.
 package keyname
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
-// DefaultPrefix starts every Redis key when a Keyspace's Prefix is empty.
-const DefaultPrefix = "hl"
-
-// MaxRule is the longest rule name, in bytes.
-const MaxRule = 128
-
 // CheckRule returns what is wrong with a rule name, or nil: a name is 1 to
-// MaxRule bytes of letters, digits and -_.:/ (never a brace, which would
-// change the hash tag). The error does not quote the name, so that a
-// caller can quote as much of it as it sees fit.
+// config.MaxRuleName bytes of letters, digits and -_.:/ (never a brace,
+// which would change the hash tag). The error does not quote the name, so
+// that a caller can quote as much of it as it sees fit.
 func CheckRule(name string) error {
-	if name == "" || len(name) > MaxRule {
-		return fmt.Errorf("must be 1 to %d bytes", MaxRule)
+	if name == "" || len(name) > config.MaxRuleName {
+		return fmt.Errorf("must be 1 to %d bytes", config.MaxRuleName)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]

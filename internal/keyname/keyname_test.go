@@ -6,18 +6,20 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
 func TestCheckRule(t *testing.T) {
-	for _, ok := range []string{"a", "api-user", "A_b.c:d/e-9", strings.Repeat("x", MaxRule)} {
+	for _, ok := range []string{"a", "api-user", "A_b.c:d/e-9", strings.Repeat("x", config.MaxRuleName)} {
 		assert.NoError(t, CheckRule(ok), ok)
 	}
 	for name, want := range map[string]string{
-		"":                             "1 to 128 bytes",
-		strings.Repeat("x", MaxRule+1): "1 to 128 bytes",
-		"a{b}":                         `byte '{' at 1`,
-		"a b":                          `byte ' ' at 1`,
-		"é":                            "only letters",
+		"": "1 to 128 bytes",
+		strings.Repeat("x", config.MaxRuleName+1): "1 to 128 bytes",
+		"a{b}": `byte '{' at 1`,
+		"a b":  `byte ' ' at 1`,
+		"é":    "only letters",
 	} {
 		err := CheckRule(name)
 		if assert.Error(t, err, name) {

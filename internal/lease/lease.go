@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"math/bits"
+
 	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -100,6 +102,7 @@ const (
 	flagDry                       // the last bucket reply neither grew the share nor granted tokens (ApplyBucket)
 	flagRationed                  // the last bucket reply said the nodes' demand reaches the rate (ApplyBucket)
 	flagFault                     // Redis answered the last exchange with an error, not a lease (Faulted)
+	flagScaled                    // a bucket share rescaled to a changed limit, until the exchange under it (rescale)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease
@@ -227,6 +230,9 @@ func (k *Lease) Redecide(r *Rule, now, n int64, charge bool) (v Verdict, signal 
 		// said of the window's budget spoke of the old limit.
 		k.flags |= flagUrgent
 		k.flags &^= flagExhausted | flagExhaustedPrev | flagDry
+		if r.buckets && k.rule.buckets && k.flags&flagScaled == 0 {
+			k.rescale(k.rule, r, now+k.offset)
+		}
 	}
 	if r.buckets {
 		v, signal = k.decideBucket(r, now, n, charge)
@@ -240,6 +246,30 @@ func (k *Lease) Redecide(r *Rule, now, n int64, charge bool) (v Verdict, signal 
 		}
 	}
 	return v, signal
+}
+
+// rescale turns a bucket share granted under o into the same fraction of
+// r's rate and burst, at Redis time rnow, until the exchange under r
+// replaces it: the nodes' fractions sum to at most one, so their shares
+// stay within r's, and a lowered limit holds at once rather than a round
+// trip later. The tokens held keep their fraction of the share's burst.
+func (k *Lease) rescale(o, r *Rule, rnow int64) {
+	k.flags |= flagScaled
+	if k.expiry-o.safety <= rnow || o.limit <= 0 || o.burst <= 0 {
+		return // no share in force: nothing granted under o to carry
+	}
+	k.refill(o, rnow)
+	k.rate, k.rem = mulDiv(k.rate, r.limit, o.limit), 0
+	k.tokens = mulDiv(k.tokens, r.burst, o.burst)
+	k.burst = mulDiv(k.burst, r.burst, o.burst)
+}
+
+// mulDiv returns ⌊min(a, c) × b ÷ c⌋ for a, b ≥ 0 and c > 0: the product
+// may pass 2^63, the quotient, at most b, does not.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(min(a, c)), uint64(b))
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(q)
 }
 
 // note records a request of cost n at node time now as the key's demand.

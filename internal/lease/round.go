@@ -326,7 +326,7 @@ func (k *Lease) sync(r *Rule, q *Request, redisNow, recv int64) {
 	// the next decision asks again if the new lease runs low too. (A lease
 	// granted on a guess would otherwise be corrected at once, on a handful
 	// of requests, by a first-request flag set before the reply.)
-	k.flags = k.flags&^(flagUrgent|flagFault) | flagSynced
+	k.flags = k.flags&^(flagUrgent|flagFault|flagScaled) | flagSynced
 	k.got = k.sent
 }
 

@@ -5,24 +5,20 @@
 -- remaining, reset, retry, now, z}}; when not all admit, a rule with room is
 -- reported as it stands, without this request.
 local now = clock(ARGV[1])
-local function bucket(k, lk, p, now, n, commit)
-  return decide_bucket(k, now, n, bucket_fp(p), p.burst, p.rl, p.el, p.tau, commit, lk)
-end
-local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket, decide_sub}
 local rules = #KEYS / 2
 local costs, ps, out, ok = {}, {}, {}, true
 for i = 1, rules do
   local base = 2 + (i - 1) * (NPARAMS + 1)
   costs[i], ps[i] = tonumber(ARGV[base]), params(base + 1)
-  local r = decide[ps[i].alg](KEYS[2 * i - 1], KEYS[2 * i], ps[i], now, costs[i], false)
+  local r = deciders[ps[i].alg](KEYS[2 * i - 1], KEYS[2 * i], ps[i], now, costs[i], false)
   out[i] = r
   if r[1] ~= 0 then ok = false end
 end
 for i = 1, rules do
   if ok then
-    decide[ps[i].alg](KEYS[2 * i - 1], KEYS[2 * i], ps[i], now, costs[i], true)
+    deciders[ps[i].alg](KEYS[2 * i - 1], KEYS[2 * i], ps[i], now, costs[i], true)
   elseif out[i][1] == 0 then
-    out[i] = decide[ps[i].alg](KEYS[2 * i - 1], KEYS[2 * i], ps[i], now, 0, false)
+    out[i] = deciders[ps[i].alg](KEYS[2 * i - 1], KEYS[2 * i], ps[i], now, 0, false)
   end
 end
 local res = {0}

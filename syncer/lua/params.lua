@@ -30,6 +30,6 @@ end
 -- is a string; the window algorithms' is a hash.
 local function bucket_alg(alg) return alg >= 4 and alg <= 6 end
 
--- bucket_fp is the fingerprint a bucket's state holds (see bucket_body.lua):
+-- bucket_fp is the fingerprint a bucket's state holds (see bucket.lua):
 -- rl:el:tau, the numbers that make its decisions.
 local function bucket_fp(p) return fmt(p.rl) .. ':' .. fmt(p.el) .. ':' .. fmt(p.tau) end

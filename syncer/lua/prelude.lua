@@ -1,7 +1,8 @@
 -- hybridlimit: helpers shared by every script.
 --
 -- Every value is an integer below 2^53, exact in Lua's doubles; the limits'
--- validation (local.MaxProduct = 2^51) keeps every product and sum there.
+-- validation (package local bounds products by 2^51) keeps every product and
+-- sum there.
 -- Times are microseconds since the Unix epoch. Each algorithm is the exact
 -- twin of its Go implementation in local/algo.go: same state, same
 -- transition, same decision.
@@ -23,7 +24,7 @@ local function fmt(x) return string.format('%d', x) end
 -- log lk when given, and starts afresh. Anything else (another
 -- application's value under the name) is left alone, and the error raised.
 -- A bucket's string is 24 bytes of numbers, then its fingerprint rl:el:tau
--- (see bucket_body.lua).
+-- (see bucket.lua).
 local function other_family(r, k, lk)
   if string.find(r.err, 'WRONGTYPE', 1, true) then
     local t = redis.call('TYPE', k).ok

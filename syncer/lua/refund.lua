@@ -11,10 +11,6 @@
 -- state without this request.
 local at, n, z, p = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), params(4)
 local k, lk = KEYS[1], KEYS[2]
-local function bucket(k, lk, p, now, n, commit)
-  return decide_bucket(k, now, n, bucket_fp(p), p.burst, p.rl, p.el, p.tau, commit, lk)
-end
-local decide = {decide_fixed, decide_log, decide_counter, bucket, bucket, bucket, decide_sub}
 
 local function refund()
   if n <= 0 then return end
@@ -66,7 +62,7 @@ local function refund()
     local v = redis.call('GET', k)
     local bfp = bucket_fp(p)
     if not v or string.sub(v, 25) ~= bfp then return end
-    local tat, frac, c = struct.unpack('<ddd', v) -- see bucket_body.lua
+    local tat, frac, c = struct.unpack('<ddd', v) -- see bucket.lua
     if c ~= z then return end
     local g = frac - n * p.el
     if g < 0 then
@@ -78,4 +74,4 @@ local function refund()
 end
 
 refund()
-return decide[p.alg](k, lk, p, at, 0, false)
+return deciders[p.alg](k, lk, p, at, 0, false)

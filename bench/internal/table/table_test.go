@@ -3,6 +3,8 @@ package table
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestMedian(t *testing.T) {
@@ -16,15 +18,8 @@ func TestMedian(t *testing.T) {
 		{[]float64{4, 1, 3, 2}, 2.5},
 	} {
 		in := append([]float64(nil), c.in...)
-		if got := Median(in); got != c.want {
-			t.Errorf("Median(%v) = %v, want %v", c.in, got, c.want)
-		}
-		for i := range in {
-			if in[i] != c.in[i] {
-				t.Errorf("Median(%v) reordered its input to %v", c.in, in)
-				break
-			}
-		}
+		assert.Equal(t, c.want, Median(in), "Median(%v)", c.in)
+		assert.Equal(t, c.in, in, "Median(%v) leaves its input in order", c.in)
 	}
 }
 
@@ -33,13 +28,9 @@ func TestPrint(t *testing.T) {
 	var b strings.Builder
 	Print(&b, rows, false)
 	want := "name    ns/op\na       1.5\nlonger  12.0\n"
-	if b.String() != want {
-		t.Errorf("plain:\n%s\nwant:\n%s", b.String(), want)
-	}
+	assert.Equal(t, want, b.String(), "plain")
 	b.Reset()
 	Print(&b, rows, true)
 	want = "| name | ns/op |\n|---|---|\n| a | 1.5 |\n| longer | 12.0 |\n"
-	if b.String() != want {
-		t.Errorf("markdown:\n%s\nwant:\n%s", b.String(), want)
-	}
+	assert.Equal(t, want, b.String(), "markdown")
 }

@@ -1,13 +1,13 @@
--- Token bucket, leaky bucket (meter) and GCRA: one formulation, the body of
--- decide_bucket. It is run as is, a flat chunk, by the single-rule script
--- (the hot one: no helper and no table is created per call), and wrapped
--- in a function for the multi-rule and refund scripts. In scope: k (its
--- state), now, n (cost), fp (the bucket's fingerprint, rl:el:tau), burst,
--- rl, el, tau (the rule's numbers),
--- commit, lk (the log key, or nil), and answer, which makes the decision's
--- six numbers the form its script returns: the others' answer keeps a
--- table, and the single-rule script packs them into one string in place
--- (scripts.go replaces the call in each return).
+-- Token bucket, leaky bucket (meter) and GCRA: one formulation, written as
+-- statements, not a function, so that the single-rule script runs it as a
+-- flat chunk (the hot one: no function and no table is created per call)
+-- while the multi-rule and refund scripts run it as the body of their
+-- decide_bucket (scripts.go). Expects defined before it: k (its state),
+-- lk (the log key, or nil), now, n (cost), commit, fp (the bucket's
+-- fingerprint, rl:el:tau), burst, rl, el, tau (the rule's numbers), and
+-- answer and form: each of its two returns is answer(form, ...) of the
+-- decision's six numbers, which the single-rule script packs into one
+-- string and the others make a table.
 --
 -- The window algorithms keep their state under the same name, in a hash: a
 -- rule that changed family finds a key of the other type (WRONGTYPE), which
@@ -83,7 +83,7 @@ end
 local dl = (tat - now) * rl + frac -- (TAT - now) * rl
 local need = n * el
 if dl + need > tau then
-  return answer(1, floor(math.max(tau - dl, 0) / el), floor((dl + rl - 1) / rl), floor((dl + need - tau + rl - 1) / rl), now, z)
+  return answer(form, 1, floor(math.max(tau - dl, 0) / el), floor((dl + rl - 1) / rl), floor((dl + need - tau + rl - 1) / rl), now, z)
 end
 dl = dl + need
 local reset = floor((dl + rl - 1) / rl)
@@ -93,4 +93,4 @@ if commit and n > 0 then
   local q = floor(f / rl)
   redis.call('SET', k, struct.pack('<ddd', tat + q, f - q * rl, z) .. fp, 'PX', floor((reset + 999) / 1000) + 1000)
 end
-return answer(0, floor((tau - dl) / el), reset, 0, now, z)
+return answer(form, 0, floor((tau - dl) / el), reset, 0, now, z)

@@ -1,0 +1,7 @@
+package hybrid
+
+// Defaults the tests of package hybrid_test use.
+const (
+	DefaultTimeout = defaultTimeout
+	DefaultShards  = defaultShards
+)

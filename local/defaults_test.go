@@ -1,0 +1,68 @@
+package local
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/doctable"
+)
+
+// TestDefaults holds docs/operating.md's rows for package local against
+// the constants and against what withDefaults and NewLimit fill in.
+func TestDefaults(t *testing.T) {
+	c := Config{}.withDefaults()
+	subw := MustLimit(Params{Algorithm: SubWindowCounter, Limit: 100, Window: time.Minute})
+	bucket := MustLimit(Params{Algorithm: TokenBucket, Limit: 100, Window: time.Minute})
+	doctable.Check(t, doctable.Package{
+		Name: "local",
+		Defaults: []doctable.Default{
+			{Config: "Config", Field: "Shards", Const: "defaultShards", Value: defaultShards, Got: c.Shards},
+			{Config: "Config", Field: "MaxKeys", Const: "defaultMaxKeys", Value: defaultMaxKeys, Got: c.MaxKeys},
+			{Config: "Config", Field: "SweepInterval", Const: "defaultSweepInterval", Value: defaultSweepInterval, Got: c.SweepInterval},
+			{Config: "Config", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a CoarseClock of 1ms that New starts and Close stops", Got: c.Clock, Built: true},
+			{Config: "Params", Field: "SubWindows", Const: "defaultSubWindows", Value: defaultSubWindows, Got: subw.Params().SubWindows},
+			{Config: "Params", Field: "Burst", Doc: "Limit (the bucket algorithms)", Got: bucket.Params().Burst},
+		},
+		Bounds: []doctable.Bound{
+			{What: "Config.Shards", Const: "maxShards", Value: maxShards, Doc: "65,536, a power of two"},
+			{What: "Params.Window", Const: "maxWindow", Value: maxWindow, Doc: "366 days"},
+			{What: "Params.Limit of a sliding window log", Const: "maxLogLimit", Value: maxLogLimit, Doc: "65,536"},
+			{What: "Params.SubWindows", Const: "maxSubWindows", Value: maxSubWindows, Doc: "64"},
+			{What: "Limit × window steps, Burst × emission interval", Const: "maxProduct", Value: maxProduct, Doc: "2^51 = 2,251,799,813,685,248"},
+		},
+		Filled: []doctable.Filled{
+			{Config: "Config", Zero: Config{}, With: c},
+			{Config: "Params", Zero: Params{Algorithm: SubWindowCounter, Limit: 100, Window: time.Minute}, With: subw.Params()},
+			{Config: "Params", Zero: Params{Algorithm: TokenBucket, Limit: 100, Window: time.Minute}, With: bucket.Params()},
+		},
+	})
+	assert.Equal(t, bucket.Params().Limit, bucket.Params().Burst, "a bucket's Burst defaults to its Limit")
+}
+
+// TestConfigValidate: withDefaults changes no field that is set, and
+// validate names the bad field in the package's form, on the Config as
+// New sees it (its defaults filled in), without building anything.
+func TestConfigValidate(t *testing.T) {
+	set := Config{Shards: 8, MaxKeys: 100, Overflow: OverflowShared, Clock: SystemClock{}, SweepInterval: time.Second, NoBackgroundSweep: true}
+	assert.Equal(t, set, set.withDefaults(), "withDefaults changed a field that was set")
+	require.NoError(t, Config{}.withDefaults().validate())
+	require.NoError(t, set.validate())
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Shards: 3}, "local: invalid config: Shards 3: must be a power of two from 1 to 65536"},
+		{Config{Shards: 1 << 17}, "local: invalid config: Shards 131072: must be a power of two from 1 to 65536"},
+		{Config{MaxKeys: -1}, "local: invalid config: MaxKeys -1: must be positive"},
+		{Config{Overflow: 9}, "local: invalid config: Overflow 9: unknown policy"},
+		{Config{SweepInterval: -time.Second}, "local: invalid config: SweepInterval -1s: must be positive"},
+	} {
+		err := tc.cfg.withDefaults().validate()
+		assert.True(t, errors.Is(err, ErrInvalidConfig), "%+v: %v", tc.cfg, err)
+		assert.EqualError(t, err, tc.want)
+	}
+}
