@@ -1,6 +1,10 @@
 package hybrid
 
 import (
+	"errors"
+	"fmt"
+
+	"github.com/hybridlimit/hybridlimit/internal/paramerr"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -61,9 +65,18 @@ const (
 	ReasonUnavailable = local.ReasonUnavailable // Redis could not decide; the failure policy did
 )
 
-// NewLimit validates p and returns the Limit it describes; the error is a
-// *local.LimitError naming the first bad field.
-func NewLimit(p Params) (Limit, error) { return local.NewLimit(p) }
+// NewLimit validates p and returns the Limit it describes; the error wraps
+// a *local.LimitError naming the first bad field (find it with errors.As).
+func NewLimit(p Params) (Limit, error) {
+	l, err := local.NewLimit(p)
+	var le *local.LimitError
+	if errors.As(err, &le) {
+		// For the packages that see local only through hybrid (httplimit
+		// names the field of a rule); the text stays local's.
+		err = &paramerr.Error{Field: le.Field, Value: fmt.Sprint(le.Value), Reason: le.Reason, Err: err}
+	}
+	return l, err
+}
 
 // MustLimit is NewLimit for constant parameters: it panics on invalid ones.
 func MustLimit(p Params) Limit { return local.MustLimit(p) }

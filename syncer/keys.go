@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -220,17 +221,11 @@ func NewRule(name string, lim local.Limit) (*Rule, error) {
 }
 
 // ValidRuleName reports, as an error wrapping ErrInvalidRule, whether name
-// cannot name a rule.
+// cannot name a rule: it must be 1 to 128 bytes of letters, digits and
+// -_.:/.
 func ValidRuleName(name string) error {
-	if name == "" || len(name) > maxRuleName {
-		return fmt.Errorf("%w: name %q: must be 1 to %d bytes", ErrInvalidRule, name, maxRuleName)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:/", c) >= 0
-		if !ok {
-			return fmt.Errorf("%w: name %q: byte %q at %d: only letters, digits and -_.:/ are allowed", ErrInvalidRule, name, c, i)
-		}
+	if err := keyname.CheckRule(name); err != nil {
+		return fmt.Errorf("%w: name %q: %w", ErrInvalidRule, name, err)
 	}
 	return nil
 }

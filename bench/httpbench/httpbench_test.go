@@ -56,7 +56,7 @@ func middlewares(b *testing.B) []struct {
 	}
 	b.Cleanup(func() { l.Close() })
 	hl, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{{
-		ID: "per-ip", Key: httplimit.KeyIP, Endpoint: "/", Algorithm: "fixed_window", Limit: huge, Window: time.Hour,
+		ID: "per-ip", Key: httplimit.KeyIP, Endpoint: "/", Algorithm: hybrid.FixedWindow, Quota: huge, Window: time.Hour,
 	}}})
 	if err != nil {
 		b.Fatal(err)
@@ -76,7 +76,7 @@ func middlewares(b *testing.B) []struct {
 	}
 	b.Cleanup(func() { ls.Close() })
 	hs, err := httplimit.New(ls, httplimit.Config{Rules: []httplimit.Rule{{
-		ID: "per-ip", Key: httplimit.KeyIP, Endpoint: "/", Algorithm: "fixed_window", Limit: 3000, Window: time.Second,
+		ID: "per-ip", Key: httplimit.KeyIP, Endpoint: "/", Algorithm: hybrid.FixedWindow, Quota: 3000, Window: time.Second,
 	}}})
 	if err != nil {
 		b.Fatal(err)

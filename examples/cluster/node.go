@@ -74,10 +74,11 @@ const fallbackName = "gossip (Fallback)"
 // demoRule is the middleware's rule on every node: GET /api limited per
 // client (API key), in hybrid mode, each node deciding against its lease of
 // the client's budget.
-func demoRule(algo string, limit int64) httplimit.Rule {
+func demoRule(lim local.Limit) httplimit.Rule {
+	p := lim.Params()
 	return httplimit.Rule{
 		ID: "per-client", Key: httplimit.KeyAPIKey, Endpoint: "GET /api",
-		Algorithm: algo, Limit: limit, Window: ruleWindow,
+		Algorithm: p.Algorithm, Quota: p.Limit, Window: p.Window,
 		Mode: hybrid.Hybrid, // the policy: the Limiter's default, Fallback with gossip
 	}
 }
@@ -125,19 +126,18 @@ func runNode(o nodeOptions) error {
 		return err
 	}
 	defer lim.Close()
-	dr := demoRule(o.algo, o.limit)
+	dl, err := demoLimit(o.algo, o.limit)
+	if err != nil {
+		return err
+	}
+	dr := demoRule(dl)
 	mw, err := httplimit.New(lim, httplimit.Config{Rules: []httplimit.Rule{dr}, APIKeyHeader: clientHeader, MeterProvider: mp, Logger: logger})
 	if err != nil {
 		return err
 	}
 	// The middleware registered the rule: registering it again returns it,
 	// to ask which mode it runs in (a limit too small to lease runs central).
-	a, err := local.ParseAlgorithm(dr.Algorithm)
-	if err != nil {
-		return err
-	}
-	rule, err := lim.Register(hybrid.Rule{Name: dr.ID, Mode: dr.Mode, Policy: dr.Policy,
-		Limit: hybrid.MustLimit(hybrid.Params{Algorithm: a, Limit: dr.Limit, Window: dr.Window})})
+	rule, err := lim.Register(hybrid.Rule{Name: dr.ID, Mode: dr.Mode, Policy: dr.Policy, Limit: dl})
 	if err != nil {
 		return err
 	}

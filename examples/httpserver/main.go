@@ -57,7 +57,7 @@ func run(addr, redisAddr, proxies string) error {
 	mcfg := httplimit.Config{
 		Rules: []httplimit.Rule{{
 			ID: "root-per-ip", Key: httplimit.KeyIP, Endpoint: "GET /{$}",
-			Algorithm: "fixed_window", Limit: 5, Window: 10 * time.Second,
+			Algorithm: hybrid.FixedWindow, Quota: 5, Window: 10 * time.Second,
 		}},
 		RateLimitHeaders: true,
 	}

@@ -54,9 +54,9 @@ func TestSetRulesUnregisters(t *testing.T) {
 // force, not let through as the Limiter's misuse.
 func TestSetRulesUnderRequest(t *testing.T) {
 	l := newLimiter(t, clocktest.New(t0))
-	old := httplimit.Rule{ID: "old", Key: httplimit.KeyUser, Endpoint: "/", Algorithm: "fixed_window", Limit: 1, Window: time.Minute}
+	old := httplimit.Rule{ID: "old", Key: httplimit.KeyUser, Endpoint: "/", Algorithm: hybrid.FixedWindow, Quota: 1, Window: time.Minute}
 	next := old
-	next.ID, next.Limit = "next", 5
+	next.ID, next.Quota = "next", 5
 	var m *httplimit.Middleware
 	swapped := false
 	mp, read := meterReader()
@@ -117,14 +117,7 @@ func TestRulesChurn(t *testing.T) {
 	m, err := httplimit.New(l, httplimit.Config{Rules: base})
 	require.NoError(t, err)
 	h := m.Handler(okHandler)
-	request := func(path string) {
-		r := httptest.NewRequest(http.MethodGet, path, nil)
-		r.RemoteAddr = "192.0.2.1:5000"
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		require.Equal(t, http.StatusOK, w.Code, path)
-		require.NotEmpty(t, w.Header().Get("X-RateLimit-Limit"), "%s decided", path)
-	}
+	request := func(path string) { requestDecided(t, h, path) }
 	id := func(gen, i int) string { return "g" + strconv.Itoa(gen) + "-r" + strconv.Itoa(i) }
 	rulesOf := func(gen int) []httplimit.Rule {
 		rules := slices.Clone(base)
@@ -133,26 +126,10 @@ func TestRulesChurn(t *testing.T) {
 		}
 		return rules
 	}
-	// collect checks that no series is in overflow and returns the rules
-	// the series name; series counts them all.
 	series := 0
 	collect := func() map[string]bool {
-		var rm metricdata.ResourceMetrics
-		require.NoError(t, reader.Collect(ctx, &rm))
-		rules := map[string]bool{}
-		series = 0
-		for _, sm := range rm.ScopeMetrics {
-			for _, mt := range sm.Metrics {
-				for _, set := range attrSets(mt) {
-					series++
-					_, over := set.Value("otel.metric.overflow")
-					require.False(t, over, "%s: a series in overflow", mt.Name)
-					if v, ok := set.Value("rule"); ok {
-						rules[v.AsString()] = true
-					}
-				}
-			}
-		}
+		var rules map[string]bool
+		rules, series = seriesRules(t, reader)
 		return rules
 	}
 	// reload puts gen's rules in force (baseOnly: the base rules alone):
@@ -195,6 +172,41 @@ func TestRulesChurn(t *testing.T) {
 	for _, gen := range []int{0, reloads / 2, reloads - 1} {
 		assert.Equal(t, "1", windowUse(t, c, ks, id(gen, 0), l.NodeID(), clk.Now()), "what rule %s admitted, reported after its removal", id(gen, 0))
 	}
+}
+
+// requestDecided sends h a GET for path, which a rule must decide and
+// admit.
+func requestDecided(t *testing.T, h http.Handler, path string) {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.RemoteAddr = "192.0.2.1:5000"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	require.Equal(t, http.StatusOK, w.Code, path)
+	require.NotEmpty(t, w.Header().Get("X-RateLimit-Limit"), "%s decided", path)
+}
+
+// seriesRules checks that no series of reader's metrics is in overflow and
+// returns the rules the series name, and how many series there are.
+func seriesRules(t *testing.T, reader *metric.ManualReader) (map[string]bool, int) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	rules := map[string]bool{}
+	series := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			for _, set := range attrSets(mt) {
+				series++
+				_, over := set.Value("otel.metric.overflow")
+				require.False(t, over, "%s: a series in overflow", mt.Name)
+				if v, ok := set.Value("rule"); ok {
+					rules[v.AsString()] = true
+				}
+			}
+		}
+	}
+	return rules, series
 }
 
 // heapAfterGC returns the bytes of live heap objects after a full

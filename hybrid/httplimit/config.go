@@ -14,43 +14,12 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/config"
-	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// Sentinel errors. Match them with errors.Is.
-var (
-	// ErrInvalidConfig reports a bad Config, naming the field.
-	ErrInvalidConfig = errors.New("httplimit: invalid config")
-	// ErrInvalidRule reports a bad Rule; the error is a *RuleError naming
-	// the rule and the field.
-	ErrInvalidRule = errors.New("httplimit: invalid rule")
-)
-
-// RuleError describes a bad Rule. It wraps ErrInvalidRule and the cause,
-// if any.
-type RuleError struct {
-	ID     string // the rule's ID, or its position ("#3") when the ID is empty
-	Field  string // the Rule field, as in the rules file ("max_requests", "window", …)
-	Reason string // what is wrong with it
-	Err    error  // the cause, or nil
-}
-
-// Error names the rule, the field and what is wrong.
-func (e *RuleError) Error() string {
-	s := fmt.Sprintf("httplimit: invalid rule %q: %s: %s", e.ID, e.Field, e.Reason)
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return s
-}
-
-// Unwrap returns ErrInvalidRule and the cause.
-func (e *RuleError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalidRule, e.Err}
-	}
-	return []error{ErrInvalidRule}
-}
+// ErrInvalidConfig reports a bad Config, WatchConfig or argument of New,
+// WatchFile, WatchRedis or PublishRules, naming it. Match it with
+// errors.Is.
+var ErrInvalidConfig = errors.New("httplimit: invalid config")
 
 // Defaults of Config: docs/operating.md#defaults lists them, and
 // TestDefaults holds that table against them.
@@ -138,8 +107,8 @@ type Config struct {
 	Shadow bool
 
 	// Clock tells the time of X-RateLimit-Reset in Unix form. Default: the
-	// system clock (local.SystemClock{}). Give it the Limiter's Clock when
-	// that is not the system's.
+	// system clock (time.Now). Give it the Limiter's Clock when that is not
+	// the system's.
 	Clock hybrid.Clock
 	// MeterProvider receives the middleware's metrics. Default: the global
 	// one (otel.GetMeterProvider()).
@@ -167,7 +136,7 @@ func (c Config) withDefaults() Config {
 		c.UnavailableStatus = defaultUnavailableStatus
 	}
 	if c.Clock == nil {
-		c.Clock = local.SystemClock{}
+		c.Clock = systemClock{}
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
@@ -244,3 +213,8 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	a = a.Unmap()
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
+
+// systemClock is the Clock of a Config without one.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/hybridlimit/hybridlimit/internal/doctable"
-	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestDefaults holds docs/operating.md's rows for package httplimit against
@@ -26,7 +25,7 @@ func TestDefaults(t *testing.T) {
 		Defaults: []doctable.Default{
 			{Config: "Config", Field: "APIKeyHeader", Const: "defaultAPIKeyHeader", Value: defaultAPIKeyHeader, Got: c.APIKeyHeader},
 			{Config: "Config", Field: "UnavailableStatus", Const: "defaultUnavailableStatus", Value: defaultUnavailableStatus, Doc: "503 (Service Unavailable)", Got: c.UnavailableStatus},
-			{Config: "Config", Field: "Clock", Doc: "local.SystemClock{}", Got: c.Clock},
+			{Config: "Config", Field: "Clock", Doc: "the system clock (time.Now)", Got: c.Clock},
 			{Config: "Config", Field: "MeterProvider", Doc: "otel.GetMeterProvider()", Got: c.MeterProvider},
 			{Config: "Config", Field: "Logger", Doc: "slog.Default()", Got: c.Logger},
 			{Config: "WatchConfig", Field: "PollInterval", When: "WatchFile", Const: "defaultFilePollInterval", Value: defaultFilePollInterval, Got: file.PollInterval},
@@ -47,7 +46,7 @@ func TestDefaults(t *testing.T) {
 			{Config: "WatchConfig", Zero: WatchConfig{}, With: rds},
 		},
 	})
-	assert.Equal(t, local.SystemClock{}, c.Clock)
+	assert.Equal(t, systemClock{}, c.Clock)
 	assert.Equal(t, otel.GetMeterProvider(), c.MeterProvider)
 	assert.Same(t, slog.Default(), c.Logger)
 	assert.Equal(t, otel.GetMeterProvider(), file.MeterProvider)
@@ -60,7 +59,7 @@ func TestConfigValidate(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	set := Config{
 		TrustedProxies: []string{"10.0.0.0/8"}, ClientIPHeader: "X-Real-IP", IPv6Prefix: 64, APIKeyHeader: "K",
-		RetryJitter: time.Second, UnavailableStatus: 500, Clock: local.SystemClock{}, MeterProvider: noop.NewMeterProvider(), Logger: quiet,
+		RetryJitter: time.Second, UnavailableStatus: 500, Clock: systemClock{}, MeterProvider: noop.NewMeterProvider(), Logger: quiet,
 	}
 	assert.Equal(t, set, set.withDefaults(), "withDefaults changed a field that was set")
 	require.NoError(t, set.validate())

@@ -10,6 +10,14 @@
 // draft-ietf-httpapi-ratelimit-headers-11 when enabled); a refusal is 429
 // with Retry-After and an application/problem+json body.
 //
+// Rules come from Go (Config.Rules, Middleware.SetRules), from a rules
+// file, YAML or JSON (ParseRules; WatchFile applies each new version), and
+// from Redis (PublishRules; WatchRedis applies each new version on every
+// node). A Rule's struct tags are its keys in a file; whatever its source,
+// a rule is validated in one place, and a bad one is refused with a
+// *RuleError naming it and the field, wrapping ErrInvalidRule. See
+// docs/rules.md.
+//
 // The client IP has no spoofable default: it is the socket's peer unless
 // Config names trusted proxies or a number of trusted hops. Redis failures
 // follow the rules' failure policies; the middleware never answers 500

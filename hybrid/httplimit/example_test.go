@@ -27,7 +27,7 @@ func Example() {
 	m, err := httplimit.New(l, httplimit.Config{
 		Rules: []httplimit.Rule{{
 			ID: "api-per-ip", Key: httplimit.KeyIP, Endpoint: "/api/",
-			Algorithm: "fixed_window", Limit: 2, Window: time.Minute,
+			Algorithm: hybrid.FixedWindow, Quota: 2, Window: time.Minute,
 		}},
 		RateLimitHeaders: true,
 	})

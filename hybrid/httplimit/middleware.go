@@ -3,7 +3,6 @@ package httplimit
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -12,12 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/config"
-	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
 // Middleware limits HTTP requests by its rules, over a hybrid.Limiter.
@@ -102,7 +97,7 @@ func newTarget(c *compiledRule, hr *hybrid.Rule, lim hybrid.Limit) *target {
 // a copy of cfg with its zero fields set to their defaults (and its own
 // copies of TrustedProxies and Tiers), never changing the caller's. A bad
 // field is reported with an error wrapping ErrInvalidConfig (naming it); a
-// bad rule in cfg.Rules with a *RuleError.
+// bad rule in cfg.Rules with a *RuleError, as SetRules reports it.
 func New(l *hybrid.Limiter, cfg Config) (*Middleware, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: Limiter <nil>: required", ErrInvalidConfig)
@@ -134,10 +129,14 @@ func New(l *hybrid.Limiter, cfg Config) (*Middleware, error) {
 func (m *Middleware) Rules() []Rule {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]Rule, len(m.cfg.Rules))
-	for i, r := range m.cfg.Rules {
-		r.Overrides = maps.Clone(r.Overrides)
-		out[i] = r
+	return cloneRules(m.cfg.Rules)
+}
+
+// cloneRules returns a copy of rules that shares no map with them.
+func cloneRules(rules []Rule) []Rule {
+	out := slices.Clone(rules)
+	for i := range out {
+		out[i].Overrides = maps.Clone(out[i].Overrides)
 	}
 	return out
 }
@@ -155,37 +154,16 @@ func (m *Middleware) Rules() []Rule {
 // different modes mix freely: a per-IP Local rule and a per-user Hybrid
 // quota decide as one.
 //
-// The error is a *RuleError naming the rule and the field, or one from
-// the Limiter (Register).
+// The error is a *RuleError naming the rule and the field; its cause is
+// the Limiter's error when the Limiter refused a rule (Register, SetLimit).
 func (m *Middleware) SetRules(rules []Rule) (err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	type want struct {
-		c     *compiledRule
-		name  string
-		over  string // the override's tier or key, or "" for the base limit
-		limit hybrid.Limit
-		r     *Rule
+	valid, err := checkRules(rules)
+	if err != nil {
+		return err
 	}
-	var wants []want
-	set := &ruleSet{rules: make([]*compiledRule, 0, len(rules))}
-	ids := map[string]bool{}
-	for i := range rules {
-		r := &rules[i]
-		c, base, over, err := compile(i, r)
-		if err != nil {
-			return err
-		}
-		if ids[r.ID] {
-			return &RuleError{ID: r.ID, Field: "id", Reason: "used by two rules"}
-		}
-		ids[r.ID] = true
-		set.rules = append(set.rules, c)
-		wants = append(wants, want{c: c, name: r.ID, limit: base, r: r})
-		for _, name := range slices.Sorted(maps.Keys(over)) {
-			wants = append(wants, want{c: c, name: overrideName(r.ID, name), over: name, limit: over[name], r: r})
-		}
-	}
+	set, wants := plan(rules, valid)
 	// Register what is new, and check what is not, before changing anything.
 	// On error, what this call registered goes again: no rule in force
 	// uses it.
@@ -195,49 +173,19 @@ func (m *Middleware) SetRules(rules []Rule) (err error) {
 			m.unregister(added)
 		}
 	}()
-	var changed []want
-	for _, w := range wants {
-		reg, ok := m.reg[w.name]
-		switch {
-		case !ok:
-			hr, err := m.l.Register(hybrid.Rule{Name: w.name, Limit: w.limit, Mode: w.r.Mode, Policy: w.r.Policy, Wait: w.r.Wait})
-			if err != nil {
-				return &RuleError{ID: w.r.ID, Field: "mode", Reason: "cannot register", Err: err}
-			}
-			reg = registered{rule: hr, limit: w.limit, mode: w.r.Mode, policy: w.r.Policy, wait: w.r.Wait}
-			m.reg[w.name] = reg
-			added = append(added, w.name)
-		case reg.mode != w.r.Mode:
-			return &RuleError{ID: w.r.ID, Field: "mode", Reason: fmt.Sprintf("was %s; a rule's mode cannot change under the same ID", reg.mode)}
-		case reg.policy != w.r.Policy:
-			return &RuleError{ID: w.r.ID, Field: "policy", Reason: fmt.Sprintf("was %s; a rule's policy cannot change under the same ID", reg.policy)}
-		case reg.wait != w.r.Wait:
-			return &RuleError{ID: w.r.ID, Field: "wait", Reason: fmt.Sprintf("was %s; a rule's wait cannot change under the same ID", reg.wait)}
-		case reg.limit != w.limit:
-			changed = append(changed, w)
-		}
-		t := newTarget(w.c, reg.rule, w.limit)
-		if w.over == "" {
-			w.c.base = t
-		} else {
-			if w.c.over == nil {
-				w.c.over = map[string]*target{}
-			}
-			w.c.over[w.over] = t
-		}
+	changed, err := m.register(wants, &added)
+	if err != nil {
+		return err
 	}
 	for _, w := range changed {
 		reg := m.reg[w.name]
 		if err := m.l.SetLimit(reg.rule, w.limit); err != nil {
-			return &RuleError{ID: w.r.ID, Field: "max_requests", Reason: "cannot change the limit", Err: err}
+			return &RuleError{Index: w.index, ID: w.r.ID, Field: "max_requests", Reason: "cannot change the limit", Err: err}
 		}
 		reg.limit = w.limit
 		m.reg[w.name] = reg
 	}
-	m.cfg.Rules = slices.Clone(rules)
-	for i := range m.cfg.Rules {
-		m.cfg.Rules[i].Overrides = maps.Clone(m.cfg.Rules[i].Overrides)
-	}
+	m.cfg.Rules = cloneRules(rules)
 	m.set.Store(set)
 	// The hybrid rules no rule in force uses any more go. A request that
 	// matched them in the set just replaced is decided again on this one
@@ -254,6 +202,75 @@ func (m *Middleware) SetRules(rules []Rule) (err error) {
 	}
 	m.unregister(gone)
 	return nil
+}
+
+// want is a hybrid rule a rule set needs: a rule's limit, or one of its
+// overrides'.
+type want struct {
+	c     *compiledRule
+	name  string // the hybrid rule's name
+	over  string // the override's tier or key, or "" for the base limit
+	limit hybrid.Limit
+	r     *Rule
+	index int // r's position in the set
+}
+
+// plan returns the rule set of rules, checked as valid, and the hybrid
+// rules it needs; the targets of its compiled rules are set by register.
+func plan(rules []Rule, valid []checked) (*ruleSet, []want) {
+	set := &ruleSet{rules: make([]*compiledRule, 0, len(rules))}
+	var wants []want
+	for i, v := range valid {
+		r := &rules[i]
+		set.rules = append(set.rules, v.c)
+		wants = append(wants, want{c: v.c, name: r.ID, limit: v.base, r: r, index: i})
+		for _, name := range slices.Sorted(maps.Keys(v.over)) {
+			wants = append(wants, want{c: v.c, name: overrideName(r.ID, name), over: name, limit: v.over[name], r: r, index: i})
+		}
+	}
+	return set, wants
+}
+
+// register registers the hybrid rules of wants that are new, appending
+// their names to added, checks those already registered against their
+// rules, and gives each compiled rule its targets. It returns the wants
+// whose limit changed, for SetLimit. The caller holds mu.
+func (m *Middleware) register(wants []want, added *[]string) ([]want, error) {
+	var changed []want
+	for _, w := range wants {
+		reg, ok := m.reg[w.name]
+		bad := func(field, reason string, err error) ([]want, error) {
+			return nil, &RuleError{Index: w.index, ID: w.r.ID, Field: field, Reason: reason, Err: err}
+		}
+		switch {
+		case !ok:
+			hr, err := m.l.Register(hybrid.Rule{Name: w.name, Limit: w.limit, Mode: w.r.Mode, Policy: w.r.Policy, Wait: w.r.Wait})
+			if err != nil {
+				return bad("mode", "cannot register", err)
+			}
+			reg = registered{rule: hr, limit: w.limit, mode: w.r.Mode, policy: w.r.Policy, wait: w.r.Wait}
+			m.reg[w.name] = reg
+			*added = append(*added, w.name)
+		case reg.mode != w.r.Mode:
+			return bad("mode", fmt.Sprintf("was %s; a rule's mode cannot change under the same ID", reg.mode), nil)
+		case reg.policy != w.r.Policy:
+			return bad("policy", fmt.Sprintf("was %s; a rule's policy cannot change under the same ID", reg.policy), nil)
+		case reg.wait != w.r.Wait:
+			return bad("wait", fmt.Sprintf("was %s; a rule's wait cannot change under the same ID", reg.wait), nil)
+		case reg.limit != w.limit:
+			changed = append(changed, w)
+		}
+		t := newTarget(w.c, reg.rule, w.limit)
+		if w.over == "" {
+			w.c.base = t
+			continue
+		}
+		if w.c.over == nil {
+			w.c.over = map[string]*target{}
+		}
+		w.c.over[w.over] = t
+	}
+	return changed, nil
 }
 
 // unregister unregisters the hybrid rules of names from the Limiter and
@@ -274,113 +291,4 @@ func (m *Middleware) unregister(names []string) {
 func overrideName(id, name string) string {
 	sum := sha256.Sum256([]byte(name))
 	return id + ":o." + hex.EncodeToString(sum[:6])
-}
-
-// compile validates rule i and returns it compiled (without its hybrid
-// rules), its limit, and its overridden limits.
-func compile(i int, r *Rule) (*compiledRule, hybrid.Limit, map[string]hybrid.Limit, error) {
-	id := r.ID
-	if id == "" || len(id) > config.MaxRuleName {
-		id = fmt.Sprintf("#%d", i)
-	}
-	bad := func(field, reason string, err error) (*compiledRule, hybrid.Limit, map[string]hybrid.Limit, error) {
-		return nil, hybrid.Limit{}, nil, &RuleError{ID: id, Field: field, Reason: reason, Err: err}
-	}
-	if len(r.ID) > config.MaxRuleName {
-		// Checked here: ValidRuleName's error would quote all of it.
-		return bad("id", fmt.Sprintf("%s: not a rule name: longer than %d bytes", quoteShort(r.ID), config.MaxRuleName), nil)
-	}
-	if err := syncer.ValidRuleName(r.ID); err != nil {
-		return bad("id", "not a rule name", err)
-	}
-	switch r.Key {
-	case KeyIP, KeyUser, KeyAPIKey:
-	default:
-		return bad("key", quoteShort(string(r.Key))+": must be ip, user or api_key", nil)
-	}
-	endpoint := r.Endpoint
-	if endpoint == "" {
-		endpoint = "/"
-	}
-	pat, err := parsePattern(endpoint)
-	if err != nil {
-		return bad("endpoint", quoteShort(r.Endpoint)+": not a ServeMux pattern", err)
-	}
-	algo, err := local.ParseAlgorithm(r.Algorithm)
-	if err != nil {
-		// ParseAlgorithm's error quotes all of the name.
-		return bad("algorithm", quoteShort(r.Algorithm), fmt.Errorf("%w: unknown algorithm", local.ErrInvalidLimit))
-	}
-	switch {
-	case r.Limit <= 0:
-		return bad("max_requests", fmt.Sprintf("%d: must be at least 1", r.Limit), nil)
-	case r.Window <= 0:
-		return bad("window", fmt.Sprintf("%v: must be positive", r.Window), nil)
-	case r.Burst < 0:
-		return bad("burst", fmt.Sprintf("%d: must not be negative", r.Burst), nil)
-	case r.Cost < 0:
-		return bad("cost", fmt.Sprintf("%d: must not be negative", r.Cost), nil)
-	case r.Mode > hybrid.Hybrid:
-		return bad("mode", fmt.Sprintf("%d: unknown", r.Mode), nil)
-	case r.Policy > hybrid.Fallback:
-		return bad("policy", fmt.Sprintf("%d: unknown", r.Policy), nil)
-	case r.Wait > hybrid.WaitFirst:
-		return bad("wait", fmt.Sprintf("%d: unknown", r.Wait), nil)
-	}
-	params := hybrid.Params{Algorithm: algo, Limit: r.Limit, Window: r.Window, Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored}
-	lim, err := hybrid.NewLimit(params)
-	if err != nil {
-		return bad(limitField(err), "invalid", err)
-	}
-	var over map[string]hybrid.Limit
-	for name, n := range r.Overrides {
-		field := "overrides[" + quoteShort(name) + "]"
-		if name == "" || n <= 0 {
-			return bad(field, fmt.Sprintf("%d: needs a tier or key and a limit of at least 1", n), nil)
-		}
-		burst := r.Burst
-		if burst > 0 {
-			burst = max(1, burst*n/r.Limit) // the burst keeps its ratio to the limit
-		}
-		op := params
-		op.Limit, op.Burst = n, burst
-		ol, err := hybrid.NewLimit(op)
-		if err != nil {
-			return bad(field, "invalid", err)
-		}
-		if err := syncer.ValidRuleName(overrideName(r.ID, name)); err != nil {
-			return bad(field, "the rule ID is too long for overrides", err)
-		}
-		if over == nil {
-			over = map[string]hybrid.Limit{}
-		}
-		over[name] = ol
-	}
-	c := &compiledRule{
-		id: r.ID, key: r.Key, pat: pat, tier: r.Tier, cost: max(r.Cost, 1), shadow: r.Shadow,
-		window: int64((r.Window + time.Second - 1) / time.Second),
-	}
-	return c, lim, over, nil
-}
-
-// limitField returns the Rule field of a local.LimitError's field.
-func limitField(err error) string {
-	var le *local.LimitError
-	if errors.As(err, &le) {
-		switch le.Field {
-		case "Limit", "rate":
-			return "max_requests"
-		case "Window":
-			return "window"
-		case "Burst":
-			return "burst"
-		case "Algorithm":
-			return "algorithm"
-		case "SubWindows":
-			return "sub_windows"
-		case "Anchored":
-			return "anchored"
-		}
-	}
-	return "max_requests"
 }

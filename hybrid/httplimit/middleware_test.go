@@ -17,26 +17,20 @@ import (
 )
 
 func perIP(id, endpoint string, limit int64, window time.Duration) httplimit.Rule {
-	return httplimit.Rule{ID: id, Key: httplimit.KeyIP, Endpoint: endpoint, Algorithm: "fixed_window", Limit: limit, Window: window}
+	return httplimit.Rule{ID: id, Key: httplimit.KeyIP, Endpoint: endpoint, Algorithm: hybrid.FixedWindow, Quota: limit, Window: window}
 }
 
 // state returns the limiter's figures for rule r's key now, charging
 // nothing: Register returns the registered rule for the same definition.
 func state(t *testing.T, l *hybrid.Limiter, r httplimit.Rule, key string) hybrid.Decision {
 	t.Helper()
-	algo, err := hybrid.NewLimit(hybrid.Params{Algorithm: mustAlgo(t, r.Algorithm), Limit: r.Limit, Window: r.Window, Burst: r.Burst})
+	algo, err := hybrid.NewLimit(hybrid.Params{Algorithm: r.Algorithm, Limit: r.Quota, Window: r.Window, Burst: r.Burst})
 	require.NoError(t, err)
 	hr, err := l.Register(hybrid.Rule{Name: r.ID, Limit: algo})
 	require.NoError(t, err)
 	d, err := l.AllowN(t.Context(), hr, key, 0)
 	require.NoError(t, err)
 	return d
-}
-
-func mustAlgo(t *testing.T, s string) hybrid.Algorithm {
-	var a hybrid.Algorithm
-	require.NoError(t, a.UnmarshalText([]byte(s)))
-	return a
 }
 
 // TestHeaders checks every emitted field, parsed back, against the
@@ -110,7 +104,7 @@ func TestHeaders(t *testing.T) {
 func TestHeaderOptions(t *testing.T) {
 	clk := clocktest.New(t0)
 	l := newLimiter(t, clk)
-	rule := httplimit.Rule{ID: "bucket", Key: httplimit.KeyIP, Algorithm: "token_bucket", Limit: 1, Window: 2 * time.Second, Burst: 2}
+	rule := httplimit.Rule{ID: "bucket", Key: httplimit.KeyIP, Algorithm: hybrid.TokenBucket, Quota: 1, Window: 2 * time.Second, Burst: 2}
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{rule}, ResetUnix: true, Clock: clk, RetryJitter: 3 * time.Second})
 	require.NoError(t, err)
 	ts := serve(t, m, okHandler)
@@ -149,7 +143,7 @@ func TestAllOrNothing(t *testing.T) {
 	clk := clocktest.New(t0)
 	l := newLimiter(t, clk)
 	perSecond := perIP("per-second", "/", 3, time.Second)
-	perMinute := httplimit.Rule{ID: "per-minute", Key: httplimit.KeyIP, Endpoint: "/api/", Algorithm: "sliding_window_counter", Limit: 10, Window: time.Minute}
+	perMinute := httplimit.Rule{ID: "per-minute", Key: httplimit.KeyIP, Endpoint: "/api/", Algorithm: hybrid.SlidingWindowCounter, Quota: 10, Window: time.Minute}
 	other := perIP("other-path", "/other", 1, time.Minute)
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{perSecond, perMinute, other}, RateLimitHeaders: true})
 	require.NoError(t, err)
@@ -185,10 +179,10 @@ func TestAllOrNothing(t *testing.T) {
 // rules and overriding limits, single keys overriding them, and costs.
 func TestKeysTiersOverrides(t *testing.T) {
 	l := newLimiter(t, clocktest.New(t0))
-	byKey := httplimit.Rule{ID: "by-key", Key: httplimit.KeyAPIKey, Algorithm: "fixed_window", Limit: 2, Window: time.Minute,
+	byKey := httplimit.Rule{ID: "by-key", Key: httplimit.KeyAPIKey, Algorithm: hybrid.FixedWindow, Quota: 2, Window: time.Minute,
 		Overrides: map[string]int64{"pro": 5, "vip-key": 1}}
-	freeOnly := httplimit.Rule{ID: "free-search", Key: httplimit.KeyAPIKey, Endpoint: "/search", Algorithm: "gcra", Limit: 1, Window: time.Minute, Tier: "free"}
-	byUser := httplimit.Rule{ID: "by-user", Key: httplimit.KeyUser, Endpoint: "/me", Algorithm: "fixed_window", Limit: 10, Window: time.Minute, Cost: 4}
+	freeOnly := httplimit.Rule{ID: "free-search", Key: httplimit.KeyAPIKey, Endpoint: "/search", Algorithm: hybrid.GCRA, Quota: 1, Window: time.Minute, Tier: "free"}
+	byUser := httplimit.Rule{ID: "by-user", Key: httplimit.KeyUser, Endpoint: "/me", Algorithm: hybrid.FixedWindow, Quota: 10, Window: time.Minute, Cost: 4}
 	m, err := httplimit.New(l, httplimit.Config{
 		Rules:    []httplimit.Rule{byKey, freeOnly, byUser},
 		Tiers:    map[string]string{"pro-key": "pro", "free-key": "free"},
@@ -249,7 +243,7 @@ func TestShadow(t *testing.T) {
 	clk := clocktest.New(t0)
 	rules := []httplimit.Rule{
 		perIP("ip-second", "/", 4, time.Second),
-		{ID: "key-minute", Key: httplimit.KeyAPIKey, Algorithm: "token_bucket", Limit: 20, Window: time.Minute, Burst: 6},
+		{ID: "key-minute", Key: httplimit.KeyAPIKey, Algorithm: hybrid.TokenBucket, Quota: 20, Window: time.Minute, Burst: 6},
 	}
 	mpE, readE := meterReader()
 	mpS, readS := meterReader()
@@ -314,7 +308,7 @@ func TestSetRules(t *testing.T) {
 	require.Equal(t, int64(9), remaining("/a"))
 
 	b2 := b
-	b2.Limit = 20
+	b2.Quota = 20
 	require.NoError(t, m.SetRules([]httplimit.Rule{a, b2}))
 	assert.Equal(t, int64(8), remaining("/a"), "a unchanged keeps its count")
 	assert.Equal(t, int64(15), remaining("/b"), "b's new limit keeps the 4 consumed")
@@ -325,6 +319,7 @@ func TestSetRules(t *testing.T) {
 	var re *httplimit.RuleError
 	require.ErrorAs(t, err, &re)
 	assert.ErrorIs(t, err, httplimit.ErrInvalidRule)
+	assert.Equal(t, 1, re.Index)
 	assert.Equal(t, "c", re.ID)
 	assert.Equal(t, "max_requests", re.Field)
 	assert.Equal(t, int64(14), remaining("/b"), "the old rules keep serving")
@@ -347,32 +342,41 @@ func TestRuleErrors(t *testing.T) {
 		return r
 	}
 	for _, tc := range []struct {
-		rule        httplimit.Rule
-		id, field   string
-		extra       []httplimit.Rule
-		wantWrapped error
+		rule      httplimit.Rule
+		extra     []httplimit.Rule
+		index     int
+		id, field string
 	}{
-		{rule: with(func(r *httplimit.Rule) { r.ID = "" }), id: "#0", field: "id"},
+		{rule: with(func(r *httplimit.Rule) { r.ID = "" }), id: "", field: "id"},
 		{rule: with(func(r *httplimit.Rule) { r.ID = "a{b}" }), id: "a{b}", field: "id"},
 		{rule: with(func(r *httplimit.Rule) { r.Key = "cookie" }), id: "ok", field: "key"},
 		{rule: with(func(r *httplimit.Rule) { r.Endpoint = "GET api" }), id: "ok", field: "endpoint"},
-		{rule: with(func(r *httplimit.Rule) { r.Algorithm = "magic" }), id: "ok", field: "algorithm"},
+		{rule: with(func(r *httplimit.Rule) { r.Algorithm = 0 }), id: "ok", field: "algorithm"},
+		{rule: with(func(r *httplimit.Rule) { r.Algorithm = 99 }), id: "ok", field: "algorithm"},
+		{rule: with(func(r *httplimit.Rule) { r.Quota = 0 }), id: "ok", field: "max_requests"},
+		{rule: with(func(r *httplimit.Rule) { r.Quota = 1 << 60 }), id: "ok", field: "max_requests"},
 		{rule: with(func(r *httplimit.Rule) { r.Window = 0 }), id: "ok", field: "window"},
 		{rule: with(func(r *httplimit.Rule) { r.Window = time.Nanosecond }), id: "ok", field: "window"},
 		{rule: with(func(r *httplimit.Rule) { r.Burst = 3 }), id: "ok", field: "burst"},
+		{rule: with(func(r *httplimit.Rule) { r.SubWindows = 2 }), id: "ok", field: "sub_windows"},
+		{rule: with(func(r *httplimit.Rule) { r.Algorithm, r.Anchored = hybrid.GCRA, true }), id: "ok", field: "anchored"},
 		{rule: with(func(r *httplimit.Rule) { r.Cost = -1 }), id: "ok", field: "cost"},
+		{rule: with(func(r *httplimit.Rule) { r.Cost = 2 }), id: "ok", field: "cost"},
 		{rule: with(func(r *httplimit.Rule) { r.Overrides = map[string]int64{"pro": 0} }), id: "ok", field: `overrides["pro"]`},
 		{rule: with(func(r *httplimit.Rule) { r.Mode = hybrid.Central }), id: "ok", field: "mode"},
-		{rule: ok, extra: []httplimit.Rule{ok}, id: "ok", field: "id"},
+		{rule: with(func(r *httplimit.Rule) { r.Policy = 9 }), id: "ok", field: "policy"},
+		{rule: with(func(r *httplimit.Rule) { r.Wait = 9 }), id: "ok", field: "wait"},
+		{rule: ok, extra: []httplimit.Rule{ok}, index: 1, id: "ok", field: "id"},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			_, err := httplimit.New(newLimiter(t, clocktest.New(t0)), httplimit.Config{Rules: append([]httplimit.Rule{tc.rule}, tc.extra...)})
 			var re *httplimit.RuleError
 			require.ErrorAs(t, err, &re)
 			assert.ErrorIs(t, err, httplimit.ErrInvalidRule)
+			assert.Equal(t, tc.index, re.Index)
 			assert.Equal(t, tc.id, re.ID)
 			assert.Equal(t, tc.field, re.Field)
-			assert.Contains(t, err.Error(), tc.field)
+			assert.Contains(t, err.Error(), tc.field+": ")
 		})
 	}
 	// Mode and policy cannot change under one ID.

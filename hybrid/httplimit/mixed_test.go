@@ -36,7 +36,7 @@ func TestMixedRuleSet(t *testing.T) {
 	}
 
 	rule := func(id string, key httplimit.KeyType, limit int64, mode hybrid.Mode) httplimit.Rule {
-		return httplimit.Rule{ID: id, Key: key, Endpoint: "/api/", Algorithm: "fixed_window", Limit: limit, Window: time.Minute, Mode: mode}
+		return httplimit.Rule{ID: id, Key: key, Endpoint: "/api/", Algorithm: hybrid.FixedWindow, Quota: limit, Window: time.Minute, Mode: mode}
 	}
 	ip := rule("ip", httplimit.KeyIP, 5, hybrid.Local)
 	user := rule("user", httplimit.KeyUser, 2, hybrid.Hybrid)
@@ -50,36 +50,20 @@ func TestMixedRuleSet(t *testing.T) {
 	require.NoError(t, m.SetRules([]httplimit.Rule{ip, user, apiKey}), "a rule set mixing modes")
 	ts := serve(t, m, okHandler)
 
-	// left returns what rule r has left for key, charging nothing.
-	left := func(r httplimit.Rule, key string) int64 {
-		t.Helper()
-		hr, err := l.Register(hybrid.Rule{Name: r.ID, Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: r.Limit, Window: r.Window}), Mode: r.Mode})
-		require.NoError(t, err)
-		require.Equal(t, r.Mode, l.Mode(hr))
-		d, err := l.AllowN(t.Context(), hr, key, 0)
-		require.NoError(t, err)
-		return d.Remaining()
-	}
+	left := func(r httplimit.Rule, key string) int64 { return leftOf(t, l, r, key) }
 	const peer = "127.0.0.1"
 	send := func(u, k string, want int) *http.Response {
 		t.Helper()
 		resp, body := get(t, ts, "/api/x", "X-User: "+u, "X-API-Key: "+k)
 		require.Equal(t, want, resp.StatusCode, "user %s, key %s: %s", u, k, body)
 		if want == http.StatusTooManyRequests {
-			p := parseProblem(t, resp, body)
-			assert.Len(t, p.Violated, 1, "violated: %v", p.Violated)
-			assert.GreaterOrEqual(t, intHeader(t, resp, "Retry-After"), int64(1))
-			assert.Equal(t, int64(0), intHeader(t, resp, "X-RateLimit-Remaining"))
-			items, err := parseSFList(resp.Header.Get("RateLimit"))
-			require.NoError(t, err)
-			require.Len(t, items, 1)
-			assert.Equal(t, p.Violated, []string{items[0].Name}, "RateLimit names the refusing rule")
+			checkRefusal(t, resp, body)
 		}
 		return resp
 	}
 	refusedBy := func(resp *http.Response, r httplimit.Rule) {
 		t.Helper()
-		assert.Equal(t, r.Limit, intHeader(t, resp, "X-RateLimit-Limit"), "the refusing rule's limit")
+		assert.Equal(t, r.Quota, intHeader(t, resp, "X-RateLimit-Limit"), "the refusing rule's limit")
 		items, err := parseSFList(resp.Header.Get("RateLimit"))
 		require.NoError(t, err)
 		assert.Equal(t, r.ID, items[0].Name)
@@ -135,4 +119,30 @@ rules:
 	require.NoError(t, err)
 	require.NoError(t, m.SetRules(rules))
 	assert.Len(t, m.Rules(), 2)
+}
+
+// checkRefusal checks a 429 of one rule: its problem names the rule, as
+// RateLimit does, with Retry-After at least 1 and nothing remaining.
+func checkRefusal(t *testing.T, resp *http.Response, body string) {
+	t.Helper()
+	p := parseProblem(t, resp, body)
+	assert.Len(t, p.Violated, 1, "violated: %v", p.Violated)
+	assert.GreaterOrEqual(t, intHeader(t, resp, "Retry-After"), int64(1))
+	assert.Equal(t, int64(0), intHeader(t, resp, "X-RateLimit-Remaining"))
+	items, err := parseSFList(resp.Header.Get("RateLimit"))
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+	assert.Equal(t, p.Violated, []string{items[0].Name}, "RateLimit names the refusing rule")
+}
+
+// leftOf returns what fixed-window rule r has left for key on l, charging
+// nothing: Register returns the registered rule for the same definition.
+func leftOf(t *testing.T, l *hybrid.Limiter, r httplimit.Rule, key string) int64 {
+	t.Helper()
+	hr, err := l.Register(hybrid.Rule{Name: r.ID, Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: r.Quota, Window: r.Window}), Mode: r.Mode})
+	require.NoError(t, err)
+	require.Equal(t, r.Mode, l.Mode(hr))
+	d, err := l.AllowN(t.Context(), hr, key, 0)
+	require.NoError(t, err)
+	return d.Remaining()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
@@ -35,7 +36,7 @@ func TestPatterns(t *testing.T) {
 		mark := &marker{}
 		mux.Handle(p, mark)
 		matched := false
-		m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{{ID: "p", Key: httplimit.KeyIP, Endpoint: p, Algorithm: "fixed_window", Limit: 1 << 40, Window: time.Hour}}})
+		m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{{ID: "p", Key: httplimit.KeyIP, Endpoint: p, Algorithm: hybrid.FixedWindow, Quota: 1 << 40, Window: time.Hour}}})
 		require.NoError(t, err)
 		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			matched = w.Header().Get("X-RateLimit-Limit") != ""

@@ -237,7 +237,7 @@ func TestMetricsEqualWhatHappened(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	rule := func(id string, key httplimit.KeyType, endpoint string, limit int64, mode hybrid.Mode, p hybrid.Policy) httplimit.Rule {
-		return httplimit.Rule{ID: id, Key: key, Endpoint: endpoint, Algorithm: "fixed_window", Limit: limit, Window: time.Minute, Mode: mode, Policy: p}
+		return httplimit.Rule{ID: id, Key: key, Endpoint: endpoint, Algorithm: hybrid.FixedWindow, Quota: limit, Window: time.Minute, Mode: mode, Policy: p}
 	}
 	rules := []httplimit.Rule{
 		rule("ip", httplimit.KeyIP, "/", 40, hybrid.Local, hybrid.PolicyDefault),

@@ -53,8 +53,6 @@ func overrides(first, n int) string {
 // quotes at most a short prefix of the value at fault.
 func TestRulesBounds(t *testing.T) {
 	long := strings.Repeat("a", 100_000)
-	yamlDoc := func(extra string) string { return "version: 1\nrules:\n" + rule1 + extra }
-	json1 := `{"id":"r1","key":"ip","endpoint":"GET /x","algorithm":"fixed_window","max_requests":10,"window":"10s"`
 	tests := []struct {
 		name   string
 		doc    string
@@ -70,7 +68,7 @@ func TestRulesBounds(t *testing.T) {
 			strings.Replace(rule1, "id: r1", "id: a", 1) + "    overrides: " + overrides(0, maxOverrides/2) + "\n" +
 			strings.Replace(rule1, "id: r1", "id: b", 1) + "    overrides: " + overrides(maxOverrides, maxOverrides/2+1) + "\n",
 			1, "b", "overrides", "more than 8192 in the document"},
-		{"too many overrides in a rule", yamlDoc("    overrides: " + overrides(0, maxOverrides+1) + "\n"), 0, "r1", "overrides", "8193: more than 8192"},
+		{"too many overrides in a rule", yamlDoc("    overrides: " + overrides(0, maxOverrides+1) + "\n"), 0, "r1", "overrides", "8193 up to this rule: more than 8192"},
 		{"override given twice", yamlDoc("    overrides: {pro: 1, pro: 2}\n"), 0, "r1", `overrides["pro"]`, "given twice"},
 		{"long id", strings.Replace(yamlDoc(""), "id: r1", "id: "+long, 1), 0, "", "id", `"aaaa`},
 		{"long id, JSON", `{"version": 1, "rules": [` + strings.Replace(json1, `"r1"`, `"`+long+`"`, 1) + `}]}`, 0, "", "id", `"aaaa`},
@@ -86,7 +84,7 @@ func TestRulesBounds(t *testing.T) {
 		{"long unknown field", yamlDoc("    ? " + long + "\n    : 5\n"), 0, "r1", `"aaaa`, "unknown field"},
 		{"long unknown top field", "version: 1\n? " + long + "\n: 5\n", -1, "", `"aaaa`, "unknown field"},
 		{"long unknown top field, JSON", `{"version": 1, "` + long + `": 5}`, -1, "", `"aaaa`, "unknown field"},
-		{"long field twice, JSON", `{"version": 1, "` + long + `": 5, "` + long + `": 5}`, -1, "", `"aaaa`, "twice"},
+		{"long field twice, JSON", `{"version": 1, "` + long + `": 5, "` + long + `": 5}`, -1, "", `"aaaa`, "unknown field"},
 		{"long string for an integer", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: "+long, 1), 0, "r1", "max_requests", "integer"},
 		{"big number for a string", yamlDoc("    tier: 1" + strings.Repeat("0", 200) + "\n"), 0, "r1", "tier", "must be a string"},
 	}
@@ -95,8 +93,8 @@ func TestRulesBounds(t *testing.T) {
 			rules, err := ParseRules([]byte(tc.doc))
 			require.Error(t, err)
 			assert.Nil(t, rules)
-			assert.ErrorIs(t, err, ErrInvalidRules)
-			var re *RulesError
+			assert.ErrorIs(t, err, ErrInvalidRule)
+			var re *RuleError
 			require.ErrorAs(t, err, &re)
 			assert.Equal(t, tc.index, re.Index, "index")
 			assert.Equal(t, tc.id, re.ID, "id")
@@ -126,19 +124,18 @@ func TestRuleErrorsShort(t *testing.T) {
 	defer l.Close()
 	m, err := New(l, Config{})
 	require.NoError(t, err)
-	base := Rule{ID: "r", Key: KeyIP, Algorithm: "fixed_window", Limit: 1, Window: time.Second}
+	base := Rule{ID: "r", Key: KeyIP, Algorithm: hybrid.FixedWindow, Quota: 1, Window: time.Second}
 	for _, tc := range []struct {
 		name  string
 		edit  func(*Rule)
 		id    string
 		field string
 	}{
-		{"id", func(r *Rule) { r.ID = long }, "#0", "id"},
+		{"id", func(r *Rule) { r.ID = long }, "", "id"},
 		{"bad id", func(r *Rule) { r.ID = long[:100] + "{" }, long[:100] + "{", "id"},
 		{"key", func(r *Rule) { r.Key = KeyType(long) }, "r", "key"},
 		{"endpoint", func(r *Rule) { r.Endpoint = "/" + long + "/{" }, "r", "endpoint"},
 		{"wildcard", func(r *Rule) { r.Endpoint = "/{" + long + "-}" }, "r", "endpoint"},
-		{"algorithm", func(r *Rule) { r.Algorithm = long }, "r", "algorithm"},
 		{"override", func(r *Rule) { r.Overrides = map[string]int64{long: 0} }, "r", `overrides["aaaa`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,6 +144,7 @@ func TestRuleErrorsShort(t *testing.T) {
 			err := m.SetRules([]Rule{r})
 			var re *RuleError
 			require.ErrorAs(t, err, &re)
+			assert.Zero(t, re.Index)
 			assert.Equal(t, tc.id, re.ID)
 			assert.Contains(t, re.Field, tc.field)
 			assert.Less(t, len(err.Error()), maxErrorLen, "%.500s", err.Error())
@@ -170,7 +168,7 @@ func TestWatchFileTooLarge(t *testing.T) {
 	var a applied
 	_, err = WatchFile(t.Context(), huge, a.apply, WatchConfig{})
 	runtime.ReadMemStats(&after)
-	require.ErrorIs(t, err, ErrInvalidRules)
+	require.ErrorIs(t, err, ErrInvalidRule)
 	assert.Contains(t, err.Error(), "52428800 bytes")
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(maxRulesSize), "the file is not read")
 	assert.Zero(t, a.count())
@@ -181,10 +179,10 @@ func TestWatchFileTooLarge(t *testing.T) {
 	require.Eventually(t, func() bool { return reloads("file", "rejected") == 1 }, waitFor, tick)
 	require.Never(t, func() bool { return reloads("file", "rejected") > 1 }, 100*time.Millisecond, tick, "counted once, not at every poll")
 	assert.Equal(t, 1, b.count())
-	assert.EqualValues(t, 1, b.limit(), "the previous rules keep serving")
+	assert.EqualValues(t, 1, b.quota(), "the previous rules keep serving")
 
-	writeRename(t, path, rulesWithLimit(2))
-	require.Eventually(t, func() bool { return b.limit() == 2 }, waitFor, tick)
+	writeRename(t, path, rulesWithQuota(2))
+	require.Eventually(t, func() bool { return b.quota() == 2 }, waitFor, tick)
 }
 
 // TestRedisRulesTooLarge: a document in Redis past maxRulesSize is refused
@@ -201,7 +199,7 @@ func TestRedisRulesTooLarge(t *testing.T) {
 	require.NoError(t, c.HSet(ctx, hash, "rules", big, "version", 1).Err())
 	var a applied
 	_, err := WatchRedis(ctx, c, ks, a.apply, WatchConfig{})
-	require.ErrorIs(t, err, ErrInvalidRules)
+	require.ErrorIs(t, err, ErrInvalidRule)
 	assert.Less(t, len(err.Error()), maxErrorLen)
 	require.NoError(t, c.Del(ctx, hash).Err())
 
@@ -210,13 +208,12 @@ func TestRedisRulesTooLarge(t *testing.T) {
 	defer src.Close()
 	_, err = PublishRules(ctx, c, ks, parsed(t, 1))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return a.limit() == 1 }, waitFor, tick)
+	require.Eventually(t, func() bool { return a.quota() == 1 }, waitFor, tick)
 
 	require.NoError(t, c.HSet(ctx, hash, "rules", big, "version", 2).Err())
 	require.NoError(t, c.Publish(ctx, ks.Prefix+":{rules}:changed", "2").Err())
 	require.Eventually(t, func() bool { return reloads("redis", "rejected") == 1 }, waitFor, tick)
-	assert.EqualValues(t, 2, src.Version())
-	assert.EqualValues(t, 1, a.limit(), "the previous rules keep serving")
+	assert.EqualValues(t, 1, a.quota(), "the previous rules keep serving")
 }
 
 // TestBoundsDocumented holds docs/rules.md's table of bounds to the

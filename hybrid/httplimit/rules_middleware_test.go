@@ -65,7 +65,7 @@ func TestRulesFileMiddleware(t *testing.T) {
 		require.NoError(t, os.Rename(path+".tmp", path))
 	}
 	replace(rulesFile("5"))
-	require.Eventually(t, func() bool { return m.Rules()[0].Limit == 5 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return m.Rules()[0].Quota == 5 }, 5*time.Second, 5*time.Millisecond)
 	// 2 of 5 used: 3 more pass, then 429.
 	assert.Equal(t, append(repeat(http.StatusOK, 3), http.StatusTooManyRequests), statuses(t, 4, code))
 
@@ -73,11 +73,11 @@ func TestRulesFileMiddleware(t *testing.T) {
 	// rules keep serving.
 	replace(rulesFile("0"))
 	require.Eventually(t, func() bool { return read(t, "hybridlimit.http.rules.reloads") == 3 }, 5*time.Second, 5*time.Millisecond)
-	assert.EqualValues(t, 5, m.Rules()[0].Limit)
+	assert.EqualValues(t, 5, m.Rules()[0].Quota)
 	assert.Equal(t, []int{http.StatusTooManyRequests}, statuses(t, 1, code))
 
 	replace(rulesFile("7"))
-	require.Eventually(t, func() bool { return m.Rules()[0].Limit == 7 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return m.Rules()[0].Quota == 7 }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, append(repeat(http.StatusOK, 2), http.StatusTooManyRequests), statuses(t, 3, code))
 	assert.EqualValues(t, 4, read(t, "hybridlimit.http.rules.reloads"))
 }
@@ -129,7 +129,7 @@ rules:
     max_requests: 100
     window: 1m
 `))
-	fmt.Println(rules[0].ID, rules[0].Limit, rules[0].Window, err)
+	fmt.Println(rules[0].ID, rules[0].Quota, rules[0].Window, err)
 
 	_, err = httplimit.ParseRules([]byte(`
 version: 1
@@ -142,5 +142,5 @@ rules:
 	fmt.Println(err)
 	// Output:
 	// api-user 100 1m0s <nil>
-	// httplimit: invalid rules: rule "api-user": windw: line 7: unknown field
+	// httplimit: invalid rule "api-user": windw: line 7: unknown field
 }

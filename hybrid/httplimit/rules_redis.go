@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,7 +30,7 @@ func keysOf(ks hybrid.Keyspace) (rulesKeys, error) {
 		prefix = config.KeyPrefix
 	}
 	if strings.ContainsAny(prefix, "{}") {
-		return rulesKeys{}, fmt.Errorf("%w: Keyspace.Prefix %q: must not contain '{' or '}'", ErrInvalidWatch, prefix)
+		return rulesKeys{}, fmt.Errorf("%w: Keyspace.Prefix %q: must not contain '{' or '}'", ErrInvalidConfig, prefix)
 	}
 	return rulesKeys{hash: prefix + ":{rules}:doc", channel: prefix + ":{rules}:changed"}, nil
 }
@@ -54,16 +52,17 @@ return v
 // as a new version, and announces it to every WatchRedis on the same
 // keyspace. It returns the new version number, which counts up from 1.
 //
-// The rules are stored as the JSON document MarshalRules returns, in the
+// The rules are stored as a JSON rules document (docs/rules.md), in the
 // hash <prefix>:{rules}:doc, and announced on the channel
 // <prefix>:{rules}:changed; both share one hash tag, so this works on a
-// Redis Cluster too.
+// Redis Cluster too. Bad rules are refused with a *RuleError, and nothing
+// is written.
 func PublishRules(ctx context.Context, c redis.Scripter, ks hybrid.Keyspace, rules []Rule) (int64, error) {
 	keys, err := keysOf(ks)
 	if err != nil {
 		return 0, err
 	}
-	data, err := MarshalRules(rules)
+	data, err := marshalRules(rules)
 	if err != nil {
 		return 0, err
 	}
@@ -72,17 +71,14 @@ func PublishRules(ctx context.Context, c redis.Scripter, ks hybrid.Keyspace, rul
 	return publishScript.Run(ctx, c, []string{keys.hash}, data, keys.channel, hex.EncodeToString(epoch)).Int64()
 }
 
-// RedisSource follows the rules published in Redis and applies each new
-// version. Its methods are safe for concurrent use.
-type RedisSource struct {
-	w     *watcher
-	c     redis.UniversalClient
-	keys  rulesKeys
-	apply func([]Rule) error
-	ps    *redis.PubSub
+// redisSource is the rules published in Redis, followed.
+type redisSource struct {
+	w    *Watcher
+	c    redis.UniversalClient
+	keys rulesKeys
+	ps   *redis.PubSub
 
-	version string       // the epoch and version last read, applied or rejected; "" for none
-	seen    atomic.Int64 // version, for Version
+	version string // the epoch and version last read, applied or rejected; "" for none
 }
 
 // WatchRedis applies the rules last published under the keyspace (see
@@ -103,22 +99,19 @@ type RedisSource struct {
 // trying in the background; the caller's rules, if any, keep serving. A
 // published version that is bad at the start is returned as an error,
 // having started nothing. apply is called from one goroutine at a time.
-func WatchRedis(ctx context.Context, c redis.UniversalClient, ks hybrid.Keyspace, apply func([]Rule) error, cfg WatchConfig) (*RedisSource, error) {
+func WatchRedis(ctx context.Context, c redis.UniversalClient, ks hybrid.Keyspace, apply func([]Rule) error, cfg WatchConfig) (*Watcher, error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: client: required", ErrInvalidWatch)
-	}
-	if apply == nil {
-		return nil, fmt.Errorf("%w: apply: required", ErrInvalidWatch)
+		return nil, fmt.Errorf("%w: client: required", ErrInvalidConfig)
 	}
 	keys, err := keysOf(ks)
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWatcher(cfg, "redis", defaultRedisPollInterval)
+	w, err := newWatcher(cfg, "redis", defaultRedisPollInterval, apply)
 	if err != nil {
 		return nil, err
 	}
-	s := &RedisSource{w: w, c: c, keys: keys, apply: apply}
+	s := &redisSource{w: w, c: c, keys: keys}
 	// Subscribe first: a version published while the first one is read
 	// is then announced to us.
 	s.ps = c.Subscribe(ctx, keys.channel)
@@ -130,7 +123,7 @@ func WatchRedis(ctx context.Context, c redis.UniversalClient, ks hybrid.Keyspace
 	kick := make(chan struct{}, 1)
 	w.wg.Go(func() { s.receive(ctx, kick) })
 	w.wg.Go(func() { s.run(ctx, kick) })
-	return s, nil
+	return w, nil
 }
 
 // errUnreachable marks a check that could not read Redis.
@@ -138,7 +131,7 @@ var errUnreachable = errors.New("httplimit: rules: Redis unreachable")
 
 // receive turns the subscription's messages, and its confirmations (sent
 // again on every reconnection), into kicks of run.
-func (s *RedisSource) receive(ctx context.Context, kick chan<- struct{}) {
+func (s *redisSource) receive(ctx context.Context, kick chan<- struct{}) {
 	backoff := 10 * time.Millisecond
 	for {
 		msg, err := s.ps.Receive(ctx)
@@ -170,7 +163,7 @@ func (s *RedisSource) receive(ctx context.Context, kick chan<- struct{}) {
 }
 
 // run checks the version on each kick and each poll until ctx ends.
-func (s *RedisSource) run(ctx context.Context, kick <-chan struct{}) {
+func (s *redisSource) run(ctx context.Context, kick <-chan struct{}) {
 	defer s.ps.Close() // ends receive's Receive, which the context does not
 	poll := time.NewTicker(s.w.cfg.PollInterval)
 	defer poll.Stop()
@@ -186,7 +179,7 @@ func (s *RedisSource) run(ctx context.Context, kick <-chan struct{}) {
 }
 
 // check reads the version and, when it changed, the rules, and loads them.
-func (s *RedisSource) check(ctx context.Context) error {
+func (s *redisSource) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, min(s.w.cfg.PollInterval, 5*time.Second))
 	defer cancel()
 	vals, err := s.c.HMGet(ctx, s.keys.hash, "version", "epoch").Result()
@@ -204,8 +197,6 @@ func (s *RedisSource) check(ctx context.Context) error {
 		if n, err = s.c.HStrLen(ctx, s.keys.hash, "rules").Result(); err == nil && n > maxRulesSize {
 			v, _ := vals[0].(string)
 			s.version = s.tag(vals)
-			seen, _ := strconv.ParseInt(v, 10, 64)
-			s.seen.Store(seen)
 			return s.w.reject(ctx, v, tooLarge(n))
 		}
 		if err == nil {
@@ -226,27 +217,12 @@ func (s *RedisSource) check(ctx context.Context) error {
 	v, _ := vals[0].(string)
 	doc, _ := vals[2].(string)
 	s.version = s.tag(vals)
-	n, _ := strconv.ParseInt(v, 10, 64)
-	s.seen.Store(n)
-	return s.w.load(ctx, []byte(doc), v, s.apply)
+	return s.w.load(ctx, []byte(doc), v)
 }
 
 // tag is a version's identity: its epoch and its number.
-func (s *RedisSource) tag(vals []any) string {
+func (s *redisSource) tag(vals []any) string {
 	v, _ := vals[0].(string)
 	e, _ := vals[1].(string)
 	return e + "/" + v
-}
-
-// Version returns the version number last read from Redis, applied or
-// rejected, or 0 before any.
-func (s *RedisSource) Version() int64 {
-	return s.seen.Load()
-}
-
-// Close stops watching, closes the subscription (not the client) and
-// waits for the watcher's goroutines to end. It is idempotent.
-func (s *RedisSource) Close() error {
-	s.w.close()
-	return nil
 }

@@ -14,10 +14,10 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-// parsed returns the rules of rulesWithLimit(n).
+// parsed returns the rules of rulesWithQuota(n).
 func parsed(t *testing.T, n int) []Rule {
 	t.Helper()
-	rules, err := ParseRules(rulesWithLimit(n))
+	rules, err := ParseRules(rulesWithQuota(n))
 	require.NoError(t, err)
 	return rules
 }
@@ -56,8 +56,7 @@ func TestRedisRulesReachEveryNode(t *testing.T) {
 				src, err := WatchRedis(ctx, c[i+1], ks, a[i].apply, WatchConfig{PollInterval: time.Minute})
 				require.NoError(t, err)
 				defer src.Close()
-				require.EqualValues(t, 1, a[i].limit(), "the published version is applied before WatchRedis returns")
-				require.EqualValues(t, 1, src.Version())
+				require.EqualValues(t, 1, a[i].quota(), "the published version is applied before WatchRedis returns")
 			}
 
 			for n := 2; n <= 3; n++ {
@@ -65,7 +64,7 @@ func TestRedisRulesReachEveryNode(t *testing.T) {
 				v, err := PublishRules(ctx, c[0], ks, parsed(t, n))
 				require.NoError(t, err)
 				require.EqualValues(t, n, v)
-				require.Eventually(t, func() bool { return a[0].limit() == int64(n) && a[1].limit() == int64(n) }, waitFor, tick)
+				require.Eventually(t, func() bool { return a[0].quota() == int64(n) && a[1].quota() == int64(n) }, waitFor, tick)
 				assert.Less(t, time.Since(start), time.Second, "version %d reached both nodes within a second", n)
 			}
 			assert.Equal(t, 3, a[0].count())
@@ -107,16 +106,15 @@ func TestRedisRulesAfterDisconnect(t *testing.T) {
 		clientKill(t, admin)
 		_, err := PublishRules(ctx, admin, ks, parsed(t, n))
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return a.limit() == int64(n) }, waitFor, tick)
+		require.Eventually(t, func() bool { return a.quota() == int64(n) }, waitFor, tick)
 	}
 
 	// A message lost with the subscription up (stored, never announced):
 	// only the poll can find it.
-	data, err := MarshalRules(parsed(t, 4))
+	data, err := marshalRules(parsed(t, 4))
 	require.NoError(t, err)
 	require.NoError(t, admin.HSet(ctx, "hl:{rules}:doc", "rules", data, "version", 4).Err())
-	require.Eventually(t, func() bool { return a.limit() == 4 }, waitFor, tick)
-	assert.EqualValues(t, 4, src.Version())
+	require.Eventually(t, func() bool { return a.quota() == 4 }, waitFor, tick)
 	assert.Equal(t, 4, a.count())
 
 }
@@ -135,16 +133,15 @@ func TestRedisRulesLost(t *testing.T) {
 	src, err := WatchRedis(ctx, c, ks, a.apply, WatchConfig{PollInterval: 10 * time.Millisecond})
 	require.NoError(t, err)
 	defer src.Close()
-	require.EqualValues(t, 1, a.limit())
+	require.EqualValues(t, 1, a.quota())
 
 	require.NoError(t, c.Del(ctx, ks.Prefix+":{rules}:doc").Err())
 	require.Never(t, func() bool { return a.count() > 1 }, 100*time.Millisecond, tick)
-	assert.EqualValues(t, 1, src.Version())
 
 	v, err := PublishRules(ctx, c, ks, parsed(t, 2))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, v)
-	require.Eventually(t, func() bool { return a.limit() == 2 }, waitFor, tick)
+	require.Eventually(t, func() bool { return a.quota() == 2 }, waitFor, tick)
 	assert.Equal(t, 2, a.count())
 }
 
@@ -162,13 +159,13 @@ func TestRedisRulesBadVersion(t *testing.T) {
 	defer src.Close()
 	_, err = PublishRules(ctx, c, ks, parsed(t, 1))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return a.limit() == 1 }, waitFor, tick)
+	require.Eventually(t, func() bool { return a.quota() == 1 }, waitFor, tick)
 
 	// PublishRules refuses bad rules and writes nothing.
 	bad := parsed(t, 2)
 	bad[0].Window = 0
 	_, err = PublishRules(ctx, c, ks, bad)
-	require.ErrorIs(t, err, ErrInvalidRules)
+	require.ErrorIs(t, err, ErrInvalidRule)
 	v, err := c.HGet(ctx, hash, "version").Int64()
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, v)
@@ -178,15 +175,17 @@ func TestRedisRulesBadVersion(t *testing.T) {
 	require.NoError(t, c.HSet(ctx, hash, "rules", "version: 1\nrules: [{id: x}]", "version", 2).Err())
 	require.NoError(t, c.Publish(ctx, ks.Prefix+":{rules}:changed", "2").Err())
 	require.Eventually(t, func() bool { return reloads("redis", "rejected") == 1 }, waitFor, tick)
-	assert.EqualValues(t, 2, src.Version())
 	assert.Equal(t, 1, a.count())
-	assert.EqualValues(t, 1, a.limit())
+	assert.EqualValues(t, 1, a.quota())
+	// Its version is remembered: announced again, it is not read again.
+	require.NoError(t, c.Publish(ctx, ks.Prefix+":{rules}:changed", "2").Err())
+	require.Never(t, func() bool { return reloads("redis", "rejected") > 1 }, 100*time.Millisecond, tick)
 
 	// The next version counts on from it and is applied.
 	v, err = PublishRules(ctx, c, ks, parsed(t, 3))
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, v)
-	require.Eventually(t, func() bool { return a.limit() == 3 }, waitFor, tick)
+	require.Eventually(t, func() bool { return a.quota() == 3 }, waitFor, tick)
 	assert.EqualValues(t, 2, reloads("redis", "applied"))
 	assert.EqualValues(t, 1, reloads("redis", "rejected"))
 }
@@ -201,7 +200,7 @@ func TestRedisRulesStart(t *testing.T) {
 	ks := hybrid.Keyspace{Prefix: redistest.Prefix(t)}
 	require.NoError(t, c.HSet(ctx, ks.Prefix+":{rules}:doc", "rules", "{}", "version", 1).Err())
 	_, err := WatchRedis(ctx, c, ks, a.apply, WatchConfig{})
-	assert.ErrorIs(t, err, ErrInvalidRules)
+	assert.ErrorIs(t, err, ErrInvalidRule)
 
 	// Redis down at the start is not: the watcher keeps trying.
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
@@ -223,10 +222,10 @@ func TestRedisRulesStart(t *testing.T) {
 		{"braces", c, hybrid.Keyspace{Prefix: "a{b"}, a.apply},
 	} {
 		_, err := WatchRedis(ctx, tc.c, tc.ks, tc.fn, WatchConfig{})
-		assert.ErrorIs(t, err, ErrInvalidWatch, tc.name)
+		assert.ErrorIs(t, err, ErrInvalidConfig, tc.name)
 	}
 	_, err = PublishRules(ctx, c, hybrid.Keyspace{Prefix: "}"}, parsed(t, 1))
-	assert.ErrorIs(t, err, ErrInvalidWatch)
+	assert.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Zero(t, a.count())
 }
 

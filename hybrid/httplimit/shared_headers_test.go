@@ -22,7 +22,7 @@ import (
 func TestSharedHeaderValues(t *testing.T) {
 	clk := clocktest.New(t0)
 	l := newLimiter(t, clk)
-	rule := httplimit.Rule{ID: "by-key", Key: httplimit.KeyAPIKey, Algorithm: "fixed_window", Limit: 100, Window: time.Minute,
+	rule := httplimit.Rule{ID: "by-key", Key: httplimit.KeyAPIKey, Algorithm: hybrid.FixedWindow, Quota: 100, Window: time.Minute,
 		Overrides: map[string]int64{"pro-key": 5000}}
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{rule}, RateLimitHeaders: true})
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
@@ -26,24 +27,24 @@ func TestWindowVariants(t *testing.T) {
 		// Unanchored, 10s holds the next window (10-20s); anchored at 3s,
 		// the window runs to 13s.
 		name:  "fixed unanchored",
-		rule:  httplimit.Rule{Algorithm: "fixed_window", Limit: 1, Window: 10 * time.Second},
+		rule:  httplimit.Rule{Algorithm: hybrid.FixedWindow, Quota: 1, Window: 10 * time.Second},
 		steps: []time.Duration{3 * time.Second, 8 * time.Second},
 		want:  []int{200, 200},
 	}, {
 		name:  "fixed anchored",
-		rule:  httplimit.Rule{Algorithm: "fixed_window", Limit: 1, Window: 10 * time.Second, Anchored: true},
+		rule:  httplimit.Rule{Algorithm: hybrid.FixedWindow, Quota: 1, Window: 10 * time.Second, Anchored: true},
 		steps: []time.Duration{3 * time.Second, 8 * time.Second},
 		want:  []int{200, 429},
 	}, {
 		// At 10.5s, two 5s sub-windows (5-15s) no longer hold 1.5s; ten 1s
 		// sub-windows (1-11s) do.
 		name:  "two sub-windows",
-		rule:  httplimit.Rule{Algorithm: "sub_window_counter", Limit: 1, Window: 10 * time.Second, SubWindows: 2},
+		rule:  httplimit.Rule{Algorithm: hybrid.SubWindowCounter, Quota: 1, Window: 10 * time.Second, SubWindows: 2},
 		steps: []time.Duration{1500 * time.Millisecond, 9 * time.Second},
 		want:  []int{200, 200},
 	}, {
 		name:  "ten sub-windows",
-		rule:  httplimit.Rule{Algorithm: "sub_window_counter", Limit: 1, Window: 10 * time.Second, SubWindows: 10},
+		rule:  httplimit.Rule{Algorithm: hybrid.SubWindowCounter, Quota: 1, Window: 10 * time.Second, SubWindows: 10},
 		steps: []time.Duration{1500 * time.Millisecond, 9 * time.Second},
 		want:  []int{200, 429},
 	}}
