@@ -178,9 +178,18 @@ func (s *redisSource) run(ctx context.Context, kick <-chan struct{}) {
 	}
 }
 
+// The bounds of a poll's read of the rules in Redis.
+const (
+	readFloor   = 250 * time.Millisecond
+	readCeiling = 5 * time.Second
+)
+
 // check reads the version and, when it changed, the rules, and loads them.
 func (s *redisSource) check(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, min(s.w.cfg.PollInterval, 5*time.Second))
+	// A poll's read may take up to its interval, at least readFloor (a
+	// short interval must not fail every read on a busy Redis), at most
+	// readCeiling.
+	ctx, cancel := context.WithTimeout(ctx, min(max(s.w.cfg.PollInterval, readFloor), readCeiling))
 	defer cancel()
 	vals, err := s.c.HMGet(ctx, s.keys.hash, "version", "epoch").Result()
 	if err == nil {
