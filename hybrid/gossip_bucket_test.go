@@ -110,7 +110,7 @@ func TestFallbackBucketOutage(t *testing.T) {
 		assert.InDelta(t, burst/3, n, 3, "%v: a new key admits about a third of the burst", alg)
 		assert.True(t, d.Degraded(), "%v: a policy's decision is Degraded", alg)
 		assert.Equal(t, local.ReasonLimited, d.Reason(), "%v: a refusal without Redis, on the node's part", alg)
-		assert.Equal(t, int64(burst), d.Limit(), "%v: the limit is the rule's", alg)
+		assert.Equal(t, int64(burst), d.Capacity(), "%v: the limit is the rule's", alg)
 		// A cost the rule takes but a third of the burst does not: an
 		// ordinary refusal, not cost_too_high.
 		d, err := nodes[0].AllowN(ctx, rules[a][0], "big", burst)

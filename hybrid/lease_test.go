@@ -393,7 +393,7 @@ func TestSetLimit(t *testing.T) {
 	}
 	for i, l := range nodes {
 		d, _ := l.AllowN(ctx, rules[i], "k", 0)
-		assert.EqualValues(t, L2, d.Limit(), "Decision.Limit() after SetLimit(%d)", L2)
+		assert.EqualValues(t, L2, d.Capacity(), "Decision.Capacity() after SetLimit(%d)", L2)
 	}
 	// Each node's next round revokes its lease: Redis keeps the use and
 	// takes back the grants beyond it.
@@ -448,7 +448,7 @@ func TestSetLimit(t *testing.T) {
 	logLimit := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: W})
 	assert.ErrorIs(t, nodes[0].SetLimit(rules[0], logLimit), hybrid.ErrInvalidRule, "SetLimit to a sliding log on a hybrid rule")
 	d, _ := nodes[0].AllowN(ctx, rules[0], "k2", 0)
-	assert.EqualValues(t, L3, d.Limit(), "limit after a refused SetLimit")
+	assert.EqualValues(t, L3, d.Capacity(), "limit after a refused SetLimit")
 }
 
 // TestQuietBucketKey: a bucket key far below its limit, whose requests on
@@ -716,7 +716,7 @@ func TestFamilyAndModeSwitch(t *testing.T) {
 			}
 		}
 		if st.mode == hybrid.Central {
-			assert.Equal(t, d.Limit()-3, d.Remaining(), "step %d (%v, %v): remaining after 3 admissions: the state starts afresh", i, st.lim, st.mode)
+			assert.Equal(t, d.Capacity()-3, d.Remaining(), "step %d (%v, %v): remaining after 3 admissions: the state starts afresh", i, st.lim, st.mode)
 		}
 		l.Close()
 		clk.Add(time.Millisecond)
@@ -996,7 +996,7 @@ func TestWaitFirstContext(t *testing.T) {
 	assert.False(t, d.Allowed())
 	assert.Equal(t, local.ReasonNoLease, d.Reason())
 	assert.Equal(t, int64(0), d.Remaining(), "a refusal for want of a lease has nothing remaining")
-	assert.Equal(t, int64(20), d.Limit())
+	assert.Equal(t, int64(20), d.Capacity())
 
 	d, err = l.Allow(context.Background(), now, "k")
 	require.NoError(t, err)

@@ -81,9 +81,9 @@ func (m *centralRule) badCost(n int64) (local.Decision, bool) {
 	lim := m.rs.limit.Load().MaxCost()
 	switch {
 	case n < 0:
-		return local.Outcome{Reason: local.ReasonInvalidCost, Limit: lim}.Decision(), true
+		return local.Outcome{Reason: local.ReasonInvalidCost, Capacity: lim}.Decision(), true
 	case n > lim:
-		return local.Outcome{Reason: local.ReasonCostTooHigh, Limit: lim}.Decision(), true
+		return local.Outcome{Reason: local.ReasonCostTooHigh, Capacity: lim}.Decision(), true
 	}
 	return local.Decision{}, false
 }

@@ -287,7 +287,7 @@ func (l *Limiter) lookupMulti(now int64, reqs []Request, hrs []*hybridRule, out 
 			continue
 		}
 		if ents[i] = m.store.Get(q.Key, now); ents[i] == nil {
-			out[i] = local.Outcome{Reason: local.ReasonOverflow, Limit: lr.MaxCost()}.Decision()
+			out[i] = local.Outcome{Reason: local.ReasonOverflow, Capacity: lr.MaxCost()}.Decision()
 			ok = false
 		}
 	}

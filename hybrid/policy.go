@@ -88,12 +88,12 @@ func (f *failover) decide(nodes int64, now int64, key string, n int64, charge bo
 // open admits (FailOpen). The callers refuse bad costs first.
 func (f *failover) open() local.Decision {
 	max := f.rs.limit.Load().MaxCost()
-	return local.Outcome{Allowed: true, Reason: local.ReasonUnavailable, Limit: max, Remaining: max}.Decision()
+	return local.Outcome{Allowed: true, Reason: local.ReasonUnavailable, Capacity: max, Remaining: max}.Decision()
 }
 
 // closed refuses (FailClosed).
 func (f *failover) closed() local.Decision {
-	return local.Outcome{Reason: local.ReasonUnavailable, Limit: f.rs.limit.Load().MaxCost(), RetryAfter: time.Second}.Decision()
+	return local.Outcome{Reason: local.ReasonUnavailable, Capacity: f.rs.limit.Load().MaxCost(), RetryAfter: time.Second}.Decision()
 }
 
 // local decides on this node's part of the limit, the limit divided by

@@ -22,7 +22,7 @@ type (
 	// Algorithm is a Limit's algorithm (local.Algorithm).
 	Algorithm = local.Algorithm
 	// Decision is the outcome of one request, returned by value
-	// (local.Decision). Its Limit method is the most a single request may
+	// (local.Decision). Its Capacity method is the most a single request may
 	// cost under the rule: Params.Limit for the window algorithms, the
 	// burst for the buckets; in hybrid mode always the rule's, never a
 	// lease's.

@@ -16,7 +16,7 @@ const (
 	// after RetryAfter if nothing else consumes in between.
 	ReasonLimited
 	// ReasonCostTooHigh: the cost is above what the limit can ever admit
-	// (Decision.Limit). Retrying will not help; RetryAfter is zero. Such a
+	// (Decision.Capacity). Retrying will not help; RetryAfter is zero. Such a
 	// request is refused without looking at the key (as the Redis twin
 	// refuses it without running a script), so Remaining and ResetAfter are
 	// zero too, whatever the key's state.
@@ -81,10 +81,10 @@ func (d Decision) Allowed() bool { return d.meta&1 != 0 }
 // the limit (ReasonOverflow, ReasonUnavailable).
 func (d Decision) Reason() Reason { return Reason(d.meta>>1) & reasonMask }
 
-// Limit is the most Remaining can be: the limit per window for the window
+// Capacity is the most Remaining can be: the limit per window for the window
 // algorithms, the burst for the bucket algorithms. It is always the rule's
 // figure.
-func (d Decision) Limit() int64 { return int64(d.meta) >> limitShift }
+func (d Decision) Capacity() int64 { return int64(d.meta) >> limitShift }
 
 // Degraded reports whether the decision was made without the shared store
 // (Redis unreachable, or the Limiter shut down): by a failure policy, or on
@@ -148,14 +148,14 @@ func (d Decision) Refused() Decision {
 // compare field by field.
 func (d Decision) Outcome() Outcome {
 	return Outcome{
-		Allowed: d.Allowed(), Reason: d.Reason(), Limit: d.Limit(),
+		Allowed: d.Allowed(), Reason: d.Reason(), Capacity: d.Capacity(),
 		Remaining: d.remaining, ResetAfter: d.resetAfter, RetryAfter: d.retryAfter,
 		Degraded: d.Degraded(), Waited: d.Waited(),
 	}
 }
 
 // String describes d on one line, as in
-// "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s", with
+// "allowed reason=ok capacity=10 remaining=7 reset=1s retry=0s", with
 // " waited" and " degraded" at the end when Waited and Degraded.
 func (d Decision) String() string {
 	verb := "rejected"
@@ -169,8 +169,8 @@ func (d Decision) String() string {
 	if d.Degraded() {
 		deg += " degraded"
 	}
-	return fmt.Sprintf("%s reason=%s limit=%d remaining=%d reset=%s retry=%s%s",
-		verb, d.Reason(), d.Limit(), d.remaining, d.resetAfter, d.retryAfter, deg)
+	return fmt.Sprintf("%s reason=%s capacity=%d remaining=%d reset=%s retry=%s%s",
+		verb, d.Reason(), d.Capacity(), d.remaining, d.resetAfter, d.retryAfter, deg)
 }
 
 // Outcome is a Decision as plain fields, with the meanings of the Decision
@@ -179,7 +179,7 @@ func (d Decision) String() string {
 type Outcome struct {
 	Allowed    bool
 	Reason     Reason
-	Limit      int64 // within ±2^53, which every Limit's MaxCost is (below 2^53)
+	Capacity   int64 // within ±2^53, which every Limit's MaxCost is (below 2^53)
 	Remaining  int64
 	ResetAfter time.Duration
 	RetryAfter time.Duration
@@ -187,11 +187,11 @@ type Outcome struct {
 	Waited     bool
 }
 
-// Decision returns the Decision of o's figures. A Limit beyond ±2^53 loses
+// Decision returns the Decision of o's figures. A Capacity beyond ±2^53 loses
 // its top bits. On a hot path prefer NewDecision: an Outcome, seven fields,
 // is built in memory.
 func (o Outcome) Decision() Decision {
-	d := makeDecision(o.Allowed, o.Reason, o.Limit, o.Remaining, o.ResetAfter, o.RetryAfter)
+	d := makeDecision(o.Allowed, o.Reason, o.Capacity, o.Remaining, o.ResetAfter, o.RetryAfter)
 	if o.Degraded {
 		d = d.AsDegraded()
 	}

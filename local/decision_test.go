@@ -16,21 +16,21 @@ import (
 func TestDecisionOutcome(t *testing.T) {
 	outcomes := []local.Outcome{
 		{},
-		{Allowed: true, Reason: local.ReasonOK, Limit: 10, Remaining: 7, ResetAfter: time.Second},
-		{Reason: local.ReasonLimited, Limit: 1<<53 - 1, Remaining: 1 << 53, ResetAfter: time.Hour, RetryAfter: time.Minute},
-		{Allowed: true, Reason: local.ReasonUnavailable, Limit: 1<<53 - 1, Degraded: true},
-		{Reason: local.ReasonOverflow, Limit: -1 << 53, Remaining: -1, RetryAfter: -1},
-		{Reason: 127, Limit: -1, Degraded: true, Waited: true},
-		{Reason: 127, Limit: -1},
-		{Allowed: true, Limit: 3, Waited: true},
+		{Allowed: true, Reason: local.ReasonOK, Capacity: 10, Remaining: 7, ResetAfter: time.Second},
+		{Reason: local.ReasonLimited, Capacity: 1<<53 - 1, Remaining: 1 << 53, ResetAfter: time.Hour, RetryAfter: time.Minute},
+		{Allowed: true, Reason: local.ReasonUnavailable, Capacity: 1<<53 - 1, Degraded: true},
+		{Reason: local.ReasonOverflow, Capacity: -1 << 53, Remaining: -1, RetryAfter: -1},
+		{Reason: 127, Capacity: -1, Degraded: true, Waited: true},
+		{Reason: 127, Capacity: -1},
+		{Allowed: true, Capacity: 3, Waited: true},
 	}
 	for r := local.ReasonOK; r <= local.ReasonUnavailable; r++ {
-		outcomes = append(outcomes, local.Outcome{Allowed: r%2 == 0, Reason: r, Limit: int64(r) + 1})
+		outcomes = append(outcomes, local.Outcome{Allowed: r%2 == 0, Reason: r, Capacity: int64(r) + 1})
 	}
 	for _, o := range outcomes {
 		d := o.Decision()
 		assert.Equal(t, o, d.Outcome(), "Outcome %+v: what the Decision gives back", o)
-		nd := local.NewDecision(o.Allowed, o.Reason, o.Limit, o.Remaining, o.ResetAfter, o.RetryAfter)
+		nd := local.NewDecision(o.Allowed, o.Reason, o.Capacity, o.Remaining, o.ResetAfter, o.RetryAfter)
 		if o.Degraded {
 			nd = nd.AsDegraded()
 		}
@@ -39,7 +39,7 @@ func TestDecisionOutcome(t *testing.T) {
 		}
 		assert.Equal(t, d, nd, "Outcome %+v: NewDecision, want what Outcome.Decision gives", o)
 		methods := local.Outcome{
-			Allowed: d.Allowed(), Reason: d.Reason(), Limit: d.Limit(), Remaining: d.Remaining(),
+			Allowed: d.Allowed(), Reason: d.Reason(), Capacity: d.Capacity(), Remaining: d.Remaining(),
 			ResetAfter: d.ResetAfter(), RetryAfter: d.RetryAfter(), Degraded: d.Degraded(), Waited: d.Waited(),
 		}
 		assert.Equal(t, o, methods, "Outcome %+v: what the methods give", o)
@@ -47,9 +47,9 @@ func TestDecisionOutcome(t *testing.T) {
 	var zero local.Decision
 	assert.False(t, zero.Degraded(), "zero Decision is degraded")
 	assert.Zero(t, zero.Outcome(), "zero Decision's Outcome")
-	d := local.Outcome{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: time.Second}.Decision()
-	assert.Equal(t, "allowed reason=ok limit=10 remaining=7 reset=1s retry=0s", d.String(), "String")
-	assert.Equal(t, "rejected reason=ok limit=10 remaining=7 reset=1s retry=0s degraded", d.AsDegraded().Refused().String(), "String of a degraded Decision")
+	d := local.Outcome{Allowed: true, Capacity: 10, Remaining: 7, ResetAfter: time.Second}.Decision()
+	assert.Equal(t, "allowed reason=ok capacity=10 remaining=7 reset=1s retry=0s", d.String(), "String")
+	assert.Equal(t, "rejected reason=ok capacity=10 remaining=7 reset=1s retry=0s degraded", d.AsDegraded().Refused().String(), "String of a degraded Decision")
 }
 
 // A limiter of another kind builds its Decisions with NewDecision (or an
@@ -60,5 +60,5 @@ func ExampleNewDecision() {
 	fmt.Println(d)
 	// Output:
 	// false 2s
-	// rejected reason=limited limit=10 remaining=0 reset=30s retry=2s
+	// rejected reason=limited capacity=10 remaining=0 reset=30s retry=2s
 }

@@ -299,7 +299,7 @@ func checkSequence(t *testing.T, lim Limit, reqs []fuzzReq) {
 		require.Equal(t, wantRemaining, d.Remaining(), "%v step %d (t=%d n=%d): remaining, want the reference's", lim, i, q.at, q.n)
 		require.GreaterOrEqual(t, d.Remaining(), int64(0), "%v step %d: remaining out of range", lim, i)
 		require.LessOrEqual(t, d.Remaining(), lim.max, "%v step %d: remaining out of range", lim, i)
-		require.Equal(t, lim.max, d.Limit(), "%v step %d: limit", lim, i)
+		require.Equal(t, lim.max, d.Capacity(), "%v step %d: limit", lim, i)
 		if d.Allowed() {
 			require.Equal(t, ReasonOK, d.Reason(), "%v step %d: admitted with %+v", lim, i, d)
 			require.Zero(t, d.RetryAfter(), "%v step %d: admitted with %+v", lim, i, d)
@@ -651,10 +651,10 @@ func ceilRat(r *big.Rat) int64 {
 
 func (m *refShaper) allow(now, n int64) Decision {
 	if n > m.pending.max {
-		return Outcome{Reason: ReasonCostTooHigh, Limit: m.pending.max}.Decision()
+		return Outcome{Reason: ReasonCostTooHigh, Capacity: m.pending.max}.Decision()
 	}
 	m.settle(now)
-	o := Outcome{Limit: m.cur.max}
+	o := Outcome{Capacity: m.cur.max}
 	if m.tokens.Cmp(big.NewRat(n, 1)) >= 0 {
 		m.tokens.Sub(m.tokens, big.NewRat(n, 1))
 		o.Allowed = true

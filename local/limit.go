@@ -435,7 +435,7 @@ func (l Limit) Burst() int64 { return l.p.Burst }
 
 // MaxCost returns the largest cost a single request can ever be admitted
 // with: Limit for the window algorithms, Burst for the bucket algorithms.
-// Decision.Limit reports this figure.
+// Decision.Capacity reports this figure.
 func (l Limit) MaxCost() int64 { return l.max }
 
 // SubWindows returns the sub-window counter's number of sub-windows, and 0

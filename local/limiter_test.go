@@ -242,7 +242,7 @@ func TestSetLimitKeepsConsumption(t *testing.T) {
 			require.NoError(t, l.SetLimit(c.to))
 			d := l.AllowNAt(t0, "k", 0)
 			assert.Equal(t, c.wantRemains, d.Remaining(), "after SetLimit: %+v", d)
-			assert.Equal(t, c.to.MaxCost(), d.Limit(), "after SetLimit: %+v", d)
+			assert.Equal(t, c.to.MaxCost(), d.Capacity(), "after SetLimit: %+v", d)
 		})
 	}
 	l := newLimiter(t, fw(1), local.Config{})

@@ -220,9 +220,9 @@ func timeArg(t time.Time) string { return strconv.FormatInt(max(t.UnixMicro(), 0
 func precheck(r *Rule, n int64) (local.Decision, bool) {
 	switch {
 	case n < 0:
-		return local.Outcome{Reason: local.ReasonInvalidCost, Limit: r.limit.MaxCost()}.Decision(), true
+		return local.Outcome{Reason: local.ReasonInvalidCost, Capacity: r.limit.MaxCost()}.Decision(), true
 	case n > r.limit.MaxCost():
-		return local.Outcome{Reason: local.ReasonCostTooHigh, Limit: r.limit.MaxCost()}.Decision(), true
+		return local.Outcome{Reason: local.ReasonCostTooHigh, Capacity: r.limit.MaxCost()}.Decision(), true
 	}
 	return local.Decision{}, false
 }
@@ -293,7 +293,7 @@ func decision(r *Rule, d decisionReply) local.Decision {
 	return local.Outcome{
 		Allowed:    d.Reason == 0,
 		Reason:     local.Reason(d.Reason),
-		Limit:      r.limit.MaxCost(),
+		Capacity:   r.limit.MaxCost(),
 		Remaining:  d.Remaining,
 		ResetAfter: time.Duration(d.Reset) * time.Microsecond,
 		RetryAfter: time.Duration(d.Retry) * time.Microsecond,
@@ -422,7 +422,7 @@ func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Reque
 		if g.n > g.rule.limit.MaxCost() { // the same key twice, over its limit together
 			ok = false
 			for _, i := range g.reqs {
-				out[i] = local.Outcome{Reason: local.ReasonCostTooHigh, Limit: g.rule.limit.MaxCost()}.Decision()
+				out[i] = local.Outcome{Reason: local.ReasonCostTooHigh, Capacity: g.rule.limit.MaxCost()}.Decision()
 			}
 			g.reqs = nil
 		}

@@ -19,7 +19,7 @@ import (
 
 // garbage pre-fills the decision buffers: a call must overwrite every entry
 // it is given.
-var garbage = local.Outcome{Allowed: true, Reason: 99, Limit: -1, Remaining: -77, ResetAfter: -1, RetryAfter: -1}.Decision()
+var garbage = local.Outcome{Allowed: true, Reason: 99, Capacity: -1, Remaining: -77, ResetAfter: -1, RetryAfter: -1}.Decision()
 
 func newLocal(t testing.TB, lim local.Limit) *local.Limiter {
 	t.Helper()

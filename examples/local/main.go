@@ -425,6 +425,6 @@ func multi(w io.Writer) error {
 	// Second 4's refusals came from the 1m rule alone; had they charged the
 	// 1s rule, it would be full. A zero-cost request asks without consuming.
 	d := perSecond.AllowNAt(base.Add(5*time.Second-time.Microsecond), "alice", 0)
-	fmt.Fprintf(w, "  the 1s rule still has %d of %d left at 4.999999s: refused requests charge no rule\n", d.Remaining(), d.Limit())
+	fmt.Fprintf(w, "  the 1s rule still has %d of %d left at 4.999999s: refused requests charge no rule\n", d.Remaining(), d.Capacity())
 	return nil
 }

@@ -51,7 +51,7 @@ func TestHeaders(t *testing.T) {
 		assert.Equal(t, "ok", body)
 		st := state(t, l, rule, "127.0.0.1")
 		assert.Equal(t, int64(4-i), st.Remaining())
-		assert.Equal(t, st.Limit(), intHeader(t, resp, "X-RateLimit-Limit"))
+		assert.Equal(t, st.Capacity(), intHeader(t, resp, "X-RateLimit-Limit"))
 		assert.Equal(t, st.Remaining(), intHeader(t, resp, "X-RateLimit-Remaining"))
 		assert.Equal(t, int64(7), intHeader(t, resp, "X-RateLimit-Reset"))
 		pol, err := parseSFList(resp.Header.Get("RateLimit-Policy"))

@@ -370,7 +370,7 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 		return
 	}
 	if !m.cfg.DisableXRateLimit {
-		if lim := h.d.Limit(); lim == h.t.limit {
+		if lim := h.d.Capacity(); lim == h.t.limit {
 			hdr[hdrXLimit] = h.t.xLim
 		} else {
 			m.setInt(hdr, sc, hdrXLimit, lim)
@@ -460,7 +460,7 @@ func (m *Middleware) policy(hdr http.Header, sc *scratch, admitted bool) {
 			count++
 		}
 	}
-	if count == 1 && one.d.Limit() == one.t.limit {
+	if count == 1 && one.d.Capacity() == one.t.limit {
 		hdr[hdrPolicy] = one.t.item
 		return
 	}
@@ -474,11 +474,11 @@ func (m *Middleware) policy(hdr http.Header, sc *scratch, admitted bool) {
 			sc.buf = append(sc.buf, ", "...)
 		}
 		first = false
-		if it.d.Limit() == it.t.limit {
+		if it.d.Capacity() == it.t.limit {
 			sc.buf = append(sc.buf, it.t.item[0]...)
 			continue
 		}
-		sc.buf = appendItem(sc.buf, it.c, it.d.Limit())
+		sc.buf = appendItem(sc.buf, it.c, it.d.Capacity())
 	}
 	sc.end(hdrPolicy)
 }
