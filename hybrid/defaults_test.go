@@ -34,7 +34,7 @@ func TestDefaults(t *testing.T) {
 		Defaults: []doctable.Default{
 			def("Keyspace.Prefix", "defaultPrefix", defaultPrefix, c.Keyspace.Prefix),
 			{Config: "Config", Field: "Mode", Doc: "Local; Hybrid with Redis", Got: c.Mode},
-			{Config: "Config", Field: "Policy", Const: "defaultPolicy", Value: defaultPolicy, Doc: "FailLocal; Fallback with Gossip", Got: c.Policy},
+			{Config: "Config", Field: "Policy", Const: "defaultPolicy", Value: defaultPolicy, Doc: "FailLocal; Gossip with Config.Gossip", Got: c.Policy},
 			{Config: "Config", Field: "Gossip.Logger", Doc: "Logger", Got: withGossip.Gossip.Logger},
 			{Config: "Config", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a CoarseClock of 1ms that New starts and Shutdown stops", Got: c.Clock, Built: true},
 			def("Shards", "defaultShards", defaultShards, c.Shards),
@@ -54,7 +54,7 @@ func TestDefaults(t *testing.T) {
 	})
 	assert.Equal(t, Local, c.Mode, "Mode without Redis")
 	assert.Equal(t, Hybrid, withRedis.Mode, "Mode with Redis")
-	assert.Equal(t, Fallback, withGossip.Policy, "Policy with Gossip")
+	assert.Equal(t, Gossip, withGossip.Policy, "Policy with Gossip")
 	assert.Equal(t, otel.GetMeterProvider(), c.MeterProvider)
 	assert.Equal(t, otel.GetTracerProvider(), c.TracerProvider)
 	assert.Same(t, slog.Default(), c.Logger)

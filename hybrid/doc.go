@@ -60,7 +60,7 @@
 //
 // The rule's Policy decides what Redis cannot: FailOpen admits, FailClosed
 // rejects, FailLocal (the default without gossip) gives each node an even
-// part of the limit, and Fallback (the default with Config.Gossip) each
+// part of the limit, and Gossip (the default with Config.Gossip) each
 // node's own count plus its demand-weighted share of what the window has
 // left, from the counts the nodes gossip (package fallback). A hybrid lease
 // held is used to its end first. A decision made by a policy is an ordinary
@@ -71,7 +71,7 @@
 // answers. Ping serves a health endpoint, and Config.RequireRedis makes New
 // fail when Redis does not answer. When Redis answers again, each node
 // reports what it admitted without it once (reports are absolute per
-// window), and, under Fallback, replies in a window the outage touched
+// window), and, under Gossip, replies in a window the outage touched
 // grant nothing on top of what the node held for a while (a bucket rule's,
 // none of Redis's burst), so no lease comes on top of use Redis does not
 // know yet. After Shutdown every rule decides locally, on this node's part

@@ -27,7 +27,7 @@ func steadyMembers(c *fallback.Config) {
 
 // TestFallbackBucketOutage: three nodes, token bucket and GCRA rules of L
 // per second, Redis killed while each key's traffic (3 × L in all) is 90%
-// on one node, all on one, or even. The Fallback policy gives each node its
+// on one node, all on one, or even. The Gossip policy gives each node its
 // demand-weighted share of the rate and burst, so the cluster keeps about
 // L per second in every case, where an even split would admit about L/3
 // with all the traffic on one node; and a key no node has gossiped yet is

@@ -72,16 +72,16 @@ func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *
 }
 
 // TestFallbackDefaultPolicy: a Gossip that is not valid is reported, naming
-// it (TestDefaults checks that Gossip makes Fallback the default policy).
+// it (TestDefaults checks that Config.Gossip makes Gossip the default policy).
 func TestFallbackDefaultPolicy(t *testing.T) {
-	assert.Equal(t, "fallback", hybrid.Fallback.String())
+	assert.Equal(t, "gossip", hybrid.Gossip.String())
 	_, err := hybrid.New(hybrid.Config{Gossip: &fallback.Config{}}) // no keys, not Insecure
 	assert.ErrorIs(t, err, hybrid.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "Gossip")
 }
 
 // TestFallbackSkewedOutage: three nodes, Redis killed while 90% of a key's
-// traffic is on one node. The Fallback policy splits what the window has
+// traffic is on one node. The Gossip policy splits what the window has
 // left by the demand the nodes gossip, so the cluster keeps about the
 // limit where an even split would admit about two thirds of it; when Redis
 // restarts empty in the same window, each node hands back what it admitted,
@@ -147,7 +147,7 @@ func TestFallbackSkewedOutage(t *testing.T) {
 	}
 	outage := admitted[0] + admitted[1] + admitted[2]
 	t.Logf("outage window: admitted %v = %d (limit %d)", admitted, outage, L)
-	assert.InDelta(t, L, outage, 0.10*L, "Fallback keeps the limit within 10%% with 90%% of the traffic on one node")
+	assert.InDelta(t, L, outage, 0.10*L, "Gossip keeps the limit within 10%% with 90%% of the traffic on one node")
 	assert.Greater(t, admitted[0], int64(L*2/3), "the busy node takes more than an even split")
 
 	// Redis restarts empty in the same window: every node reports what it
@@ -232,8 +232,8 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	const L = 1000
 	W := time.Second
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
-	// Fallback without gossip: FailLocal's even split, and the hand-back.
-	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, fixed(L, W), hybrid.Fallback)
+	// Gossip without gossip: FailLocal's even split, and the hand-back.
+	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, fixed(L, W), hybrid.Gossip)
 	var tl tally
 	allow := func(i int) bool { return tl.allow(t, nodes[i], rules[i]) }
 	for range 10 {
@@ -329,7 +329,7 @@ func TestNoBurstOnUnknownUse(t *testing.T) {
 	const L, B = 1000, 200
 	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: L, Window: time.Second, Burst: B})
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
-	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, lim, hybrid.Fallback)
+	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, lim, hybrid.Gossip)
 	var total int64
 	drain := func(i int) {
 		for {

@@ -51,7 +51,7 @@ var (
 // table against them.
 const (
 	// defaultPolicy is the rules' failure policy when neither the Rule nor
-	// the Config names one and Config.Gossip is nil; with it, Fallback.
+	// the Config names one and Config.Gossip is nil; with it, Gossip.
 	defaultPolicy = FailLocal
 	// defaultTimeout bounds each central decision, and a hybrid decision's
 	// wait for a lease.
@@ -110,12 +110,12 @@ type Config struct {
 	// Mode is the rules' default mode. Default: Hybrid with Redis, Local
 	// without.
 	Mode Mode
-	// Policy is the rules' default failure policy. Default Fallback with
+	// Policy is the rules' default failure policy. Default Gossip with
 	// Gossip, FailLocal without.
 	Policy Policy
 	// Gossip, if not nil, starts a gossip node (package fallback) that runs
 	// as long as the Limiter, so that membership and each key's counts and
-	// demand are known across the nodes when Redis fails; the Fallback
+	// demand are known across the nodes when Redis fails; the Gossip
 	// policy decides from them. Its fields take package fallback's
 	// defaults, but its Logger, which defaults to Logger. New checks it as
 	// it starts the node. The Limiter owns the node: Shutdown and Close
@@ -183,7 +183,7 @@ func (c Config) withDefaults() Config {
 	if c.Policy == PolicyDefault {
 		c.Policy = defaultPolicy
 		if c.Gossip != nil {
-			c.Policy = Fallback
+			c.Policy = Gossip
 		}
 	}
 	if c.Keyspace.Prefix == "" {
@@ -227,7 +227,7 @@ func (c Config) validate() error {
 		return configError("Mode", c.Mode, "needs Redis")
 	case c.RequireRedis && c.Redis == nil:
 		return configError("RequireRedis", c.RequireRedis, "needs Redis")
-	case c.Policy > Fallback:
+	case c.Policy > Gossip:
 		return configError("Policy", uint8(c.Policy), "unknown")
 	case c.Timeout < 0:
 		return configError("Timeout", c.Timeout, "must be positive")
@@ -399,7 +399,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	if policy == PolicyDefault {
 		policy = l.cfg.Policy
 	}
-	if policy > Fallback {
+	if policy > Gossip {
 		return nil, fmt.Errorf("%w: rule %q: Policy %d: unknown", ErrInvalidRule, r.Name, policy)
 	}
 	wait := r.Wait

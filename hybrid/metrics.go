@@ -96,7 +96,7 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	fallbacks, err := meter.Int64ObservableCounter("hybridlimit.fallback.decisions",
+	fallbacks, err := meter.Int64ObservableCounter("hybridlimit.policy.decisions",
 		metric.WithDescription("Decisions made without Redis (Decision.Degraded): by a failure policy while Redis could not decide, or on this node's part of the limit after Shutdown."), metric.WithUnit("{decision}"))
 	if err != nil {
 		return nil, err

@@ -194,7 +194,7 @@ func TestMetrics(t *testing.T) {
 	assert.Zero(t, int64Points(t, c, "hybridlimit.redis.available")[""], "redis.available after three failed rounds")
 	assert.GreaterOrEqual(t, int64Points(t, c, "hybridlimit.sync.errors")[""], int64(1), "sync.errors after a failed round")
 	require.Positive(t, byPolicy, "decisions by the policy")
-	assert.Equal(t, byPolicy, int64Points(t, c, "hybridlimit.fallback.decisions")["rule=hyb"], "fallback.decisions{hyb}: the decisions by the policy")
+	assert.Equal(t, byPolicy, int64Points(t, c, "hybridlimit.policy.decisions")["rule=hyb"], "policy.decisions{hyb}: the decisions by the policy")
 	noUserKeys(t, c, append(keys, "new-key", keys[1]+"-outage"))
 }
 

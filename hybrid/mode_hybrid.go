@@ -236,7 +236,7 @@ func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
 
 // degraded decides for a key without a lease while Redis is out of reach,
 // back in a window the outage touched (lease.Lease.Recovering), or after
-// Shutdown: by Fallback's gossip estimate (on a window rule's lease, or a
+// Shutdown: by the Gossip policy's estimate (on a window rule's lease, or a
 // bucket rule's demand share) or FailLocal's part on a window rule's lease,
 // else by the rule's failure policy, recording in the lease what the policy
 // admitted. charge false decides without charging (a multi-rule
@@ -250,12 +250,12 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 		nodes = c
 	}
 	shut := m.l.shut.Load()
-	gossip := m.fail.policy == Fallback && m.l.gossip != nil && !shut
+	gossip := m.fail.policy == Gossip && m.l.gossip != nil && !shut
 	if gossip {
 		if d, ok := m.gossipLease(e, lr, now, n, charge); ok {
 			return d
 		}
-	} else if m.fail.policy == FailLocal || m.fail.policy == Fallback || shut {
+	} else if m.fail.policy == FailLocal || m.fail.policy == Gossip || shut {
 		part := max(m.rs.limit.Load().Params().Limit/nodes, 1)
 		if v, ok := e.Value.Fallback(lr, now, n, part, charge); ok {
 			return m.fallbackLease(e, lr, v, charge)

@@ -21,7 +21,7 @@ type failover struct {
 // shards.
 type parts struct {
 	// part is this node's part of the limit, the limiter of FailLocal and
-	// of every policy after Shutdown; under Fallback with gossip, a hybrid
+	// of every policy after Shutdown; under Gossip with Config.Gossip, a hybrid
 	// bucket rule's limit scaled for its demand shares (byShare). nil
 	// before its first use (partOn).
 	part atomic.Pointer[local.Limiter]
@@ -99,7 +99,7 @@ func (f *failover) closed() local.Decision {
 // local decides on this node's part of the limit, the limit divided by
 // nodes (FailLocal): its refusals are the part's, ReasonLimited.
 func (f *failover) local(nodes int64, now int64, key string, n int64, charge bool) local.Decision {
-	nodes = f.gossipNodes(nodes) // Fallback: the gossip's members
+	nodes = f.gossipNodes(nodes) // Gossip: the gossip's members
 	lim := f.rs.limit.Load()
 	sp := f.even.Load()
 	if sp == nil || sp.base != lim || sp.nodes != nodes {

@@ -105,23 +105,23 @@ func gossipDigest(d *[lease.DigestSize]byte, salt *fallback.Digest) fallback.Dig
 	return out
 }
 
-// setOutage sets what lr's leases do around an outage: under Fallback with
+// setOutage sets what lr's leases do around an outage: under Gossip with
 // gossip, each key's figures go to the gossip node at every sync round (off
 // the hot path), and for a while after an outage a bucket key's share is no
 // more than its gossip share, as nodes that have not reached Redis again go
-// on admitting theirs; under Fallback, no grant is taken on top of use in a
+// on admitting theirs; under Gossip, no grant is taken on top of use in a
 // window an outage touched, and the policy decides there. FailLocal keeps
 // its leases as they come: a round that merely timed out would otherwise
 // hand its node's decisions to the even split while the others hold leases.
 func (m *hybridRule) setOutage(lr *lease.Rule) {
 	var tap lease.Tap
-	if g := m.l.gossip; g != nil && m.fail.policy == Fallback {
+	if g := m.l.gossip; g != nil && m.fail.policy == Gossip {
 		tap = func(k *lease.Lease, window, asked, used int64) {
 			g.node.Report(gossipDigest(&k.Digest, &m.salt), window, asked, used)
 		}
 		lr.SetShare(func(k *lease.Lease) float64 { return m.estimate(k).Share })
 	}
-	lr.SetOutage(tap, m.fail.policy == Fallback)
+	lr.SetOutage(tap, m.fail.policy == Gossip)
 }
 
 // gossipLease decides by the gossip estimate on a window rule's lease, in
@@ -214,10 +214,10 @@ func (f *failover) rescale(lim *local.Limit) *shareScaled {
 }
 
 // gossipNodes is the count of nodes a bucket or central rule's limit is
-// split among: under Fallback with gossip, the gossip's members (which a
+// split among: under Gossip with Config.Gossip, the gossip's members (which a
 // node joining during an outage learns at once); else nodes.
 func (f *failover) gossipNodes(nodes int64) int64 {
-	if g := f.rs.l.gossip; g != nil && f.policy == Fallback {
+	if g := f.rs.l.gossip; g != nil && f.policy == Gossip {
 		return int64(g.node.Members())
 	}
 	return nodes

@@ -46,7 +46,7 @@ func (m Mode) String() string {
 type Policy uint8
 
 const (
-	// PolicyDefault takes the Limiter's default: Fallback with
+	// PolicyDefault takes the Limiter's default: Gossip with
 	// Config.Gossip, FailLocal without.
 	PolicyDefault Policy = iota
 	// FailOpen admits: availability over the limit.
@@ -61,16 +61,16 @@ const (
 	// nodes last seen: the cluster keeps about the limit while Redis is down,
 	// if traffic is spread evenly over the nodes.
 	FailLocal
-	// Fallback decides on this node from the counts the nodes gossip
+	// Gossip decides on this node from the counts the nodes gossip
 	// (Config.Gossip): a window rule's key may admit its node's own count
 	// plus its demand-weighted share of what the window has left; a bucket
 	// rule's key, that share of the rate and of the burst. Skewed traffic
 	// keeps about the limit, where FailLocal would starve the busy nodes.
 	// Without Config.Gossip it is FailLocal.
-	Fallback
+	Gossip
 )
 
-var policyNames = [...]string{"default", "fail_open", "fail_closed", "fail_local", "fallback"}
+var policyNames = [...]string{"default", "fail_open", "fail_closed", "fail_local", "gossip"}
 
 // String returns the policy's name.
 func (p Policy) String() string {

@@ -1,7 +1,7 @@
 // Command cluster is the cluster demo (make demo): four node processes
 // serving HTTP behind the hybrid/httplimit middleware share one limit per
 // client through Redis, in hybrid mode, and keep it while Redis is killed and
-// started again, from the counts the nodes gossip (the Fallback policy).
+// started again, from the counts the nodes gossip (the Gossip policy).
 //
 // The driver installs redis-server when it is missing (scripts/redis.sh
 // ensure), starts it on a free loopback port, starts four nodes (this binary

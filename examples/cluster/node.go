@@ -69,7 +69,7 @@ const latencyName = "middleware"
 
 // fallbackName names, in the table, the mode a node decides in while its
 // Limiter cannot reach Redis: the rule's failure policy.
-const fallbackName = "gossip (Fallback)"
+const fallbackName = "gossip"
 
 // demoRule is the middleware's rule on every node: GET /api limited per
 // client (API key), in hybrid mode, each node deciding against its lease of
@@ -79,7 +79,7 @@ func demoRule(lim local.Limit) httplimit.Rule {
 	return httplimit.Rule{
 		ID: "per-client", Key: httplimit.KeyAPIKey, Endpoint: "GET /api",
 		Algorithm: p.Algorithm, Quota: p.Limit, Window: p.Window,
-		Mode: hybrid.Hybrid, // the policy: the Limiter's default, Fallback with gossip
+		Mode: hybrid.Hybrid, // the policy: the Limiter's default, Gossip with Config.Gossip
 	}
 }
 
@@ -279,7 +279,7 @@ func (s *nodeStats) serve(w http.ResponseWriter, req *http.Request) {
 // middleware's metrics.
 type metricValues struct {
 	available bool  // hybridlimit.redis.available
-	degraded  int64 // hybridlimit.fallback.decisions: made by a failure policy
+	degraded  int64 // hybridlimit.policy.decisions: made by a failure policy
 	errors    int64 // hybridlimit.http.errors: requests the Limiter could not decide
 }
 
@@ -304,7 +304,7 @@ func (s *nodeStats) metrics(ctx context.Context) metricValues {
 					n += p.Value
 				}
 				switch m.Name {
-				case "hybridlimit.fallback.decisions":
+				case "hybridlimit.policy.decisions":
 					v.degraded = n
 				case "hybridlimit.http.errors":
 					v.errors = n

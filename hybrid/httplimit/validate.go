@@ -95,7 +95,7 @@ func checkFields(i int, r *Rule) (pattern, error) {
 		return bad("cost", fmt.Sprintf("%d: must not be negative", r.Cost))
 	case r.Mode > hybrid.Hybrid:
 		return bad("mode", fmt.Sprintf("%v: unknown", r.Mode))
-	case r.Policy > hybrid.Fallback:
+	case r.Policy > hybrid.Gossip:
 		return bad("policy", fmt.Sprintf("%v: unknown", r.Policy))
 	case r.Wait > hybrid.WaitFirst:
 		return bad("wait", fmt.Sprintf("%v: unknown", r.Wait))

@@ -172,7 +172,7 @@ func TestMissingFigures(t *testing.T) {
 // outageBullet is the README's outage claim: which rows of docs/outage.md's
 // table it quotes, and what it says each mode admitted there.
 var outageBullet = regexp.MustCompile(`a fixed window offered ([\d.]+)× its limit, Redis killed for ten windows: ` +
-	"`Fallback` admitted ([\\d.]+)× the limit with uniform traffic and ([\\d.]+)× with 90% on one node, where " +
+	"`Gossip` admitted ([\\d.]+)× the limit with uniform traffic and ([\\d.]+)× with 90% on one node, where " +
 	"`FailLocal` admitted ([\\d.]+)× and independent local limits ([\\d.]+)× to ([\\d.]+)×")
 
 // outageRows returns the rows of the first table of an outage page, each
@@ -208,7 +208,7 @@ func outageRows(page string) []map[string]string {
 
 // checkOutage returns what the outage bullet of a README says that the
 // rows of its table do not: the mean admitted (a cell's first figure) of
-// the Fallback and FailLocal columns, and the range of the alone column,
+// the Gossip and FailLocal columns, and the range of the alone column,
 // in the rows of the scenario the bullet describes.
 func checkOutage(readme, page string) []string {
 	flat := strings.Join(strings.Fields(readme), " ")
@@ -234,8 +234,8 @@ func checkOutage(readme, page string) []string {
 			out = append(out, "docs/outage.md: "+what+": the README says "+readme+"×, the page "+mean(cell))
 		}
 	}
-	want("Fallback, uniform", fbUniform, uniform["Fallback"])
-	want("Fallback, 90% on one", fbSkewed, skewed["Fallback"])
+	want("Gossip, uniform", fbUniform, uniform["Gossip"])
+	want("Gossip, 90% on one", fbSkewed, skewed["Gossip"])
 	want("FailLocal, 90% on one", flSkewed, skewed["FailLocal"])
 	lo, hi := mean(uniform["alone"]), mean(skewed["alone"])
 	if lo > hi {
@@ -260,18 +260,18 @@ func TestReadmeOutage(t *testing.T) {
 
 // TestCheckOutage: each figure of the bullet is compared with its cell.
 func TestCheckOutage(t *testing.T) {
-	page := "# o\n\n| Redis | algorithm | offered | workload | Fallback | FailLocal | alone |\n|---|---|---|---|---|---|---|\n" +
+	page := "# o\n\n| Redis | algorithm | offered | workload | Gossip | FailLocal | alone |\n|---|---|---|---|---|---|---|\n" +
 		"| kill | fixed window | 1.5 × L | uniform | 1.00 [0.99–1.00] | 1.00 [1.00–1.00] | 1.50 [1.50–1.50] |\n" +
 		"| kill | fixed window | 1.5 × L | 90% on one | 1.00 [1.00–1.16] | 0.35 [0.35–0.35] | 1.15 [1.15–1.15] |\n" +
 		"| kill | fixed window | 5.0 × L | 90% on one | 1.04 [1.00–1.01] | 0.70 [0.69–0.70] | 1.50 [1.50–1.50] |\n"
 	bullet := func(a, b, c, d, e string) string {
-		return "- **Through a Redis outage** ([outage](docs/outage.md)): 5 nodes, a fixed\n  window offered 1.5× its limit, Redis killed for ten windows: `Fallback`\n  admitted " +
+		return "- **Through a Redis outage** ([outage](docs/outage.md)): 5 nodes, a fixed\n  window offered 1.5× its limit, Redis killed for ten windows: `Gossip`\n  admitted " +
 			a + "× the limit with uniform traffic and " + b + "× with 90% on one\n  node, where `FailLocal` admitted " + c + "× and independent local limits " + d + "×\n  to " + e + "×.\n"
 	}
 	assert.Empty(t, checkOutage(bullet("1.00", "1.00", "0.35", "1.15", "1.50"), page))
 	assert.Equal(t, []string{
-		"docs/outage.md: Fallback, uniform: the README says 1.16×, the page 1.00",
-		"docs/outage.md: Fallback, 90% on one: the README says 1.04×, the page 1.00",
+		"docs/outage.md: Gossip, uniform: the README says 1.16×, the page 1.00",
+		"docs/outage.md: Gossip, 90% on one: the README says 1.04×, the page 1.00",
 	}, checkOutage(bullet("1.16", "1.04", "0.35", "1.15", "1.50"), page))
 	assert.Equal(t, []string{"docs/outage.md: alone, the higher: the README says 1.40×, the page 1.50"},
 		checkOutage(bullet("1.00", "1.00", "0.35", "1.15", "1.40"), page))

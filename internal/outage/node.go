@@ -22,7 +22,7 @@ import (
 // The modes a node runs side by side on the same arrivals, each its own
 // Limiter (and Redis prefix).
 const (
-	ModeFallback   = "fallback"    // hybrid, the Fallback policy over gossip
+	ModeFallback   = "fallback"    // hybrid, the Gossip policy over gossip
 	ModeFailLocal  = "fail_local"  // hybrid, FailLocal: the limit split evenly over the nodes last seen
 	ModeAlone      = "alone"       // local: each node admits the whole limit
 	ModeFailClosed = "fail_closed" // hybrid, FailClosed
@@ -67,7 +67,7 @@ type Line struct {
 	Offered, Admitted, Failed int64 `json:",omitempty"`
 	// MaxLatency is the slowest decision in the window (ns).
 	MaxLatency int64 `json:",omitempty"`
-	// Members is the gossip's member count at the window's end (Fallback).
+	// Members is the gossip's member count at the window's end (Gossip).
 	Members int `json:",omitempty"`
 }
 
@@ -127,7 +127,7 @@ func RunNode(spec Spec, out io.Writer) error {
 			ml.GossipInterval = 20 * time.Millisecond
 			cfg.Gossip = &fallback.Config{Memberlist: ml, Seeds: spec.Seeds, Keys: [][]byte{spec.Key}, Label: "outage",
 				Interval: 50 * time.Millisecond, DemandHalfLife: time.Second, RejoinInterval: time.Second}
-			rule.Policy = hybrid.Fallback
+			rule.Policy = hybrid.Gossip
 		case ModeFailLocal:
 			rule.Policy = hybrid.FailLocal
 		case ModeFailClosed:

@@ -71,7 +71,7 @@ func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
 
 // TestOutageProcesses: three node processes, 95% of a key's traffic on one,
 // Redis killed for three windows and restarted empty; a fourth node joins
-// during the outage and a third is killed. The Fallback mode keeps about
+// during the outage and a third is killed. The Gossip mode keeps about
 // the limit per window, well above the even split's; nothing fails because
 // of Redis; after Redis returns no window passes the limit by more than a
 // few percent, and Redis holds what the nodes admitted in the window it
@@ -125,11 +125,11 @@ func TestOutageProcesses(t *testing.T) {
 	fb, fl := wins[outage.ModeFallback], wins[outage.ModeFailLocal]
 	// The outage's whole windows: 4, 5 (3 is the one Redis dies in).
 	for _, id := range []int64{w0 + 4, w0 + 5} {
-		assert.InDelta(t, L, fb[id].Admitted, 0.15*L, "Fallback in outage window %+d", id-w0)
-		assert.Greater(t, fb[id].Admitted, fl[id].Admitted+L/5, "Fallback above the even split with skewed traffic, window %+d", id-w0)
+		assert.InDelta(t, L, fb[id].Admitted, 0.15*L, "Gossip in outage window %+d", id-w0)
+		assert.Greater(t, fb[id].Admitted, fl[id].Admitted+L/5, "Gossip above the even split with skewed traffic, window %+d", id-w0)
 	}
 	for _, id := range []int64{w0 + 3, w0 + 6} {
-		assert.InDelta(t, L, fb[id].Admitted, 0.25*L, "Fallback in window %+d, where Redis dies or returns", id-w0)
+		assert.InDelta(t, L, fb[id].Admitted, 0.25*L, "Gossip in window %+d, where Redis dies or returns", id-w0)
 	}
 	for _, id := range ids {
 		if id >= w0+6 && id < w0+9 {

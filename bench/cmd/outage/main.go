@@ -1,7 +1,7 @@
 // Command outage is the outage benchmark (make bench-outage): node
 // processes (internal/cmd/gossipnode) against a redis-server it kills for
 // ten windows and restarts empty, or stops (SIGSTOP) and resumes. Each node
-// runs every failure mode side by side on the same arrivals: Fallback
+// runs every failure mode side by side on the same arrivals: Gossip
 // (gossip), FailLocal (even split), each node alone (local, the whole limit
 // per node) and FailClosed. Workloads: uniform, 90% of the key's traffic on
 // one node, all of it on one node, a sixth node joining mid-outage, a node
@@ -321,7 +321,7 @@ func windows(s *scenario, limit int64) string {
 
 func report(all []*scenario, limit int64) string {
 	var b strings.Builder
-	b.WriteString("| Redis | algorithm | offered | workload | Fallback | FailLocal | alone | FailClosed | Fallback: fault window / after the event / return window / max after | failed |\n")
+	b.WriteString("| Redis | algorithm | offered | workload | Gossip | FailLocal | alone | FailClosed | Gossip: fault window / after the event / return window / max after | failed |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range all {
 		b.WriteString(row(s, limit) + "\n")
@@ -360,13 +360,13 @@ const docIntro = `Measured by ` + "`make bench-outage`" + ` (bench/cmd/outage): 
 second or a token bucket of 1,000 per second (burst 100), offered 1.5 × L or 5 × L in all,
 against one redis-server killed (SIGKILL, then restarted empty) or stopped (SIGSTOP, then
 resumed) for ten windows. Every node runs each mode side by side on the same arrivals, each
-with its own Redis keys: **Fallback** (the gossip estimate), **FailLocal** (the limit split
+with its own Redis keys: **Gossip** (the gossip estimate), **FailLocal** (the limit split
 evenly over the nodes last seen), **alone** (each node a local limiter of the whole limit, what
 a fallback to local limits gives) and **FailClosed**. The five workloads of one load and
 algorithm run at once, against the same Redis.
 
 Cells are admitted ÷ L per window: the mean over the outage's whole windows but the first,
-with the lowest and highest in brackets; the Fallback column set gives the window Redis died
+with the lowest and highest in brackets; the Gossip column set gives the window Redis died
 in, the window after the sixth node joined or a node was killed (mid-outage), the window Redis
 came back in, and the most admitted in the three windows after it. "failed" counts decisions
 that came with an error, in every mode: a policy's decision is an ordinary one (nil error,
@@ -376,7 +376,7 @@ Decision.Degraded).
 const docNotes = `
 ## Reading it
 
-- **Fallback** gives each node its own count plus its demand-weighted share of what the
+- **Gossip** gives each node its own count plus its demand-weighted share of what the
   window has left, from the counts and demand the nodes gossip (memberlist, records fed at
   every sync round, not per decision). With skewed traffic it keeps about L where FailLocal
   admits about L ÷ N plus the idle nodes' small demand.
@@ -392,7 +392,7 @@ const docNotes = `
   gossiped its join, and its demand once its first record arrives; a killed node's share goes
   to the others once memberlist declares it dead (suspected members still count, so a
   partition does not hand each side the whole limit).
-- Token bucket and GCRA rules under Fallback give each node, per key, rate × share and
+- Token bucket and GCRA rules under Gossip give each node, per key, rate × share and
   burst × share, its demand-weighted share from the same snapshot (an even split for a key no
   node has gossiped yet), so skewed traffic keeps about L too. Unlike a window's remainder,
   the part of the rate the reserve leaves idle nodes is not split again as the outage goes
