@@ -13,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -67,17 +68,17 @@ func countedClient(t *testing.T, addr string, cnt *callCounter) *redis.Client {
 // next central decisions (single and AllowMulti) do not reach Redis at all:
 // the failure policy decides at once, without error, Degraded. The first
 // call waits at most its deadline. A Ping that Redis answers (the probe's
-// PING, which ManualSync leaves to SyncAt and Ping) closes the breaker.
+// PING, which hybridsim.Manual leaves to SyncAt and Ping) closes the breaker.
 func TestCircuitBreaker(t *testing.T) {
 	ctx := decisionCtx
 	for _, outage := range []string{"paused", "killed"} {
 		t.Run(outage, func(t *testing.T) {
 			srv := redistest.Start(t)
 			var cnt callCounter
-			l := newNode(t, hybrid.Config{
+			l := newNode(t, hybridsim.Manual(hybrid.Config{
 				Redis: countedClient(t, srv.Addr, &cnt), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
-				Mode: hybrid.Central, Timeout: 200 * time.Millisecond, ManualSync: true, Logger: quiet,
-			})
+				Mode: hybrid.Central, Timeout: 200 * time.Millisecond, Logger: quiet,
+			}))
 			rules := map[string]*hybrid.Rule{}
 			for _, p := range policyRules {
 				rules[p.name] = mustRegister(t, l, hybrid.Rule{Name: p.name, Limit: fixed(100, time.Minute), Policy: p.policy}, hybrid.Central)
@@ -136,7 +137,7 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 }
 
-// TestProbe: without ManualSync the Limiter's own probe finds Redis again
+// TestProbe: without hybridsim.Manual the Limiter's own probe finds Redis again
 // after an outage, PINGing with backoff (a few PINGs, not one per
 // decision); Close stops it, leaving no goroutine.
 func TestProbe(t *testing.T) {
@@ -184,10 +185,9 @@ func TestProbe(t *testing.T) {
 func TestPing(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	cfg := hybrid.Config{
-		Redis: redistest.Client(t, srv.Addr), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
-		ManualSync: true, Logger: quiet, RequireRedis: true, Timeout: 100 * time.Millisecond,
-	}
+	cfg := hybridsim.Manual(hybrid.Config{
+		Redis: redistest.Client(t, srv.Addr), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, Logger: quiet, RequireRedis: true, Timeout: 100 * time.Millisecond,
+	})
 	l := newNode(t, cfg)
 	assert.NoError(t, l.Ping(ctx))
 
@@ -213,10 +213,9 @@ func TestPing(t *testing.T) {
 
 // TestPingCluster: Ping PINGs every master of a Cluster.
 func TestPingCluster(t *testing.T) {
-	l := newNode(t, hybrid.Config{
-		Redis: redistest.ClusterClient(t, redistest.ClusterAddrs(t)), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
-		ManualSync: true, Logger: quiet, RequireRedis: true,
-	})
+	l := newNode(t, hybridsim.Manual(hybrid.Config{
+		Redis: redistest.ClusterClient(t, redistest.ClusterAddrs(t)), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, Logger: quiet, RequireRedis: true,
+	}))
 	assert.NoError(t, l.Ping(context.Background()))
 }
 
@@ -299,10 +298,10 @@ func TestAfterShutdown(t *testing.T) {
 // decision costs a local one, far below Config.Timeout.
 func BenchmarkCentralBreakerOpen(b *testing.B) {
 	srv := redistest.Start(b)
-	l := newNode(b, hybrid.Config{
+	l := newNode(b, hybridsim.Manual(hybrid.Config{
 		Redis: redistest.Client(b, srv.Addr), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)},
-		Mode: hybrid.Central, Timeout: 250 * time.Millisecond, ManualSync: true, Logger: quiet,
-	})
+		Mode: hybrid.Central, Timeout: 250 * time.Millisecond, Logger: quiet,
+	}))
 	r := mustRegister(b, l, hybrid.Rule{Name: "c", Limit: fixed(1<<40, time.Hour), Policy: hybrid.FailLocal}, hybrid.Central)
 	srv.Kill()
 	ctx := context.Background()
@@ -351,7 +350,7 @@ func TestBreakerRoundStrikes(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		clk.Add(10 * time.Millisecond)
 		c, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
-		_, err := l.SyncAt(c, clk.Now())
+		_, err := hybridsim.SyncAt(c, l, clk.Now())
 		cancel()
 		require.ErrorIs(t, err, hybrid.ErrUnavailable, "round %d", i)
 		if i < 3 {

@@ -31,7 +31,7 @@
 // Register builds one value per rule for the mode it runs in (localRule,
 // centralRule, hybridRule), holding that mode's state and, for the
 // distributed modes, its failure policy; the Limiter's methods (AllowN,
-// SetLimit, SweepAt, Shutdown, the metrics) call it without asking which
+// SetLimit, sweepAt, Shutdown, the metrics) call it without asking which
 // mode it is. AllowMulti groups its requests by mode, since each mode
 // combines rules its own way (ordered entry locks, one script, or reserve
 // then commit), and joins the groups: local and hybrid rules are checked,

@@ -11,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -211,7 +212,7 @@ func TestAllowNoAllocsFallbackBucket(t *testing.T) {
 		l.Allow(ctx, r, "k")
 	}
 	c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	l.SyncAt(c, clk.Now()) // the key is in the syncer's hands: no queueing below
+	hybridsim.SyncAt(c, l, clk.Now()) // the key is in the syncer's hands: no queueing below
 	cancel()
 	d, err := l.Allow(ctx, r, "k")
 	require.NoError(t, err)

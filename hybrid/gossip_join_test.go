@@ -14,6 +14,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -28,7 +29,7 @@ var errCutOff = errors.New("still cut off from Redis")
 func trySync(l *hybrid.Limiter, clk *clocktest.Clock) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	l.SyncAt(ctx, clk.Now())
+	hybridsim.SyncAt(ctx, l, clk.Now())
 }
 
 // gossipStep moves the virtual clock 10ms on, and gives the gossip, which

@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -114,7 +115,7 @@ func TestFallbackSkewedOutage(t *testing.T) {
 			}
 			if sync {
 				c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-				l.SyncAt(c, clk.Now())
+				hybridsim.SyncAt(c, l, clk.Now())
 				cancel()
 			}
 		}
@@ -135,7 +136,7 @@ func TestFallbackSkewedOutage(t *testing.T) {
 	srv.Kill()
 	for _, l := range nodes {
 		c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		_, err := l.SyncAt(c, clk.Now())
+		_, err := hybridsim.SyncAt(c, l, clk.Now())
 		cancel()
 		require.ErrorIs(t, err, hybrid.ErrUnavailable)
 	}
@@ -205,7 +206,7 @@ func syncBack(t *testing.T, l *hybrid.Limiter, clk *clocktest.Clock) {
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		_, err := l.SyncAt(ctx, clk.Now())
+		_, err := hybridsim.SyncAt(ctx, l, clk.Now())
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "Redis answers again")
 }
@@ -259,7 +260,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 	for range 30 {
 		for allow(0) {
 		}
-		nodes[0].SyncAt(ctx, clk.Now())
+		hybridsim.SyncAt(ctx, nodes[0], clk.Now())
 		clk.Add(10 * time.Millisecond)
 	}
 	syncBack(t, nodes[1], clk)
@@ -267,7 +268,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 		for i := range nodes {
 			for allow(i) {
 			}
-			nodes[i].SyncAt(ctx, clk.Now())
+			hybridsim.SyncAt(ctx, nodes[i], clk.Now())
 		}
 		clk.Add(10 * time.Millisecond)
 	}
@@ -360,7 +361,7 @@ func TestNoBurstOnUnknownUse(t *testing.T) {
 	for end := clk.Now().Add(span); clk.Now().Before(end); clk.Add(10 * time.Millisecond) {
 		for i := range nodes {
 			drain(i)
-			nodes[i].SyncAt(ctx, clk.Now())
+			hybridsim.SyncAt(ctx, nodes[i], clk.Now())
 		}
 	}
 	rate := int64(L * span / time.Second)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -34,11 +35,10 @@ const testInterval = 100 * time.Millisecond
 // nodeConfig is the Config of a simulated node: manual rounds, the scripts on
 // the virtual clock.
 func nodeConfig(c redis.UniversalClient, prefix string, clk local.Clock, id string, nodes int) hybrid.Config {
-	return hybrid.Config{
-		Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clk,
-		ManualSync: true, VirtualTime: true, Logger: quiet,
+	return hybridsim.Virtual(hybrid.Config{
+		Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clk, Logger: quiet,
 		Sync: syncer.SyncConfig{Interval: testInterval, NodeID: id, Nodes: nodes},
-	}
+	})
 }
 
 // newNode returns a Limiter for cfg, closed when t ends.
@@ -68,7 +68,7 @@ func fixed(limit int64, w time.Duration) local.Limit {
 // syncOK runs a round on l at the clock's time and fails t on an error.
 func syncOK(t testing.TB, l *hybrid.Limiter, clk local.Clock) syncer.RoundStats {
 	t.Helper()
-	st, err := l.SyncAt(context.Background(), clk.Now())
+	st, err := hybridsim.SyncAt(context.Background(), l, clk.Now())
 	require.NoError(t, err, "SyncAt")
 	return st
 }
@@ -79,7 +79,7 @@ func syncUntilOK(t testing.TB, l *hybrid.Limiter, clk *clocktest.Clock, step tim
 	t.Helper()
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := l.SyncAt(ctx, clk.Now())
+		_, err := hybridsim.SyncAt(ctx, l, clk.Now())
 		cancel()
 		if err == nil {
 			return
@@ -165,7 +165,7 @@ func exhaust(t testing.TB, l *hybrid.Limiter, r *hybrid.Rule, key string, max in
 // syncWanted reports, and clears, whether a key of l asked for a round of
 // either kind: the steppers, in 10ms steps, run a full round for both.
 func syncWanted(l *hybrid.Limiter) bool {
-	early, first := l.SyncWanted(), l.SyncFirstWanted()
+	early, first := hybridsim.SyncWanted(l), hybridsim.SyncFirstWanted(l)
 	return early || first
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -58,8 +59,8 @@ func TestIdleReleaseWindows(t *testing.T) {
 	for range 25 {
 		n, _ := exhaust(t, b, rb, "k", L)
 		got += n
-		if b.SyncFirstWanted() {
-			_, err := b.SyncFirstAt(ctx, clk.Now())
+		if hybridsim.SyncFirstWanted(b) {
+			_, err := hybridsim.SyncFirstAt(ctx, b, clk.Now())
 			require.NoError(t, err, "SyncFirstAt")
 		} else {
 			syncOK(t, b, clk)
@@ -165,7 +166,7 @@ func (s *stepper) step() {
 	for i, l := range s.nodes {
 		if syncWanted(l) || now.Sub(s.last[i]) >= testInterval {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := l.SyncAt(ctx, now)
+			st, err := hybridsim.SyncAt(ctx, l, now)
 			cancel()
 			switch {
 			case err != nil:
@@ -326,10 +327,10 @@ func TestRetriedSync(t *testing.T) {
 			for range 10 {
 				a.Allow(ctx, r, "k")
 			}
-			first, err := a.SyncAt(ctx, clk.Now())
+			first, err := hybridsim.SyncAt(ctx, a, clk.Now())
 			require.NoError(t, err, "SyncAt")
 			before := snapshot(t, client, ks, "r", "k")
-			again, err := a.SyncAt(ctx, clk.Now())
+			again, err := hybridsim.SyncAt(ctx, a, clk.Now())
 			require.NoError(t, err, "SyncAt again")
 			require.Equal(t, before, snapshot(t, client, ks, "r", "k"), "step %d: the round run again at the same time changes nothing in Redis", step)
 			if first.Synced > 0 {
@@ -610,7 +611,7 @@ func TestNewKeyUsesLearnedOffset(t *testing.T) {
 	skew := -(time.Hour + w/2)
 	clk := clocktest.New(time.Now().Add(skew))
 	cfg := nodeConfig(client, prefix, clk, "n0", 1)
-	cfg.VirtualTime = false // the scripts read Redis's clock, the real one
+	cfg = hybridsim.Config(cfg, true, false) // the scripts read Redis's clock, the real one
 	l := newNode(t, cfg)
 	r := mustRegister(t, l, hybrid.Rule{Name: "offset", Limit: fixed(1000, w)}, hybrid.Hybrid)
 	ctx := context.Background()
@@ -743,17 +744,17 @@ func TestSkewedNewKey(t *testing.T) {
 	ctx := context.Background()
 	first := func(i int) {
 		t.Helper()
-		require.True(t, ls[i].SyncFirstWanted(), "n%d: a first-lease round asked for", i)
-		_, err := ls[i].SyncFirstAt(ctx, clk.Now())
+		require.True(t, hybridsim.SyncFirstWanted(ls[i]), "n%d: a first-lease round asked for", i)
+		_, err := hybridsim.SyncFirstAt(ctx, ls[i], clk.Now())
 		require.NoError(t, err, "n%d: SyncFirstAt", i)
 	}
 	for i := range ls {
-		ls[i].SyncAt(ctx, clk.Now()) // registered: a round in the past
+		hybridsim.SyncAt(ctx, ls[i], clk.Now()) // registered: a round in the past
 	}
 	clk.Add(time.Millisecond)
 	for i := range ls {
 		allow(i, 1)
-		assert.False(t, ls[i].SyncWanted(), "n%d: a new key asked for an ordinary early round", i)
+		assert.False(t, hybridsim.SyncWanted(ls[i]), "n%d: a new key asked for an ordinary early round", i)
 		first(i)
 	}
 	guess := int64((limit/nodes + 3) / 4)
@@ -908,8 +909,8 @@ func TestPacedGrants(t *testing.T) {
 				c.clk.Add(paceGap)
 				for i := range nodes {
 					c.allow(i, tc.per)
-					if c.ls[i].SyncFirstWanted() {
-						_, err := c.ls[i].SyncFirstAt(context.Background(), c.clk.Now())
+					if hybridsim.SyncFirstWanted(c.ls[i]) {
+						_, err := hybridsim.SyncFirstAt(context.Background(), c.ls[i], c.clk.Now())
 						require.NoError(t, err, "SyncFirstAt")
 					}
 				}
@@ -921,13 +922,13 @@ func TestPacedGrants(t *testing.T) {
 			// A paced key asks for a first-lease round once what it holds
 			// lasts less than two PaceGaps, not before; any other waits for
 			// the ordinary rounds.
-			c.ls[0].SyncFirstWanted()
+			hybridsim.SyncFirstWanted(c.ls[0])
 			for _, step := range []struct {
 				use  int64
 				want bool
 			}{{1, false}, {pace / 2, tc.paced}} {
 				c.allow(0, int(step.use))
-				assert.Equal(t, step.want, c.ls[0].SyncFirstWanted(), "%d requests on: a first-lease round asked for", step.use)
+				assert.Equal(t, step.want, hybridsim.SyncFirstWanted(c.ls[0]), "%d requests on: a first-lease round asked for", step.use)
 			}
 			if !tc.paced {
 				return
@@ -978,7 +979,7 @@ func TestMinGapClockLag(t *testing.T) {
 }
 
 // TestWaitFirstContext: a rule that waits for its leases, with no round
-// to bring one (ManualSync), refuses once the request's context ends, with
+// to bring one (hybridsim.Manual), refuses once the request's context ends, with
 // ReasonNoLease and figures that agree; a rule that does not wait admits
 // the key's first request at once, within the cold-start allowance, and
 // refuses past it with ReasonLimited.

@@ -144,16 +144,16 @@ type Config struct {
 	// Timeout from its start, whichever comes first; the failure policy
 	// decides what Redis did not answer in time. Default 250ms.
 	Timeout time.Duration
-	// ManualSync leaves the syncer's rounds to the caller (SyncAt when
-	// SyncWanted, SyncFirstAt when SyncFirstWanted, and SyncAt every
+	// manualSync leaves the syncer's rounds to the caller (syncAt when
+	// syncWanted, syncFirstAt when syncFirstWanted, and syncAt every
 	// Interval), for simulations and tests: no goroutine runs them.
 	// Default false.
-	ManualSync bool
-	// VirtualTime makes Redis scripts take the Limiter's Clock instead of
+	manualSync bool
+	// virtualTime makes Redis scripts take the Limiter's Clock instead of
 	// Redis's own: for simulations and tests on a virtual clock. In
 	// production Redis's clock sets window boundaries and refills, so
 	// nodes' clocks need not agree. Default false.
-	VirtualTime bool
+	virtualTime bool
 	// MeterProvider receives the Limiter's metrics. Default: the global
 	// one (otel.GetMeterProvider()).
 	MeterProvider metric.MeterProvider
@@ -297,7 +297,7 @@ type Limiter struct {
 // New returns a Limiter for cfg. It works on a copy of cfg with its zero
 // fields set to their defaults (never changing the caller's), reports a
 // bad field with an error wrapping ErrInvalidConfig, PINGs Redis if
-// RequireRedis asks it to, and starts the syncer (unless ManualSync) and
+// RequireRedis asks it to, and starts the syncer (unless manualSync) and
 // the sweeper of idle keys.
 func New(cfg Config) (*Limiter, error) {
 	cfg = cfg.withDefaults()
@@ -344,12 +344,12 @@ func New(cfg Config) (*Limiter, error) {
 			}
 		}
 		sc := cfg.Sync
-		sc.Client, sc.Keyspace, sc.Clock, sc.PassTime = cfg.Redis, cfg.Keyspace, l.clock, cfg.VirtualTime
+		sc.Client, sc.Keyspace, sc.Clock, sc.PassTime = cfg.Redis, cfg.Keyspace, l.clock, cfg.virtualTime
 		sc.Observer = observer{l, cfg.Sync.Observer}
 		if l.sync, err = syncer.NewSyncer(sc); err != nil {
 			return fail(fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err))
 		}
-		if !cfg.ManualSync {
+		if !cfg.manualSync {
 			l.sync.Start()
 		}
 	}
@@ -358,8 +358,8 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// NodeID returns the node's name in Redis, or "" without Redis.
-func (l *Limiter) NodeID() string {
+// nodeID returns the node's name in Redis, or "" without Redis.
+func (l *Limiter) nodeID() string {
 	if l.sync == nil {
 		return ""
 	}
@@ -406,7 +406,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	switch {
 	case wait > WaitFirst:
 		return nil, fmt.Errorf("%w: rule %q: Wait %d: unknown", ErrInvalidRule, r.Name, wait)
-	case wait == WaitDefault && l.cfg.ManualSync:
+	case wait == WaitDefault && l.cfg.manualSync:
 		wait = WaitNever
 	case wait == WaitDefault:
 		wait = WaitInFlight
@@ -519,8 +519,8 @@ func (l *Limiter) SetLimit(r *Rule, lim Limit) error {
 //
 // What the rule's keys admitted is not lost: in Hybrid mode the syncer's
 // next round reports each key's unreported use to Redis and gives its
-// leases back, as Shutdown does, then forgets it (with Config.ManualSync,
-// the next SyncAt; while Redis is unavailable, the first round that
+// leases back, as Shutdown does, then forgets it (with Config.manualSync,
+// the next syncAt; while Redis is unavailable, the first round that
 // reaches it; if the Limiter shuts down first, Shutdown's last round). In
 // Central mode Redis holds all of it already. The rule's state in Redis
 // stays until its keys' TTLs end: registered again meanwhile, under the
@@ -650,9 +650,9 @@ func (l *Limiter) markAvailable() {
 func (l *Limiter) breakerOpen() bool { return l.unavailable.Load() != 0 }
 
 // startProbe starts the probe unless one runs, the Limiter is shut down,
-// or the caller runs the rounds (ManualSync: SyncAt probes).
+// or the caller runs the rounds (manualSync: syncAt probes).
 func (l *Limiter) startProbe() {
-	if l.cfg.ManualSync || !l.probing.CompareAndSwap(false, true) {
+	if l.cfg.manualSync || !l.probing.CompareAndSwap(false, true) {
 		return
 	}
 	l.mu.Lock()
@@ -739,40 +739,40 @@ func (o observer) Round(st syncer.RoundStats) {
 	}
 }
 
-// SyncAt runs one round of the syncer at the Limiter's clock time, for
-// Config.ManualSync. It returns the round's figures.
-func (l *Limiter) SyncAt(ctx context.Context, now time.Time) (RoundStats, error) {
+// syncAt runs one round of the syncer at the Limiter's clock time, for
+// Config.manualSync. It returns the round's figures.
+func (l *Limiter) syncAt(ctx context.Context, now time.Time) (RoundStats, error) {
 	if l.sync == nil {
 		return RoundStats{}, nil
 	}
-	if l.breakerOpen() && l.cfg.ManualSync && l.central.Ping(ctx) == nil {
-		// The probe, which ManualSync leaves to the caller's rounds.
+	if l.breakerOpen() && l.cfg.manualSync && l.central.Ping(ctx) == nil {
+		// The probe, which manualSync leaves to the caller's rounds.
 		l.markAvailable()
 	}
 	return l.sync.SyncAt(ctx, now.UnixMicro())
 }
 
-// SyncWanted reports, and clears, whether a hybrid key asked for an early
-// sync round since the last call; with ManualSync the caller runs one
-// (SyncAt) soon after, as the loop would, MinGap later.
-func (l *Limiter) SyncWanted() bool { return l.sync != nil && l.sync.Wanted() }
+// syncWanted reports, and clears, whether a hybrid key asked for an early
+// sync round since the last call; with manualSync the caller runs one
+// (syncAt) soon after, as the loop would, MinGap later.
+func (l *Limiter) syncWanted() bool { return l.sync != nil && l.sync.Wanted() }
 
-// SyncFirstAt runs a first-lease round of the syncer at the Limiter's clock
-// time, for Config.ManualSync: it exchanges only the keys that asked for
+// syncFirstAt runs a first-lease round of the syncer at the Limiter's clock
+// time, for Config.manualSync: it exchanges only the keys that asked for
 // their first lease, or for the correction of a lease granted on a guess
 // (syncer.Syncer.SyncFirstAt). It returns the round's figures.
-func (l *Limiter) SyncFirstAt(ctx context.Context, now time.Time) (RoundStats, error) {
+func (l *Limiter) syncFirstAt(ctx context.Context, now time.Time) (RoundStats, error) {
 	if l.sync == nil {
 		return RoundStats{}, nil
 	}
 	return l.sync.SyncFirstAt(ctx, now.UnixMicro())
 }
 
-// SyncFirstWanted reports, and clears, whether a hybrid key asked for a
-// first-lease round since the last call; with ManualSync the caller runs
-// one (SyncFirstAt) soon after, as the loop would, at once or FirstGap
+// syncFirstWanted reports, and clears, whether a hybrid key asked for a
+// first-lease round since the last call; with manualSync the caller runs
+// one (syncFirstAt) soon after, as the loop would, at once or FirstGap
 // after the last one.
-func (l *Limiter) SyncFirstWanted() bool { return l.sync != nil && l.sync.WantedFirst() }
+func (l *Limiter) syncFirstWanted() bool { return l.sync != nil && l.sync.WantedFirst() }
 
 // sweepLoop evicts idle keys of every rule every sweepInterval.
 func (l *Limiter) sweepLoop() {
@@ -784,14 +784,14 @@ func (l *Limiter) sweepLoop() {
 		case <-l.sweepStop:
 			return
 		case <-t.C:
-			l.SweepAt(l.clock.Now())
+			l.sweepAt(l.clock.Now())
 		}
 	}
 }
 
-// SweepAt forgets every key back in its initial state at now, of every
+// sweepAt forgets every key back in its initial state at now, of every
 // rule, and returns how many.
-func (l *Limiter) SweepAt(now time.Time) int {
+func (l *Limiter) sweepAt(now time.Time) int {
 	l.mu.Lock()
 	rules := make([]*ruleState, 0, len(l.rules))
 	for _, rs := range l.rules {

@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -101,11 +102,11 @@ func TestNewCopiesConfig(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	secret := []byte("secret-one")
-	cfg := hybrid.Config{
+	cfg := hybridsim.Virtual(hybrid.Config{
 		Redis: client, Keyspace: syncer.Keyspace{Prefix: prefix, Secret: secret},
-		Clock: clk, ManualSync: true, VirtualTime: true,
-		Sync: syncer.SyncConfig{Interval: testInterval, NodeID: "a"},
-	}
+		Clock: clk,
+		Sync:  syncer.SyncConfig{Interval: testInterval, NodeID: "a"},
+	})
 	before := cfg
 	before.Keyspace.Secret = bytes.Clone(secret)
 	l := newNode(t, cfg)
@@ -243,7 +244,7 @@ func TestRegisterModes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := hybrid.Config{Mode: c.limiter, Logger: quiet, ManualSync: true, Sync: syncer.SyncConfig{Interval: testInterval, Nodes: c.nodes}}
+			cfg := hybridsim.Manual(hybrid.Config{Mode: c.limiter, Logger: quiet, Sync: syncer.SyncConfig{Interval: testInterval, Nodes: c.nodes}})
 			if c.redis {
 				cfg.Redis, cfg.Keyspace = client, syncer.Keyspace{Prefix: redistest.Prefix(t)}
 			}
@@ -339,8 +340,8 @@ func TestLifecycle(t *testing.T) {
 		{"Redis, sync loop, own clock", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
 			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Sync: syncer.SyncConfig{Interval: 20 * time.Millisecond}}
 		}, hybrid.Hybrid},
-		{"Redis, ManualSync", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
-			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, ManualSync: true}
+		{"Redis, manual sync", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
+			return hybridsim.Manual(hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}})
 		}, hybrid.Hybrid},
 		{"Redis, central", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
 			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Mode: hybrid.Central}
@@ -367,7 +368,7 @@ func TestLifecycle(t *testing.T) {
 					_, err := l.Allow(ctx, r, string(rune('a'+i%5)))
 					require.NoError(t, err)
 				}
-				if !cfg.ManualSync && c.redis {
+				if manual, _ := hybridsim.Simulated(cfg); !manual && c.redis {
 					time.Sleep(60 * time.Millisecond) // a few rounds of the loop
 				}
 				var first error

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -64,7 +65,7 @@ func costPerRule(tb testing.TB, cfg hybrid.Config, mode hybrid.Mode, n, keys int
 	if mode == hybrid.Hybrid && keys > 0 {
 		// The keys handed to the syncer: in its set of keys to look
 		// after, as they are between rounds.
-		_, err := l.SyncAt(ctx, cfg.Clock.Now())
+		_, err := hybridsim.SyncAt(ctx, l, cfg.Clock.Now())
 		require.NoError(tb, err)
 	}
 	after, st := heapAfterGC(), l.RuleStats()
@@ -77,11 +78,11 @@ func costPerRule(tb testing.TB, cfg hybrid.Config, mode hybrid.Mode, n, keys int
 // memoryConfig is a Limiter on the test Redis, with manual rounds on a
 // virtual clock, of shards shards per table of keys.
 func memoryConfig(t testing.TB, shards int) hybrid.Config {
-	return hybrid.Config{
+	return hybridsim.Virtual(hybrid.Config{
 		Redis: redistest.Client(t, redistest.Addr(t)), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
-		Clock: clocktest.New(epoch2030), ManualSync: true, VirtualTime: true, Logger: quiet, Shards: shards,
+		Clock: clocktest.New(epoch2030), Logger: quiet, Shards: shards,
 		Sync: syncer.SyncConfig{Nodes: 1},
-	}
+	})
 }
 
 // TestMemoryPerRule measures the heap a registered rule holds, idle and

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -178,7 +179,7 @@ func TestMetrics(t *testing.T) {
 	l.Allow(ctx, rules[0], "new-key")
 	for range 3 {
 		clk.Add(10 * time.Millisecond)
-		_, err := l.SyncAt(ctx, clk.Now())
+		_, err := hybridsim.SyncAt(ctx, l, clk.Now())
 		require.Error(t, err, "SyncAt with Redis killed")
 	}
 	// A new key: its cold-start allowance, then the policy.

@@ -43,7 +43,7 @@ func (m *centralRule) allow(ctx context.Context, now int64, key string, n int64)
 	}
 	var d local.Decision
 	var err error
-	if l.cfg.VirtualTime {
+	if l.cfg.virtualTime {
 		d, err = l.central.AllowNAt(ctx, time.UnixMicro(now), m.redis.Load(), key, n)
 	} else {
 		d, err = l.central.AllowN(ctx, m.redis.Load(), key, n)

@@ -303,7 +303,7 @@ type centralRequest struct {
 
 func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Request, out []local.Decision, refundable bool) (*syncer.Charge, bool, error) {
 	var at time.Time
-	if l.cfg.VirtualTime {
+	if l.cfg.virtualTime {
 		at = time.UnixMicro(now)
 	}
 	if refundable {

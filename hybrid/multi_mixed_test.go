@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -191,7 +192,7 @@ func TestAllowMultiMixedConcurrent(t *testing.T) {
 						})
 					}
 					wg.Go(func() {
-						_, err := l.SyncAt(ctx, clk.Now())
+						_, err := hybridsim.SyncAt(ctx, l, clk.Now())
 						assert.NoError(t, err)
 					})
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -69,7 +70,7 @@ func TestAllowMultiHybrid(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := l.SyncAt(context.Background(), clk.Now())
+				_, err := hybridsim.SyncAt(context.Background(), l, clk.Now())
 				assert.NoError(t, err, "SyncAt")
 			}()
 		}
@@ -181,7 +182,7 @@ func TestAllowMultiMixed(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					n.l.SyncAt(ctx, clk.Now())
+					hybridsim.SyncAt(ctx, n.l, clk.Now())
 				}()
 			}
 			wg.Wait()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -52,7 +53,7 @@ func markUnavailable(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, clk *clock
 	for range 3 {
 		clk.Add(10 * time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-		_, err := l.SyncAt(ctx, clk.Now())
+		_, err := hybridsim.SyncAt(ctx, l, clk.Now())
 		cancel()
 		require.ErrorIs(t, err, hybrid.ErrUnavailable, "SyncAt with Redis down")
 	}
@@ -370,7 +371,7 @@ func TestOutageAdmissionsReconciled(t *testing.T) {
 		for i := range nodes {
 			for allow(i) {
 			}
-			nodes[i].SyncAt(ctx, clk.Now())
+			hybridsim.SyncAt(ctx, nodes[i], clk.Now())
 		}
 		clk.Add(10 * time.Millisecond)
 	}
@@ -388,11 +389,11 @@ func TestCentralUnavailable(t *testing.T) {
 	// Limiter knows them only from Config.Sync.Nodes.
 	t.Run("FailLocal divides by the nodes", func(t *testing.T) {
 		srv := redistest.Start(t)
-		l := newNode(t, hybrid.Config{
+		l := newNode(t, hybridsim.Manual(hybrid.Config{
 			Redis: redistest.Client(t, srv.Addr), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
-			Mode: hybrid.Central, ManualSync: true, Logger: quiet, Timeout: 20 * time.Millisecond,
+			Mode: hybrid.Central, Logger: quiet, Timeout: 20 * time.Millisecond,
 			Sync: syncer.SyncConfig{Nodes: 4},
-		})
+		}))
 		r := mustRegister(t, l, hybrid.Rule{Name: "r", Mode: hybrid.Central, Limit: fixed(100, time.Hour), Policy: hybrid.FailLocal}, hybrid.Central)
 		srv.Kill()
 		var admitted int

@@ -41,7 +41,7 @@ func TestGoRedisLogRouted(t *testing.T) {
 	rec := &records{}
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer c.Close()
-	l, err := New(Config{Redis: c, Mode: Central, ManualSync: true, Logger: slog.New(rec)})
+	l, err := New(Config{Redis: c, Mode: Central, manualSync: true, Logger: slog.New(rec)})
 	require.NoError(t, err)
 	defer l.Close()
 	// go-redis's logger is the process's, set by the first Limiter: this

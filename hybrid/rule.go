@@ -87,7 +87,7 @@ type Wait uint8
 
 const (
 	// WaitDefault takes the default: WaitInFlight, or WaitNever under
-	// Config.ManualSync, where no loop runs the exchanges a request would
+	// Config.manualSync, where no loop runs the exchanges a request would
 	// wait for.
 	WaitDefault Wait = iota
 	// WaitNever never waits: a key's first requests on a node are decided

@@ -16,6 +16,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -23,7 +24,7 @@ import (
 
 // The deterministic simulation of the hybrid mode: N limiters in one
 // process, on one virtual clock, against a real redis-server that takes
-// every script's time from the clock (VirtualTime). An event queue drives
+// every script's time from the clock (hybridsim.Virtual). An event queue drives
 // each node's requests (Poisson arrivals, precomputed from a seeded RNG),
 // its regular sync rounds (every Interval, phase-shifted per node), its
 // early rounds and its first-lease rounds (as the Syncer's loop runs them:
@@ -125,15 +126,14 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 	ls := make([]*hybrid.Limiter, nodes)
 	rules := make([]*hybrid.Rule, nodes)
 	for i := range ls {
-		l, err := hybrid.New(hybrid.Config{
+		l, err := hybrid.New(hybridsim.Virtual(hybrid.Config{
 			Redis: client, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clock,
-			ManualSync: true, VirtualTime: true,
 			// Deadlines are wall-clock: on a loaded machine a round may take
 			// longer than an interval of virtual time, which must not count
 			// as Redis failing.
 			Timeout: simTimeout,
 			Sync:    syncer.SyncConfig{Interval: interval, NodeID: fmt.Sprintf("n%d", i), Nodes: nodes, Timeout: simTimeout},
-		})
+		}))
 		require.NoError(t, err, "New")
 		t.Cleanup(func() { l.Close() })
 		r, err := l.Register(hybrid.Rule{Name: "sim", Limit: lim, Mode: hybrid.Hybrid})
@@ -228,20 +228,20 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 		clock.Set(time.UnixMicro(e.at))
 		switch e.kind {
 		case evSync, evEarly, evFirst:
-			sync := ls[e.node].SyncAt
+			sync := hybridsim.SyncAt
 			switch {
 			case e.kind == evEarly && e.key != earlyGen[e.node]:
 				continue // a regular round ran since it was asked for
 			case e.kind == evFirst:
 				firstQueued[e.node] = false
 				lastFirst[e.node] = e.at
-				sync = ls[e.node].SyncFirstAt
+				sync = hybridsim.SyncFirstAt
 			default:
 				earlyQueued[e.node] = false
 				earlyGen[e.node]++
 				lastRound[e.node] = e.at
 			}
-			st, err := sync(ctx, clock.Now())
+			st, err := sync(ctx, ls[e.node], clock.Now())
 			require.NoError(t, err, "sync")
 			res.scripts += int64(st.Synced)
 			if st.Registered {
@@ -282,11 +282,11 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 			}
 			// A key that asks for a sync wakes the node's loop, which runs
 			// a round at once, or MinGap after its last one.
-			if ls[e.node].SyncWanted() && !earlyQueued[e.node] {
+			if hybridsim.SyncWanted(ls[e.node]) && !earlyQueued[e.node] {
 				earlyQueued[e.node] = true
 				push(event{at: max(e.at, lastRound[e.node]+minGap), kind: evEarly, node: e.node, key: earlyGen[e.node]})
 			}
-			if ls[e.node].SyncFirstWanted() && !firstQueued[e.node] {
+			if hybridsim.SyncFirstWanted(ls[e.node]) && !firstQueued[e.node] {
 				firstQueued[e.node] = true
 				push(event{at: max(e.at, lastFirst[e.node]+firstGap), kind: evFirst, node: e.node})
 			}

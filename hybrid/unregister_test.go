@@ -12,6 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -164,10 +165,10 @@ func TestUnregisterMetrics(t *testing.T) {
 		d, _ := l.Allow(ctx, waiter, "k")
 		done <- d
 	}()
-	for !l.SyncFirstWanted() {
+	for !hybridsim.SyncFirstWanted(l) {
 		runtime.Gosched() // the request is about to ask for its exchange
 	}
-	_, err := l.SyncFirstAt(ctx, clk.Now())
+	_, err := hybridsim.SyncFirstAt(ctx, l, clk.Now())
 	require.NoError(t, err)
 	require.True(t, (<-done).Waited())
 	for _, r := range append(gone, kept...) {

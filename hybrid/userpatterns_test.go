@@ -13,6 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -25,14 +26,14 @@ import (
 // local.Limiter replaying the same requests) admits.
 
 // liveNode returns a Limiter whose syncer runs its own loop, with decisions
-// and scripts on clk (VirtualTime): the test moves time, the loop's rounds
+// and scripts on clk (hybridsim.Virtual): the test moves time, the loop's rounds
 // and their round trips are real.
 func liveNode(t testing.TB, c redis.UniversalClient, prefix string, clk local.Clock, id string, nodes int) *hybrid.Limiter {
 	t.Helper()
-	return newNode(t, hybrid.Config{
-		Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clk, VirtualTime: true, Logger: quiet,
+	return newNode(t, hybridsim.Config(hybrid.Config{
+		Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clk, Logger: quiet,
 		Sync: syncer.SyncConfig{Interval: testInterval, NodeID: id, Nodes: nodes},
-	})
+	}, false, true))
 }
 
 // elapse moves clk on by d, in sync intervals, each followed by a round

@@ -267,7 +267,7 @@ count (INFO commandstats); Redis CPU: used_cpu_user + used_cpu_sys over the run,
 core.
 
 **Modes.** central: every decision one script in Redis (hybrid.Limiter, Mode Central).
-hybrid: hybrid.Limiter, Mode Hybrid, real clocks (no VirtualTime, no ManualSync), Sync.Interval
+hybrid: hybrid.Limiter, Mode Hybrid, real clocks (no hybridsim), Sync.Interval
 100 ms, Sync.Nodes N, NodeID per node; every rule runs hybrid, whatever its limit (the run
 checks the mode the Limiter reports, and the table would say so). naive: the peer design (gubernator
 GLOBAL-like), built in the benchmark (bench/accuracy/naive.go): each node decides locally

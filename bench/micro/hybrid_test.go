@@ -11,14 +11,15 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
 // benchLimiter returns a hybrid.Limiter of one node on a fresh prefix, with
-// ManualSync and the settable clock it reads, closed when b ends. The
+// hybridsim.Virtual and the settable clock it reads, closed when b ends. The
 // benchmark moves the clock by hand, so that a hybrid key's lease (fetched
-// once, with ManualSync) covers the whole run. It skips b without
+// once, with hybridsim.Virtual) covers the whole run. It skips b without
 // HYBRIDLIMIT_REDIS_ADDR.
 func benchLimiter(b *testing.B) (*hybrid.Limiter, *clocktest.Clock) {
 	addr := os.Getenv("HYBRIDLIMIT_REDIS_ADDR")
@@ -28,11 +29,11 @@ func benchLimiter(b *testing.B) (*hybrid.Limiter, *clocktest.Clock) {
 	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { client.Close() })
 	clock := clocktest.New(t0)
-	l, err := hybrid.New(hybrid.Config{
-		Redis: client, Clock: clock, ManualSync: true, VirtualTime: true,
+	l, err := hybrid.New(hybridsim.Virtual(hybrid.Config{
+		Redis: client, Clock: clock,
 		Keyspace: syncer.Keyspace{Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano())},
 		Sync:     syncer.SyncConfig{Nodes: 1},
-	})
+	}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func BenchmarkHybrid(b *testing.B) {
 	// Fetch the hybrid key's lease: a first request, one round, checked.
 	hr := rules["hybrid"]
 	l.Allow(ctx, hr, hotKey)
-	if _, err := l.SyncAt(ctx, clock.Now()); err != nil {
+	if _, err := hybridsim.SyncAt(ctx, l, clock.Now()); err != nil {
 		b.Fatal(err)
 	}
 	if d, _ := l.AllowN(ctx, hr, hotKey, 0); d.Reason() != local.ReasonOK {
@@ -118,7 +119,7 @@ func BenchmarkFlood(b *testing.B) {
 	ctx := context.Background()
 	sync := func(b *testing.B) {
 		b.StopTimer()
-		if _, err := l.SyncAt(ctx, clock.Now()); err != nil {
+		if _, err := hybridsim.SyncAt(ctx, l, clock.Now()); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -23,6 +23,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
@@ -106,11 +107,11 @@ func TestRulesChurn(t *testing.T) {
 	ks := hybrid.Keyspace{Prefix: redistest.Prefix(t)}
 	clk := clocktest.New(t0)
 	reader := metric.NewManualReader()
-	l, err := hybrid.New(hybrid.Config{
-		Redis: c, Keyspace: ks, Clock: clk, ManualSync: true, VirtualTime: true,
+	l, err := hybrid.New(hybridsim.Virtual(hybrid.Config{
+		Redis: c, Keyspace: ks, Clock: clk,
 		MeterProvider: metric.NewMeterProvider(metric.WithReader(reader)),
 		Sync:          hybrid.SyncConfig{Nodes: 1},
-	})
+	}))
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	base := []httplimit.Rule{perIP("base-a", "/a", 1e6, time.Minute), perIP("base-b", "/b", 1e6, time.Minute)}
@@ -143,7 +144,7 @@ func TestRulesChurn(t *testing.T) {
 			rules = rulesOf(gen)
 		}
 		require.NoError(t, m.SetRules(rules))
-		_, err := l.SyncAt(ctx, clk.Now())
+		_, err := hybridsim.SyncAt(ctx, l, clk.Now())
 		require.NoError(t, err)
 		request("/a")
 		if gen != baseOnly {
@@ -161,7 +162,7 @@ func TestRulesChurn(t *testing.T) {
 		reload(gen)
 	}
 	reload(baseOnly)
-	_, err = l.SyncAt(ctx, clk.Now()) // the last keys, forgotten
+	_, err = hybridsim.SyncAt(ctx, l, clk.Now()) // the last keys, forgotten
 	require.NoError(t, err)
 	after := heapAfterGC()
 	assert.LessOrEqual(t, float64(after), 1.10*float64(baseline), "the live heap returns within 10%% of its baseline")
@@ -170,7 +171,7 @@ func TestRulesChurn(t *testing.T) {
 	st := l.RuleStats()
 	assert.Equal(t, 2, st.Rules)
 	for _, gen := range []int{0, reloads / 2, reloads - 1} {
-		assert.Equal(t, "1", windowUse(t, c, ks, id(gen, 0), l.NodeID(), clk.Now()), "what rule %s admitted, reported after its removal", id(gen, 0))
+		assert.Equal(t, "1", windowUse(t, c, ks, id(gen, 0), hybridsim.NodeID(l), clk.Now()), "what rule %s admitted, reported after its removal", id(gen, 0))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -23,15 +24,15 @@ import (
 func TestMixedRuleSet(t *testing.T) {
 	leakcheck.Check(t)
 	clk := clocktest.New(t0)
-	l, err := hybrid.New(hybrid.Config{
+	l, err := hybrid.New(hybridsim.Virtual(hybrid.Config{
 		Redis: redistest.Client(t, redistest.Addr(t)), Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)},
-		Clock: clk, ManualSync: true, VirtualTime: true, Sync: hybrid.SyncConfig{NodeID: "a", Nodes: 1},
-	})
+		Clock: clk, Sync: hybrid.SyncConfig{NodeID: "a", Nodes: 1},
+	}))
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	sync := func() {
 		t.Helper()
-		_, err := l.SyncAt(t.Context(), clk.Now())
+		_, err := hybridsim.SyncAt(t.Context(), l, clk.Now())
 		require.NoError(t, err)
 	}
 
@@ -110,9 +111,9 @@ rules:
 	require.Len(t, rules, 2)
 	assert.Equal(t, hybrid.Local, rules[0].Mode)
 	assert.Equal(t, hybrid.Hybrid, rules[1].Mode)
-	l, err := hybrid.New(hybrid.Config{
-		Redis: redistest.Client(t, redistest.Addr(t)), Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)}, ManualSync: true,
-	})
+	l, err := hybrid.New(hybridsim.Manual(hybrid.Config{
+		Redis: redistest.Client(t, redistest.Addr(t)), Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)},
+	}))
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	m, err := httplimit.New(l, httplimit.Config{})
