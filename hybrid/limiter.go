@@ -741,9 +741,9 @@ func (o observer) Round(st syncer.RoundStats) {
 
 // syncAt runs one round of the syncer at the Limiter's clock time, for
 // Config.manualSync. It returns the round's figures.
-func (l *Limiter) syncAt(ctx context.Context, now time.Time) (RoundStats, error) {
+func (l *Limiter) syncAt(ctx context.Context, now time.Time) (syncer.RoundStats, error) {
 	if l.sync == nil {
-		return RoundStats{}, nil
+		return syncer.RoundStats{}, nil
 	}
 	if l.breakerOpen() && l.cfg.manualSync && l.central.Ping(ctx) == nil {
 		// The probe, which manualSync leaves to the caller's rounds.
@@ -761,9 +761,9 @@ func (l *Limiter) syncWanted() bool { return l.sync != nil && l.sync.Wanted() }
 // time, for Config.manualSync: it exchanges only the keys that asked for
 // their first lease, or for the correction of a lease granted on a guess
 // (syncer.Syncer.SyncFirstAt). It returns the round's figures.
-func (l *Limiter) syncFirstAt(ctx context.Context, now time.Time) (RoundStats, error) {
+func (l *Limiter) syncFirstAt(ctx context.Context, now time.Time) (syncer.RoundStats, error) {
 	if l.sync == nil {
-		return RoundStats{}, nil
+		return syncer.RoundStats{}, nil
 	}
 	return l.sync.SyncFirstAt(ctx, now.UnixMicro())
 }

@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
 // traceRound records a sync round as a span, after the fact, from its
@@ -15,7 +17,7 @@ import (
 // reached Redis after an outage, the one that reports what was admitted
 // without it. Rounds are a few per second at most: never a span per
 // decision.
-func (l *Limiter) traceRound(st RoundStats) {
+func (l *Limiter) traceRound(st syncer.RoundStats) {
 	end := time.Now()
 	name := "hybridlimit.sync"
 	if st.First {

@@ -36,11 +36,6 @@ type (
 	// SyncConfig configures the hybrid mode's syncer (syncer.SyncConfig),
 	// for Config.Sync.
 	SyncConfig = syncer.SyncConfig
-	// Observer receives the syncer's rounds (syncer.Observer), for
-	// SyncConfig.Observer.
-	Observer = syncer.Observer
-	// RoundStats are one sync round's figures (syncer.RoundStats).
-	RoundStats = syncer.RoundStats
 )
 
 // The algorithms; see local.Algorithm for each one's semantics.
