@@ -131,14 +131,6 @@ func refusal(lr *lease.Rule, v lease.Verdict) lease.Verdict {
 	return v
 }
 
-// maxExchanges is how many of its key's exchanges a request of a window
-// rule waits for: an exchange sent while others wait too may grant less
-// than they all asked (the script paces a window's budget among the
-// nodes), and the next one grants the rest; a third would be waiting on a
-// budget others hold. A bucket's request waits for one: its share's
-// tokens come at the share's rate, not in grants.
-const maxExchanges = 2
-
 // waitLease decides a request of cost n for key, which its lease could not
 // decide, again after each sync round, until it is decided otherwise, the
 // key's exchange sent after it began to wait is answered (then it is
@@ -153,7 +145,7 @@ func (m *hybridRule) waitLease(ctx context.Context, e *keyed.Entry[lease.Lease],
 	start := time.Now()
 	timer := time.NewTimer(m.l.cfg.Timeout)
 	defer timer.Stop()
-	ticket, tries := e.Value.Ticket(), 0
+	ticket := e.Value.Ticket(lr)
 	for {
 		e.Value.Await(n)
 		lr.Notify(e)
@@ -194,15 +186,9 @@ func (m *hybridRule) waitLease(ctx context.Context, e *keyed.Entry[lease.Lease],
 		case !wait:
 			e.Unlock()
 			return m.waited(start, v, lr), nil
-		case late || m.l.breakerOpen():
+		case late || m.l.breakerOpen() || e.Value.Exchanged(ticket):
 			e.Unlock()
 			return m.waited(start, refusal(lr, v), lr), nil
-		case e.Value.Exchanged(ticket):
-			if tries++; tries == maxExchanges || lr.Buckets() {
-				e.Unlock()
-				return m.waited(start, refusal(lr, v), lr), nil
-			}
-			ticket = e.Value.Ticket() // the exchange granted less than the waiters asked: once more
 		}
 	}
 }

@@ -218,7 +218,7 @@ func (w *multiWaiter) await(lk keyed.Locked[lease.Lease], reqs []Request, hrs []
 			continue
 		}
 		if !w.has[i0] {
-			w.ticket[i0], w.has[i0] = e.Value.Ticket(), true
+			w.ticket[i0], w.has[i0] = e.Value.Ticket(hrs[i0].lease.Load()), true
 		}
 		w.awaited[i0] = sumCost(reqs, group)
 		e.Value.Await(w.awaited[i0])

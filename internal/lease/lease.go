@@ -137,9 +137,8 @@ func (k *Lease) WantsFirst(r *Rule) bool {
 func (k *Lease) quietAtFirst(r *Rule) bool { return r.buckets && k.hits <= 1 }
 
 // Verdict is a hybrid decision before the limiter dresses it as a
-// local.Decision; times are µs. Its four words stay in registers (a fifth
-// field costs a decision about a quarter of its time): what the decision
-// asks of its caller comes apart, as a Signal.
+// local.Decision; times are µs. Its four words stay in registers: what the
+// decision asks of its caller comes apart, as a Signal.
 type Verdict struct {
 	Reason    local.Reason
 	Remaining int64
@@ -303,10 +302,19 @@ func (k *Lease) Await(n int64) {
 // Unawait takes back a request of cost n that Await recorded.
 func (k *Lease) Unawait(n int64) { k.wait = max(k.wait-n, 0) }
 
-// Ticket returns what Exchanged compares with: a request that begins to
-// wait takes one, and its wait is over once an exchange sent after it was
-// answered.
-func (k *Lease) Ticket() uint16 { return k.sent + 1 }
+// Ticket returns what Exchanged compares with: a request of r that begins
+// to wait takes one, and its wait is over once the exchanges it waits for
+// were answered. A window rule's request waits for two: an exchange sent
+// while others wait too may grant less than they all asked (the script
+// paces a window's budget among the nodes), and the next one grants the
+// rest; a third would be waiting on a budget others hold. A bucket's waits
+// for one: its share's tokens come at the share's rate, not in grants.
+func (k *Lease) Ticket(r *Rule) uint16 {
+	if r.buckets {
+		return k.sent + 1
+	}
+	return k.sent + 2
+}
 
 // Exchanged reports whether an exchange of the key sent at or after ticket
 // (Ticket) was answered.

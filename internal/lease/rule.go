@@ -155,10 +155,6 @@ func (r *Rule) SetWaitFirst() { r.waitFirst = true }
 // WaitsFirst reports whether r waits for its leases (SetWaitFirst).
 func (r *Rule) WaitsFirst() bool { return r.waitFirst }
 
-// Buckets reports whether r is a bucket's (token, leaky, GCRA): a share of
-// a rate, not grants of a window's budget.
-func (r *Rule) Buckets() bool { return r.buckets }
-
 // MinGap is the least gap between two early exchanges of a key (µs): about
 // when a lease asked for now arrives.
 func (r *Rule) MinGap() int64 { return r.minGap }
