@@ -519,9 +519,9 @@ func (l *Limiter) SetLimit(r *Rule, lim Limit) error {
 //
 // What the rule's keys admitted is not lost: in Hybrid mode the syncer's
 // next round reports each key's unreported use to Redis and gives its
-// leases back, as Shutdown does, then forgets it (with Config.manualSync,
-// the next syncAt; while Redis is unavailable, the first round that
-// reaches it; if the Limiter shuts down first, Shutdown's last round). In
+// leases back, as Shutdown does, then forgets it (while Redis is
+// unavailable, the first round that reaches it; if the Limiter shuts down
+// first, Shutdown's last round). In
 // Central mode Redis holds all of it already. The rule's state in Redis
 // stays until its keys' TTLs end: registered again meanwhile, under the
 // same name and limit, a distributed rule takes it up; a Local rule starts

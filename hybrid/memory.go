@@ -12,7 +12,7 @@ type RuleStats struct {
 	// key, and an entry per key; the same for a failure policy's table once
 	// a policy has decided. A sliding window log's requests and a
 	// sub-window counter's counts, kept beside their keys' entries, are not
-	// counted, nor the allocator's rounding. For sizing, not accounting.
+	// counted. For sizing, not accounting.
 	Bytes int64
 }
 

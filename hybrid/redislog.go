@@ -67,14 +67,15 @@ func (r *redisErrors) failed(l *Limiter, err error) {
 	now := time.Now()
 	r.mu.Lock()
 	last, seen := r.logged[kind]
-	if !seen || now.Sub(last) >= redisErrorLogEvery {
+	log := !seen || now.Sub(last) >= redisErrorLogEvery
+	if log {
 		if r.logged == nil {
 			r.logged = map[string]time.Time{}
 		}
 		r.logged[kind] = now
 	}
 	r.mu.Unlock()
-	if !seen || now.Sub(last) >= redisErrorLogEvery {
+	if log {
 		l.logger.Warn("hybridlimit: redis answered with an error; the failure policies decide what it does not (logged once a minute)", "kind", kind, "err", err)
 	}
 }

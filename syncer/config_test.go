@@ -104,7 +104,7 @@ func TestSyncConfigValidate(t *testing.T) {
 		{"Epsilon above 1", SyncConfig{Client: c, Epsilon: 1.5}, "syncer: invalid config: Epsilon 1.5: must be in [0, 1] (0 takes the default)"},
 		{"negative Batch", SyncConfig{Client: c, Batch: -1}, "syncer: invalid config: Batch -1: must be at least 1"},
 		{"negative Nodes", SyncConfig{Client: c, Nodes: -1}, "syncer: invalid config: Nodes -1: must not be negative"},
-		{"bad NodeID", SyncConfig{Client: c, NodeID: "a b"}, `syncer: invalid config: NodeID "a b": 1 to 128 bytes of letters, digits and -_.:/`},
+		{"bad NodeID", SyncConfig{Client: c, NodeID: "a b"}, `syncer: invalid config: NodeID "a b": byte ' ' at 1: only letters, digits and -_.:/ are allowed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.cfg

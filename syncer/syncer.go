@@ -17,6 +17,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -195,8 +196,8 @@ func (c SyncConfig) validate() error {
 		return invalidConfig("Nodes", c.Nodes, "must not be negative")
 	}
 	if c.NodeID != "" {
-		if err := ValidRuleName(c.NodeID); err != nil {
-			return invalidConfig("NodeID", fmt.Sprintf("%q", c.NodeID), fmt.Sprintf("1 to %d bytes of letters, digits and -_.:/", maxRuleName))
+		if err := keyname.CheckRule(c.NodeID); err != nil {
+			return invalidConfig("NodeID", fmt.Sprintf("%q", c.NodeID), err.Error())
 		}
 	}
 	return nil

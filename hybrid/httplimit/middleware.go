@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/http"
 	"slices"
@@ -30,8 +29,6 @@ type Middleware struct {
 	cfg          Config
 	ip           clientIP
 	apiKeyHeader string
-	clock        hybrid.Clock
-	logger       *slog.Logger
 	met          *metrics
 
 	mu  sync.Mutex            // serializes SetRules; guards reg
@@ -109,7 +106,7 @@ func New(l *hybrid.Limiter, cfg Config) (*Middleware, error) {
 		return nil, err
 	}
 	m := &Middleware{
-		l: l, cfg: cfg, ip: newClientIP(cfg), clock: cfg.Clock, logger: cfg.Logger, reg: map[string]registered{},
+		l: l, cfg: cfg, ip: newClientIP(cfg), reg: map[string]registered{},
 		apiKeyHeader: http.CanonicalHeaderKey(cfg.APIKeyHeader),
 	}
 	var err error
@@ -280,7 +277,7 @@ func (m *Middleware) unregister(names []string) {
 		if err := m.l.Unregister(m.reg[name].rule); err != nil {
 			// Not registered any more: the application unregistered it
 			// itself, or closed the Limiter.
-			m.logger.Debug("httplimit: unregister a rule no longer used", "rule", name, "err", err)
+			m.cfg.Logger.Debug("httplimit: unregister a rule no longer used", "rule", name, "err", err)
 		}
 		delete(m.reg, name)
 	}

@@ -275,7 +275,7 @@ func (m *Middleware) decide(r *http.Request, set *ruleSet, sc *scratch, shadow b
 			return true, false // the rules changed under the request
 		}
 		m.met.errors.Add(r.Context(), 1)
-		m.logger.Error("httplimit: the limiter could not decide; the request passes", "err", err)
+		m.cfg.Logger.Error("httplimit: the limiter could not decide; the request passes", "err", err)
 		return true, false
 	case err != nil:
 		// Redis answered with an error (a key of another type under the
@@ -378,7 +378,7 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 		m.setInt(hdr, sc, hdrXRemaining, h.d.Remaining())
 		t := h.reset()
 		if m.cfg.ResetUnix {
-			t += m.clock.Now().Unix()
+			t += m.cfg.Clock.Now().Unix()
 		}
 		m.setInt(hdr, sc, hdrXReset, t)
 	}

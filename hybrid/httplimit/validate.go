@@ -6,7 +6,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
@@ -56,7 +55,7 @@ func compile(i int, r *Rule) (checked, error) {
 	}
 	c := &compiledRule{
 		id: r.ID, key: r.Key, pat: pat, tier: r.Tier, cost: max(r.Cost, 1), shadow: r.Shadow,
-		window: int64((r.Window + time.Second - 1) / time.Second),
+		window: seconds(r.Window),
 	}
 	return checked{c: c, base: base, over: over}, nil
 }
