@@ -18,6 +18,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -593,7 +594,7 @@ func (l *Limiter) Allow(ctx context.Context, r *Rule, key string) (Decision, err
 func (l *Limiter) AllowN(ctx context.Context, r *Rule, key string, n int64) (Decision, error) {
 	rs, err := l.state(r)
 	if err != nil {
-		return local.Outcome{Reason: local.ReasonInvalidCost}.Decision(), err
+		return localx.Outcome{Reason: local.ReasonInvalidCost}.Decision(), err
 	}
 	return rs.mode.allow(ctx, l.nowMicro(), key, n)
 }

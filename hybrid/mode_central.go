@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -81,9 +82,9 @@ func (m *centralRule) badCost(n int64) (local.Decision, bool) {
 	lim := m.rs.limit.Load().MaxCost()
 	switch {
 	case n < 0:
-		return local.Outcome{Reason: local.ReasonInvalidCost, Capacity: lim}.Decision(), true
+		return localx.Outcome{Reason: local.ReasonInvalidCost, Capacity: lim}.Decision(), true
 	case n > lim:
-		return local.Outcome{Reason: local.ReasonCostTooHigh, Capacity: lim}.Decision(), true
+		return localx.Outcome{Reason: local.ReasonCostTooHigh, Capacity: lim}.Decision(), true
 	}
 	return local.Decision{}, false
 }

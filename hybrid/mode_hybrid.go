@@ -9,6 +9,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -182,7 +183,7 @@ func (m *hybridRule) waitLease(ctx context.Context, e *keyed.Entry[lease.Lease],
 			d := m.degraded(e, lr, now, key, n, true)
 			e.Unlock()
 			m.countWait(start, d)
-			return d.AsWaited(), nil
+			return localx.Waited(d), nil
 		case !wait:
 			e.Unlock()
 			return m.waited(start, v, lr), nil
@@ -199,7 +200,7 @@ func (m *hybridRule) waited(start time.Time, v lease.Verdict, lr *lease.Rule) lo
 	v = refusal(lr, v)
 	d := dress(v, lr.MaxCost())
 	m.countWait(start, d)
-	return d.AsWaited()
+	return localx.Waited(d)
 }
 
 // countWait counts d, a decision that waited since start for its key's
@@ -279,7 +280,7 @@ func (m *hybridRule) fallbackLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, 
 	if charge && v.Reason == local.ReasonOK && !m.l.shut.Load() {
 		lr.Notify(e)
 	}
-	return dress(v, lr.MaxCost()).AsDegraded()
+	return localx.Degraded(dress(v, lr.MaxCost()))
 }
 
 // idle is the store's eviction test: a key is forgotten once its lease is
@@ -331,5 +332,5 @@ func (l *Limiter) setDigest(k *lease.Lease, key string) {
 // dress turns a lease's verdict into a Decision; limit is the most one
 // request may cost.
 func dress(v lease.Verdict, limit int64) local.Decision {
-	return local.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, usec.Duration(v.Reset), usec.Duration(v.Retry))
+	return localx.NewDecision(v.Reason == local.ReasonOK, v.Reason, limit, v.Remaining, usec.Duration(v.Reset), usec.Duration(v.Retry))
 }

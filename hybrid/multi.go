@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -162,7 +163,7 @@ func (l *Limiter) centralAndOthers(ctx context.Context, now int64, reqs []Reques
 // decision reports them.
 func refuseAll(out []Decision) {
 	for i := range out {
-		out[i] = out[i].Refused()
+		out[i] = localx.Refused(out[i])
 	}
 }
 

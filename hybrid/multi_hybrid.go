@@ -6,6 +6,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -261,7 +262,7 @@ func (w *multiWaiter) done(reqs []Request, hrs []*hybridRule, out []local.Decisi
 		if m == nil {
 			continue
 		}
-		out[i] = out[i].AsWaited()
+		out[i] = localx.Waited(out[i])
 		if w.has[i] {
 			w.l.metrics.waited(m.rs, took, out[i])
 		}
@@ -287,7 +288,7 @@ func (l *Limiter) lookupMulti(now int64, reqs []Request, hrs []*hybridRule, out 
 			continue
 		}
 		if ents[i] = m.store.Get(q.Key, now); ents[i] == nil {
-			out[i] = local.Outcome{Reason: local.ReasonOverflow, Capacity: lr.MaxCost()}.Decision()
+			out[i] = localx.Outcome{Reason: local.ReasonOverflow, Capacity: lr.MaxCost()}.Decision()
 			ok = false
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -82,18 +83,18 @@ func (f *failover) decide(nodes int64, now int64, key string, n int64, charge bo
 	default:
 		d = f.local(nodes, now, key, n, charge)
 	}
-	return d.AsDegraded()
+	return localx.Degraded(d)
 }
 
 // open admits (FailOpen). The callers refuse bad costs first.
 func (f *failover) open() local.Decision {
 	max := f.rs.limit.Load().MaxCost()
-	return local.Outcome{Allowed: true, Reason: local.ReasonUnavailable, Capacity: max, Remaining: max}.Decision()
+	return localx.Outcome{Allowed: true, Reason: local.ReasonUnavailable, Capacity: max, Remaining: max}.Decision()
 }
 
 // closed refuses (FailClosed).
 func (f *failover) closed() local.Decision {
-	return local.Outcome{Reason: local.ReasonUnavailable, Capacity: f.rs.limit.Load().MaxCost(), RetryAfter: time.Second}.Decision()
+	return localx.Outcome{Reason: local.ReasonUnavailable, Capacity: f.rs.limit.Load().MaxCost(), RetryAfter: time.Second}.Decision()
 }
 
 // local decides on this node's part of the limit, the limit divided by
@@ -135,7 +136,7 @@ func (f *failover) partAllow(part *local.Limiter, now int64, key string, n int64
 	}
 	var out [1]local.Decision
 	if local.CheckMultiAt(at, []local.Request{{Limiter: part, Key: key, N: n}}, out[:]) {
-		o := out[0].Outcome()
+		o := localx.OutcomeOf(out[0])
 		o.Allowed, o.Remaining = true, max(o.Remaining-n, 0)
 		return o.Decision()
 	}

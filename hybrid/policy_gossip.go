@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -187,12 +188,12 @@ func (f *failover) byShare(now int64, key string, n int64, share float64, charge
 	if !(cost <= float64(sc.lim.MaxCost())) {
 		// Beyond the share's burst (or no share at all): never admitted at
 		// this share, which the next snapshot may raise.
-		return local.NewDecision(false, local.ReasonLimited, limit, 0, 0, time.Second).AsDegraded()
+		return localx.Degraded(localx.NewDecision(false, local.ReasonLimited, limit, 0, 0, time.Second))
 	}
 	d := f.partAllow(part, now, key, int64(cost), charge)
 	reason := d.Reason()
 	remaining := min(int64(float64(d.Remaining())*share/float64(sc.k)), limit)
-	return local.NewDecision(d.Allowed(), reason, limit, remaining, d.ResetAfter(), d.RetryAfter()).AsDegraded()
+	return localx.Degraded(localx.NewDecision(d.Allowed(), reason, limit, remaining, d.ResetAfter(), d.RetryAfter()))
 }
 
 // rescale returns lim with its rate and burst scaled by shareScale, or by

@@ -3,6 +3,7 @@ package local
 import (
 	"math"
 
+	"github.com/hybridlimit/hybridlimit/internal/decision"
 	"github.com/hybridlimit/hybridlimit/internal/usec"
 )
 
@@ -42,7 +43,7 @@ const reasonAdmittedOverflow Reason = 255
 // decision dresses v as the Decision the API returns. limit is the limit's
 // MaxCost.
 func (v verdict) decision(limit int64) Decision {
-	return makeDecision(v.allowed(), v.public(), limit, v.remaining, usec.Duration(v.reset), usec.Duration(v.retry))
+	return Decision(decision.Make(v.allowed(), uint8(v.public()), limit, v.remaining, usec.Duration(v.reset), usec.Duration(v.retry)))
 }
 
 // overflowed marks v as decided for a key that did not fit in the table,

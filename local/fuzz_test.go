@@ -293,7 +293,7 @@ func checkSequence(t *testing.T, lim Limit, reqs []fuzzReq) {
 		before := cloneState(s)
 		d := lim.decide(&s, q.at, q.n, true).decision(lim.max)
 		got := l.AllowNAt(time.UnixMicro(q.at), "k", q.n)
-		require.Equal(t, d.Outcome(), got.Outcome(), "%v step %d (t=%d n=%d): the Limiter's decision, want the transition's", lim, i, q.at, q.n)
+		require.Equal(t, d.String(), got.String(), "%v step %d (t=%d n=%d): the Limiter's decision, want the transition's", lim, i, q.at, q.n)
 		wantAllowed, wantRemaining := ref.decide(q.at, q.n)
 		require.Equal(t, wantAllowed, d.Allowed(), "%v step %d (t=%d n=%d): allowed, want the reference's", lim, i, q.at, q.n)
 		require.Equal(t, wantRemaining, d.Remaining(), "%v step %d (t=%d n=%d): remaining, want the reference's", lim, i, q.at, q.n)
@@ -484,7 +484,7 @@ func checkShaper(t *testing.T, data []byte) {
 		switch b[0] % 4 {
 		case 0:
 			got := l.AllowNAt(at, "k", n)
-			require.Equal(t, ref.allow(now, n).Outcome(), got.Outcome(), "op %d: AllowNAt(t=%d, n=%d), want the model's", i, now-base, n)
+			require.Equal(t, ref.allow(now, n).String(), got.String(), "op %d: AllowNAt(t=%d, n=%d), want the model's", i, now-base, n)
 			if got.Allowed() && n > 0 {
 				acts = append(acts, shapedAct{at: now, n: n})
 			}
@@ -651,23 +651,21 @@ func ceilRat(r *big.Rat) int64 {
 
 func (m *refShaper) allow(now, n int64) Decision {
 	if n > m.pending.max {
-		return Outcome{Reason: ReasonCostTooHigh, Capacity: m.pending.max}.Decision()
+		return makeDecision(false, ReasonCostTooHigh, m.pending.max, 0, 0, 0)
 	}
 	m.settle(now)
-	o := Outcome{Capacity: m.cur.max}
+	allowed, reason, retry := false, ReasonLimited, time.Duration(0)
 	if m.tokens.Cmp(big.NewRat(n, 1)) >= 0 {
 		m.tokens.Sub(m.tokens, big.NewRat(n, 1))
-		o.Allowed = true
+		allowed, reason = true, ReasonOK
 		if n > 0 {
 			m.stack = append(m.stack, &refReservation{})
 		}
 	} else {
-		o.Reason = ReasonLimited
-		o.RetryAfter = time.Duration(m.wait(n)) * time.Microsecond
+		retry = time.Duration(m.wait(n)) * time.Microsecond
 	}
-	o.Remaining = max(floorRat(m.tokens), 0)
-	o.ResetAfter = time.Duration(m.wait(m.cur.p.Burst)) * time.Microsecond
-	return o.Decision()
+	reset := time.Duration(m.wait(m.cur.p.Burst)) * time.Microsecond
+	return makeDecision(allowed, reason, m.cur.max, max(floorRat(m.tokens), 0), reset, retry)
 }
 
 func (m *refShaper) reserve(now, n, maxDelay int64) (Reservation, *refReservation) {

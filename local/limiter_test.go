@@ -212,7 +212,7 @@ func TestSetLimitSameBucket(t *testing.T) {
 			}{{100 * time.Millisecond, 0}, {100 * time.Millisecond, 1}, {500 * time.Millisecond, 2}, {700 * time.Millisecond, 1}, {2 * time.Second, 3}} {
 				at := t0.Add(step.at)
 				got, want := l.AllowNAt(at, "k", step.n), ref.AllowNAt(at, "k", step.n)
-				require.Equal(t, want.Outcome(), got.Outcome(), "at +%v n=%d: want the decision as if the limit had not changed", step.at, step.n)
+				require.Equal(t, want.String(), got.String(), "at +%v n=%d: want the decision as if the limit had not changed", step.at, step.n)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package local
 import (
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/decision"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 )
 
@@ -101,7 +102,7 @@ func allowMulti(now int64, reqs []Request, out []Decision, commit func() bool) b
 		lk.Unlock()
 		if !ok {
 			for i := range m.out {
-				m.out[i] = m.out[i].Refused()
+				m.out[i] = refused(m.out[i])
 			}
 		}
 		return ok
@@ -217,7 +218,7 @@ func (m *multi) finish(lk keyed.Locked[keyState], ok bool) {
 			decideHeld(h.state(), h.lim, m.now, m.total(group), true)
 		case m.out[group[0]].Allowed():
 			// It had room but another rule refused: report it uncharged.
-			m.setGroup(group, decisionOf(decideHeld(h.state(), h.lim, m.now, 0, false)).Refused())
+			m.setGroup(group, refused(decisionOf(decideHeld(h.state(), h.lim, m.now, 0, false))))
 		}
 		if h.held {
 			release(e, h.lim, h.state(), h.w)
@@ -259,3 +260,6 @@ func (h *held) state() *state {
 }
 
 func decisionOf(v verdict, limit int64) Decision { return v.decision(limit) }
+
+// refused returns d with Allowed false and its other figures unchanged.
+func refused(d Decision) Decision { return Decision(decision.Decision(d).Refused()) }

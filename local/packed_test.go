@@ -39,10 +39,10 @@ func FuzzDecideWord(f *testing.F) {
 					require.GreaterOrEqual(t, r.n, int64(0), "%v: step %d: %d at %d on %#x: rejectWord rejects a negative cost", lim, i, r.n, now, w)
 					require.LessOrEqual(t, r.n, lim.max, "%v: step %d: %d at %d on %#x: rejectWord rejects a cost above the limit's", lim, i, r.n, now, w)
 					require.False(t, want.Allowed(), "%v: step %d: %d at %d on %#x: rejectWord rejects, the general path admits: %v", lim, i, r.n, now, w, want)
-					require.Equal(t, want.Outcome(), rv.decision(lim.max).Outcome(), "%v: step %d: %d at %d on %#x: rejectWord, want the general path's", lim, i, r.n, now, w)
+					require.Equal(t, want.String(), rv.decision(lim.max).String(), "%v: step %d: %d at %d on %#x: rejectWord, want the general path's", lim, i, r.n, now, w)
 				}
 				w = lim.pack(&s, w)
-				require.Equal(t, want.Outcome(), l.AllowNAt(time.UnixMicro(now), "k", r.n).Outcome(), "%v: step %d: %d at %d: Limiter, want the general path's", lim, i, r.n, now)
+				require.Equal(t, want.String(), l.AllowNAt(time.UnixMicro(now), "k", r.n).String(), "%v: step %d: %d at %d: Limiter, want the general path's", lim, i, r.n, now)
 				got := l.store.Get("k", now).Value.word.Load()
 				require.Equal(t, w, got, "%v: step %d: %d at %d: the key's word %#x, the general state's %#x", lim, i, r.n, now, got, w)
 				got = lim.pack(new(lim.unpack(w)), w)

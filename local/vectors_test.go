@@ -21,7 +21,7 @@ func TestVectors(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{})
 			for i, s := range c.Steps {
 				got := l.AllowNAt(time.UnixMicro(vectors.Base+s.At), "key", s.N)
-				assert.Equal(t, s.Want.Outcome(), got.Outcome(), "step %d (at %v, n=%d)", i, time.Duration(s.At)*time.Microsecond, s.N)
+				assert.Equal(t, s.Want.String(), got.String(), "step %d (at %v, n=%d)", i, time.Duration(s.At)*time.Microsecond, s.N)
 			}
 		})
 	}

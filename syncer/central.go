@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -220,9 +221,9 @@ func timeArg(t time.Time) string { return strconv.FormatInt(max(t.UnixMicro(), 0
 func precheck(r *Rule, n int64) (local.Decision, bool) {
 	switch {
 	case n < 0:
-		return local.Outcome{Reason: local.ReasonInvalidCost, Capacity: r.limit.MaxCost()}.Decision(), true
+		return localx.Outcome{Reason: local.ReasonInvalidCost, Capacity: r.limit.MaxCost()}.Decision(), true
 	case n > r.limit.MaxCost():
-		return local.Outcome{Reason: local.ReasonCostTooHigh, Capacity: r.limit.MaxCost()}.Decision(), true
+		return localx.Outcome{Reason: local.ReasonCostTooHigh, Capacity: r.limit.MaxCost()}.Decision(), true
 	}
 	return local.Decision{}, false
 }
@@ -290,7 +291,7 @@ func unpack(s string) (v [decisionLen]int64, ok bool) {
 
 // decision is a script's decision under r as a local.Decision.
 func decision(r *Rule, d decisionReply) local.Decision {
-	return local.Outcome{
+	return localx.Outcome{
 		Allowed:    d.Reason == 0,
 		Reason:     local.Reason(d.Reason),
 		Capacity:   r.limit.MaxCost(),
@@ -422,7 +423,7 @@ func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Reque
 		if g.n > g.rule.limit.MaxCost() { // the same key twice, over its limit together
 			ok = false
 			for _, i := range g.reqs {
-				out[i] = local.Outcome{Reason: local.ReasonCostTooHigh, Capacity: g.rule.limit.MaxCost()}.Decision()
+				out[i] = localx.Outcome{Reason: local.ReasonCostTooHigh, Capacity: g.rule.limit.MaxCost()}.Decision()
 			}
 			g.reqs = nil
 		}
@@ -462,7 +463,7 @@ func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Reque
 	}
 	if !ok {
 		for i := range reqs {
-			out[i] = out[i].Refused()
+			out[i] = localx.Refused(out[i])
 		}
 	}
 	return ok, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/vectors"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -75,7 +76,7 @@ func TestVectors(t *testing.T) {
 						for i, s := range vc.Steps {
 							got, err := f.allow(ctx, cen, time.UnixMicro(vectors.Base+s.At), r, s.N)
 							require.NoError(t, err, "step %d", i)
-							assert.Equal(t, s.Want.Outcome(), got.Outcome(), "step %d (at %v, n=%d)", i, time.Duration(s.At)*time.Microsecond, s.N)
+							assert.Equal(t, localx.OutcomeOf(s.Want), localx.OutcomeOf(got), "step %d (at %v, n=%d)", i, time.Duration(s.At)*time.Microsecond, s.N)
 						}
 					})
 				}
@@ -152,7 +153,7 @@ func differential(t *testing.T, cen *syncer.Central, rng *rand.Rand, label, name
 		got, err := cen.AllowNAt(ctx, at, rule, "k", n)
 		require.NoError(t, err, "%s step %d", label, step)
 		history = append(history, fmt.Sprintf("  step %d t=%d n=%d: %+v", step, now, n, want))
-		require.Equal(t, want.Outcome(), got.Outcome(), "%s (%v) step %d (t=%d n=%d): redis, want local's decision\nhistory:\n%s",
+		require.Equal(t, localx.OutcomeOf(want), localx.OutcomeOf(got), "%s (%v) step %d (t=%d n=%d): redis, want local's decision\nhistory:\n%s",
 			label, rule.Limit(), step, now, n, strings.Join(history[max(len(history)-12, 0):], "\n"))
 	}
 }
@@ -239,7 +240,7 @@ func TestSameBucketChange(t *testing.T) {
 				want := lim.AllowNAt(at, "k", step.n)
 				got, err := cen.AllowNAt(ctx, at, rule, "k", step.n)
 				require.NoError(t, err)
-				require.Equal(t, want.Outcome(), got.Outcome(), "%v → %v, at +%dµs n=%d: redis, want local's decision", from, rule.Limit(), step.at, step.n)
+				require.Equal(t, localx.OutcomeOf(want), localx.OutcomeOf(got), "%v → %v, at +%dµs n=%d: redis, want local's decision", from, rule.Limit(), step.at, step.n)
 			}
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -52,7 +53,7 @@ func sameAsLocal(t *testing.T, cen *syncer.Central, now time.Time, reqs []syncer
 	wok := local.AllowMultiAt(now, lreqs, want)
 	assert.Equal(t, wok, ok, "AllowMultiAt: redis, want local's verdict")
 	for i := range reqs {
-		g, w := got[i].Outcome(), want[i].Outcome()
+		g, w := localx.OutcomeOf(got[i]), localx.OutcomeOf(want[i])
 		g.ResetAfter, w.ResetAfter = 0, 0
 		assert.Equal(t, w, g, "request %d: redis, want local's decision (ResetAfter aside)", i)
 	}
@@ -61,7 +62,7 @@ func sameAsLocal(t *testing.T, cen *syncer.Central, now time.Time, reqs []syncer
 		d, err := cen.AllowNAt(context.Background(), now, q.Rule, q.Key, 0)
 		require.NoError(t, err)
 		w := lims[q.Rule].AllowNAt(now, q.Key, 0)
-		assert.Equal(t, w.Outcome(), d.Outcome(), "rule %s after: redis, want local's state", q.Rule.Name())
+		assert.Equal(t, localx.OutcomeOf(w), localx.OutcomeOf(d), "rule %s after: redis, want local's state", q.Rule.Name())
 	}
 	return ok
 }
@@ -90,7 +91,7 @@ func TestNoScriptSingleServer(t *testing.T) {
 				got, err := cen.AllowNAt(ctx, now, r, "k", 1)
 				require.NoError(t, err, "call %d after SCRIPT FLUSH", i)
 				want := lim.AllowNAt(now, "k", 1)
-				assert.Equal(t, want.Outcome(), got.Outcome(), "call %d: redis, want local's decision", i)
+				assert.Equal(t, localx.OutcomeOf(want), localx.OutcomeOf(got), "call %d: redis, want local's decision", i)
 				assert.True(t, scriptExists(t, c, syncer.ScriptHash(r)), "call %d: the script was not loaded again", i)
 			}
 		})
@@ -227,7 +228,7 @@ func TestNoScriptCluster(t *testing.T) {
 			got, err := cen.AllowNAt(ctx, now, rules[0], "k", 1)
 			require.NoError(t, err, "call %d", i)
 			want := lims[rules[0]].AllowNAt(now, "k", 1)
-			assert.Equal(t, want.Outcome(), got.Outcome(), "call %d on %s: redis, want local's decision", i, node.Options().Addr)
+			assert.Equal(t, localx.OutcomeOf(want), localx.OutcomeOf(got), "call %d on %s: redis, want local's decision", i, node.Options().Addr)
 			assert.True(t, scriptExists(t, node, syncer.ScriptHash(rules[0])), "the script was not loaded on %s", node.Options().Addr)
 			scriptFlush(t, node)
 			sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}}, lims)

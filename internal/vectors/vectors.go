@@ -11,6 +11,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -42,17 +43,17 @@ func d(sec float64) time.Duration { return time.Duration(math.Round(sec * 1e9)) 
 
 // ok is an admission.
 func ok(limit, remaining int64, reset time.Duration) local.Decision {
-	return local.Outcome{Allowed: true, Capacity: limit, Remaining: remaining, ResetAfter: reset}.Decision()
+	return localx.Outcome{Allowed: true, Capacity: limit, Remaining: remaining, ResetAfter: reset}.Decision()
 }
 
 // no is a rejection for the limit.
 func no(limit, remaining int64, reset, retry time.Duration) local.Decision {
-	return local.Outcome{Reason: local.ReasonLimited, Capacity: limit, Remaining: remaining, ResetAfter: reset, RetryAfter: retry}.Decision()
+	return localx.Outcome{Reason: local.ReasonLimited, Capacity: limit, Remaining: remaining, ResetAfter: reset, RetryAfter: retry}.Decision()
 }
 
 // tooHigh is a rejection of a cost above what the limit ever admits.
 func tooHigh(limit int64) local.Decision {
-	return local.Outcome{Reason: local.ReasonCostTooHigh, Capacity: limit}.Decision()
+	return localx.Outcome{Reason: local.ReasonCostTooHigh, Capacity: limit}.Decision()
 }
 
 // Cases are the vectors.

@@ -1,4 +1,4 @@
-package local_test
+package localx_test
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -14,7 +15,7 @@ import (
 // NewDecision) gives it, at the edges of their ranges, and the zero Decision
 // is a rejection with every figure zero.
 func TestDecisionOutcome(t *testing.T) {
-	outcomes := []local.Outcome{
+	outcomes := []localx.Outcome{
 		{},
 		{Allowed: true, Reason: local.ReasonOK, Capacity: 10, Remaining: 7, ResetAfter: time.Second},
 		{Reason: local.ReasonLimited, Capacity: 1<<53 - 1, Remaining: 1 << 53, ResetAfter: time.Hour, RetryAfter: time.Minute},
@@ -25,20 +26,20 @@ func TestDecisionOutcome(t *testing.T) {
 		{Allowed: true, Capacity: 3, Waited: true},
 	}
 	for r := local.ReasonOK; r <= local.ReasonUnavailable; r++ {
-		outcomes = append(outcomes, local.Outcome{Allowed: r%2 == 0, Reason: r, Capacity: int64(r) + 1})
+		outcomes = append(outcomes, localx.Outcome{Allowed: r%2 == 0, Reason: r, Capacity: int64(r) + 1})
 	}
 	for _, o := range outcomes {
 		d := o.Decision()
-		assert.Equal(t, o, d.Outcome(), "Outcome %+v: what the Decision gives back", o)
-		nd := local.NewDecision(o.Allowed, o.Reason, o.Capacity, o.Remaining, o.ResetAfter, o.RetryAfter)
+		assert.Equal(t, o, localx.OutcomeOf(d), "Outcome %+v: what the Decision gives back", o)
+		nd := localx.NewDecision(o.Allowed, o.Reason, o.Capacity, o.Remaining, o.ResetAfter, o.RetryAfter)
 		if o.Degraded {
-			nd = nd.AsDegraded()
+			nd = localx.Degraded(nd)
 		}
 		if o.Waited {
-			nd = nd.AsWaited()
+			nd = localx.Waited(nd)
 		}
 		assert.Equal(t, d, nd, "Outcome %+v: NewDecision, want what Outcome.Decision gives", o)
-		methods := local.Outcome{
+		methods := localx.Outcome{
 			Allowed: d.Allowed(), Reason: d.Reason(), Capacity: d.Capacity(), Remaining: d.Remaining(),
 			ResetAfter: d.ResetAfter(), RetryAfter: d.RetryAfter(), Degraded: d.Degraded(), Waited: d.Waited(),
 		}
@@ -46,16 +47,16 @@ func TestDecisionOutcome(t *testing.T) {
 	}
 	var zero local.Decision
 	assert.False(t, zero.Degraded(), "zero Decision is degraded")
-	assert.Zero(t, zero.Outcome(), "zero Decision's Outcome")
-	d := local.Outcome{Allowed: true, Capacity: 10, Remaining: 7, ResetAfter: time.Second}.Decision()
+	assert.Zero(t, localx.OutcomeOf(zero), "zero Decision's Outcome")
+	d := localx.Outcome{Allowed: true, Capacity: 10, Remaining: 7, ResetAfter: time.Second}.Decision()
 	assert.Equal(t, "allowed reason=ok capacity=10 remaining=7 reset=1s retry=0s", d.String(), "String")
-	assert.Equal(t, "rejected reason=ok capacity=10 remaining=7 reset=1s retry=0s degraded", d.AsDegraded().Refused().String(), "String of a degraded Decision")
+	assert.Equal(t, "rejected reason=ok capacity=10 remaining=7 reset=1s retry=0s degraded", localx.Refused(localx.Degraded(d)).String(), "String of a degraded Decision")
 }
 
-// A limiter of another kind builds its Decisions with NewDecision (or an
+// The distributed modes build their Decisions with NewDecision (or an
 // Outcome); String shows one whole.
-func ExampleNewDecision() {
-	d := local.NewDecision(false, local.ReasonLimited, 10, 0, 30*time.Second, 2*time.Second)
+func Example_newDecision() {
+	d := localx.NewDecision(false, local.ReasonLimited, 10, 0, 30*time.Second, 2*time.Second)
 	fmt.Println(d.Allowed(), d.RetryAfter())
 	fmt.Println(d)
 	// Output:
