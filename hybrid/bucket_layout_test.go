@@ -42,7 +42,7 @@ func TestBucketLeaseLayout(t *testing.T) {
 	ks := syncer.Keyspace{Prefix: prefix}
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	ctx := context.Background()
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Second, Burst: 10})
+	lim := local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 10}
 	l := newNode(t, nodeConfig(client, prefix, clk, "a", 1))
 	r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: lim}, hybrid.Hybrid)
 

@@ -50,7 +50,7 @@ func TestAllowNoAllocs(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	clk := clocktest.New(epoch2030)
 	l := newNode(t, nodeConfig(client, redistest.Prefix(t), clk, "a", 1))
-	lim := hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 1 << 40, Window: time.Hour})
+	lim := hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 1 << 40, Window: time.Hour}
 	ctx := context.Background()
 	for _, m := range []hybrid.Mode{hybrid.Local, hybrid.Hybrid} {
 		t.Run(m.String(), func(t *testing.T) {

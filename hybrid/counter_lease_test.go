@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -25,7 +26,7 @@ import (
 func TestCounterCarry(t *testing.T) {
 	const limit = 1000
 	w := time.Second
-	lim := local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: limit, Window: w})
+	lim := local.Limit{Algorithm: local.SlidingWindowCounter, Quota: limit, Window: w}
 	client := redistest.Client(t, redistest.Addr(t))
 	ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
 	clk := clocktest.New(epoch2030.Add(w / 3))
@@ -65,7 +66,7 @@ func TestCounterCarry(t *testing.T) {
 
 	// The counter's estimate at n0's admissions: the previous window's
 	// count weighted by the steps of it still inside, plus this window's.
-	step, ws := lim.Counter()
+	step, ws := localx.MustLimit(lim).Counter()
 	left := ws - (clk.Micros()-w1)/step
 	prev := used[0] + used[1]
 	est := float64(prev)*float64(left)/float64(ws) + float64(a0+a1)

@@ -4,7 +4,7 @@
 // exchanges with Redis.
 //
 // The common case needs this package alone (and go-redis): it names the
-// limits (Limit, Params, NewLimit and the algorithms), the decisions
+// limits (Limit and the algorithms), the decisions
 // (Decision, Reason), the Redis keyspace and the sync settings (Keyspace,
 // SyncConfig) of packages local and syncer, which stay available for a
 // limiter without Redis (local.Limiter) or central decisions alone
@@ -41,9 +41,9 @@
 //
 // # Decisions
 //
-// Allow, AllowN and AllowMulti return a Decision by value. Its Limit is the
-// most a single request may cost under the rule (the rule's, never a
-// lease's): Params.Limit for the window algorithms, the burst for the
+// Allow, AllowN and AllowMulti return a Decision by value. Its Capacity is
+// the most a single request may cost under the rule (the rule's, never a
+// lease's): Limit.Quota for the window algorithms, the burst for the
 // buckets. In hybrid mode Remaining is the node's estimate of what the whole
 // cluster may still admit (its lease, plus what the others held unused at
 // the last sync); a rejection's Remaining is what the node may admit at

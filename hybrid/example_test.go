@@ -32,7 +32,7 @@ func ExampleNew() {
 
 	api, err := l.Register(hybrid.Rule{
 		Name:  "api",
-		Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 3, Window: time.Minute}),
+		Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 3, Window: time.Minute},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -59,18 +59,6 @@ func ExampleNew() {
 	// user-7 allowed: true
 }
 
-// A limit's algorithm and parameters are checked once, when it is built:
-// NewLimit names the bad field.
-func ExampleNewLimit() {
-	_, err := hybrid.NewLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 0, Window: time.Minute})
-	fmt.Println(err)
-	lim, err := hybrid.NewLimit(hybrid.Params{Algorithm: hybrid.TokenBucket, Limit: 10, Window: time.Second, Burst: 20})
-	fmt.Println(lim, err)
-	// Output:
-	// local: invalid limit: Limit 0: must be at least 1
-	// token_bucket 10/1s burst 20 <nil>
-}
-
 // Register validates a rule and reports what is wrong with errors callers
 // can match.
 func ExampleLimiter_Register() {
@@ -80,7 +68,7 @@ func ExampleLimiter_Register() {
 	}
 	defer l.Close()
 
-	perSecond := hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.GCRA, Limit: 10, Window: time.Second})
+	perSecond := hybrid.Limit{Algorithm: hybrid.GCRA, Quota: 10, Window: time.Second}
 	_, err = l.Register(hybrid.Rule{Name: "login{attempts}", Limit: perSecond})
 	fmt.Println(errors.Is(err, hybrid.ErrInvalidRule))
 
@@ -104,8 +92,8 @@ func ExampleLimiter_AllowMulti() {
 	}
 	defer l.Close()
 
-	burst, _ := l.Register(hybrid.Rule{Name: "burst", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.TokenBucket, Limit: 1, Window: time.Second, Burst: 5})})
-	daily, _ := l.Register(hybrid.Rule{Name: "daily", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 2, Window: 24 * time.Hour})})
+	burst, _ := l.Register(hybrid.Rule{Name: "burst", Limit: hybrid.Limit{Algorithm: hybrid.TokenBucket, Quota: 1, Window: time.Second, Burst: 5}})
+	daily, _ := l.Register(hybrid.Rule{Name: "daily", Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 2, Window: 24 * time.Hour}})
 
 	ctx := context.Background()
 	reqs := []hybrid.Request{{Rule: burst, Key: "user-42", N: 1}, {Rule: daily, Key: "user-42", N: 1}}
@@ -149,14 +137,14 @@ func Example_hybrid() {
 
 	api, err := l.Register(hybrid.Rule{
 		Name:  "api",
-		Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 100_000, Window: time.Minute}),
+		Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 100_000, Window: time.Minute},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	login, err := l.Register(hybrid.Rule{
 		Name:   "login",
-		Limit:  hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.SlidingWindowLog, Limit: 5, Window: time.Minute}),
+		Limit:  hybrid.Limit{Algorithm: hybrid.SlidingWindowLog, Quota: 5, Window: time.Minute},
 		Policy: hybrid.FailClosed, // security first: refuse while Redis is down
 	})
 	if err != nil {

@@ -55,7 +55,7 @@ func TestFallbackBucketOutage(t *testing.T) {
 	rules := make([][]*hybrid.Rule, len(algos))
 	evenRules := make([][]*hybrid.Rule, len(algos))
 	for a, alg := range algos {
-		lim := local.MustLimit(local.Params{Algorithm: alg, Limit: L, Window: time.Second, Burst: burst})
+		lim := local.Limit{Algorithm: alg, Quota: L, Window: time.Second, Burst: burst}
 		for _, l := range nodes {
 			rules[a] = append(rules[a], mustRegister(t, l, hybrid.Rule{Name: alg.String(), Limit: lim}, hybrid.Hybrid))
 			evenRules[a] = append(evenRules[a], mustRegister(t, l, hybrid.Rule{Name: alg.String() + "-even", Limit: lim, Policy: hybrid.FailLocal}, hybrid.Hybrid))
@@ -158,7 +158,7 @@ func TestFallbackBucketShareGrows(t *testing.T) {
 	const L = 1000
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	nodes := gossipClusterWith(t, srv, redistest.Prefix(t), clk, steadyMembers, "a", "b")
-	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: L, Window: time.Second, Burst: 10})
+	lim := local.Limit{Algorithm: local.TokenBucket, Quota: L, Window: time.Second, Burst: 10}
 	var r *hybrid.Rule
 	for i, l := range nodes {
 		rr := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: lim}, hybrid.Hybrid)
@@ -204,7 +204,7 @@ func TestAllowNoAllocsFallbackBucket(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	l := gossipClusterWith(t, srv, redistest.Prefix(t), clk, steadyMembers, "a")[0]
-	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 10})
+	lim := local.Limit{Algorithm: local.TokenBucket, Quota: 1000, Window: time.Second, Burst: 10}
 	r := mustRegister(t, l, hybrid.Rule{Name: "r", Limit: lim}, hybrid.Hybrid)
 	srv.Kill()
 	markUnavailable(t, l, r, clk)

@@ -55,7 +55,7 @@ func TestBucketReturnJoinedNode(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := redistest.Prefix(t)
 	const L, B = 1000, 100
-	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: L, Window: time.Second, Burst: B})
+	lim := local.Limit{Algorithm: local.TokenBucket, Quota: L, Window: time.Second, Burst: B}
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	nodes := gossipClusterWith(t, srv, prefix, clk, steadyMembers, "a", "b")
 	var rules []*hybrid.Rule

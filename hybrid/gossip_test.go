@@ -328,7 +328,7 @@ func TestNoBurstOnUnknownUse(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := redistest.Prefix(t)
 	const L, B = 1000, 200
-	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: L, Window: time.Second, Burst: B})
+	lim := local.Limit{Algorithm: local.TokenBucket, Quota: L, Window: time.Second, Burst: B}
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, lim, hybrid.Gossip)
 	var total int64

@@ -61,8 +61,8 @@ func mustRegister(t testing.TB, l *hybrid.Limiter, r hybrid.Rule, want hybrid.Mo
 	return rr
 }
 
-func fixed(limit int64, w time.Duration) local.Limit {
-	return local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: limit, Window: w})
+func fixed(limit int64, w time.Duration) hybrid.Limit {
+	return local.Limit{Algorithm: local.FixedWindow, Quota: limit, Window: w}
 }
 
 // syncOK runs a round on l at the clock's time and fails t on an error.
@@ -171,7 +171,7 @@ func syncWanted(l *hybrid.Limiter) bool {
 
 // twoNodes returns nodes a and b (two nodes in all) on one Redis, each with
 // rule "r" of lim under policy.
-func twoNodes(t *testing.T, addr, prefix string, clk *clocktest.Clock, lim local.Limit, policy hybrid.Policy) ([]*hybrid.Limiter, []*hybrid.Rule) {
+func twoNodes(t *testing.T, addr, prefix string, clk *clocktest.Clock, lim hybrid.Limit, policy hybrid.Policy) ([]*hybrid.Limiter, []*hybrid.Rule) {
 	t.Helper()
 	nodes := []*hybrid.Limiter{
 		newNode(t, nodeConfig(redistest.Client(t, addr), prefix, clk, "a", 2)),

@@ -446,7 +446,7 @@ func TestSetLimit(t *testing.T) {
 		assert.Greater(t, per[x], int64(L2), "after raising the limit to %d: admitted more than the old limit %d", L3, L2)
 	}
 	// A limit that cannot be leased is refused; the old one stays.
-	logLimit := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: W})
+	logLimit := local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1000, Window: W}
 	assert.ErrorIs(t, nodes[0].SetLimit(rules[0], logLimit), hybrid.ErrInvalidRule, "SetLimit to a sliding log on a hybrid rule")
 	d, _ := nodes[0].AllowN(ctx, rules[0], "k2", 0)
 	assert.EqualValues(t, L3, d.Capacity(), "limit after a refused SetLimit")
@@ -463,7 +463,7 @@ func TestQuietBucketKey(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	clk := clocktest.New(epoch2030)
 	const N = 8
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second})
+	lim := local.Limit{Algorithm: local.GCRA, Quota: 1000, Window: time.Second}
 	nodes := make([]*hybrid.Limiter, N)
 	rules := make([]*hybrid.Rule, N)
 	for i := range nodes {
@@ -508,7 +508,7 @@ func TestQuietNodeAfterShare(t *testing.T) {
 	c := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
 	clk := clocktest.New(epoch2030)
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: 10 * time.Second, Burst: 10})
+	lim := local.Limit{Algorithm: local.GCRA, Quota: 100, Window: 10 * time.Second, Burst: 10}
 	a := newNode(t, nodeConfig(c, prefix, clk, "a", 2))
 	b := newNode(t, nodeConfig(c, prefix, clk, "b", 2))
 	ra := mustRegister(t, a, hybrid.Rule{Name: "q", Limit: lim}, hybrid.Hybrid)
@@ -552,7 +552,7 @@ func TestReleaseReturnsTokens(t *testing.T) {
 	c := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
 	clk := clocktest.New(epoch2030)
-	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 200, Window: time.Second, Burst: 4000})
+	lim := local.Limit{Algorithm: local.TokenBucket, Quota: 200, Window: time.Second, Burst: 4000}
 	exact, err := local.New(lim, local.Config{NoBackgroundSweep: true})
 	require.NoError(t, err)
 	defer exact.Close()
@@ -697,9 +697,9 @@ func TestFamilyAndModeSwitch(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	clk := clocktest.New(epoch2030.Add(time.Second / 3))
 	ctx := context.Background()
-	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second})
+	gcra := local.Limit{Algorithm: local.GCRA, Quota: 1000, Window: time.Second}
 	for i, st := range []struct {
-		lim  local.Limit
+		lim  hybrid.Limit
 		mode hybrid.Mode
 	}{
 		{gcra, hybrid.Central}, {gcra, hybrid.Hybrid}, {fixed(1000, time.Second), hybrid.Central}, {gcra, hybrid.Central},
@@ -823,10 +823,10 @@ type keyCluster struct {
 	allow  func(i, n int) int
 }
 
-func newKeyCluster(t *testing.T, name, key string, nodes int, lim local.Limit) keyCluster {
+func newKeyCluster(t *testing.T, name, key string, nodes int, lim hybrid.Limit) keyCluster {
 	t.Helper()
 	c := keyCluster{client: redistest.Client(t, redistest.Addr(t)), ks: syncer.Keyspace{Prefix: redistest.Prefix(t)},
-		clk: clocktest.New(epoch2030.Add(lim.Window() / 3)), ls: make([]*hybrid.Limiter, nodes)}
+		clk: clocktest.New(epoch2030.Add(lim.Window / 3)), ls: make([]*hybrid.Limiter, nodes)}
 	rs := make([]*hybrid.Rule, nodes)
 	for i := range c.ls {
 		c.ls[i] = newNode(t, nodeConfig(c.client, c.ks.Prefix, c.clk, fmt.Sprintf("n%d", i), nodes))

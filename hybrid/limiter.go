@@ -381,8 +381,9 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	if err := syncer.ValidRuleName(r.Name); err != nil {
 		return nil, fmt.Errorf("%w: Name: %w", ErrInvalidRule, err)
 	}
-	if !r.Limit.Valid() {
-		return nil, fmt.Errorf("%w: rule %q: Limit: zero; build it with local.NewLimit", ErrInvalidRule, r.Name)
+	lim, err := localx.NewLimit(r.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rule %q: Limit: %w", ErrInvalidRule, r.Name, err)
 	}
 	if r.KeyTTL < 0 {
 		return nil, fmt.Errorf("%w: rule %q: KeyTTL %v: must not be negative", ErrInvalidRule, r.Name, r.KeyTTL)
@@ -418,7 +419,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		return nil, ErrClosed
 	}
 	if rs, ok := l.rules[r.Name]; ok {
-		if *rs.limit.Load() != r.Limit {
+		if *rs.limit.Load() != lim {
 			return nil, fmt.Errorf("%w: rule %q is registered with %v; use SetLimit to change it", ErrInvalidRule, r.Name, *rs.limit.Load())
 		}
 		if rs.requested != mode || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() || rs.wait != wait {
@@ -430,9 +431,8 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	}
 	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), wait: wait, counts: new(counters)}
 	rs.owner.Store(l)
-	lim := r.Limit
 	rs.limit.Store(&lim)
-	m, err := l.newMode(rs, mode, r.Mode == Hybrid, r.Limit)
+	m, err := l.newMode(rs, mode, r.Mode == Hybrid, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -445,7 +445,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 
 // newMode builds the mode rs runs in: mode, or Central for a limit with no
 // lease when Hybrid is only the Limiter's default (explicit is false).
-func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim local.Limit) (modeRule, error) {
+func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim localx.Limit) (modeRule, error) {
 	if mode == Local {
 		return newLocalRule(rs, lim)
 	}
@@ -490,13 +490,14 @@ func (l *Limiter) expectedNodes() int64 { return int64(max(l.cfg.Sync.Nodes, 1))
 // central and hybrid modes Redis carries the state over at its next script,
 // and every lease of the rule is revoked and granted again under the new
 // limit. Every node must make the same change.
-func (l *Limiter) SetLimit(r *Rule, lim Limit) error {
+func (l *Limiter) SetLimit(r *Rule, limit Limit) error {
 	rs, err := l.state(r)
 	if err != nil {
 		return err
 	}
-	if !lim.Valid() {
-		return fmt.Errorf("%w: rule %q: Limit: zero", ErrInvalidRule, rs.name)
+	lim, err := localx.NewLimit(limit)
+	if err != nil {
+		return fmt.Errorf("%w: rule %q: Limit: %w", ErrInvalidRule, rs.name, err)
 	}
 	// Under mu, so that Unregister marks the lease rule in force, not one
 	// this call is replacing.

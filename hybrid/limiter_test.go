@@ -192,7 +192,7 @@ func TestRegisterInvalid(t *testing.T) {
 	t.Run("SetLimit zero", func(t *testing.T) {
 		r, err := noRedis.Register(hybrid.Rule{Name: "set", Limit: ok})
 		require.NoError(t, err)
-		assert.ErrorIs(t, noRedis.SetLimit(r, local.Limit{}), hybrid.ErrInvalidRule, "SetLimit(zero)")
+		assert.ErrorIs(t, noRedis.SetLimit(r, hybrid.Limit{}), hybrid.ErrInvalidRule, "SetLimit(zero)")
 	})
 	t.Run("after Close", func(t *testing.T) {
 		l, err := hybrid.New(hybrid.Config{Logger: quiet})
@@ -210,8 +210,8 @@ func TestRegisterInvalid(t *testing.T) {
 // the rule asks for Hybrid.
 func TestRegisterModes(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
-	bigBucket := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1_000_000, Window: time.Hour, Burst: 1_000_000})
-	slidingLog := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1000, Window: time.Second})
+	bigBucket := local.Limit{Algorithm: local.TokenBucket, Quota: 1_000_000, Window: time.Hour, Burst: 1_000_000}
+	slidingLog := local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1000, Window: time.Second}
 	cases := []struct {
 		name    string
 		redis   bool
@@ -222,8 +222,8 @@ func TestRegisterModes(t *testing.T) {
 	}{
 		{"no Redis: local", false, hybrid.ModeDefault, 0, hybrid.Rule{Limit: fixed(10, time.Second)}, hybrid.Local},
 		{"Redis: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Hybrid},
-		{"GCRA: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second})}, hybrid.Hybrid},
-		{"counter: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 1000, Window: time.Second})}, hybrid.Hybrid},
+		{"GCRA: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.Limit{Algorithm: local.GCRA, Quota: 1000, Window: time.Second}}, hybrid.Hybrid},
+		{"counter: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 1000, Window: time.Second}}, hybrid.Hybrid},
 		{"sliding log: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: slidingLog}, hybrid.Central},
 		{"asked hybrid, sliding log: error", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: slidingLog}, hybrid.ModeDefault},
 		{"bucket past 2^51: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: bigBucket}, hybrid.Central},
@@ -231,10 +231,10 @@ func TestRegisterModes(t *testing.T) {
 		{"99/s, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(99, time.Second)}, hybrid.Hybrid},
 		{"100/s, 2 nodes: hybrid", true, hybrid.ModeDefault, 2, hybrid.Rule{Limit: fixed(100, time.Second)}, hybrid.Hybrid},
 		{"1000/min, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(1000, time.Minute)}, hybrid.Hybrid},
-		{"token bucket 10/s, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 10, Window: time.Second})}, hybrid.Hybrid},
-		{"GCRA 100/s burst 20, 4 nodes: hybrid", true, hybrid.ModeDefault, 4, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Second, Burst: 20})}, hybrid.Hybrid},
-		{"leaky bucket 5/s, 8 nodes, asked hybrid: hybrid", true, hybrid.ModeDefault, 8, hybrid.Rule{Mode: hybrid.Hybrid, Limit: local.MustLimit(local.Params{Algorithm: local.LeakyBucket, Limit: 5, Window: time.Second})}, hybrid.Hybrid},
-		{"counter 10/min, 10 nodes: hybrid", true, hybrid.ModeDefault, 10, hybrid.Rule{Limit: local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 10, Window: time.Minute})}, hybrid.Hybrid},
+		{"token bucket 10/s, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: local.Limit{Algorithm: local.TokenBucket, Quota: 10, Window: time.Second}}, hybrid.Hybrid},
+		{"GCRA 100/s burst 20, 4 nodes: hybrid", true, hybrid.ModeDefault, 4, hybrid.Rule{Limit: local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 20}}, hybrid.Hybrid},
+		{"leaky bucket 5/s, 8 nodes, asked hybrid: hybrid", true, hybrid.ModeDefault, 8, hybrid.Rule{Mode: hybrid.Hybrid, Limit: local.Limit{Algorithm: local.LeakyBucket, Quota: 5, Window: time.Second}}, hybrid.Hybrid},
+		{"counter 10/min, 10 nodes: hybrid", true, hybrid.ModeDefault, 10, hybrid.Rule{Limit: local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 10, Window: time.Minute}}, hybrid.Hybrid},
 		{"explicit local with Redis", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Local, Limit: fixed(1000, time.Second)}, hybrid.Local},
 		{"explicit central", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Central, Limit: fixed(1000, time.Second)}, hybrid.Central},
 		{"explicit central, small limit", true, hybrid.ModeDefault, 4, hybrid.Rule{Mode: hybrid.Central, Limit: fixed(5, time.Second)}, hybrid.Central},

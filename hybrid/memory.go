@@ -44,7 +44,7 @@ func (l *Limiter) RuleStats() RuleStats {
 // measure.
 const (
 	localRuleBytes   = 1300
-	centralRuleBytes = 2100
+	centralRuleBytes = 1900
 	hybridRuleBytes  = 2500
 	hybridKeyBytes   = 40
 )

@@ -50,7 +50,7 @@ func costPerRule(tb testing.TB, cfg hybrid.Config, mode hybrid.Mode, n, keys int
 	for i := range ks {
 		ks[i] = "user-" + strconv.Itoa(i)
 	}
-	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1000, Window: time.Minute})
+	lim := local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Minute}
 	rules := make([]*hybrid.Rule, n)
 	ctx := context.Background()
 	before, est := heapAfterGC(), l.RuleStats().Bytes

@@ -96,7 +96,7 @@ func (m *centralRule) failed(now int64, key string, n int64) local.Decision {
 	return m.fail.decide(m.rs.l.expectedNodes(), now, key, n, true)
 }
 
-func (m *centralRule) setLimit(lim local.Limit) error {
+func (m *centralRule) setLimit(lim localx.Limit) error {
 	sr, err := syncer.NewRule(m.rs.name, lim)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRule, err)

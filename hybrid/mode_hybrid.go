@@ -243,7 +243,7 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 			return d
 		}
 	} else if m.fail.policy == FailLocal || m.fail.policy == Gossip || shut {
-		part := max(m.rs.limit.Load().Params().Limit/nodes, 1)
+		part := max(m.rs.limit.Load().Params().Quota/nodes, 1)
 		if v, ok := e.Value.Fallback(lr, now, n, part, charge); ok {
 			return m.fallbackLease(e, lr, v, charge)
 		}
@@ -289,7 +289,7 @@ func (m *hybridRule) idle(v *lease.Lease, now int64) bool {
 	return v.Idle(now) && now-v.LastUse() >= m.rs.keyTTL
 }
 
-func (m *hybridRule) setLimit(lim local.Limit) error {
+func (m *hybridRule) setLimit(lim localx.Limit) error {
 	sr, err := syncer.NewRule(m.rs.name, lim)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRule, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -16,8 +17,8 @@ type localRule struct {
 
 var _ modeRule = (*localRule)(nil)
 
-func newLocalRule(rs *ruleState, lim local.Limit) (*localRule, error) {
-	ll, err := local.New(lim, rs.l.localConfig())
+func newLocalRule(rs *ruleState, lim localx.Limit) (*localRule, error) {
+	ll, err := local.New(lim.Params(), rs.l.localConfig())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -32,7 +33,7 @@ func (m *localRule) allow(_ context.Context, now int64, key string, n int64) (lo
 	return d, nil
 }
 
-func (m *localRule) setLimit(lim local.Limit) error { return m.lim.SetLimit(lim) }
+func (m *localRule) setLimit(lim localx.Limit) error { return m.lim.SetLimit(lim.Params()) }
 
 func (m *localRule) sweep(now time.Time) int { return m.lim.SweepAt(now) }
 

@@ -35,9 +35,9 @@ type parts struct {
 // evenSplit is the limit local's part runs on: base, the rule's limit,
 // divided by nodes.
 type evenSplit struct {
-	base  *local.Limit
+	base  *localx.Limit
 	nodes int64
-	lim   local.Limit
+	lim   localx.Limit
 }
 
 func newFailover(rs *ruleState) failover {
@@ -45,12 +45,12 @@ func newFailover(rs *ruleState) failover {
 }
 
 // partOn returns part running on lim, made at its first use.
-func (f *failover) partOn(lim local.Limit) *local.Limiter {
+func (f *failover) partOn(lim localx.Limit) *local.Limiter {
 	p := f.part.Load()
 	if p == nil {
 		var err error
-		if p, err = local.New(lim, f.rs.l.localConfig()); err != nil {
-			// lim is a rule's limit, or a part of one that NewLimit took,
+		if p, err = local.New(lim.Params(), f.rs.l.localConfig()); err != nil {
+			// lim is a rule's limit, or a part of one, validated,
 			// and New checked the Config's Shards and MaxKeys as local.New
 			// does.
 			panic("hybrid: failure policy: " + err.Error())
@@ -59,8 +59,8 @@ func (f *failover) partOn(lim local.Limit) *local.Limiter {
 			p = f.part.Load() // another decision made it first
 		}
 	}
-	if p.Limit() != lim {
-		p.SetLimit(lim)
+	if p.Limit() != lim.Params() {
+		p.SetLimit(lim.Params())
 	}
 	return p
 }
@@ -112,15 +112,15 @@ func (f *failover) local(nodes int64, now int64, key string, n int64, charge boo
 
 // evenPart returns lim divided by nodes: its limit and burst each at least
 // one, lim itself for one node (or a part its bounds refuse).
-func evenPart(lim *local.Limit, nodes int64) *evenSplit {
+func evenPart(lim *localx.Limit, nodes int64) *evenSplit {
 	sp := &evenSplit{base: lim, nodes: nodes, lim: *lim}
 	if nodes > 1 {
 		p := lim.Params()
-		p.Limit = max(p.Limit/nodes, 1)
+		p.Quota = max(p.Quota/nodes, 1)
 		if p.Burst > 0 {
 			p.Burst = max(p.Burst/nodes, 1)
 		}
-		if nl, err := local.NewLimit(p); err == nil {
+		if nl, err := localx.NewLimit(p); err == nil {
 			sp.lim = nl
 		}
 	}

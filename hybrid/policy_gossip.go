@@ -137,7 +137,7 @@ func (m *hybridRule) gossipLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, no
 		return local.Decision{}, false
 	}
 	est := m.estimate(&e.Value)
-	v := e.Value.FallbackIn(lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Limit), charge)
+	v := e.Value.FallbackIn(lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Quota), charge)
 	return m.fallbackLease(e, lr, v, charge), true
 }
 
@@ -164,8 +164,8 @@ const shareScale = 1024
 // shareScaled is the limit byShare's part runs on: base, the rule's limit,
 // with rate and burst × k.
 type shareScaled struct {
-	base *local.Limit
-	lim  local.Limit
+	base *localx.Limit
+	lim  localx.Limit
 	k    int64
 }
 
@@ -199,13 +199,13 @@ func (f *failover) byShare(now int64, key string, n int64, share float64, charge
 // rescale returns lim with its rate and burst scaled by shareScale, or by
 // the largest power of two below it that the limit's bounds take, for part
 // to run on.
-func (f *failover) rescale(lim *local.Limit) *shareScaled {
+func (f *failover) rescale(lim *localx.Limit) *shareScaled {
 	sc := &shareScaled{base: lim, lim: *lim, k: 1}
 	p := lim.Params()
 	for k := int64(shareScale); k > 1; k /= 2 {
 		q := p
-		q.Limit, q.Burst = p.Limit*k, p.Burst*k
-		if nl, err := local.NewLimit(q); err == nil {
+		q.Quota, q.Burst = p.Quota*k, p.Burst*k
+		if nl, err := localx.NewLimit(q); err == nil {
 			sc.lim, sc.k = nl, k
 			break
 		}

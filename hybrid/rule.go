@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -133,7 +134,7 @@ type Rule struct {
 	// 128 bytes of letters, digits and -_.:/. Required.
 	Name string
 	// Limit is the rule's limit: its algorithm and parameters (requests per
-	// window, burst), built with NewLimit or MustLimit. Required.
+	// window, burst). Required; Register validates it.
 	Limit Limit
 	// Mode is where decisions are made. Default: the Limiter's.
 	Mode Mode
@@ -166,7 +167,7 @@ type ruleState struct {
 	wait      Wait  // Rule.Wait, its default resolved
 	keyTTL    int64 // µs
 
-	limit  atomic.Pointer[local.Limit]
+	limit  atomic.Pointer[localx.Limit]
 	counts *counters
 	mode   modeRule
 }
@@ -183,7 +184,7 @@ type modeRule interface {
 	// if admitted.
 	allow(ctx context.Context, now int64, key string, n int64) (local.Decision, error)
 	// setLimit moves the mode's state to a new limit.
-	setLimit(lim local.Limit) error
+	setLimit(lim localx.Limit) error
 	// sweep forgets the keys back in their initial state at now.
 	sweep(now time.Time) int
 	// stats counts the keys the mode holds.

@@ -17,6 +17,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -112,11 +113,11 @@ type simResult struct {
 	coldMax     int64 // users: the most admitted for one key in its first, partial window
 }
 
-func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int, seed uint64) simResult {
+func simulate(t *testing.T, lim hybrid.Limit, nodes int, w workload, windows int, seed uint64) simResult {
 	t.Helper()
 	client := redistest.Client(t, redistest.Addr(t))
 	prefix := redistest.Prefix(t)
-	W := lim.Window().Microseconds()
+	W := lim.Window.Microseconds()
 	start := (time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()/W)*W + W/3 // mid-window start
 	// The virtual clock all nodes share.
 	clock := clocktest.New(time.UnixMicro(start))
@@ -148,16 +149,16 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 	push := func(e event) { e.seq = seq; seq++; heap.Push(&q, e) }
 	end := start + int64(windows)*W
 	// Poisson arrivals per node.
-	rate := w.offered * float64(lim.Limit()) / float64(W) // per µs, total
+	rate := w.offered * float64(lim.Quota) / float64(W) // per µs, total
 	var zipf *rand.Zipf
 	if w.keys > 1 && !w.churn {
 		zipf = rand.NewZipf(rng, 1.1, 1, uint64(w.keys-1))
 	}
 	under := map[int]bool{} // users: the keys offered less than the limit
 	for k := range w.users {
-		perW := float64(lim.Limit()) * math.Exp(math.Log(0.01)+rng.Float64()*math.Log(10)) // 1% to 10% of the limit
+		perW := float64(lim.Quota) * math.Exp(math.Log(0.01)+rng.Float64()*math.Log(10)) // 1% to 10% of the limit
 		if k < int(w.abusers*float64(w.users)+0.5) {
-			perW = 10 * float64(lim.Limit())
+			perW = 10 * float64(lim.Quota)
 		} else {
 			under[k] = true
 		}
@@ -313,7 +314,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 			res.coldMax = max(res.coldMax, n)
 		}
 	}
-	switch alg := lim.Algorithm(); {
+	switch alg := lim.Algorithm; {
 	case w.users > 0 && (alg == local.TokenBucket || alg == local.LeakyBucket || alg == local.GCRA):
 		// Per key, as the api-users benchmark measures it: the largest
 		// excess over the arrival curve (burst + rate × interval) of an
@@ -325,8 +326,8 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 					if ts[j] < first+W {
 						continue
 					}
-					excess := float64(j-i+1) - float64(lim.Burst()) - float64(lim.Limit())*float64(ts[j]-ts[i])/float64(W)
-					res.worstOver = math.Max(res.worstOver, excess/float64(lim.Limit()))
+					excess := float64(j-i+1) - float64(localx.MustLimit(lim).Burst()) - float64(lim.Quota)*float64(ts[j]-ts[i])/float64(W)
+					res.worstOver = math.Max(res.worstOver, excess/float64(lim.Quota))
 				}
 			}
 		}
@@ -335,7 +336,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 		// as a fraction of it.
 		for k, n := range admitted {
 			if k.window > first {
-				res.worstOver = math.Max(res.worstOver, float64(n)/float64(lim.Limit())-1)
+				res.worstOver = math.Max(res.worstOver, float64(n)/float64(lim.Quota)-1)
 			}
 		}
 	case alg == local.TokenBucket || alg == local.LeakyBucket || alg == local.GCRA:
@@ -354,11 +355,11 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 					continue
 				}
 				for j := i; j < len(ts) && ts[j]-ts[i] <= 2*W; j++ {
-					excess := float64(j-i+1) - float64(lim.Burst()) - float64(lim.Limit())*float64(ts[j]-ts[i])/float64(W)
-					if debug && excess > 0 && excess/float64(lim.Burst()) > res.worstOver {
+					excess := float64(j-i+1) - float64(localx.MustLimit(lim).Burst()) - float64(lim.Quota)*float64(ts[j]-ts[i])/float64(W)
+					if debug && excess > 0 && excess/float64(localx.MustLimit(lim).Burst()) > res.worstOver {
 						t.Logf("excess %.1f over [%d, %d] µs from start, %d admitted", excess, ts[i]-start, ts[j]-start, j-i+1)
 					}
-					res.worstOver = math.Max(res.worstOver, excess/float64(lim.Burst()))
+					res.worstOver = math.Max(res.worstOver, excess/float64(localx.MustLimit(lim).Burst()))
 				}
 			}
 		}
@@ -366,7 +367,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 		// The counter's own invariant at every admission: the previous
 		// window's admissions weighted by the steps of it still inside the
 		// sliding window, plus this window's, at most the limit.
-		step, ws := lim.Counter()
+		step, ws := localx.MustLimit(lim).Counter()
 		for _, ts := range admittedTimes {
 			perWin := map[int64]int64{}
 			for _, at := range ts {
@@ -375,14 +376,14 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 				left := ws - (at-w)/step
 				est := float64(perWin[w-W])*float64(left)/float64(ws) + float64(perWin[w])
 				if w >= start-start%W+W { // skip the first, partial window
-					res.worstOver = math.Max(res.worstOver, est/float64(lim.Limit())-1)
+					res.worstOver = math.Max(res.worstOver, est/float64(lim.Quota)-1)
 				}
 			}
 		}
 	case alg == local.SubWindowCounter:
 		// The sub-window counter's own invariant: at most the limit in any
 		// K consecutive sub-windows, from the first full window on.
-		step := W / lim.SubWindows()
+		step := W / localx.MustLimit(lim).SubWindows()
 		for _, ts := range admittedTimes {
 			perSub := map[int64]int64{}
 			for _, at := range ts {
@@ -393,7 +394,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 				for y := x - W + step; y <= x; y += step {
 					n += perSub[y]
 				}
-				res.worstOver = math.Max(res.worstOver, float64(n)/float64(lim.Limit())-1)
+				res.worstOver = math.Max(res.worstOver, float64(n)/float64(lim.Quota)-1)
 			}
 		}
 	default:
@@ -401,7 +402,7 @@ func simulate(t *testing.T, lim local.Limit, nodes int, w workload, windows int,
 			if k.window < start-start%W+W { // the first, partial window
 				continue
 			}
-			res.worstOver = math.Max(res.worstOver, float64(n)/float64(lim.Limit())-1)
+			res.worstOver = math.Max(res.worstOver, float64(n)/float64(lim.Quota)-1)
 		}
 	}
 	res.windows = windows
@@ -422,10 +423,10 @@ func TestSimulation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the simulation runs 30 windows per workload")
 	}
-	fixed := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 2000, Window: time.Second})
-	counter := local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 2000, Window: time.Second})
-	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 2000, Window: time.Second})
-	sub := local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: 2000, Window: time.Second, SubWindows: 10})
+	fixed := local.Limit{Algorithm: local.FixedWindow, Quota: 2000, Window: time.Second}
+	counter := local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 2000, Window: time.Second}
+	gcra := local.Limit{Algorithm: local.GCRA, Quota: 2000, Window: time.Second}
+	sub := local.Limit{Algorithm: local.SubWindowCounter, Quota: 2000, Window: time.Second, SubWindows: 10}
 	const nodes = 8
 	skew := []float64{0.8}
 	for range nodes - 1 {
@@ -447,7 +448,7 @@ func TestSimulation(t *testing.T) {
 	// budget picks the same ones as the exact replay: there the count,
 	// capacity lost, is the measure.
 	for _, c := range []struct {
-		lim       local.Limit
+		lim       hybrid.Limit
 		w         workload
 		maxOver   float64 // fraction of the limit (or of the burst)
 		maxLost   float64 // %
@@ -482,7 +483,7 @@ func TestSimulation(t *testing.T) {
 		{gcra, workload{name: "churn", offered: 10, keys: 31, churn: true}, 0.05 + nodes/2000.0, 3, -1},
 		{gcra, workload{name: "zipf", offered: 5, keys: 100000}, 0.05 + nodes/2000.0, 1, 1},
 	} {
-		t.Run(c.lim.Algorithm().String()+"/"+c.w.name, func(t *testing.T) {
+		t.Run(c.lim.Algorithm.String()+"/"+c.w.name, func(t *testing.T) {
 			r := simulate(t, c.lim, nodes, c.w, 30, 1)
 			t.Logf("%s %s: over-admission worst window %+.2f%%, capacity lost %.2f%%, false rejections %.2f%% of %d exact admissions (by reason %v), %d requests, %d scripts (%.4f per decision)",
 				c.lim, c.w.name, 100*r.worstOver, r.lostPct, r.falseRejPct, r.exact, r.falseBy, r.requests, r.scripts, float64(r.scripts)/float64(r.requests))
@@ -512,16 +513,16 @@ func TestSimulationSmallLimits(t *testing.T) {
 	const nodes, L, windows = 8, 100, 12
 	W := 10 * time.Second
 	users := workload{name: "users", users: 300, abusers: 0.01}
-	for _, lim := range []local.Limit{
-		local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: L, Window: W}),
-		local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: L, Window: W, Burst: 10}),
+	for _, lim := range []hybrid.Limit{
+		local.Limit{Algorithm: local.FixedWindow, Quota: L, Window: W},
+		local.Limit{Algorithm: local.GCRA, Quota: L, Window: W, Burst: 10},
 	} {
-		t.Run(lim.Algorithm().String(), func(t *testing.T) {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
 			r := simulate(t, lim, nodes, users, windows, 1)
-			allowance := max(int64(math.Ceil(config.Epsilon*float64(lim.MaxCost())/nodes)), 1)
+			allowance := max(int64(math.Ceil(config.Epsilon*float64(localx.MustLimit(lim).MaxCost())/nodes)), 1)
 			coldBound := L + nodes*allowance
-			if lim.Algorithm() == local.GCRA {
-				coldBound += lim.Burst()
+			if lim.Algorithm == local.GCRA {
+				coldBound += localx.MustLimit(lim).Burst()
 			}
 			t.Logf("%s users: over-admission worst window %+.2f%%, first window at most %d (bound %d), false rejections %.3f%% of %d exact admissions of keys under their limit (by reason %v), %d requests, %d scripts (%.4f per decision)",
 				lim, 100*r.worstOver, r.coldMax, coldBound, r.falseRejPct, r.exact, r.falseBy, r.requests, r.scripts, float64(r.scripts)/float64(r.requests))

@@ -27,7 +27,7 @@ func TestSubWindowLeases(t *testing.T) {
 	const L, K = 6000, 6
 	W := 6 * time.Second
 	sub := W / K
-	lim := local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: L, Window: W, SubWindows: K})
+	lim := local.Limit{Algorithm: local.SubWindowCounter, Quota: L, Window: W, SubWindows: K}
 	clk := clocktest.New(epoch2030.Add(time.Second))
 	var nodes []*hybrid.Limiter
 	var rules []*hybrid.Rule
@@ -74,11 +74,11 @@ func TestAnchoredRunsCentral(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	clk := clocktest.New(epoch2030)
 	l := newNode(t, nodeConfig(client, prefix, clk, "a", 1))
-	for _, p := range []local.Params{
-		{Algorithm: local.FixedWindow, Limit: 1000, Window: time.Second, Anchored: true},
-		{Algorithm: local.SubWindowCounter, Limit: 1000, Window: time.Second, Anchored: true},
+	for _, p := range []local.Limit{
+		{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Second, Anchored: true},
+		{Algorithm: local.SubWindowCounter, Quota: 1000, Window: time.Second, Anchored: true},
 	} {
-		r := mustRegister(t, l, hybrid.Rule{Name: "anchored-" + p.Algorithm.String(), Limit: local.MustLimit(p)}, hybrid.ModeDefault)
+		r := mustRegister(t, l, hybrid.Rule{Name: "anchored-" + p.Algorithm.String(), Limit: p}, hybrid.ModeDefault)
 		assert.Equal(t, hybrid.Central, l.Mode(r), "%v", p)
 	}
 }
@@ -95,7 +95,7 @@ func TestSubWindowRelease(t *testing.T) {
 	const L, K = 1000, 10
 	W := time.Second
 	sub := W / K
-	lim := local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: L, Window: W, SubWindows: K})
+	lim := local.Limit{Algorithm: local.SubWindowCounter, Quota: L, Window: W, SubWindows: K}
 	clk := clocktest.New(epoch2030.Add(sub / 10))
 	const nodes = 2
 	ls, _, allow := leasingNodes(t, client, ks.Prefix, clk, "release", lim, nodes)
@@ -133,7 +133,7 @@ func TestSubWindowRelease(t *testing.T) {
 // leasingNodes starts n nodes with no cold-start allowance, each with a
 // hybrid rule of lim named name. allow decides count requests of the key
 // "k" on node i and returns how many were admitted.
-func leasingNodes(t *testing.T, client redis.UniversalClient, prefix string, clk *clocktest.Clock, name string, lim local.Limit, n int) ([]*hybrid.Limiter, []*hybrid.Rule, func(i, count int) int) {
+func leasingNodes(t *testing.T, client redis.UniversalClient, prefix string, clk *clocktest.Clock, name string, lim hybrid.Limit, n int) ([]*hybrid.Limiter, []*hybrid.Rule, func(i, count int) int) {
 	t.Helper()
 	ls, rs := make([]*hybrid.Limiter, n), make([]*hybrid.Rule, n)
 	for i := range ls {

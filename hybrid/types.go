@@ -1,10 +1,6 @@
 package hybrid
 
 import (
-	"errors"
-	"fmt"
-
-	"github.com/hybridlimit/hybridlimit/internal/paramerr"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -13,17 +9,15 @@ import (
 // hybrid alone. Package local (the algorithms, a Limiter without Redis) and
 // package syncer (central decisions, the syncer) stay usable directly.
 type (
-	// Limit is a rule's limit: an algorithm and its parameters, validated
-	// (local.Limit). Build one with NewLimit or MustLimit.
+	// Limit is a rule's limit (local.Limit): Quota requests per Window by
+	// an Algorithm, and for the bucket algorithms a Burst. Register and
+	// SetLimit validate it.
 	Limit = local.Limit
-	// Params describe a Limit (local.Params): Params.Limit requests per
-	// Params.Window, and for the bucket algorithms a Burst.
-	Params = local.Params
 	// Algorithm is a Limit's algorithm (local.Algorithm).
 	Algorithm = local.Algorithm
 	// Decision is the outcome of one request, returned by value
 	// (local.Decision). Its Capacity method is the most a single request may
-	// cost under the rule: Params.Limit for the window algorithms, the
+	// cost under the rule: Limit.Quota for the window algorithms, the
 	// burst for the buckets; in hybrid mode always the rule's, never a
 	// lease's.
 	Decision = local.Decision
@@ -59,19 +53,3 @@ const (
 	ReasonNoLease     = local.ReasonNoLease     // hybrid: the request waited for its key's lease (Rule.Wait), and its context ended first
 	ReasonUnavailable = local.ReasonUnavailable // Redis could not decide; the failure policy did
 )
-
-// NewLimit validates p and returns the Limit it describes; the error wraps
-// a *local.LimitError naming the first bad field (find it with errors.As).
-func NewLimit(p Params) (Limit, error) {
-	l, err := local.NewLimit(p)
-	var le *local.LimitError
-	if errors.As(err, &le) {
-		// For the packages that see local only through hybrid (httplimit
-		// names the field of a rule); the text stays local's.
-		err = &paramerr.Error{Field: le.Field, Value: fmt.Sprint(le.Value), Reason: le.Reason, Err: err}
-	}
-	return l, err
-}
-
-// MustLimit is NewLimit for constant parameters: it panics on invalid ones.
-func MustLimit(p Params) Limit { return local.MustLimit(p) }

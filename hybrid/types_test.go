@@ -1,6 +1,7 @@
 package hybrid_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,24 +9,30 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/paramerr"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// TestNewLimitError checks that NewLimit's error tells the bad parameter
-// both ways: as local's *LimitError, and as the *paramerr.Error of the
-// packages that see local only through hybrid.
-func TestNewLimitError(t *testing.T) {
-	_, err := hybrid.NewLimit(hybrid.Params{Algorithm: hybrid.GCRA, Limit: 10, Window: time.Second, Burst: -1})
+// TestInvalidLimit checks that Register and SetLimit refuse an invalid
+// Limit with an error that matches both ErrInvalidRule and
+// local.ErrInvalidConfig and names the rule and the bad field.
+func TestInvalidLimit(t *testing.T) {
+	l, err := hybrid.New(hybrid.Config{})
+	require.NoError(t, err)
+	defer l.Close()
+	bad := hybrid.Limit{Algorithm: hybrid.GCRA, Quota: 10, Window: time.Second, Burst: -1}
+	_, err = l.Register(hybrid.Rule{Name: "api", Limit: bad})
 	require.Error(t, err)
-	var le *local.LimitError
-	require.ErrorAs(t, err, &le)
-	var pe *paramerr.Error
-	require.ErrorAs(t, err, &pe)
-	assert.Equal(t, le.Field, pe.Field)
-	assert.Equal(t, "Burst", pe.Field)
-	assert.Equal(t, "-1", pe.Value)
-	assert.Equal(t, le.Reason, pe.Reason)
-	assert.Equal(t, le.Error(), err.Error(), "the text stays local's")
-	assert.ErrorIs(t, err, local.ErrInvalidLimit)
+	assert.ErrorIs(t, err, hybrid.ErrInvalidRule)
+	assert.ErrorIs(t, err, local.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), `rule "api"`)
+	assert.Contains(t, err.Error(), "Burst -1")
+
+	r, err := l.Register(hybrid.Rule{Name: "api", Limit: hybrid.Limit{Algorithm: hybrid.GCRA, Quota: 10, Window: time.Second}})
+	require.NoError(t, err)
+	err = l.SetLimit(r, bad)
+	assert.ErrorIs(t, err, hybrid.ErrInvalidRule)
+	assert.ErrorIs(t, err, local.ErrInvalidConfig)
+	d, err := l.Allow(context.Background(), r, "k")
+	require.NoError(t, err)
+	assert.Equal(t, int64(10), d.Capacity(), "the rule keeps its limit")
 }

@@ -122,7 +122,7 @@ func TestUnregisterBucket(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktest.New(epoch2030)
 	l := newNode(t, nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1))
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1000, Window: time.Second, Burst: 100})
+	lim := local.Limit{Algorithm: local.GCRA, Quota: 1000, Window: time.Second, Burst: 100}
 	r := mustRegister(t, l, hybrid.Rule{Name: "b", Limit: lim}, hybrid.Hybrid)
 	for i := range 20 {
 		for range 5 {

@@ -53,7 +53,7 @@ func elapse(t testing.TB, clk *clocktest.Clock, d time.Duration, nodes ...*hybri
 // limiter admits.
 type exact struct{ l *local.Limiter }
 
-func newExact(t testing.TB, lim local.Limit) *exact {
+func newExact(t testing.TB, lim hybrid.Limit) *exact {
 	t.Helper()
 	l, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
 	require.NoError(t, err)
@@ -67,12 +67,12 @@ func (e *exact) allow(at time.Time, key string) bool { return e.l.AllowNAt(at, k
 // GCRA of 100/s with a burst of 20 (the README's quick start): an exact
 // limiter admits all five.
 func TestFirstRequestsInARow(t *testing.T) {
-	for _, lim := range []local.Limit{
-		local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Second, Burst: 20}),
-		local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 100, Window: time.Second, Burst: 20}),
+	for _, lim := range []hybrid.Limit{
+		local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 20},
+		local.Limit{Algorithm: local.TokenBucket, Quota: 100, Window: time.Second, Burst: 20},
 		fixed(20, 10*time.Second),
 	} {
-		t.Run(lim.Algorithm().String(), func(t *testing.T) {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
 			client := redistest.Client(t, redistest.Addr(t))
 			clk := clocktest.New(epoch2030.Add(time.Second))
 			l := liveNode(t, client, redistest.Prefix(t), clk, "a", 1)
@@ -258,13 +258,13 @@ func TestRetryAtRetryAfter(t *testing.T) {
 // keeps its available tokens, and refills at the new rate).
 func TestRaiseLimit(t *testing.T) {
 	for _, lim := range []struct {
-		old, new local.Limit
+		old, new hybrid.Limit
 	}{
 		{fixed(8, time.Minute), fixed(16, time.Minute)},
-		{local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 8, Window: time.Minute, Burst: 8}),
-			local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 60, Window: time.Minute, Burst: 16})},
+		{local.Limit{Algorithm: local.GCRA, Quota: 8, Window: time.Minute, Burst: 8},
+			local.Limit{Algorithm: local.GCRA, Quota: 60, Window: time.Minute, Burst: 16}},
 	} {
-		t.Run(lim.old.Algorithm().String(), func(t *testing.T) {
+		t.Run(lim.old.Algorithm.String(), func(t *testing.T) {
 			client := redistest.Client(t, redistest.Addr(t))
 			prefix := redistest.Prefix(t)
 			clk := clocktest.New(epoch2030.Add(time.Second))
@@ -309,7 +309,7 @@ func TestRaiseLimit(t *testing.T) {
 			// token or two of the rate is lost where one bucket would
 			// keep it.
 			lost := 0
-			if lim.new.Algorithm() != local.FixedWindow {
+			if lim.new.Algorithm != local.FixedWindow {
 				lost = 2
 			}
 			assert.GreaterOrEqual(t, got+got2+got3, want+want2+want3-lost, "admitted in all 10s after the limit was raised: %d after, %d exact", got3, want3)

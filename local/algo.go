@@ -73,7 +73,7 @@ func (v verdict) public() Reason {
 // true and a request of cost n > 0 is admitted: a rejected request consumes
 // nothing, and a cost of 0 only asks. Time running backwards is clamped to
 // the last time the state stored.
-func (l *Limit) decide(s *state, now, n int64, commit bool) verdict {
+func (l *compiled) decide(s *state, now, n int64, commit bool) verdict {
 	switch l.p.Algorithm {
 	case FixedWindow:
 		return l.fixed(s, now, n, commit)
@@ -90,7 +90,7 @@ func (l *Limit) decide(s *state, now, n int64, commit bool) verdict {
 
 // initial reports whether s is back to the initial state at now: a fresh
 // key would be decided identically, so the key may be forgotten.
-func (l *Limit) initial(s *state, now int64) bool {
+func (l *compiled) initial(s *state, now int64) bool {
 	switch l.p.Algorithm {
 	case FixedWindow:
 		return s.count == 0 || now >= s.at+l.w
@@ -103,7 +103,7 @@ func (l *Limit) initial(s *state, now int64) bool {
 	}
 }
 
-func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
+func (l *compiled) fixed(s *state, now, n int64, commit bool) verdict {
 	start, count := s.at, s.count
 	if now >= start+l.w || (l.p.Anchored && count == 0) {
 		start, count = now-now%l.w, 0
@@ -113,14 +113,14 @@ func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
 	} else if now < start {
 		now = start
 	}
-	if count+n > l.p.Limit {
+	if count+n > l.p.Quota {
 		return l.fixedLimited(count, start+l.w-now)
 	}
 	count += n
 	if commit && n > 0 {
 		s.at, s.count = start, count
 	}
-	v := verdict{remaining: l.p.Limit - count}
+	v := verdict{remaining: l.p.Quota - count}
 	if count > 0 {
 		v.reset = start + l.w - now
 	}
@@ -129,11 +129,11 @@ func (l *Limit) fixed(s *state, now, n int64, commit bool) verdict {
 
 // fixedLimited is the fixed window's rejection, with count in the window
 // and reset µs left of it.
-func (l *Limit) fixedLimited(count, reset int64) verdict {
-	return verdict{reason: ReasonLimited, remaining: l.p.Limit - count, reset: reset, retry: reset}
+func (l *compiled) fixedLimited(count, reset int64) verdict {
+	return verdict{reason: ReasonLimited, remaining: l.p.Quota - count, reset: reset, retry: reset}
 }
 
-func (l *Limit) counter(s *state, now, n int64, commit bool) verdict {
+func (l *compiled) counter(s *state, now, n int64, commit bool) verdict {
 	start, cur, prev := s.at, s.count, s.prev
 	if now >= start+l.w {
 		next := now - now%l.w
@@ -146,7 +146,7 @@ func (l *Limit) counter(s *state, now, n int64, commit bool) verdict {
 	} else if now < start {
 		now = start
 	}
-	lim, ws := l.p.Limit, l.ws
+	lim, ws := l.p.Quota, l.ws
 	left := ws - (now-start)/l.step // steps of the previous window still inside the sliding one
 	// estimate + n ≤ limit, with estimate = prev·left/ws + cur, cross-multiplied.
 	if cur+n <= lim && prev*left <= (lim-cur-n)*ws {
@@ -163,8 +163,8 @@ func (l *Limit) counter(s *state, now, n int64, commit bool) verdict {
 // the window at start that counts cur, after one that counted prev, which
 // weighs left steps: one where the estimate passes the limit, with n at
 // most the limit.
-func (l *Limit) counterLimited(start, cur, prev, left, now, n int64) verdict {
-	lim, ws := l.p.Limit, l.ws
+func (l *compiled) counterLimited(start, cur, prev, left, now, n int64) verdict {
+	lim, ws := l.p.Quota, l.ws
 	v := verdict{reason: ReasonLimited, reset: counterReset(start, cur, prev, now, l.w)}
 	if room := lim*ws - prev*left - cur*ws; room > 0 {
 		v.remaining = room / ws
@@ -190,7 +190,7 @@ func counterReset(start, cur, prev, now, w int64) int64 {
 	return 0
 }
 
-func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
+func (l *compiled) slidingLog(s *state, now, n int64, commit bool) verdict {
 	now = max(now, s.at)
 	return l.ringDecide(s, now, now, n, commit)
 }
@@ -199,7 +199,7 @@ func (l *Limit) slidingLog(s *state, now, n int64, commit bool) verdict {
 // at the start of their sub-window, so that it holds one pair per
 // sub-window with requests, at most SubWindows (l.ws), and whose window is
 // the last SubWindows sub-windows.
-func (l *Limit) subWindows(s *state, now, n int64, commit bool) verdict {
+func (l *compiled) subWindows(s *state, now, n int64, commit bool) verdict {
 	now = max(now, s.at)
 	var start int64
 	switch {
@@ -216,8 +216,8 @@ func (l *Limit) subWindows(s *state, now, n int64, commit bool) verdict {
 // ringDecide decides n at now for a log's state: the request is recorded
 // at t ≤ now, at or after every time held, and the window is (t − w, t].
 // A pair at time u leaves the window at u + w.
-func (l *Limit) ringDecide(s *state, t, now, n int64, commit bool) verdict {
-	lim := l.p.Limit
+func (l *compiled) ringDecide(s *state, t, now, n int64, commit bool) verdict {
+	lim := l.p.Quota
 	r := s.log
 	var expired int
 	var count, expiredSum int64
@@ -249,10 +249,10 @@ func (l *Limit) ringDecide(s *state, t, now, n int64, commit bool) verdict {
 // logLimited is the sliding log's rejection of n at now, with count held
 // in the window past the ring's expired oldest pairs. It frees enough by
 // letting the oldest pairs leave the window.
-func (l *Limit) logLimited(s *state, r *ring, expired int, count, now, n int64) verdict {
+func (l *compiled) logLimited(s *state, r *ring, expired int, count, now, n int64) verdict {
 	return verdict{
-		reason: ReasonLimited, remaining: max(l.p.Limit-count, 0),
-		reset: s.at + l.w - now, retry: r.freedAt(expired, count+n-l.p.Limit) + l.w - now,
+		reason: ReasonLimited, remaining: max(l.p.Quota-count, 0),
+		reset: s.at + l.w - now, retry: r.freedAt(expired, count+n-l.p.Quota) + l.w - now,
 	}
 }
 
@@ -264,24 +264,24 @@ func (l *Limit) logLimited(s *state, r *ring, expired int, count, now, n int64) 
 // commit) or rarely (time run back, two requests in one microsecond, a
 // ring that grows or shrinks), in one call: fewer branches and calls on
 // the path every log decision takes.
-func (l *Limit) logAt(s *state, now, n int64) (verdict, bool) {
+func (l *compiled) logAt(s *state, now, n int64) (verdict, bool) {
 	r := s.log
 	if now <= s.at || r == nil {
 		return verdict{}, false
 	}
 	expired, gone := r.expired(now - l.w)
 	count := r.sum - gone
-	if count+n > l.p.Limit {
+	if count+n > l.p.Quota {
 		return l.logLimited(s, r, expired, count, now, n), true
 	}
 	if !r.push(expired, count+n, now, n) {
 		return verdict{}, false
 	}
 	s.at = now
-	return verdict{remaining: l.p.Limit - count - n, reset: l.w}, true
+	return verdict{remaining: l.p.Quota - count - n, reset: l.w}, true
 }
 
-func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
+func (l *compiled) bucket(s *state, now, n int64, commit bool) verdict {
 	tat, frac := s.at, s.count
 	if tat < now {
 		tat, frac = now, 0
@@ -311,7 +311,7 @@ func (l *Limit) bucket(s *state, now, n int64, commit bool) verdict {
 
 // bucketLimited is a bucket's rejection of a request that needs need, with
 // (TAT − now)·rl at dl: one where dl + need passes τ.
-func (l *Limit) bucketLimited(dl, need int64) verdict {
+func (l *compiled) bucketLimited(dl, need int64) verdict {
 	return verdict{
 		reason: ReasonLimited, remaining: max(l.tau-dl, 0) / l.el,
 		reset: usec.CeilDiv(dl, l.rl), retry: usec.CeilDiv(dl+need-l.tau, l.rl),
@@ -327,7 +327,7 @@ func (l *Limit) bucketLimited(dl, need int64) verdict {
 // whose rate and burst did not change keeps its state exactly, its fraction
 // of a token included. Any other change of algorithm starts afresh, and so
 // does a key back in its initial state.
-func (to *Limit) convert(s *state, from *Limit, now int64) {
+func (to *compiled) convert(s *state, from *compiled, now int64) {
 	switch {
 	case from == nil: // a new key: its zero state is every algorithm's initial state
 		return
@@ -355,7 +355,7 @@ func (to *Limit) convert(s *state, from *Limit, now int64) {
 		if !to.p.Anchored { // an anchored window keeps its start
 			s.at = now - now%to.w
 		}
-		s.count = min(s.count, to.p.Limit)
+		s.count = min(s.count, to.p.Quota)
 	case SubWindowCounter:
 		// The ring reads the same under another limit on the same
 		// sub-windows; other sub-windows start afresh.
@@ -373,7 +373,7 @@ func (to *Limit) convert(s *state, from *Limit, now int64) {
 			}
 			s.at, s.count, s.prev = now-now%to.w, cur, 0
 		}
-		s.count, s.prev = min(s.count, to.p.Limit), min(s.prev, to.p.Limit)
+		s.count, s.prev = min(s.count, to.p.Quota), min(s.prev, to.p.Quota)
 	case SlidingWindowLog:
 		// The log holds timestamps; it reads the same under any limit.
 	default:
@@ -391,7 +391,7 @@ func (to *Limit) convert(s *state, from *Limit, now int64) {
 // requests alongside them; and when the limit changes again before they
 // act, tokens read from such a state would stand for time, not for
 // requests.) A limit whose shaper delayed nothing holds no queue.
-func (to *Limit) convertBucket(s *state, from *Limit, now int64) {
+func (to *compiled) convertBucket(s *state, from *compiled, now int64) {
 	q := from.queue()
 	used := from.p.Burst // time ran back before any time the state could have been stored at: no tokens
 	var last int64       // how long until the last request queued past from's burst acts, in µs

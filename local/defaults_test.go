@@ -12,11 +12,11 @@ import (
 )
 
 // TestDefaults holds docs/operating.md's rows for package local against
-// the constants and against what withDefaults and NewLimit fill in.
+// the constants and against what withDefaults and compile fill in.
 func TestDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
-	subw := MustLimit(Params{Algorithm: SubWindowCounter, Limit: 100, Window: time.Minute})
-	bucket := MustLimit(Params{Algorithm: TokenBucket, Limit: 100, Window: time.Minute})
+	subw := mustCompile(Limit{Algorithm: SubWindowCounter, Quota: 100, Window: time.Minute})
+	bucket := mustCompile(Limit{Algorithm: TokenBucket, Quota: 100, Window: time.Minute})
 	doctable.Check(t, doctable.Package{
 		Name: "local",
 		Defaults: []doctable.Default{
@@ -24,23 +24,23 @@ func TestDefaults(t *testing.T) {
 			{Config: "Config", Field: "MaxKeys", Const: "defaultMaxKeys", Value: defaultMaxKeys, Got: c.MaxKeys},
 			{Config: "Config", Field: "SweepInterval", Const: "defaultSweepInterval", Value: defaultSweepInterval, Got: c.SweepInterval},
 			{Config: "Config", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a CoarseClock of 1ms that New starts and Close stops", Got: c.Clock, Built: true},
-			{Config: "Params", Field: "SubWindows", Const: "defaultSubWindows", Value: defaultSubWindows, Got: subw.Params().SubWindows},
-			{Config: "Params", Field: "Burst", Doc: "Limit (the bucket algorithms)", Got: bucket.Params().Burst},
+			{Config: "Limit", Field: "SubWindows", Const: "defaultSubWindows", Value: defaultSubWindows, Got: subw.p.SubWindows},
+			{Config: "Limit", Field: "Burst", Doc: "Quota (the bucket algorithms)", Got: bucket.p.Burst},
 		},
 		Bounds: []doctable.Bound{
 			{What: "Config.Shards", Const: "maxShards", Value: maxShards, Doc: "65,536, a power of two"},
-			{What: "Params.Window", Const: "maxWindow", Value: maxWindow, Doc: "366 days"},
-			{What: "Params.Limit of a sliding window log", Const: "maxLogLimit", Value: maxLogLimit, Doc: "65,536"},
-			{What: "Params.SubWindows", Const: "maxSubWindows", Value: maxSubWindows, Doc: "64"},
-			{What: "Limit × window steps, Burst × emission interval", Const: "maxProduct", Value: maxProduct, Doc: "2^51 = 2,251,799,813,685,248"},
+			{What: "Limit.Window", Const: "maxWindow", Value: maxWindow, Doc: "366 days"},
+			{What: "Limit.Quota of a sliding window log", Const: "maxLogLimit", Value: maxLogLimit, Doc: "65,536"},
+			{What: "Limit.SubWindows", Const: "maxSubWindows", Value: maxSubWindows, Doc: "64"},
+			{What: "Quota × window steps, Burst × emission interval", Const: "maxProduct", Value: maxProduct, Doc: "2^51 = 2,251,799,813,685,248"},
 		},
 		Filled: []doctable.Filled{
 			{Config: "Config", Zero: Config{}, With: c},
-			{Config: "Params", Zero: Params{Algorithm: SubWindowCounter, Limit: 100, Window: time.Minute}, With: subw.Params()},
-			{Config: "Params", Zero: Params{Algorithm: TokenBucket, Limit: 100, Window: time.Minute}, With: bucket.Params()},
+			{Config: "Limit", Zero: Limit{Algorithm: SubWindowCounter, Quota: 100, Window: time.Minute}, With: subw.p},
+			{Config: "Limit", Zero: Limit{Algorithm: TokenBucket, Quota: 100, Window: time.Minute}, With: bucket.p},
 		},
 	})
-	assert.Equal(t, bucket.Params().Limit, bucket.Params().Burst, "a bucket's Burst defaults to its Limit")
+	assert.Equal(t, bucket.p.Quota, bucket.p.Burst, "a bucket's Burst defaults to its Limit")
 }
 
 // TestConfigValidate: withDefaults changes no field that is set, and

@@ -4,17 +4,18 @@
 //
 // # Limits and algorithms
 //
-// A Limit is an algorithm and its parameters, validated once by NewLimit:
+// A Limit is an algorithm and its parameters, validated by New and
+// SetLimit (or beforehand by Limit.Validate):
 //
-//	FixedWindow           Limit per Window, windows aligned to the epoch
-//	SlidingWindowLog      at most Limit in any (t − Window, t]
-//	SlidingWindowCounter  previous window weighted in, estimate + n ≤ Limit
-//	TokenBucket           Limit per Window refill, Burst capacity
+//	FixedWindow           Quota per Window, windows aligned to the epoch
+//	SlidingWindowLog      at most Quota in any (t − Window, t]
+//	SlidingWindowCounter  previous window weighted in, estimate + n ≤ Quota
+//	TokenBucket           Quota per Window refill, Burst capacity
 //	LeakyBucket           the same as a meter; Reserve and Wait shape with it
 //	GCRA                  theoretical arrival time, Burst tolerance
-//	SubWindowCounter      a count per sub-window, the last SubWindows within Limit
+//	SubWindowCounter      a count per sub-window, the last SubWindows within Quota
 //
-// Params.Anchored starts a fixed window's or a sub-window counter's windows
+// Limit.Anchored starts a fixed window's or a sub-window counter's windows
 // at each key's first request rather than on the clock.
 //
 // Every algorithm is a pure transition (state, now, cost) → (state',

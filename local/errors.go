@@ -4,11 +4,8 @@ import "errors"
 
 // Sentinel errors. Match them with errors.Is.
 var (
-	// ErrInvalidLimit reports invalid limit parameters. NewLimit returns it
-	// wrapped in a *LimitError that names the field.
-	ErrInvalidLimit = errors.New("local: invalid limit")
-	// ErrInvalidConfig reports an invalid Config. New returns it wrapped with
-	// the name of the field.
+	// ErrInvalidConfig reports an invalid Limit or Config: New, SetLimit
+	// and Limit.Validate return it wrapped with the name of the field.
 	ErrInvalidConfig = errors.New("local: invalid config")
 	// ErrNotShaper is returned by Reserve and Wait on a Limiter whose
 	// algorithm cannot delay requests (only the bucket algorithms can).

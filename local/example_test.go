@@ -14,54 +14,33 @@ import (
 // at the real time); this Config turns both off.
 var exampleConfig = local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true}
 
-func ExampleNewLimit() {
-	lim, err := local.NewLimit(local.Params{
+// A Limit is validated where it is used (New, SetLimit) or beforehand by
+// Validate; its String fills in the defaults.
+func ExampleLimit() {
+	lim := local.Limit{
 		Algorithm: local.TokenBucket,
-		Limit:     100, // tokens refilled per Window
+		Quota:     100, // tokens refilled per Window
 		Window:    time.Minute,
 		Burst:     20, // bucket capacity
-	})
-	if err != nil {
-		panic(err)
 	}
-	fmt.Println(lim)
-	fmt.Println("largest cost ever admitted:", lim.MaxCost())
+	fmt.Println(lim, lim.Validate())
+	fmt.Println(local.Limit{Algorithm: local.GCRA, Quota: 5, Window: 2 * time.Second})
 	// Output:
-	// token_bucket 100/1m burst 20
-	// largest cost ever admitted: 20
+	// token_bucket 100/1m burst 20 <nil>
+	// gcra 5/2s burst 5
 }
 
-func ExampleNewLimit_invalid() {
-	_, err := local.NewLimit(local.Params{
+func ExampleLimit_Validate() {
+	err := local.Limit{
 		Algorithm: local.FixedWindow,
-		Limit:     10,
+		Quota:     10,
 		Window:    time.Second,
 		Burst:     5, // only the bucket algorithms take a burst
-	})
+	}.Validate()
 	fmt.Println(err)
-	fmt.Println(errors.Is(err, local.ErrInvalidLimit))
-	var le *local.LimitError
-	if errors.As(err, &le) {
-		fmt.Printf("field %s, value %v: %s\n", le.Field, le.Value, le.Reason)
-	}
+	fmt.Println(errors.Is(err, local.ErrInvalidConfig))
 	// Output:
-	// local: invalid limit: Burst 5: only the bucket algorithms take a burst
-	// true
-	// field Burst, value 5: only the bucket algorithms take a burst
-}
-
-func ExampleNewRateLimit() {
-	// 2.5 requests per second is 5 per 2 seconds, exactly.
-	lim, err := local.NewRateLimit(local.GCRA, 2.5, 5)
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println(lim)
-
-	_, err = local.NewRateLimit(local.FixedWindow, 2.5, 5)
-	fmt.Println(errors.Is(err, local.ErrInvalidLimit))
-	// Output:
-	// gcra 5/2s burst 5
+	// local: invalid config: Burst 5: only the bucket algorithms take a burst
 	// true
 }
 
@@ -69,7 +48,7 @@ func ExampleNewRateLimit() {
 // request consumes nothing, and RetryAfter says when the same request will
 // be admitted.
 func ExampleLimiter_AllowNAt() {
-	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 10, Window: time.Second, Burst: 10})
+	lim := local.Limit{Algorithm: local.TokenBucket, Quota: 10, Window: time.Second, Burst: 10}
 	l, err := local.New(lim, exampleConfig)
 	if err != nil {
 		panic(err)
@@ -94,7 +73,7 @@ func ExampleLimiter_AllowNAt() {
 // while the admitted requests in the last minute, (t − 1m, t], number fewer
 // than 3.
 func ExampleLimiter_AllowAt() {
-	lim := local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 3, Window: time.Minute})
+	lim := local.Limit{Algorithm: local.SlidingWindowLog, Quota: 3, Window: time.Minute}
 	l, err := local.New(lim, exampleConfig)
 	if err != nil {
 		panic(err)
@@ -121,12 +100,12 @@ func ExampleLimiter_AllowAt() {
 // A user is held to 2 requests per second and 3 per minute at once. A request
 // refused by either rule charges neither.
 func ExampleAllowMultiAt() {
-	perSecond, err := local.New(local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 2, Window: time.Second}), exampleConfig)
+	perSecond, err := local.New(local.Limit{Algorithm: local.SlidingWindowLog, Quota: 2, Window: time.Second}, exampleConfig)
 	if err != nil {
 		panic(err)
 	}
 	defer perSecond.Close()
-	perMinute, err := local.New(local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute}), exampleConfig)
+	perMinute, err := local.New(local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute}, exampleConfig)
 	if err != nil {
 		panic(err)
 	}
@@ -153,7 +132,7 @@ func ExampleAllowMultiAt() {
 // Reserve uses a bucket as a shaper: a request the bucket is short for is
 // scheduled later, at the limit's rate, instead of rejected.
 func ExampleLimiter_ReserveAt() {
-	lim := local.MustLimit(local.Params{Algorithm: local.LeakyBucket, Limit: 4, Window: time.Second, Burst: 1})
+	lim := local.Limit{Algorithm: local.LeakyBucket, Quota: 4, Window: time.Second, Burst: 1}
 	l, err := local.New(lim, exampleConfig)
 	if err != nil {
 		panic(err)
@@ -183,7 +162,7 @@ func ExampleLimiter_ReserveAt() {
 // SetLimit changes the limit of every key without forgetting what the keys
 // have consumed.
 func ExampleLimiter_SetLimit() {
-	l, err := local.New(local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 10, Window: time.Minute}), exampleConfig)
+	l, err := local.New(local.Limit{Algorithm: local.FixedWindow, Quota: 10, Window: time.Minute}, exampleConfig)
 	if err != nil {
 		panic(err)
 	}
@@ -193,7 +172,7 @@ func ExampleLimiter_SetLimit() {
 	d := l.AllowNAt(now, "alice", 6)
 	fmt.Printf("10/min: remaining %d\n", d.Remaining())
 
-	if err := l.SetLimit(local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 8, Window: time.Minute})); err != nil {
+	if err := l.SetLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 8, Window: time.Minute}); err != nil {
 		panic(err)
 	}
 	d = l.AllowNAt(now.Add(time.Second), "alice", 0) // cost 0 asks without consuming
@@ -206,7 +185,7 @@ func ExampleLimiter_SetLimit() {
 // MaxKeys caps the keys a Limiter holds; Overflow decides what happens to
 // requests for new keys when every key held is still in use.
 func ExampleConfig() {
-	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Minute})
+	lim := local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Minute}
 	now := time.Date(2023, time.November, 15, 0, 0, 0, 0, time.UTC)
 	for _, policy := range []local.Overflow{local.OverflowReject, local.OverflowAllow, local.OverflowShared} {
 		l, err := local.New(lim, local.Config{

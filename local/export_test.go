@@ -7,3 +7,12 @@ const (
 	MaxSubWindows     = maxSubWindows
 	DefaultSubWindows = defaultSubWindows
 )
+
+// mustCompile is compile for a limit the test knows to be valid.
+func mustCompile(p Limit) compiled {
+	c, err := compile(p)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}

@@ -34,16 +34,16 @@ type fuzzReq struct{ at, n int64 }
 
 // decodeFuzz turns bytes into a limit and requests with non-decreasing
 // times starting at base.
-func decodeFuzz(data []byte) (Limit, []fuzzReq, bool) {
+func decodeFuzz(data []byte) (compiled, []fuzzReq, bool) {
 	if len(data) < 4 {
-		return Limit{}, nil, false
+		return compiled{}, nil, false
 	}
 	// The first six algorithms only, as the corpus was written for them;
 	// FuzzWindowVariants takes the sub-window counter and anchored windows.
 	algo := Algorithm(data[0]%uint8(GCRA) + 1)
-	p := Params{
+	p := Limit{
 		Algorithm: algo,
-		Limit:     1 + int64(data[1]%20),
+		Quota:     1 + int64(data[1]%20),
 		Window:    fuzzWindows[int(data[2])%len(fuzzWindows)],
 	}
 	if algo.bucket() {
@@ -56,13 +56,13 @@ func decodeFuzz(data []byte) (Limit, []fuzzReq, bool) {
 // anchored, or an anchored fixed window, and requests, as decodeFuzz does.
 // The fourth byte picks the number of sub-windows among those that divide
 // the window.
-func decodeVariant(data []byte) (Limit, []fuzzReq, bool) {
+func decodeVariant(data []byte) (compiled, []fuzzReq, bool) {
 	if len(data) < 4 {
-		return Limit{}, nil, false
+		return compiled{}, nil, false
 	}
-	p := Params{
+	p := Limit{
 		Algorithm: SubWindowCounter,
-		Limit:     1 + int64(data[1]%20),
+		Quota:     1 + int64(data[1]%20),
 		Window:    fuzzWindows[int(data[2])%len(fuzzWindows)],
 		Anchored:  data[0]%3 != 0,
 	}
@@ -81,10 +81,10 @@ func decodeVariant(data []byte) (Limit, []fuzzReq, bool) {
 }
 
 // decodeRequests returns p's Limit and the requests b encodes.
-func decodeRequests(p Params, b []byte) (Limit, []fuzzReq, bool) {
-	lim, err := NewLimit(p)
+func decodeRequests(p Limit, b []byte) (compiled, []fuzzReq, bool) {
+	lim, err := compile(p)
 	if err != nil {
-		return Limit{}, nil, false
+		return compiled{}, nil, false
 	}
 	data := b
 	const base = 1_700_006_400_000_000
@@ -119,7 +119,7 @@ type reference interface {
 	decide(now, n int64) (bool, int64)
 }
 
-func newReference(l *Limit) reference {
+func newReference(l *compiled) reference {
 	switch {
 	case l.p.Anchored && l.p.Algorithm == FixedWindow:
 		return &refAnchored{l: l}
@@ -139,23 +139,23 @@ func newReference(l *Limit) reference {
 }
 
 type refFixed struct {
-	l      *Limit
+	l      *compiled
 	counts map[int64]int64
 }
 
 func (r *refFixed) decide(now, n int64) (bool, int64) {
 	w := now / r.l.w
-	if r.counts[w]+n > r.l.p.Limit {
-		return false, r.l.p.Limit - r.counts[w]
+	if r.counts[w]+n > r.l.p.Quota {
+		return false, r.l.p.Quota - r.counts[w]
 	}
 	r.counts[w] += n
-	return true, r.l.p.Limit - r.counts[w]
+	return true, r.l.p.Quota - r.counts[w]
 }
 
 // refAnchored is the counter with a timestamp: a window starts at the
 // first admission after the last one ended.
 type refAnchored struct {
-	l            *Limit
+	l            *compiled
 	start, count int64
 }
 
@@ -164,13 +164,13 @@ func (r *refAnchored) decide(now, n int64) (bool, int64) {
 	if count == 0 || now >= start+r.l.w {
 		start, count = now, 0
 	}
-	if count+n > r.l.p.Limit {
-		return false, r.l.p.Limit - count
+	if count+n > r.l.p.Quota {
+		return false, r.l.p.Quota - count
 	}
 	if n > 0 {
 		r.start, r.count = start, count+n
 	}
-	return true, r.l.p.Limit - count - n
+	return true, r.l.p.Quota - count - n
 }
 
 // refSub keeps a count per sub-window start; a sub-window's requests count
@@ -178,7 +178,7 @@ func (r *refAnchored) decide(now, n int64) (bool, int64) {
 // the grid of multiples of the sub-window or, anchored, of the newest
 // sub-window counted, or at now when the window counts nothing.
 type refSub struct {
-	l      *Limit
+	l      *compiled
 	counts map[int64]int64
 	newest int64
 	starts []int64 // the sub-window of each admission, in order
@@ -203,19 +203,19 @@ func (r *refSub) decide(now, n int64) (bool, int64) {
 			count += c
 		}
 	}
-	if count+n > r.l.p.Limit {
-		return false, r.l.p.Limit - count
+	if count+n > r.l.p.Quota {
+		return false, r.l.p.Quota - count
 	}
 	if n > 0 {
 		r.counts[t] += n
 		r.newest = t
 		r.starts = append(r.starts, t)
 	}
-	return true, r.l.p.Limit - count - n
+	return true, r.l.p.Quota - count - n
 }
 
 type refLog struct {
-	l   *Limit
+	l   *compiled
 	log []fuzzReq
 }
 
@@ -226,15 +226,15 @@ func (r *refLog) decide(now, n int64) (bool, int64) {
 			count += e.n
 		}
 	}
-	if count+n > r.l.p.Limit {
-		return false, r.l.p.Limit - count
+	if count+n > r.l.p.Quota {
+		return false, r.l.p.Quota - count
 	}
 	r.log = append(r.log, fuzzReq{now, n})
-	return true, r.l.p.Limit - count - n
+	return true, r.l.p.Quota - count - n
 }
 
 type refCounter struct {
-	l      *Limit
+	l      *compiled
 	counts map[int64]int64
 }
 
@@ -245,7 +245,7 @@ func (r *refCounter) decide(now, n int64) (bool, int64) {
 	est := big.NewRat(r.counts[w-1]*(r.l.ws-k), r.l.ws)
 	est.Add(est, big.NewRat(r.counts[w], 1))
 	after := new(big.Rat).Add(est, big.NewRat(n, 1))
-	lim := big.NewRat(r.l.p.Limit, 1)
+	lim := big.NewRat(r.l.p.Quota, 1)
 	if after.Cmp(lim) > 0 {
 		return false, floorRat(new(big.Rat).Sub(lim, est))
 	}
@@ -254,7 +254,7 @@ func (r *refCounter) decide(now, n int64) (bool, int64) {
 }
 
 type refBucket struct {
-	l      *Limit
+	l      *compiled
 	tokens *big.Rat
 	last   int64
 	used   bool
@@ -263,7 +263,7 @@ type refBucket struct {
 func (r *refBucket) decide(now, n int64) (bool, int64) {
 	if r.used {
 		// tokens += elapsed · Limit/Window, at most Burst
-		r.tokens.Add(r.tokens, big.NewRat((now-r.last)*r.l.p.Limit, r.l.w))
+		r.tokens.Add(r.tokens, big.NewRat((now-r.last)*r.l.p.Quota, r.l.w))
 		if b := big.NewRat(r.l.p.Burst, 1); r.tokens.Cmp(b) > 0 {
 			r.tokens = b
 		}
@@ -281,12 +281,12 @@ func floorRat(r *big.Rat) int64 {
 	return q.Int64()
 }
 
-func checkSequence(t *testing.T, lim Limit, reqs []fuzzReq) {
+func checkSequence(t *testing.T, lim compiled, reqs []fuzzReq) {
 	t.Helper()
 	ref := newReference(&lim)
 	var s state
 	var admitted []fuzzReq
-	l, err := New(lim, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
+	l, err := New(lim.p, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	defer l.Close()
 	for i, q := range reqs {
@@ -335,7 +335,7 @@ func checkSequence(t *testing.T, lim Limit, reqs []fuzzReq) {
 // trace, with the start of each admission's sub-window: at most Limit in any
 // SubWindows consecutive sub-windows; and so at most Limit plus one
 // sub-window's admissions in any (t − Window, t].
-func checkSubBound(t *testing.T, lim Limit, adm []fuzzReq, starts []int64) {
+func checkSubBound(t *testing.T, lim compiled, adm []fuzzReq, starts []int64) {
 	t.Helper()
 	for i, a := range adm {
 		var inSubs, inWindow, oldest int64
@@ -350,14 +350,14 @@ func checkSubBound(t *testing.T, lim Limit, adm []fuzzReq, starts []int64) {
 				}
 			}
 		}
-		require.LessOrEqual(t, inSubs, lim.p.Limit, "%v: admitted in the sub-windows up to %d", lim, starts[i])
-		require.LessOrEqual(t, inWindow-oldest, lim.p.Limit, "%v: admitted in (%d, %d] less the sub-window its start cuts (%d)", lim, a.at-lim.w, a.at, oldest)
+		require.LessOrEqual(t, inSubs, lim.p.Quota, "%v: admitted in the sub-windows up to %d", lim, starts[i])
+		require.LessOrEqual(t, inWindow-oldest, lim.p.Quota, "%v: admitted in (%d, %d] less the sub-window its start cuts (%d)", lim, a.at-lim.w, a.at, oldest)
 	}
 }
 
 // checkWindowBound checks the exact algorithms' own guarantee on the
 // admitted trace.
-func checkWindowBound(t *testing.T, lim Limit, adm []fuzzReq) {
+func checkWindowBound(t *testing.T, lim compiled, adm []fuzzReq) {
 	t.Helper()
 	switch lim.p.Algorithm {
 	case FixedWindow:
@@ -367,7 +367,7 @@ func checkWindowBound(t *testing.T, lim Limit, adm []fuzzReq) {
 		per := map[int64]int64{}
 		for _, a := range adm {
 			per[a.at/lim.w] += a.n
-			require.LessOrEqual(t, per[a.at/lim.w], lim.p.Limit, "%v: admitted in window %d", lim, a.at/lim.w)
+			require.LessOrEqual(t, per[a.at/lim.w], lim.p.Quota, "%v: admitted in window %d", lim, a.at/lim.w)
 		}
 	case SlidingWindowLog:
 		for i, a := range adm {
@@ -377,7 +377,7 @@ func checkWindowBound(t *testing.T, lim Limit, adm []fuzzReq) {
 					sum += b.n
 				}
 			}
-			require.LessOrEqual(t, sum, lim.p.Limit, "%v: admitted in (%d, %d]", lim, a.at-lim.w, a.at)
+			require.LessOrEqual(t, sum, lim.p.Quota, "%v: admitted in (%d, %d]", lim, a.at-lim.w, a.at)
 		}
 	case TokenBucket, LeakyBucket, GCRA:
 		// admitted in [t0, t1] ≤ burst + rate·(t1 − t0), cross-multiplied.
@@ -385,7 +385,7 @@ func checkWindowBound(t *testing.T, lim Limit, adm []fuzzReq) {
 			var sum int64
 			for j := i; j < len(adm); j++ {
 				sum += adm[j].n
-				if (sum-lim.p.Burst)*lim.w > lim.p.Limit*(adm[j].at-adm[i].at) {
+				if (sum-lim.p.Burst)*lim.w > lim.p.Quota*(adm[j].at-adm[i].at) {
 					require.Failf(t, "more than burst + rate · length admitted", "%v: [%d, %d] admitted %d", lim, adm[i].at, adm[j].at, sum)
 				}
 			}
@@ -446,12 +446,12 @@ func FuzzShaper(f *testing.F) {
 
 // shaperLimit decodes a bucket limit from three bytes; 31 in the first
 // picks one whose state does not pack (rl = 1999).
-func shaperLimit(algo Algorithm, b []byte) Limit {
-	p := Params{Algorithm: algo, Limit: 1 + int64(b[0]%20), Window: fuzzWindows[int(b[1])%len(fuzzWindows)], Burst: int64(b[2] % 25)}
+func shaperLimit(algo Algorithm, b []byte) compiled {
+	p := Limit{Algorithm: algo, Quota: 1 + int64(b[0]%20), Window: fuzzWindows[int(b[1])%len(fuzzWindows)], Burst: int64(b[2] % 25)}
 	if b[0]%32 == 31 {
-		p.Limit, p.Window = 1999, time.Second
+		p.Quota, p.Window = 1999, time.Second
 	}
-	lim, err := NewLimit(p)
+	lim, err := compile(p)
 	if err != nil {
 		panic(err)
 	}
@@ -464,11 +464,11 @@ func checkShaper(t *testing.T, data []byte) {
 	}
 	algo := []Algorithm{TokenBucket, LeakyBucket, GCRA}[data[0]%3]
 	lim := shaperLimit(algo, data[1:4])
-	l, err := New(lim, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
+	l, err := New(lim.p, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	defer l.Close()
 	ref := &refShaper{pending: lim}
-	used := []Limit{lim}
+	used := []compiled{lim}
 	var held []*refReservation // the Limiter's reservations, as the model has them
 	var acts []shapedAct       // the Limiter's admissions of a positive cost
 	const base = 1_700_006_400_000_000
@@ -516,7 +516,7 @@ func checkShaper(t *testing.T, data []byte) {
 			ref.cancel(now, e)
 		case 3:
 			next := shaperLimit(algo, b[2:5])
-			require.NoError(t, l.SetLimit(next), "op %d", i)
+			require.NoError(t, l.SetLimit(next.p), "op %d", i)
 			ref.pending, ref.changed = next, true
 			used = append(used, next)
 		}
@@ -542,13 +542,13 @@ type shapedAct struct {
 // interval, with the largest burst and rate among lims. An interval that
 // starts at a delayed reservation's time may have started up to 1µs
 // earlier, at the exact time.
-func checkActs(t *testing.T, lims []Limit, acts []shapedAct) {
+func checkActs(t *testing.T, lims []compiled, acts []shapedAct) {
 	t.Helper()
 	fast := lims[0]
 	var burst int64
 	for _, lim := range lims {
 		burst = max(burst, lim.p.Burst)
-		if lim.p.Limit*fast.w > fast.p.Limit*lim.w {
+		if lim.p.Quota*fast.w > fast.p.Quota*lim.w {
 			fast = lim
 		}
 	}
@@ -562,8 +562,8 @@ func checkActs(t *testing.T, lims []Limit, acts []shapedAct) {
 		}
 		for j := i; j < len(acts); j++ {
 			sum += acts[j].n
-			if (sum-burst)*fast.w > fast.p.Limit*(acts[j].at-acts[i].at+slack) {
-				require.Failf(t, "more than burst + rate · length admitted", "[%d, %d] admits %d: more than burst %d + rate %d/%dµs · length", acts[i].at, acts[j].at, sum, burst, fast.p.Limit, fast.w)
+			if (sum-burst)*fast.w > fast.p.Quota*(acts[j].at-acts[i].at+slack) {
+				require.Failf(t, "more than burst + rate · length admitted", "[%d, %d] admits %d: more than burst %d + rate %d/%dµs · length", acts[i].at, acts[j].at, sum, burst, fast.p.Quota, fast.w)
 			}
 		}
 	}
@@ -576,7 +576,7 @@ func checkActs(t *testing.T, lims []Limit, acts []shapedAct) {
 // tokens rounded down and clamped to the new burst; below zero, the new
 // limit has no tokens when the last reservation acts.
 type refShaper struct {
-	cur, pending Limit
+	cur, pending compiled
 	changed      bool // a SetLimit since the key was last settled
 	settled      bool
 	tokens       *big.Rat
@@ -614,8 +614,8 @@ func (m *refShaper) settle(now int64) {
 		// promised, the last ⌈−tokens / rate⌉ µs from now: to has no tokens
 		// then.
 		last := new(big.Rat).Neg(m.tokens)
-		last.Mul(last, big.NewRat(from.w, from.p.Limit))
-		m.tokens = big.NewRat(-ceilRat(last)*to.p.Limit, to.w)
+		last.Mul(last, big.NewRat(from.w, from.p.Quota))
+		m.tokens = big.NewRat(-ceilRat(last)*to.p.Quota, to.w)
 	default:
 		m.tokens = big.NewRat(min(floorRat(m.tokens), to.p.Burst), 1)
 	}
@@ -627,7 +627,7 @@ func (m *refShaper) settle(now int64) {
 }
 
 func (m *refShaper) refill(now int64) {
-	m.tokens.Add(m.tokens, big.NewRat((now-m.last)*m.cur.p.Limit, m.cur.w))
+	m.tokens.Add(m.tokens, big.NewRat((now-m.last)*m.cur.p.Quota, m.cur.w))
 	if b := big.NewRat(m.cur.p.Burst, 1); m.tokens.Cmp(b) > 0 {
 		m.tokens = b
 	}
@@ -641,7 +641,7 @@ func (m *refShaper) wait(n int64) int64 {
 	if short.Sign() <= 0 {
 		return 0
 	}
-	short.Mul(short, big.NewRat(m.cur.w, m.cur.p.Limit))
+	short.Mul(short, big.NewRat(m.cur.w, m.cur.p.Quota))
 	return ceilRat(short)
 }
 

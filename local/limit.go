@@ -2,12 +2,12 @@ package local
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/localhook"
 )
 
 // Algorithm names a rate limiting algorithm. The zero value is not a valid
@@ -91,13 +91,13 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q", ErrInvalidLimit, s)
+	return 0, fmt.Errorf("%w: unknown algorithm %q", ErrInvalidConfig, s)
 }
 
 // MarshalText implements encoding.TextMarshaler.
 func (a Algorithm) MarshalText() ([]byte, error) {
 	if !a.valid() {
-		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(a))
+		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidConfig, uint8(a))
 	}
 	return []byte(a.String()), nil
 }
@@ -138,20 +138,22 @@ const (
 // defaultSubWindows is a SubWindowCounter's SubWindows when zero.
 const defaultSubWindows = 10
 
-// Params are the parameters of a Limit. Build a Limit from them with
-// NewLimit, which validates them.
-type Params struct {
+// Limit is an algorithm and its parameters: what a Limiter (and a hybrid
+// rule) enforces per key. It is a plain value, validated where it is used
+// (New, Limiter.SetLimit, Validate); the zero Limit is not valid. A field
+// the algorithm does not take must be zero.
+type Limit struct {
 	// Algorithm is the algorithm. Required.
 	Algorithm Algorithm
-	// Limit is the number of requests admitted per Window. For the bucket
+	// Quota is the number of requests admitted per Window. For the bucket
 	// algorithms (TokenBucket, LeakyBucket, GCRA) it is the refill, drain or
-	// emission rate: Limit per Window. Required, at least 1.
-	Limit int64
+	// emission rate: Quota per Window. Required, at least 1.
+	Quota int64
 	// Window is the length of the window, or the period of the rate. It must
 	// be a whole number of microseconds, from 1µs to 366 days. Required.
 	Window time.Duration
 	// Burst is the capacity of the bucket algorithms: the most requests
-	// admitted at once. Zero means Limit. The window algorithms take no burst
+	// admitted at once. Zero means Quota. The window algorithms take no burst
 	// and reject a non-zero one.
 	Burst int64
 	// SubWindows is how many equal sub-windows a SubWindowCounter cuts the
@@ -169,12 +171,11 @@ type Params struct {
 	Anchored bool
 }
 
-// Limit is a validated algorithm and its parameters, with the integer
-// constants its decisions use precomputed. The zero Limit is not valid; build
-// one with NewLimit or NewRateLimit. A Limit is an immutable value, safe to
-// copy and to share between goroutines.
-type Limit struct {
-	p Params
+// compiled is a valid Limit with the integer constants its decisions use
+// precomputed: an immutable value, safe to copy and to share between
+// goroutines (but for queued).
+type compiled struct {
+	p Limit // Burst and SubWindows defaults filled in
 
 	w    int64 // window in µs
 	max  int64 // most a single request may cost: Limit, or Burst for buckets
@@ -211,188 +212,111 @@ type Limit struct {
 	queued *atomic.Int64
 }
 
-// LimitError describes an invalid parameter. It wraps ErrInvalidLimit, so
-// errors.Is(err, ErrInvalidLimit) holds.
-type LimitError struct {
-	Field  string // the offending field of Params, or "rate"
-	Value  any    // its value
-	Reason string // what is wrong with it
-}
-
-// Error names the field, its value and what is wrong with it.
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("local: invalid limit: %s %v: %s", e.Field, e.Value, e.Reason)
-}
-
-// Unwrap returns ErrInvalidLimit.
-func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
-
+// invalid is the error of a bad field of a Limit, wrapping ErrInvalidConfig.
 func invalid(field string, value any, reason string) error {
-	return &LimitError{Field: field, Value: value, Reason: reason}
+	return config.Invalid(ErrInvalidConfig, field, value, reason)
 }
 
-// NewLimit validates p and returns the Limit it describes. The error is a
-// *LimitError naming the first bad field.
-func NewLimit(p Params) (Limit, error) {
+// Validate reports whether l is valid: nil, or an error wrapping
+// ErrInvalidConfig that names the first bad field.
+func (l Limit) Validate() error {
+	_, err := compile(l)
+	return err
+}
+
+// compile validates p and returns it compiled.
+func compile(p Limit) (compiled, error) {
 	if !p.Algorithm.valid() {
-		return Limit{}, invalid("Algorithm", p.Algorithm, "unknown algorithm")
+		return compiled{}, invalid("Algorithm", p.Algorithm, "unknown algorithm")
 	}
-	if p.Limit < 1 {
-		return Limit{}, invalid("Limit", p.Limit, "must be at least 1")
+	if p.Quota < 1 {
+		return compiled{}, invalid("Quota", p.Quota, "must be at least 1")
 	}
 	if p.Window <= 0 {
-		return Limit{}, invalid("Window", p.Window, "must be positive")
+		return compiled{}, invalid("Window", p.Window, "must be positive")
 	}
 	if p.Window%time.Microsecond != 0 {
-		return Limit{}, invalid("Window", p.Window, "must be a whole number of microseconds")
+		return compiled{}, invalid("Window", p.Window, "must be a whole number of microseconds")
 	}
 	if p.Window > maxWindow {
-		return Limit{}, invalid("Window", p.Window, fmt.Sprintf("must be at most %d days", maxWindow/(24*time.Hour)))
+		return compiled{}, invalid("Window", p.Window, fmt.Sprintf("must be at most %d days", maxWindow/(24*time.Hour)))
 	}
-	l := Limit{p: p, w: p.Window.Microseconds()}
+	l := compiled{p: p, w: p.Window.Microseconds()}
 	if p.SubWindows != 0 && p.Algorithm != SubWindowCounter {
-		return Limit{}, invalid("SubWindows", p.SubWindows, "only the sub-window counter takes sub-windows")
+		return compiled{}, invalid("SubWindows", p.SubWindows, "only the sub-window counter takes sub-windows")
 	}
 	if p.Anchored && p.Algorithm != FixedWindow && p.Algorithm != SubWindowCounter {
-		return Limit{}, invalid("Anchored", p.Anchored, "only the fixed window and the sub-window counter can be anchored")
+		return compiled{}, invalid("Anchored", p.Anchored, "only the fixed window and the sub-window counter can be anchored")
 	}
 	switch p.Algorithm {
 	case FixedWindow:
 		if p.Burst != 0 {
-			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
+			return compiled{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
 		}
-		if p.Limit > maxProduct {
-			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^51")
+		if p.Quota > maxProduct {
+			return compiled{}, invalid("Quota", p.Quota, "must be at most 2^51")
 		}
-		l.max = p.Limit
+		l.max = p.Quota
 	case SlidingWindowLog:
 		if p.Burst != 0 {
-			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
+			return compiled{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
 		}
-		if p.Limit > maxLogLimit {
-			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("the sliding window log keeps one timestamp per request and takes at most %d; use the sliding window counter", maxLogLimit))
+		if p.Quota > maxLogLimit {
+			return compiled{}, invalid("Quota", p.Quota, fmt.Sprintf("the sliding window log keeps one timestamp per request and takes at most %d; use the sliding window counter", maxLogLimit))
 		}
-		l.max = p.Limit
+		l.max = p.Quota
 	case SlidingWindowCounter:
 		if p.Burst != 0 {
-			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
+			return compiled{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
 		}
 		l.step = counterStep(l.w)
 		l.ws = l.w / l.step
-		if p.Limit > maxProduct/l.ws {
-			return Limit{}, invalid("Limit", p.Limit, fmt.Sprintf("Limit × %d window steps would pass 2^51; lower the limit or use a rounder window", l.ws))
+		if p.Quota > maxProduct/l.ws {
+			return compiled{}, invalid("Quota", p.Quota, fmt.Sprintf("Quota × %d window steps would pass 2^51; lower the limit or use a rounder window", l.ws))
 		}
-		l.max = p.Limit
+		l.max = p.Quota
 	case SubWindowCounter:
 		if p.Burst != 0 {
-			return Limit{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
+			return compiled{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
 		}
-		if p.Limit > maxProduct {
-			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^51")
+		if p.Quota > maxProduct {
+			return compiled{}, invalid("Quota", p.Quota, "must be at most 2^51")
 		}
 		k := p.SubWindows
 		if k == 0 {
 			k = defaultSubWindows
 		}
 		if k < 1 || k > maxSubWindows {
-			return Limit{}, invalid("SubWindows", p.SubWindows, fmt.Sprintf("must be from 1 to %d", maxSubWindows))
+			return compiled{}, invalid("SubWindows", p.SubWindows, fmt.Sprintf("must be from 1 to %d", maxSubWindows))
 		}
 		if l.w%k != 0 {
-			return Limit{}, invalid("SubWindows", k, fmt.Sprintf("must divide Window (%dµs) into whole microseconds", l.w))
+			return compiled{}, invalid("SubWindows", k, fmt.Sprintf("must divide Window (%dµs) into whole microseconds", l.w))
 		}
 		l.p.SubWindows = k
 		l.step, l.ws = l.w/k, k
-		l.max = p.Limit
+		l.max = p.Quota
 	default: // bucket algorithms
-		if p.Limit > maxProduct {
-			return Limit{}, invalid("Limit", p.Limit, "must be at most 2^51")
+		if p.Quota > maxProduct {
+			return compiled{}, invalid("Quota", p.Quota, "must be at most 2^51")
 		}
 		if p.Burst < 0 {
-			return Limit{}, invalid("Burst", p.Burst, "must be at least 1 (or 0 for the default, Limit)")
+			return compiled{}, invalid("Burst", p.Burst, "must be at least 1 (or 0 for the default, Quota)")
 		}
 		burst := p.Burst
 		if burst == 0 {
-			burst = p.Limit
+			burst = p.Quota
 		}
 		l.p.Burst = burst
-		g := gcd(p.Limit, l.w)
-		l.rl, l.el = p.Limit/g, l.w/g
+		g := gcd(p.Quota, l.w)
+		l.rl, l.el = p.Quota/g, l.w/g
 		if burst > maxProduct/l.el {
-			return Limit{}, invalid("Burst", burst, fmt.Sprintf("Burst × emission interval (%d/%d µs) would pass 2^51", l.el, l.rl))
+			return compiled{}, invalid("Burst", burst, fmt.Sprintf("Burst × emission interval (%d/%d µs) would pass 2^51", l.el, l.rl))
 		}
 		l.tau = burst * l.el
 		l.max = burst
 	}
 	l.setPacking()
 	return l, nil
-}
-
-// MustLimit is like NewLimit but panics on an invalid p. It is meant for
-// package-level variables and tests with constant parameters.
-func MustLimit(p Params) Limit {
-	l, err := NewLimit(p)
-	if err != nil {
-		panic(err)
-	}
-	return l
-}
-
-// NewRateLimit returns a bucket-algorithm Limit for a rate given in events per
-// second, such as 0.5 or 2.5. The rate is turned into Limit per Window exactly
-// when it is a ratio of small integers, and to within one part in 10^9
-// otherwise. NaN, infinite, zero, negative and too small or too large rates
-// are rejected with a *LimitError whose Field is "rate".
-func NewRateLimit(algo Algorithm, perSecond float64, burst int64) (Limit, error) {
-	if !algo.bucket() {
-		return Limit{}, invalid("Algorithm", algo, "a rate in events per second needs a bucket algorithm (token_bucket, leaky_bucket or gcra)")
-	}
-	n, w, err := rateToWindow(perSecond)
-	if err != nil {
-		return Limit{}, err
-	}
-	return NewLimit(Params{Algorithm: algo, Limit: n, Window: w, Burst: burst})
-}
-
-// rateToWindow returns n and w with n per w equal to perSecond events per
-// second within one part in 10^9, w a whole number of microseconds.
-func rateToWindow(perSecond float64) (int64, time.Duration, error) {
-	switch {
-	case math.IsNaN(perSecond) || math.IsInf(perSecond, 0):
-		return 0, 0, invalid("rate", perSecond, "must be a finite number")
-	case perSecond <= 0:
-		return 0, 0, invalid("rate", perSecond, "must be positive")
-	case perSecond > 1e12:
-		return 0, 0, invalid("rate", perSecond, "must be at most 10^12 per second")
-	}
-	// Best rational approximation p/q of perSecond by continued fractions,
-	// q in seconds, kept small enough that the window fits.
-	const maxQ = int64(maxWindow / time.Second)
-	var p0, q0, p1, q1 int64 = 0, 1, 1, 0
-	x := perSecond
-	for range 64 {
-		a := math.Floor(x)
-		if a > 1e15 {
-			break
-		}
-		ai := int64(a)
-		p2, q2 := ai*p1+p0, ai*q1+q0
-		if q2 > maxQ || p2 > maxProduct {
-			break
-		}
-		p0, q0, p1, q1 = p1, q1, p2, q2
-		if math.Abs(float64(p1)/float64(q1)-perSecond) <= 1e-9*perSecond {
-			break
-		}
-		frac := x - a
-		if frac <= 0 {
-			break
-		}
-		x = 1 / frac
-	}
-	if q1 == 0 || p1 == 0 || math.Abs(float64(p1)/float64(q1)-perSecond) > 1e-9*perSecond {
-		return 0, 0, invalid("rate", perSecond, "cannot be written as events per window of at most 366 days")
-	}
-	return p1, time.Duration(q1) * time.Second, nil
 }
 
 // counterStep returns the length in µs of the steps in which the sliding
@@ -415,66 +339,35 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// Params returns the parameters of l, with Burst filled in with its default
-// for the bucket algorithms.
-func (l Limit) Params() Params { return l.p }
-
-// Algorithm returns l's algorithm.
-func (l Limit) Algorithm() Algorithm { return l.p.Algorithm }
-
-// Limit returns the number of requests admitted per window (the rate, for
-// bucket algorithms).
-func (l Limit) Limit() int64 { return l.p.Limit }
-
-// Window returns the window, or the period of the rate.
-func (l Limit) Window() time.Duration { return l.p.Window }
-
-// Burst returns the bucket capacity of the bucket algorithms and 0 for the
-// window algorithms.
-func (l Limit) Burst() int64 { return l.p.Burst }
-
-// MaxCost returns the largest cost a single request can ever be admitted
-// with: Limit for the window algorithms, Burst for the bucket algorithms.
-// Decision.Capacity reports this figure.
-func (l Limit) MaxCost() int64 { return l.max }
-
-// SubWindows returns the sub-window counter's number of sub-windows, and 0
-// for the other algorithms.
-func (l Limit) SubWindows() int64 { return l.p.SubWindows }
-
-// Anchored reports whether l's windows start at each key's first request.
-func (l Limit) Anchored() bool { return l.p.Anchored }
-
 // logged reports whether l's state is a ring of (time, cost) pairs: the
 // sliding window log's requests, or the sub-window counter's counts, each
 // at its sub-window's start.
-func (l *Limit) logged() bool {
+func (l *compiled) logged() bool {
 	return l.p.Algorithm == SlidingWindowLog || l.p.Algorithm == SubWindowCounter
 }
 
-// Valid reports whether l was built by NewLimit (the zero Limit is not valid).
-func (l Limit) Valid() bool { return l.p.Algorithm.valid() }
-
-// Counter returns the step of the sliding window counter: the length of one
-// step in microseconds and the number of steps per window; for the
-// sub-window counter, the length of a sub-window and SubWindows. Both are
-// zero for the other algorithms. The Redis implementation takes them as
-// arguments.
-func (l Limit) Counter() (stepMicros, steps int64) { return l.step, l.ws }
-
-// Emission returns the bucket algorithms' rate reduced to lowest terms: one
-// request per intervalMicros/per microseconds, and the tolerance
-// Burst × intervalMicros in the same scaled unit. All three are zero for the
-// window algorithms. The Redis implementation takes them as arguments.
-func (l Limit) Emission() (per, intervalMicros, tolerance int64) { return l.rl, l.el, l.tau }
+// derived returns what l derives, for the module's other packages
+// (internal/localx).
+func (l compiled) derived() localhook.Derived {
+	return localhook.Derived{
+		Burst: l.p.Burst, SubWindows: l.p.SubWindows, MaxCost: l.max,
+		Step: l.step, Steps: l.ws, Per: l.rl, Interval: l.el, Tolerance: l.tau,
+	}
+}
 
 // String describes l, for example "token_bucket 2/1s burst 10" or
-// "fixed_window 100/1m".
+// "fixed_window 100/1m", with the defaults of Burst and SubWindows filled
+// in; "invalid limit" if it is not valid.
 func (l Limit) String() string {
-	if !l.Valid() {
+	c, err := compile(l)
+	if err != nil {
 		return "invalid limit"
 	}
-	s := fmt.Sprintf("%s %d/%s", l.p.Algorithm, l.p.Limit, shortDuration(l.p.Window))
+	return c.String()
+}
+
+func (l compiled) String() string {
+	s := fmt.Sprintf("%s %d/%s", l.p.Algorithm, l.p.Quota, shortDuration(l.p.Window))
 	if l.p.Algorithm.bucket() {
 		s += fmt.Sprintf(" burst %d", l.p.Burst)
 	}

@@ -1,69 +1,72 @@
 package local_test
 
 import (
-	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-func TestNewLimitRejects(t *testing.T) {
+func TestLimitValidate(t *testing.T) {
 	const day = 24 * time.Hour
 	for _, c := range []struct {
 		name  string
-		p     local.Params
+		p     local.Limit
 		field string
 	}{
-		{"no algorithm", local.Params{Limit: 1, Window: time.Second}, "Algorithm"},
-		{"unknown algorithm", local.Params{Algorithm: 99, Limit: 1, Window: time.Second}, "Algorithm"},
-		{"zero limit", local.Params{Algorithm: local.FixedWindow, Window: time.Second}, "Limit"},
-		{"negative limit", local.Params{Algorithm: local.GCRA, Limit: -5, Window: time.Second}, "Limit"},
-		{"zero window", local.Params{Algorithm: local.FixedWindow, Limit: 1}, "Window"},
-		{"negative window", local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: -time.Second}, "Window"},
-		{"sub-microsecond window", local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: 1500 * time.Nanosecond}, "Window"},
-		{"absurd window", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 1, Window: 367 * day}, "Window"},
-		{"burst on a window algorithm", local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Second, Burst: 2}, "Burst"},
-		{"burst on the log", local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Second, Burst: 2}, "Burst"},
-		{"burst on the counter", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 1, Window: time.Second, Burst: 2}, "Burst"},
-		{"negative burst", local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Second, Burst: -1}, "Burst"},
-		{"log too long", local.Params{Algorithm: local.SlidingWindowLog, Limit: local.MaxLogLimit + 1, Window: time.Second}, "Limit"},
-		{"fixed window past 2^51", local.Params{Algorithm: local.FixedWindow, Limit: 1<<51 + 1, Window: time.Second}, "Limit"},
+		{"no algorithm", local.Limit{Quota: 1, Window: time.Second}, "Algorithm"},
+		{"unknown algorithm", local.Limit{Algorithm: 99, Quota: 1, Window: time.Second}, "Algorithm"},
+		{"zero limit", local.Limit{Algorithm: local.FixedWindow, Window: time.Second}, "Quota"},
+		{"negative limit", local.Limit{Algorithm: local.GCRA, Quota: -5, Window: time.Second}, "Quota"},
+		{"zero window", local.Limit{Algorithm: local.FixedWindow, Quota: 1}, "Window"},
+		{"negative window", local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: -time.Second}, "Window"},
+		{"sub-microsecond window", local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: 1500 * time.Nanosecond}, "Window"},
+		{"absurd window", local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 1, Window: 367 * day}, "Window"},
+		{"burst on a window algorithm", local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Second, Burst: 2}, "Burst"},
+		{"burst on the log", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1, Window: time.Second, Burst: 2}, "Burst"},
+		{"burst on the counter", local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 1, Window: time.Second, Burst: 2}, "Burst"},
+		{"negative burst", local.Limit{Algorithm: local.TokenBucket, Quota: 1, Window: time.Second, Burst: -1}, "Burst"},
+		{"log too long", local.Limit{Algorithm: local.SlidingWindowLog, Quota: local.MaxLogLimit + 1, Window: time.Second}, "Quota"},
+		{"fixed window past 2^51", local.Limit{Algorithm: local.FixedWindow, Quota: 1<<51 + 1, Window: time.Second}, "Quota"},
 		// A window of 999,999µs has no round step: 999,999 steps × 10^10 > 2^51.
-		{"counter product past 2^51", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 1e10, Window: 999999 * time.Microsecond}, "Limit"},
+		{"counter product past 2^51", local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 1e10, Window: 999999 * time.Microsecond}, "Quota"},
 		// One per 366 days is an interval of 3.16·10^13µs; × 10^6 > 2^51.
-		{"bucket product past 2^51", local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: 366 * day, Burst: 1e6}, "Burst"},
+		{"bucket product past 2^51", local.Limit{Algorithm: local.TokenBucket, Quota: 1, Window: 366 * day, Burst: 1e6}, "Burst"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := local.NewLimit(c.p)
-			require.ErrorIs(t, err, local.ErrInvalidLimit)
-			var le *local.LimitError
-			require.ErrorAs(t, err, &le)
-			assert.Equal(t, c.field, le.Field, "err = %v, want a *LimitError for %s", err, c.field)
+			err := c.p.Validate()
+			require.ErrorIs(t, err, local.ErrInvalidConfig)
+			var fe *config.FieldError
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, c.field, fe.Field, "err = %v, want an error for %s", err, c.field)
+			_, err = local.New(c.p, exampleConfig)
+			assert.Equal(t, c.p.Validate(), err, "New's error")
 		})
 	}
 }
 
-func TestNewLimitAccepts(t *testing.T) {
+func TestLimitAccepts(t *testing.T) {
 	for _, c := range []struct {
-		p                   local.Params
+		p                   local.Limit
 		maxCost, steps, per int64
 	}{
-		{local.Params{Algorithm: local.FixedWindow, Limit: 1 << 51, Window: time.Second}, 1 << 51, 0, 0},
-		{local.Params{Algorithm: local.SlidingWindowLog, Limit: local.MaxLogLimit, Window: local.MaxWindow}, local.MaxLogLimit, 0, 0},
+		{local.Limit{Algorithm: local.FixedWindow, Quota: 1 << 51, Window: time.Second}, 1 << 51, 0, 0},
+		{local.Limit{Algorithm: local.SlidingWindowLog, Quota: local.MaxLogLimit, Window: local.MaxWindow}, local.MaxLogLimit, 0, 0},
 		// A round day moves in 10s steps, which admits limits up to ~2.6·10^11.
-		{local.Params{Algorithm: local.SlidingWindowCounter, Limit: 2.6e11, Window: 24 * time.Hour}, 2.6e11, 8640, 0},
-		{local.Params{Algorithm: local.SlidingWindowCounter, Limit: 7, Window: time.Minute}, 7, 6000, 0},
-		{local.Params{Algorithm: local.SlidingWindowCounter, Limit: 7, Window: 7 * time.Microsecond}, 7, 7, 0},
+		{local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 2.6e11, Window: 24 * time.Hour}, 2.6e11, 8640, 0},
+		{local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 7, Window: time.Minute}, 7, 6000, 0},
+		{local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 7, Window: 7 * time.Microsecond}, 7, 7, 0},
 		// 10,000 per second is one per 100µs: the rate is reduced by the gcd.
-		{local.Params{Algorithm: local.GCRA, Limit: 10000, Window: time.Second}, 10000, 0, 1},
-		{local.Params{Algorithm: local.TokenBucket, Limit: 2, Window: time.Second, Burst: 10}, 10, 0, 1},
-		{local.Params{Algorithm: local.LeakyBucket, Limit: 3, Window: time.Second}, 3, 0, 3},
+		{local.Limit{Algorithm: local.GCRA, Quota: 10000, Window: time.Second}, 10000, 0, 1},
+		{local.Limit{Algorithm: local.TokenBucket, Quota: 2, Window: time.Second, Burst: 10}, 10, 0, 1},
+		{local.Limit{Algorithm: local.LeakyBucket, Quota: 3, Window: time.Second}, 3, 0, 3},
 	} {
-		l, err := local.NewLimit(c.p)
+		l, err := localx.NewLimit(c.p)
 		if !assert.NoError(t, err, "%+v", c.p) {
 			continue
 		}
@@ -71,39 +74,6 @@ func TestNewLimitAccepts(t *testing.T) {
 		per, _, _ := l.Emission()
 		assert.Equal(t, [3]int64{c.maxCost, c.steps, c.per}, [3]int64{l.MaxCost(), steps, per}, "%v: max cost, steps, per", l)
 	}
-}
-
-func TestNewRateLimit(t *testing.T) {
-	for _, c := range []struct {
-		rate   float64
-		limit  int64
-		window time.Duration
-	}{
-		{100, 100, time.Second},
-		{0.5, 1, 2 * time.Second},
-		{2.5, 5, 2 * time.Second},
-		{1.0 / 3, 1, 3 * time.Second},
-		{1.0 / 3600, 1, time.Hour},
-		{1e9, 1e9, time.Second},
-	} {
-		l, err := local.NewRateLimit(local.TokenBucket, c.rate, 1)
-		if !assert.NoError(t, err, "rate %v", c.rate) {
-			continue
-		}
-		assert.Equal(t, c.limit, l.Limit(), "rate %v: limit", c.rate)
-		assert.Equal(t, c.window, l.Window(), "rate %v: window", c.rate)
-	}
-	for _, rate := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, -1, 1e13, 1e-12} {
-		_, err := local.NewRateLimit(local.GCRA, rate, 1)
-		var le *local.LimitError
-		if assert.ErrorAs(t, err, &le, "rate %v", rate) {
-			assert.Equal(t, "rate", le.Field, "rate %v: err = %v, want a *LimitError for rate", rate, err)
-		}
-	}
-	_, err := local.NewRateLimit(local.FixedWindow, 1, 1)
-	var le *local.LimitError
-	require.ErrorAs(t, err, &le, "window algorithm")
-	assert.Equal(t, "Algorithm", le.Field, "window algorithm: err = %v, want a *LimitError for Algorithm", err)
 }
 
 func TestAlgorithmText(t *testing.T) {
@@ -123,7 +93,7 @@ func TestAlgorithmText(t *testing.T) {
 	}
 	for _, in := range []string{"", "leaky", "token_bucket2", "\x00"} {
 		_, err := local.ParseAlgorithm(in)
-		assert.ErrorIs(t, err, local.ErrInvalidLimit, "ParseAlgorithm(%q)", in)
+		assert.ErrorIs(t, err, local.ErrInvalidConfig, "ParseAlgorithm(%q)", in)
 	}
 	_, err := local.Algorithm(0).MarshalText()
 	assert.Error(t, err, "the zero Algorithm marshalled")

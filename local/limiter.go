@@ -139,7 +139,7 @@ func configError(field string, value any, reason string) error {
 // clock and the sweeper); decisions remain possible after Close, reading
 // time.Now.
 type Limiter struct {
-	limit atomic.Pointer[Limit]
+	limit atomic.Pointer[compiled]
 	store *keyed.Store[keyState]
 
 	clock    Clock
@@ -168,7 +168,7 @@ type Limiter struct {
 // state; the entry of a key first seen under a sliding window log has room
 // for its log in the same object (logBlock), which spare points to.
 type keyState struct {
-	lim   atomic.Pointer[Limit]
+	lim   atomic.Pointer[compiled]
 	word  atomic.Uint64
 	st    *state
 	spare *logState
@@ -178,7 +178,7 @@ type keyState struct {
 // in, is in its word. The overflow entry (standalone) is only ever decided
 // under its lock, so its state stays in st whatever the limit, and it is
 // carried over to a new limit in place.
-func packedIn(e *keyed.Entry[keyState], lim *Limit) bool {
+func packedIn(e *keyed.Entry[keyState], lim *compiled) bool {
 	return lim.packed && !e.Standalone()
 }
 
@@ -186,7 +186,7 @@ func packedIn(e *keyed.Entry[keyState], lim *Limit) bool {
 // and write, for a caller that holds e's lock and found it not evicted. A
 // packed state is locked against the lock-free path and unpacked into
 // *tmp. Pass what hold returns to release.
-func hold(e *keyed.Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
+func hold(e *keyed.Entry[keyState], lim *compiled, tmp *state) (*state, uint64) {
 	s, w := holdInto(e, lim, tmp)
 	if s == nil {
 		s = tmp
@@ -197,7 +197,7 @@ func hold(e *keyed.Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
 // holdInto is hold returning nil for a state it unpacked into *tmp: its
 // result never points into tmp, so a caller may store it next to tmp
 // without moving both to the heap.
-func holdInto(e *keyed.Entry[keyState], lim *Limit, tmp *state) (*state, uint64) {
+func holdInto(e *keyed.Entry[keyState], lim *compiled, tmp *state) (*state, uint64) {
 	v := &e.Value
 	if !packedIn(e, lim) {
 		if v.st == nil {
@@ -216,7 +216,7 @@ func holdInto(e *keyed.Entry[keyState], lim *Limit, tmp *state) (*state, uint64)
 }
 
 // release ends a hold of s: a packed state is packed back, unlocked.
-func release(e *keyed.Entry[keyState], lim *Limit, s *state, w uint64) {
+func release(e *keyed.Entry[keyState], lim *compiled, s *state, w uint64) {
 	if packedIn(e, lim) {
 		e.Value.word.Store(lim.pack(s, w))
 	}
@@ -245,25 +245,25 @@ func idleKey(v *keyState, now int64) bool {
 	}
 }
 
-// New returns a Limiter for lim. It returns an error wrapping ErrInvalidLimit
-// for an invalid lim and ErrInvalidConfig, naming the field, for a bad cfg.
-// New works on a copy of cfg, with its defaults filled in, and does not
-// modify the caller's.
+// New returns a Limiter for lim. It returns an error wrapping
+// ErrInvalidConfig, naming the field, for an invalid lim or a bad cfg. New
+// works on a copy of cfg, with its defaults filled in, and does not modify
+// the caller's.
 func New(lim Limit, cfg Config) (*Limiter, error) {
-	if !lim.Valid() {
-		return nil, fmt.Errorf("%w: zero Limit; build one with NewLimit", ErrInvalidLimit)
+	c, err := compile(lim)
+	if err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	l := &Limiter{clock: cfg.Clock, overflow: cfg.Overflow}
-	var err error
 	l.store, err = keyed.New(keyed.Config{Shards: cfg.Shards, MaxKeys: cfg.MaxKeys}, idleKey, l.newEntry)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	p := own(lim)
+	p := own(c)
 	l.limit.Store(p)
 	l.shared.MakeStandalone() // never in the store, never evicted
 	l.shared.Value.lim.Store(p)
@@ -329,17 +329,14 @@ func (l *Limiter) nowMicro() int64 {
 
 // own returns the Limiter's own copy of lim, which records how far its
 // shaper queues requests under it (Limit.queue).
-func own(lim Limit) *Limit {
+func own(lim compiled) *compiled {
 	lim.queued = new(atomic.Int64)
 	return &lim
 }
 
-// Limit returns the limit in force.
-func (l *Limiter) Limit() Limit {
-	lim := *l.limit.Load()
-	lim.queued = nil // the Limiter's own record, not part of the value
-	return lim
-}
+// Limit returns the limit in force, with Burst and SubWindows' defaults
+// filled in.
+func (l *Limiter) Limit() Limit { return l.limit.Load().p }
 
 // SetLimit replaces the limit, for every key, without losing what keys have
 // consumed. Each key's state is carried over the first time the key is next
@@ -351,11 +348,14 @@ func (l *Limiter) Limit() Limit {
 // before the last of them, having no tokens then; a bucket whose rate and
 // burst did not change keeps its state exactly. Any other change of
 // algorithm starts every key afresh.
+// An invalid lim is refused with an error wrapping ErrInvalidConfig, and
+// the limit in force kept.
 func (l *Limiter) SetLimit(lim Limit) error {
-	if !lim.Valid() {
-		return fmt.Errorf("%w: zero Limit; build one with NewLimit", ErrInvalidLimit)
+	c, err := compile(lim)
+	if err != nil {
+		return err
 	}
-	l.limit.Store(own(lim))
+	l.limit.Store(own(c))
 	return nil
 }
 
@@ -515,7 +515,7 @@ func (l *Limiter) allowSlow(e *keyed.Entry[keyState], now int64, key string, n i
 // decisions that allow did not take (a cost of 0, an entry evicted under
 // it). It reports false when the key must be looked up again (e was
 // evicted or replaced).
-func (l *Limiter) allowLocked(e *keyed.Entry[keyState], lim *Limit, key string, now, n int64) (verdict, int64, bool) {
+func (l *Limiter) allowLocked(e *keyed.Entry[keyState], lim *compiled, key string, now, n int64) (verdict, int64, bool) {
 	if !e.LockLive() {
 		return verdict{}, 0, false
 	}
@@ -531,7 +531,7 @@ func (l *Limiter) allowLocked(e *keyed.Entry[keyState], lim *Limit, key string, 
 
 // decideSettled decides a cost of n under lim on e's state, for a caller
 // holding e's lock that found e not evicted and its value settled to lim.
-func decideSettled(e *keyed.Entry[keyState], lim *Limit, now, n int64) verdict {
+func decideSettled(e *keyed.Entry[keyState], lim *compiled, now, n int64) verdict {
 	var tmp state
 	s, w := hold(e, lim, &tmp)
 	vd := lim.decide(s, now, n, true)
@@ -547,7 +547,7 @@ func decideSettled(e *keyed.Entry[keyState], lim *Limit, now, n int64) verdict {
 // key up again. Callers refuse a cost above lim's MaxCost before they
 // settle: such a request changes nothing, not even the limit a state is
 // expressed in, as the Redis twin refuses it without a script.
-func (l *Limiter) settle(e *keyed.Entry[keyState], lim *Limit, key string, now int64) bool {
+func (l *Limiter) settle(e *keyed.Entry[keyState], lim *compiled, key string, now int64) bool {
 	v := &e.Value
 	from := v.lim.Load()
 	switch {
@@ -584,7 +584,7 @@ func (l *Limiter) settle(e *keyed.Entry[keyState], lim *Limit, key string, now i
 // decideHeld decides on s, a key's state that the caller holds (the
 // entry's lock, settled, and hold), under lim, the limit it is expressed in.
 // A cost no state can admit is refused before the state is looked at.
-func decideHeld(s *state, lim *Limit, now, n int64, commit bool) (verdict, int64) {
+func decideHeld(s *state, lim *compiled, now, n int64, commit bool) (verdict, int64) {
 	if n > lim.max {
 		return verdict{reason: ReasonCostTooHigh}, lim.max
 	}

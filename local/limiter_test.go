@@ -21,15 +21,15 @@ var t0 = time.UnixMicro(vectors.Base)
 // one limit of each algorithm, small enough to reach.
 func eachAlgorithm() []local.Limit {
 	return []local.Limit{
-		local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Minute}),
-		local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 5, Window: time.Minute}),
-		local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 5, Window: time.Minute}),
-		local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 5, Window: time.Minute}),
-		local.MustLimit(local.Params{Algorithm: local.LeakyBucket, Limit: 5, Window: time.Minute}),
-		local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 5, Window: time.Minute}),
-		local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: time.Minute, SubWindows: 60}),
-		local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: time.Minute, SubWindows: 6, Anchored: true}),
-		local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Minute, Anchored: true}),
+		local.Limit{Algorithm: local.FixedWindow, Quota: 5, Window: time.Minute},
+		local.Limit{Algorithm: local.SlidingWindowLog, Quota: 5, Window: time.Minute},
+		local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 5, Window: time.Minute},
+		local.Limit{Algorithm: local.TokenBucket, Quota: 5, Window: time.Minute},
+		local.Limit{Algorithm: local.LeakyBucket, Quota: 5, Window: time.Minute},
+		local.Limit{Algorithm: local.GCRA, Quota: 5, Window: time.Minute},
+		local.Limit{Algorithm: local.SubWindowCounter, Quota: 5, Window: time.Minute, SubWindows: 60},
+		local.Limit{Algorithm: local.SubWindowCounter, Quota: 5, Window: time.Minute, SubWindows: 6, Anchored: true},
+		local.Limit{Algorithm: local.FixedWindow, Quota: 5, Window: time.Minute, Anchored: true},
 	}
 }
 
@@ -55,7 +55,7 @@ func TestConfigRejects(t *testing.T) {
 		assert.NotContains(t, err.Error(), "keyed", "%+v: carries the store's own error", c.cfg)
 	}
 	_, err := local.New(local.Limit{}, local.Config{})
-	assert.ErrorIs(t, err, local.ErrInvalidLimit, "zero Limit")
+	assert.ErrorIs(t, err, local.ErrInvalidConfig, "zero Limit")
 }
 
 func TestNewCopiesConfig(t *testing.T) {
@@ -92,7 +92,7 @@ func TestCloseStopsEverything(t *testing.T) {
 // could still matter, and evicted from the moment its state is initial.
 func TestEvictsOnlyInitialState(t *testing.T) {
 	for _, lim := range eachAlgorithm() {
-		t.Run(lim.Algorithm().String(), func(t *testing.T) {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{})
 			d := l.AllowNAt(t0, "victim", 3)
 			require.True(t, d.Allowed(), "%+v", d)
@@ -104,7 +104,7 @@ func TestEvictsOnlyInitialState(t *testing.T) {
 			assert.Equal(t, uint64(1), l.Stats().Evictions, "evictions in the stats")
 			// Evicted means forgotten, which is exactly the initial state.
 			after := l.AllowNAt(t0.Add(d.ResetAfter()), "victim", 0)
-			assert.Equal(t, lim.MaxCost(), after.Remaining(), "after eviction: %+v", after)
+			assert.Equal(t, maxCost(lim), after.Remaining(), "after eviction: %+v", after)
 		})
 	}
 }
@@ -114,7 +114,7 @@ func TestEvictsOnlyInitialState(t *testing.T) {
 func TestFullTableKeepsVictimsBudget(t *testing.T) {
 	for _, policy := range []local.Overflow{local.OverflowReject, local.OverflowAllow, local.OverflowShared} {
 		t.Run(policy.String(), func(t *testing.T) {
-			lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute})
+			lim := local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute}
 			l := newLimiter(t, lim, local.Config{Shards: 1, MaxKeys: 64, Overflow: policy})
 			for range 3 {
 				l.AllowAt(t0, "victim")
@@ -157,7 +157,7 @@ func TestFullTableKeepsVictimsBudget(t *testing.T) {
 }
 
 func TestManyKeysGrowAndSweep(t *testing.T) {
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 10, Window: time.Second})
+	lim := local.Limit{Algorithm: local.GCRA, Quota: 10, Window: time.Second}
 	l := newLimiter(t, lim, local.Config{Shards: 4})
 	const n = 50000
 	for i := range n {
@@ -173,7 +173,7 @@ func TestManyKeysGrowAndSweep(t *testing.T) {
 }
 
 func TestAnyKeyBytes(t *testing.T) {
-	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Minute})
+	lim := local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Minute}
 	l := newLimiter(t, lim, local.Config{})
 	big := make([]byte, 1<<20)
 	for i := range big {
@@ -194,7 +194,7 @@ func TestAnyKeyBytes(t *testing.T) {
 // included: every decision after it is the one the key would have had.
 func TestSetLimitSameBucket(t *testing.T) {
 	mk := func(a local.Algorithm, n int64, w time.Duration) local.Limit {
-		return local.MustLimit(local.Params{Algorithm: a, Limit: n, Window: w, Burst: 3})
+		return local.Limit{Algorithm: a, Quota: n, Window: w, Burst: 3}
 	}
 	from := mk(local.TokenBucket, 3, time.Second) // an interval of 333,333⅓ µs
 	for _, to := range []local.Limit{mk(local.GCRA, 3, time.Second), mk(local.LeakyBucket, 6, 2*time.Second)} {
@@ -220,10 +220,10 @@ func TestSetLimitSameBucket(t *testing.T) {
 
 func TestSetLimitKeepsConsumption(t *testing.T) {
 	fw := func(n int64) local.Limit {
-		return local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: n, Window: time.Minute})
+		return local.Limit{Algorithm: local.FixedWindow, Quota: n, Window: time.Minute}
 	}
 	tb := func(burst int64) local.Limit {
-		return local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: burst})
+		return local.Limit{Algorithm: local.TokenBucket, Quota: 1, Window: time.Hour, Burst: burst}
 	}
 	for _, c := range []struct {
 		name                 string
@@ -242,24 +242,24 @@ func TestSetLimitKeepsConsumption(t *testing.T) {
 			require.NoError(t, l.SetLimit(c.to))
 			d := l.AllowNAt(t0, "k", 0)
 			assert.Equal(t, c.wantRemains, d.Remaining(), "after SetLimit: %+v", d)
-			assert.Equal(t, c.to.MaxCost(), d.Capacity(), "after SetLimit: %+v", d)
+			assert.Equal(t, maxCost(c.to), d.Capacity(), "after SetLimit: %+v", d)
 		})
 	}
 	l := newLimiter(t, fw(1), local.Config{})
-	assert.ErrorIs(t, l.SetLimit(local.Limit{}), local.ErrInvalidLimit, "SetLimit(zero)")
+	assert.ErrorIs(t, l.SetLimit(local.Limit{}), local.ErrInvalidConfig, "SetLimit(zero)")
 }
 
 func TestCostReasons(t *testing.T) {
 	for _, lim := range eachAlgorithm() {
 		l := newLimiter(t, lim, local.Config{})
-		d := l.AllowNAt(t0, "k", lim.MaxCost()+1)
+		d := l.AllowNAt(t0, "k", maxCost(lim)+1)
 		assert.False(t, d.Allowed(), "%v: cost above max: %+v", lim, d)
 		assert.Equal(t, local.ReasonCostTooHigh, d.Reason(), "%v: cost above max: %+v", lim, d)
 		assert.Zero(t, d.RetryAfter(), "%v: cost above max: %+v", lim, d)
 		d = l.AllowNAt(t0, "k", -1)
 		assert.False(t, d.Allowed(), "%v: negative cost: %+v", lim, d)
 		assert.Equal(t, local.ReasonInvalidCost, d.Reason(), "%v: negative cost: %+v", lim, d)
-		d = l.AllowNAt(t0, "k", lim.MaxCost())
+		d = l.AllowNAt(t0, "k", maxCost(lim))
 		assert.True(t, d.Allowed(), "%v: cost equal to max: %+v", lim, d)
 		assert.Zero(t, d.Remaining(), "%v: cost equal to max: %+v", lim, d)
 		d = l.AllowNAt(t0, "k", 1)
@@ -301,8 +301,8 @@ func TestNoAllocations(t *testing.T) {
 // exactly what the limit allows, never more.
 func TestConcurrentExact(t *testing.T) {
 	for _, lim := range eachAlgorithm() {
-		t.Run(lim.Algorithm().String(), func(t *testing.T) {
-			big := local.MustLimit(local.Params{Algorithm: lim.Algorithm(), Limit: 1000, Window: time.Minute})
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			big := local.Limit{Algorithm: lim.Algorithm, Quota: 1000, Window: time.Minute}
 			l := newLimiter(t, big, local.Config{})
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
@@ -316,7 +316,7 @@ func TestConcurrentExact(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			assert.Equal(t, big.MaxCost(), admitted.Load(), "requests admitted of 4000, want exactly the limit")
+			assert.Equal(t, maxCost(big), admitted.Load(), "requests admitted of 4000, want exactly the limit")
 		})
 	}
 }
@@ -325,11 +325,11 @@ func TestConcurrentExact(t *testing.T) {
 // is clamped, never admitted past the limit, and reports sane figures (the
 // bucket algorithms once overflowed here and admitted).
 func TestTimeFarBackwards(t *testing.T) {
-	fast := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 7777777, Window: time.Second, Burst: 1})
+	fast := local.Limit{Algorithm: local.GCRA, Quota: 7777777, Window: time.Second, Burst: 1}
 	for _, lim := range append(eachAlgorithm(), fast) {
 		t.Run(lim.String(), func(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{})
-			require.True(t, l.AllowNAt(t0, "k", lim.MaxCost()).Allowed(), "setup rejected")
+			require.True(t, l.AllowNAt(t0, "k", maxCost(lim)).Allowed(), "setup rejected")
 			for _, back := range []time.Time{{}, time.Unix(0, 0), t0.Add(-time.Hour), t0.Add(-time.Microsecond)} {
 				d := l.AllowAt(back, "k")
 				assert.False(t, d.Allowed(), "at %v: %+v", back, d)
@@ -342,7 +342,7 @@ func TestTimeFarBackwards(t *testing.T) {
 }
 
 func TestOverflowReasonsAgree(t *testing.T) {
-	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: 1})
+	lim := local.Limit{Algorithm: local.TokenBucket, Quota: 1, Window: time.Hour, Burst: 1}
 	for _, c := range []struct {
 		policy      local.Overflow
 		allowOK     bool
@@ -412,14 +412,14 @@ func TestAllowMultiSurvivesSetLimit(t *testing.T) {
 		name     string
 		big, alt local.Limit
 	}{
-		{"log", local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1 << 16, Window: time.Hour}),
-			local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Hour})},
-		{"packed", local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1, Window: time.Hour, Burst: 1 << 19}),
-			local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: 1 << 19})},
+		{"log", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1 << 16, Window: time.Hour},
+			local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1, Window: time.Hour}},
+		{"packed", local.Limit{Algorithm: local.GCRA, Quota: 1, Window: time.Hour, Burst: 1 << 19},
+			local.Limit{Algorithm: local.TokenBucket, Quota: 1, Window: time.Hour, Burst: 1 << 19}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			flipped := newLimiter(t, c.big, local.Config{})
-			other := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 20, Window: time.Hour}), local.Config{})
+			other := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 1 << 20, Window: time.Hour}, local.Config{})
 			stop := flipLimits(flipped, c.alt, c.big, func() {})
 			admitted := int64(0)
 			out := make([]local.Decision, 2)
@@ -432,7 +432,7 @@ func TestAllowMultiSurvivesSetLimit(t *testing.T) {
 			stop()
 			flipped.SetLimit(c.big)
 			now := t0.Add(time.Minute)
-			assert.Equal(t, admitted, c.big.MaxCost()-flipped.AllowNAt(now, "k", 0).Remaining(), "the flipped rule's charge, against the multi decisions admitted")
+			assert.Equal(t, admitted, maxCost(c.big)-flipped.AllowNAt(now, "k", 0).Remaining(), "the flipped rule's charge, against the multi decisions admitted")
 			assert.Equal(t, admitted, int64(1<<20)-other.AllowNAt(now, "k", 0).Remaining(), "the other rule's charge, against the multi decisions admitted")
 		})
 	}
@@ -447,8 +447,8 @@ func TestAllowMultiSurvivesSetLimit(t *testing.T) {
 // The sweeps judge at the time all deciding goroutines have passed, as a
 // Limiter's clock would.
 func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
-	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Millisecond})
-	bucket := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 100, Window: time.Millisecond})
+	gcra := local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Millisecond}
+	bucket := local.Limit{Algorithm: local.TokenBucket, Quota: 100, Window: time.Millisecond}
 	l := newLimiter(t, gcra, local.Config{NoBackgroundSweep: true})
 	const ms, workers, perMs = 50, 4, 1000
 	var admitted atomic.Int64
@@ -475,7 +475,7 @@ func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
 	}
 	wg.Wait()
 	flips := stop()
-	most := gcra.Burst() + gcra.Limit()*ms // burst + rate × 50ms
+	most := maxCost(gcra) + gcra.Quota*ms // burst + rate × 50ms
 	got := admitted.Load()
 	assert.LessOrEqual(t, got, most, "admitted over %dms, want at most burst + rate × time", ms)
 	assert.GreaterOrEqual(t, got, most/2, "admitted over %dms, want at least half of burst + rate × time", ms)
@@ -493,13 +493,13 @@ func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
 // admit more than its limit; a lost decision, fewer.
 func TestSweepsRaceDecisions(t *testing.T) {
 	for _, lim := range eachAlgorithm() {
-		t.Run(lim.Algorithm().String(), func(t *testing.T) {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{})
 			const keys, phases, workers = 64, 30, 4
-			perKey := workers * 2 * lim.MaxCost() // attempts per key and phase, more than it admits
+			perKey := workers * 2 * maxCost(lim) // attempts per key and phase, more than it admits
 			evictions := 0
 			for phase := range phases {
-				now := t0.Add(time.Duration(2*phase) * lim.Window())
+				now := t0.Add(time.Duration(2*phase) * lim.Window)
 				var admitted [keys]atomic.Int64
 				ready, stop, swept := make(chan struct{}), make(chan struct{}), make(chan int)
 				go func() {
@@ -533,7 +533,7 @@ func TestSweepsRaceDecisions(t *testing.T) {
 				close(stop)
 				evictions += <-swept
 				for k := range admitted {
-					require.Equal(t, lim.MaxCost(), admitted[k].Load(), "phase %d, key %d: admitted of %d", phase, k, perKey)
+					require.Equal(t, maxCost(lim), admitted[k].Load(), "phase %d, key %d: admitted of %d", phase, k, perKey)
 				}
 			}
 			t.Logf("%d evictions raced %d phases of decisions", evictions, phases)

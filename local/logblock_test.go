@@ -35,7 +35,7 @@ func inPlace(t *testing.T, l *Limiter, key string, now int64) (state, pairs bool
 // it over, so that the old entry is not kept alive by it.
 func TestLogInItsEntry(t *testing.T) {
 	logLimit := func(n int64) Limit {
-		return MustLimit(Params{Algorithm: SlidingWindowLog, Limit: n, Window: time.Minute})
+		return Limit{Algorithm: SlidingWindowLog, Quota: n, Window: time.Minute}
 	}
 	at := time.UnixMicro(1 << 40)
 	now := at.UnixMicro()
@@ -63,7 +63,7 @@ func TestLogInItsEntry(t *testing.T) {
 
 	// A key under a packed limit has a plain entry; carried over to a log,
 	// it starts afresh in the room of its new entry.
-	fw := MustLimit(Params{Algorithm: FixedWindow, Limit: 8, Window: time.Minute})
+	fw := Limit{Algorithm: FixedWindow, Quota: 8, Window: time.Minute}
 	require.NoError(t, l.SetLimit(fw))
 	logAt(t, l, "packed", at, 3)
 	v := &l.store.Get("packed", now).Value

@@ -107,10 +107,9 @@ func TestMemoryPerKey(t *testing.T) {
 	// measure holds keys under p, each admitted perKeyCalls times; with
 	// later, each is then admitted once more, a window after, when every
 	// earlier request has left the window.
-	measure := func(p local.Params, keys []string, perKeyCalls int64, later bool) row {
+	measure := func(p local.Limit, keys []string, perKeyCalls int64, later bool) row {
 		t.Helper()
-		lim, err := local.NewLimit(p)
-		require.NoError(t, err)
+		lim := p
 		l, err := local.New(lim, local.Config{
 			Clock:             local.SystemClock{},
 			NoBackgroundSweep: true,
@@ -135,14 +134,14 @@ func TestMemoryPerKey(t *testing.T) {
 		runtime.KeepAlive(l)
 		require.Zero(t, denied, "%v: requests denied; every key must be admitted to be held", lim)
 		require.Equal(t, len(keys), l.Len(), "%v: keys held", lim)
-		return row{name: p.Algorithm.String(), limit: p.Limit, keys: len(keys), total: total, budget: memBudgetPerKey}
+		return row{name: p.Algorithm.String(), limit: p.Quota, keys: len(keys), total: total, budget: memBudgetPerKey}
 	}
 
 	for _, a := range local.Algorithms() {
 		if a == local.SlidingWindowLog || a == local.SubWindowCounter {
 			continue
 		}
-		rows = append(rows, measure(local.Params{Algorithm: a, Limit: 100, Window: time.Minute}, keys, 1, false))
+		rows = append(rows, measure(local.Limit{Algorithm: a, Quota: 100, Window: time.Minute}, keys, 1, false))
 	}
 	// The log, full: Limit requests per key, at distinct microseconds. Fewer
 	// keys at limit 100 keep the test near 50 MB; 20,000 is still plenty to
@@ -151,14 +150,14 @@ func TestMemoryPerKey(t *testing.T) {
 		limit int64
 		keys  int
 	}{{1, n}, {10, n}, {100, n / 10}} {
-		r := measure(local.Params{Algorithm: local.SlidingWindowLog, Limit: c.limit, Window: time.Minute}, keys[:c.keys], c.limit, false)
+		r := measure(local.Limit{Algorithm: local.SlidingWindowLog, Quota: c.limit, Window: time.Minute}, keys[:c.keys], c.limit, false)
 		r.budget = memBudgetPerKey + logRingHeader + ringBytes(c.limit)
 		rows = append(rows, r)
 	}
 	// The log a window after it was full: one pair left, in the least
 	// buffer a ring that outgrew its first pairs shrinks to (8 pairs), where
 	// it kept the 128 pairs it grew to before it shrank.
-	r := measure(local.Params{Algorithm: local.SlidingWindowLog, Limit: 100, Window: time.Minute}, keys[:n/10], 100, true)
+	r := measure(local.Limit{Algorithm: local.SlidingWindowLog, Quota: 100, Window: time.Minute}, keys[:n/10], 100, true)
 	r.name += ", a window later"
 	r.budget = memBudgetPerKey + logRingHeader + ringBytes(logMinShrunk)
 	rows = append(rows, r)
@@ -170,7 +169,7 @@ func TestMemoryPerKey(t *testing.T) {
 		calls  int64
 		keys   int
 	}{{time.Minute, 1, n}, {60 * time.Microsecond, 60, n / 10}} {
-		r := measure(local.Params{Algorithm: local.SubWindowCounter, Limit: 100, Window: c.window, SubWindows: 60}, keys[:c.keys], c.calls, false)
+		r := measure(local.Limit{Algorithm: local.SubWindowCounter, Quota: 100, Window: c.window, SubWindows: 60}, keys[:c.keys], c.calls, false)
 		r.name += fmt.Sprintf(", %d of 60 sub-windows", c.calls)
 		r.budget = memBudgetPerKey + logRingHeader + ringBytes(c.calls)
 		rows = append(rows, r)

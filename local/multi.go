@@ -240,7 +240,7 @@ func (m *multi) setGroup(group []int, d Decision) {
 // into itself: the requests' helds live in an array on AllowMultiAt's stack,
 // which such a pointer would move to the heap.
 type held struct {
-	lim  *Limit
+	lim  *compiled
 	st   *state // the entry's own state, or nil for one unpacked into tmp
 	w    uint64
 	tmp  state

@@ -19,8 +19,8 @@ func remaining(l *local.Limiter, key string) int64 { return l.AllowNAt(t0, key, 
 // TestCheckMultiAt: CheckMultiAt answers as AllowMultiAt would, writes the
 // Decisions of a refusal, and charges nothing, whatever the answer.
 func TestCheckMultiAt(t *testing.T) {
-	small := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 2, Window: time.Minute}), local.Config{})
-	big := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 5, Window: time.Minute}), local.Config{})
+	small := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 2, Window: time.Minute}, local.Config{})
+	big := newLimiter(t, local.Limit{Algorithm: local.TokenBucket, Quota: 5, Window: time.Minute}, local.Config{})
 	reqs := []local.Request{{small, "k", 1}, {big, "k", 1}}
 	out := make([]local.Decision, 2)
 
@@ -51,8 +51,8 @@ func TestCheckMultiAt(t *testing.T) {
 // every request has room, never otherwise; the requests are charged only
 // if it returns true.
 func TestAllowMultiIfAt(t *testing.T) {
-	a := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute}), local.Config{})
-	b := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 10, Window: time.Minute, Burst: 10}), local.Config{})
+	a := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute}, local.Config{})
+	b := newLimiter(t, local.Limit{Algorithm: local.GCRA, Quota: 10, Window: time.Minute, Burst: 10}, local.Config{})
 	reqs := []local.Request{{a, "k", 1}, {b, "k", 2}}
 	out := make([]local.Decision, 2)
 	calls := 0
@@ -97,8 +97,8 @@ func TestAllowMultiIfAtHoldsKeys(t *testing.T) {
 	// use the limit up, so multi decisions reach commit however the
 	// goroutines are scheduled.
 	const limit = 400
-	l := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: limit, Window: time.Minute}), local.Config{})
-	other := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 20, Window: time.Minute}), local.Config{})
+	l := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: limit, Window: time.Minute}, local.Config{})
+	other := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 1 << 20, Window: time.Minute}, local.Config{})
 	var admitted, commits atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 6 {
@@ -135,7 +135,7 @@ func TestMultiIfNoAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	l := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 40, Window: time.Minute}), local.Config{})
+	l := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 1 << 40, Window: time.Minute}, local.Config{})
 	reqs := []local.Request{{l, "hot", 1}, {l, "other", 1}}
 	out := make([]local.Decision, 2)
 	n := 0
@@ -149,7 +149,7 @@ func TestMultiIfNoAllocations(t *testing.T) {
 // BenchmarkAllowMultiAt measures a two-rule decision on hot keys: plain,
 // and with a commit condition.
 func BenchmarkAllowMultiAt(b *testing.B) {
-	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 40, Window: time.Minute})
+	lim := local.Limit{Algorithm: local.FixedWindow, Quota: 1 << 40, Window: time.Minute}
 	l1, l2 := newLimiter(b, lim, local.Config{}), newLimiter(b, lim, local.Config{})
 	reqs := []local.Request{{l1, "hot", 1}, {l2, "hot", 1}}
 	out := make([]local.Decision, 2)

@@ -12,8 +12,8 @@ import (
 )
 
 func TestAllowMultiAllOrNone(t *testing.T) {
-	perSecond := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 10, Window: time.Second, Burst: 2}), local.Config{})
-	perMinute := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute}), local.Config{})
+	perSecond := newLimiter(t, local.Limit{Algorithm: local.TokenBucket, Quota: 10, Window: time.Second, Burst: 2}, local.Config{})
+	perMinute := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute}, local.Config{})
 	reqs := []local.Request{{perSecond, "u1", 1}, {perMinute, "u1", 1}}
 	out := make([]local.Decision, 2)
 
@@ -39,7 +39,7 @@ func TestAllowMultiAllOrNone(t *testing.T) {
 }
 
 func TestAllowMultiSameKeyTwice(t *testing.T) {
-	l := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Minute}), local.Config{})
+	l := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 5, Window: time.Minute}, local.Config{})
 	out := make([]local.Decision, 2)
 	reqs := []local.Request{{l, "k", 2}, {l, "k", 3}}
 	require.True(t, local.AllowMultiAt(t0, reqs, out), "2 + 3 of 5: %+v", out)
@@ -49,7 +49,7 @@ func TestAllowMultiSameKeyTwice(t *testing.T) {
 }
 
 func TestAllowMultiBadCostChargesNothing(t *testing.T) {
-	a := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Minute}), local.Config{})
+	a := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 5, Window: time.Minute}, local.Config{})
 	out := make([]local.Decision, 3)
 	require.False(t, local.AllowMultiAt(t0, []local.Request{{a, "k", 1}, {a, "x", 6}, {a, "y", -1}}, out), "admitted")
 	assert.Equal(t, []local.Reason{local.ReasonOK, local.ReasonCostTooHigh, local.ReasonInvalidCost},
@@ -64,7 +64,7 @@ func TestAllowMultiBadCostChargesNothing(t *testing.T) {
 func TestAllowMultiManyRules(t *testing.T) {
 	var reqs []local.Request
 	for i := range 20 {
-		l := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: int64(i + 1), Window: time.Second}), local.Config{})
+		l := newLimiter(t, local.Limit{Algorithm: local.GCRA, Quota: int64(i + 1), Window: time.Second}, local.Config{})
 		reqs = append(reqs, local.Request{l, "k", 1})
 	}
 	out := make([]local.Decision, len(reqs))
@@ -78,8 +78,8 @@ func TestAllowMultiManyRules(t *testing.T) {
 // two keys in opposite orders. Nothing deadlocks, and both keys end charged
 // exactly the same: no multi ever charged one rule without the other.
 func TestAllowMultiConcurrentNoDeadlockNoPartialCharge(t *testing.T) {
-	a := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1000, Window: time.Minute}), local.Config{})
-	b := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 700, Window: time.Minute}), local.Config{})
+	a := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Minute}, local.Config{})
+	b := newLimiter(t, local.Limit{Algorithm: local.SlidingWindowLog, Quota: 700, Window: time.Minute}, local.Config{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	admitted := 0

@@ -49,9 +49,9 @@ func clampTime(us int64) int64 { return min(max(us, 0), maxMicros) }
 
 // setPacking decides whether every state l can reach packs into a word
 // below wordLocked, and sets l.packed and the field widths.
-func (l *Limit) setPacking() {
+func (l *compiled) setPacking() {
 	windows := bits.Len64(uint64(maxMicros / l.w)) // bits of a window index
-	cb := bits.Len64(uint64(l.p.Limit))
+	cb := bits.Len64(uint64(l.p.Quota))
 	switch l.p.Algorithm {
 	case FixedWindow:
 		// An anchored window's start is any µs, which a word has no room for.
@@ -70,7 +70,7 @@ func (l *Limit) setPacking() {
 }
 
 // unpack returns the state that the packed word w holds.
-func (l *Limit) unpack(w uint64) state {
+func (l *compiled) unpack(w uint64) state {
 	switch l.p.Algorithm {
 	case FixedWindow:
 		return state{at: int64(w>>l.cb) * l.w, count: int64(w & (1<<l.cb - 1))}
@@ -87,7 +87,7 @@ func (l *Limit) unpack(w uint64) state {
 // pack returns the word of s. from is a word s may have been unpacked
 // from, or 0: a window start that did not move keeps from's index, which
 // saves a division.
-func (l *Limit) pack(s *state, from uint64) uint64 {
+func (l *compiled) pack(s *state, from uint64) uint64 {
 	switch l.p.Algorithm {
 	case FixedWindow:
 		return l.windowIndex(s.at, from>>l.cb)<<l.cb | uint64(s.count)
@@ -98,7 +98,7 @@ func (l *Limit) pack(s *state, from uint64) uint64 {
 }
 
 // windowIndex returns start / l.w, which is idx when idx is start's index.
-func (l *Limit) windowIndex(start int64, idx uint64) uint64 {
+func (l *compiled) windowIndex(start int64, idx uint64) uint64 {
 	if int64(idx)*l.w == start {
 		return idx
 	}
@@ -128,12 +128,12 @@ func (l *Limit) windowIndex(start int64, idx uint64) uint64 {
 // queue the shaper made) it leaves to slowWord. The verdicts are the
 // general path's own (fixedLimited, counterLimited, bucketLimited), and
 // FuzzDecideWord holds them to it.
-func (l *Limit) rejectWord(w uint64, now, n int64) (v verdict, ok bool) {
+func (l *compiled) rejectWord(w uint64, now, n int64) (v verdict, ok bool) {
 	switch l.p.Algorithm {
 	case FixedWindow:
 		idx := uint64(now) / uint64(l.w) // now ≥ 0 (clampTime)
 		count := int64(w & l.cmask)
-		if idx != w>>l.cb || count+n <= l.p.Limit {
+		if idx != w>>l.cb || count+n <= l.p.Quota {
 			return
 		}
 		return l.fixedLimited(count, l.w-(now-int64(idx)*l.w)), true
@@ -160,7 +160,7 @@ func (l *Limit) rejectWord(w uint64, now, n int64) (v verdict, ok bool) {
 // slowWord is the general path on a word: unpack, decide (committing), and
 // pack. It returns the verdict and the resulting word, w itself when
 // nothing changed (a rejection, or a cost of 0).
-func (l *Limit) slowWord(w uint64, now, n int64) (verdict, uint64) {
+func (l *compiled) slowWord(w uint64, now, n int64) (verdict, uint64) {
 	s := l.unpack(w)
 	v := l.decide(&s, now, n, true)
 	return v, l.pack(&s, w)
@@ -170,23 +170,23 @@ func (l *Limit) slowWord(w uint64, now, n int64) (verdict, uint64) {
 // in the word's window or a later one, or reports false. It picks the
 // count, the word's or none, without a branch; the division depends on now
 // alone, and runs while the word is fetched.
-func (l *Limit) fixedAt(w uint64, now, n int64) (v verdict, nw uint64, ok bool) {
+func (l *compiled) fixedAt(w uint64, now, n int64) (v verdict, nw uint64, ok bool) {
 	idx := uint64(now) / uint64(l.w) // now ≥ 0 (clampTime)
 	count := w & l.cmask
 	if idx != w>>l.cb {
 		count = 0 // a later window (an earlier one is refused below)
 	}
-	if idx < w>>l.cb || int64(count)+n > l.p.Limit {
+	if idx < w>>l.cb || int64(count)+n > l.p.Quota {
 		return
 	}
-	return verdict{remaining: l.p.Limit - int64(count) - n, reset: l.w - (now - int64(idx)*l.w)}, idx<<l.cb | (count + uint64(n)), true
+	return verdict{remaining: l.p.Quota - int64(count) - n, reset: l.w - (now - int64(idx)*l.w)}, idx<<l.cb | (count + uint64(n)), true
 }
 
 // counterNow returns what a sliding window counter's decision at now
 // needs that does not depend on the key's word: now's window index, the
 // reset of an admission (when the window after now's ends), and the weight
 // left to the previous window, in steps.
-func (l *Limit) counterNow(now int64) (idx uint64, reset, left int64) {
+func (l *compiled) counterNow(now int64) (idx uint64, reset, left int64) {
 	idx = uint64(now) / uint64(l.w) // now ≥ 0 (clampTime)
 	into := now - int64(idx)*l.w
 	return idx, l.w2 - into, l.ws - int64(uint64(into)/uint64(l.step))
@@ -202,7 +202,7 @@ func (l *Limit) counterNow(now int64) (idx uint64, reset, left int64) {
 // counting n, the room left under the estimate, (limit − cur)·ws −
 // prev·left, must not be negative (which also means cur ≤ limit, as
 // prev·left is not). l.max is the limit.
-func (l *Limit) counterAt(w, idx uint64, reset, left, n int64) (v verdict, nw uint64, ok bool) {
+func (l *compiled) counterAt(w, idx uint64, reset, left, n int64) (v verdict, nw uint64, ok bool) {
 	moved := idx - w>>l.cb2
 	counts := w & l.hmask >> (l.cbw * moved)
 	room := (l.max-int64(counts>>l.cb)-n)*l.ws - int64(counts&l.cmask)*left
@@ -215,7 +215,7 @@ func (l *Limit) counterAt(w, idx uint64, reset, left, n int64) (v verdict, nw ui
 // bucketWord decides on a bucket's word (TAT·rl + fraction) an admission of
 // n > 0, or reports false. Its results are named for the bare return, which
 // keeps it within the inliner's budget.
-func (l *Limit) bucketWord(w uint64, now, n int64) (v verdict, nw uint64, ok bool) {
+func (l *compiled) bucketWord(w uint64, now, n int64) (v verdict, nw uint64, ok bool) {
 	nowS := uint64(now) * uint64(l.rl)
 	tat := max(w, nowS)
 	dl := int64(tat-nowS) + n*l.el // (TAT − now)·rl, after the request

@@ -25,7 +25,7 @@ func FuzzDecideWord(f *testing.F) {
 		if !ok || !lim.packed {
 			return
 		}
-		l, err := New(lim, Config{NoBackgroundSweep: true})
+		l, err := New(lim.p, Config{NoBackgroundSweep: true})
 		require.NoError(t, err)
 		defer l.Close()
 		var s state
@@ -57,19 +57,19 @@ func FuzzDecideWord(f *testing.F) {
 // entry's lock.
 func TestPacking(t *testing.T) {
 	for _, c := range []struct {
-		p    Params
+		p    Limit
 		want bool
 	}{
-		{Params{Algorithm: FixedWindow, Limit: 10000, Window: time.Second}, true},
-		{Params{Algorithm: FixedWindow, Limit: 1 << 40, Window: time.Hour}, false},
-		{Params{Algorithm: SlidingWindowCounter, Limit: 10000, Window: time.Second}, true},
-		{Params{Algorithm: SlidingWindowCounter, Limit: 100000, Window: time.Minute}, true},
-		{Params{Algorithm: SlidingWindowCounter, Limit: 1 << 20, Window: time.Second}, false},
-		{Params{Algorithm: SlidingWindowLog, Limit: 10, Window: time.Second}, false},
-		{Params{Algorithm: GCRA, Limit: 10000, Window: time.Second}, true},
-		{Params{Algorithm: TokenBucket, Limit: 7, Window: time.Second, Burst: 100}, true},
-		{Params{Algorithm: LeakyBucket, Limit: 999983, Window: time.Second}, false}, // rl 999983
+		{Limit{Algorithm: FixedWindow, Quota: 10000, Window: time.Second}, true},
+		{Limit{Algorithm: FixedWindow, Quota: 1 << 40, Window: time.Hour}, false},
+		{Limit{Algorithm: SlidingWindowCounter, Quota: 10000, Window: time.Second}, true},
+		{Limit{Algorithm: SlidingWindowCounter, Quota: 100000, Window: time.Minute}, true},
+		{Limit{Algorithm: SlidingWindowCounter, Quota: 1 << 20, Window: time.Second}, false},
+		{Limit{Algorithm: SlidingWindowLog, Quota: 10, Window: time.Second}, false},
+		{Limit{Algorithm: GCRA, Quota: 10000, Window: time.Second}, true},
+		{Limit{Algorithm: TokenBucket, Quota: 7, Window: time.Second, Burst: 100}, true},
+		{Limit{Algorithm: LeakyBucket, Quota: 999983, Window: time.Second}, false}, // rl 999983
 	} {
-		assert.Equal(t, c.want, MustLimit(c.p).packed, "%v: packed", MustLimit(c.p))
+		assert.Equal(t, c.want, mustCompile(c.p).packed, "%v: packed", mustCompile(c.p))
 	}
 }

@@ -32,11 +32,11 @@ const minShrunk = 2 * firstPairs
 // pairs is the most pairs a log's ring holds: one per request admitted at
 // a distinct time in the window, at most Limit, and for the sub-window
 // counter one per sub-window.
-func (l *Limit) pairs() int64 {
+func (l *compiled) pairs() int64 {
 	if l.p.Algorithm == SubWindowCounter {
-		return min(l.p.Limit, l.ws)
+		return min(l.p.Quota, l.ws)
 	}
-	return l.p.Limit
+	return l.p.Quota
 }
 
 func newRing(limit int64) *ring {
@@ -80,7 +80,7 @@ type logBlock struct {
 // newState returns a zero state for a key decided under lim, a log's (the
 // sliding window log, the sub-window counter) with its ring in place: in
 // spare, a logBlock's room, when there is one.
-func newState(lim *Limit, spare *logState) *state {
+func newState(lim *compiled, spare *logState) *state {
 	if !lim.logged() {
 		return new(state)
 	}

@@ -12,7 +12,7 @@ import (
 // fill half of once they fill a quarter or less, never below minShrunk, and
 // keeps its pairs in order through both.
 func TestRingResizes(t *testing.T) {
-	lim := MustLimit(Params{Algorithm: SlidingWindowLog, Limit: 1000, Window: time.Minute})
+	lim := mustCompile(Limit{Algorithm: SlidingWindowLog, Quota: 1000, Window: time.Minute})
 	at, w := int64(1<<40), lim.w
 	var s state
 	admit := func(now int64, wantRemaining int64) {

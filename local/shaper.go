@@ -34,7 +34,7 @@ type Reservation struct {
 
 	l         *Limiter
 	e         *keyed.Entry[keyState]
-	lim       *Limit
+	lim       *compiled
 	n         int64
 	at        int64 // TimeToAct in µs
 	tat, frac int64 // the state this reservation left, to recognise it as the last one
@@ -137,7 +137,7 @@ func (l *Limiter) reserveLocked(e *keyed.Entry[keyState], key string, now, n int
 // past now: ⌈((TAT − now)·rl + frac + need − τ)/rl⌉, at least 0. The
 // quotient is taken apart, as ahead + ⌈(frac + need − τ)/rl⌉, so that a
 // long queue, or a time that ran back far, is never multiplied by rl.
-func queueDelay(ahead, frac, need int64, lim *Limit) int64 {
+func queueDelay(ahead, frac, need int64, lim *compiled) int64 {
 	// frac + need − τ is in (−τ, rl): its quotient rounded up is 1 when
 	// it is positive, and minus the quotient of its opposite otherwise.
 	if y := frac + need - lim.tau; y > 0 {
@@ -152,7 +152,7 @@ func queueDelay(ahead, frac, need int64, lim *Limit) int64 {
 // a state under l: a bucket's TAT is at most ⌈τ/rl⌉ + queue() ahead of the
 // time it was stored at. It is 0 outside a Limiter and until a request
 // under l is delayed.
-func (l *Limit) queue() int64 {
+func (l *compiled) queue() int64 {
 	if l.queued == nil {
 		return 0
 	}
@@ -161,7 +161,7 @@ func (l *Limit) queue() int64 {
 
 // noteQueue records that a state under l was stored q µs further ahead
 // than the burst allows (see queue). Outside a Limiter it does nothing.
-func (l *Limit) noteQueue(q int64) {
+func (l *compiled) noteQueue(q int64) {
 	if l.queued == nil {
 		return
 	}

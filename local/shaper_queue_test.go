@@ -26,7 +26,7 @@ func TestQueuedFigures(t *testing.T) {
 		t.Run(algo.String(), func(t *testing.T) {
 			// 10 per second, burst 2: two reservations of 2 at t0 act at 0
 			// and 200ms, and the key is full again at 400ms.
-			lim := local.MustLimit(local.Params{Algorithm: algo, Limit: 10, Window: time.Second, Burst: 2})
+			lim := local.Limit{Algorithm: algo, Quota: 10, Window: time.Second, Burst: 2}
 			l := newLimiter(t, lim, local.Config{})
 			for _, want := range []time.Duration{0, 200 * ms} {
 				r, err := l.ReserveAt(t0, "k", 2, time.Second)
@@ -80,9 +80,9 @@ func TestSetLimitKeepsQueuedDebt(t *testing.T) {
 	for _, algo := range bucketAlgorithms {
 		for _, c := range cases {
 			t.Run(algo.String()+"/"+c.name, func(t *testing.T) {
-				l := newLimiter(t, local.MustLimit(local.Params{Algorithm: algo, Limit: c.from, Window: time.Second, Burst: 1}), local.Config{})
+				l := newLimiter(t, local.Limit{Algorithm: algo, Quota: c.from, Window: time.Second, Burst: 1}, local.Config{})
 				require.Equal(t, c.queued, reserveOnes(t, l, len(c.queued)))
-				require.NoError(t, l.SetLimit(local.MustLimit(local.Params{Algorithm: algo, Limit: c.to, Window: time.Second, Burst: 1})))
+				require.NoError(t, l.SetLimit(local.Limit{Algorithm: algo, Quota: c.to, Window: time.Second, Burst: 1}))
 				assert.Equal(t, c.next, reserveOnes(t, l, len(c.next)))
 				assert.False(t, l.AllowNAt(t0.Add(c.queued[len(c.queued)-1]), "k", 1).Allowed(), "an admission alongside the last queued request")
 			})
@@ -115,9 +115,9 @@ func TestWaitBound(t *testing.T) {
 		t.Run(algo.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				limits := []local.Limit{
-					local.MustLimit(local.Params{Algorithm: algo, Limit: 10, Window: time.Second, Burst: 2}),
-					local.MustLimit(local.Params{Algorithm: algo, Limit: 25, Window: time.Second, Burst: 1}),
-					local.MustLimit(local.Params{Algorithm: algo, Limit: 4, Window: time.Second, Burst: 3}),
+					local.Limit{Algorithm: algo, Quota: 10, Window: time.Second, Burst: 2},
+					local.Limit{Algorithm: algo, Quota: 25, Window: time.Second, Burst: 1},
+					local.Limit{Algorithm: algo, Quota: 4, Window: time.Second, Burst: 3},
 				}
 				const burst, rate = 3, 25 // the largest of the limits'
 				l, err := local.New(limits[0], local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})

@@ -14,7 +14,7 @@ import (
 
 func TestReserveSpacesRequests(t *testing.T) {
 	// A shaper: 10 per second (100ms apart), burst 2, queue of up to 1s.
-	lim := local.MustLimit(local.Params{Algorithm: local.LeakyBucket, Limit: 10, Window: time.Second, Burst: 2})
+	lim := local.Limit{Algorithm: local.LeakyBucket, Quota: 10, Window: time.Second, Burst: 2}
 	l := newLimiter(t, lim, local.Config{})
 	var delays []time.Duration
 	for {
@@ -46,7 +46,7 @@ func TestReserveSpacesRequests(t *testing.T) {
 }
 
 func TestReserveCancel(t *testing.T) {
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1, Window: time.Second})
+	lim := local.Limit{Algorithm: local.GCRA, Quota: 1, Window: time.Second}
 	l := newLimiter(t, lim, local.Config{})
 	first, _ := l.ReserveAt(t0, "k", 1, time.Minute)
 	second, _ := l.ReserveAt(t0, "k", 1, time.Minute)
@@ -68,7 +68,7 @@ func TestReserveCancel(t *testing.T) {
 }
 
 func TestReserveNeedsABucket(t *testing.T) {
-	l := newLimiter(t, local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Second}), local.Config{})
+	l := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Second}, local.Config{})
 	_, err := l.ReserveAt(t0, "k", 1, time.Second)
 	assert.ErrorIs(t, err, local.ErrNotShaper, "ReserveAt")
 	assert.ErrorIs(t, l.Wait(context.Background(), "k", 1), local.ErrNotShaper, "Wait")
@@ -76,7 +76,7 @@ func TestReserveNeedsABucket(t *testing.T) {
 
 func TestWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lim := local.MustLimit(local.Params{Algorithm: local.LeakyBucket, Limit: 1, Window: time.Second})
+		lim := local.Limit{Algorithm: local.LeakyBucket, Quota: 1, Window: time.Second}
 		l, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
 		require.NoError(t, err)
 		defer l.Close()

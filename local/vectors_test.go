@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/vectors"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -16,8 +17,7 @@ import (
 func TestVectors(t *testing.T) {
 	for _, c := range vectors.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			lim, err := local.NewLimit(c.Params)
-			require.NoError(t, err)
+			lim := c.Params
 			l := newLimiter(t, lim, local.Config{})
 			for i, s := range c.Steps {
 				got := l.AllowNAt(time.UnixMicro(vectors.Base+s.At), "key", s.N)
@@ -40,3 +40,6 @@ func newLimiter(t testing.TB, lim local.Limit, cfg local.Config) *local.Limiter 
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// maxCost is the most a single request may cost under lim.
+func maxCost(lim local.Limit) int64 { return localx.MustLimit(lim).MaxCost() }

@@ -1,55 +1,56 @@
 package local_test
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
 func TestWindowVariantsRejected(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		p     local.Params
+		p     local.Limit
 		field string
 	}{
-		{"no whole µs per sub-window", local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: 7 * time.Microsecond, SubWindows: 2}, "SubWindows"},
-		{"default that does not divide", local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: 7*time.Millisecond + time.Microsecond}, "SubWindows"},
-		{"too many sub-windows", local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: time.Hour, SubWindows: local.MaxSubWindows + 1}, "SubWindows"},
-		{"negative sub-windows", local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: time.Hour, SubWindows: -1}, "SubWindows"},
-		{"sub-windows on the counter", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 5, Window: time.Hour, SubWindows: 6}, "SubWindows"},
-		{"burst on the sub-window counter", local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: time.Hour, Burst: 2}, "Burst"},
-		{"sub-window counter past 2^51", local.Params{Algorithm: local.SubWindowCounter, Limit: 1<<51 + 1, Window: time.Hour}, "Limit"},
-		{"anchored log", local.Params{Algorithm: local.SlidingWindowLog, Limit: 5, Window: time.Hour, Anchored: true}, "Anchored"},
-		{"anchored bucket", local.Params{Algorithm: local.GCRA, Limit: 5, Window: time.Hour, Anchored: true}, "Anchored"},
+		{"no whole µs per sub-window", local.Limit{Algorithm: local.SubWindowCounter, Quota: 5, Window: 7 * time.Microsecond, SubWindows: 2}, "SubWindows"},
+		{"default that does not divide", local.Limit{Algorithm: local.SubWindowCounter, Quota: 5, Window: 7*time.Millisecond + time.Microsecond}, "SubWindows"},
+		{"too many sub-windows", local.Limit{Algorithm: local.SubWindowCounter, Quota: 5, Window: time.Hour, SubWindows: local.MaxSubWindows + 1}, "SubWindows"},
+		{"negative sub-windows", local.Limit{Algorithm: local.SubWindowCounter, Quota: 5, Window: time.Hour, SubWindows: -1}, "SubWindows"},
+		{"sub-windows on the counter", local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 5, Window: time.Hour, SubWindows: 6}, "SubWindows"},
+		{"burst on the sub-window counter", local.Limit{Algorithm: local.SubWindowCounter, Quota: 5, Window: time.Hour, Burst: 2}, "Burst"},
+		{"sub-window counter past 2^51", local.Limit{Algorithm: local.SubWindowCounter, Quota: 1<<51 + 1, Window: time.Hour}, "Quota"},
+		{"anchored log", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 5, Window: time.Hour, Anchored: true}, "Anchored"},
+		{"anchored bucket", local.Limit{Algorithm: local.GCRA, Quota: 5, Window: time.Hour, Anchored: true}, "Anchored"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := local.NewLimit(c.p)
-			require.ErrorIs(t, err, local.ErrInvalidLimit)
-			var le *local.LimitError
-			require.True(t, errors.As(err, &le))
-			assert.Equal(t, c.field, le.Field, "%v", err)
+			err := c.p.Validate()
+			require.ErrorIs(t, err, local.ErrInvalidConfig)
+			var fe *config.FieldError
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, c.field, fe.Field, "%v", err)
 		})
 	}
 }
 
 func TestWindowVariantsAccepted(t *testing.T) {
 	for _, c := range []struct {
-		p            local.Params
+		p            local.Limit
 		k, sub       int64
 		anchored     bool
 		name, parsed string
 	}{
-		{local.Params{Algorithm: local.SubWindowCounter, Limit: 100, Window: time.Hour}, local.DefaultSubWindows, 360e6, false, "sub_window_counter 100/1h in 10", ""},
-		{local.Params{Algorithm: local.SubWindowCounter, Limit: 100, Window: time.Hour, SubWindows: 60, Anchored: true}, 60, 60e6, true, "sub_window_counter 100/1h in 60 anchored", ""},
-		{local.Params{Algorithm: local.SubWindowCounter, Limit: 1, Window: 64 * time.Microsecond, SubWindows: 64}, 64, 1, false, "sub_window_counter 1/64µs in 64", ""},
-		{local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute, Anchored: true}, 0, 0, true, "fixed_window 3/1m anchored", ""},
+		{local.Limit{Algorithm: local.SubWindowCounter, Quota: 100, Window: time.Hour}, local.DefaultSubWindows, 360e6, false, "sub_window_counter 100/1h in 10", ""},
+		{local.Limit{Algorithm: local.SubWindowCounter, Quota: 100, Window: time.Hour, SubWindows: 60, Anchored: true}, 60, 60e6, true, "sub_window_counter 100/1h in 60 anchored", ""},
+		{local.Limit{Algorithm: local.SubWindowCounter, Quota: 1, Window: 64 * time.Microsecond, SubWindows: 64}, 64, 1, false, "sub_window_counter 1/64µs in 64", ""},
+		{local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute, Anchored: true}, 0, 0, true, "fixed_window 3/1m anchored", ""},
 	} {
-		lim, err := local.NewLimit(c.p)
+		lim, err := localx.NewLimit(c.p)
 		require.NoError(t, err)
 		sub, k := lim.Counter()
 		assert.Equal(t, c.k, lim.SubWindows())
@@ -70,7 +71,7 @@ func TestSubWindowNoAllocations(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	for _, anchored := range []bool{false, true} {
-		lim := local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: 1 << 20, Window: time.Minute, SubWindows: 60, Anchored: anchored})
+		lim := local.Limit{Algorithm: local.SubWindowCounter, Quota: 1 << 20, Window: time.Minute, SubWindows: 60, Anchored: anchored}
 		l := newLimiter(t, lim, local.Config{})
 		now := t0
 		for range 200 {
@@ -90,7 +91,7 @@ func TestSubWindowNoAllocations(t *testing.T) {
 // anchored fixed window keeps its start.
 func TestWindowVariantsSetLimit(t *testing.T) {
 	sub := func(limit, k int64, anchored bool) local.Limit {
-		return local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: limit, Window: time.Minute, SubWindows: k, Anchored: anchored})
+		return local.Limit{Algorithm: local.SubWindowCounter, Quota: limit, Window: time.Minute, SubWindows: k, Anchored: anchored}
 	}
 	for _, c := range []struct {
 		name     string
@@ -111,7 +112,7 @@ func TestWindowVariantsSetLimit(t *testing.T) {
 	}
 	t.Run("anchored fixed window", func(t *testing.T) {
 		fixed := func(limit int64, w time.Duration) local.Limit {
-			return local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: limit, Window: w, Anchored: true})
+			return local.Limit{Algorithm: local.FixedWindow, Quota: limit, Window: w, Anchored: true}
 		}
 		l := newLimiter(t, fixed(3, time.Minute), local.Config{})
 		start := t0.Add(10 * time.Second)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -66,7 +67,7 @@ func TestDecodeLeaseBucket(t *testing.T) {
 // numbers packed as little-endian doubles, the rule's last.
 func TestEncodeLease(t *testing.T) {
 	c := leaseConsts{now: "99", node: "n", leaseTTL: 500, demandTTL: 600}
-	r, err := NewRule("r", local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 7, Window: time.Second}))
+	r, err := NewRule("r", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 7, Window: time.Second}))
 	require.NoError(t, err)
 	ruleNums := []float64{1, 7, 1e6, 0, 0, 0, 0, 0, 0, 0} // alg, L, W (µs), burst, step, ws, rl, el, tau, anchored
 	unpack := func(t *testing.T, s any) []float64 {
@@ -105,7 +106,7 @@ func TestApplyMalformedReply(t *testing.T) {
 	require.NoError(t, err)
 	for _, alg := range []local.Algorithm{local.FixedWindow, local.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
-			lr, err := lease.NewRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}), p, cl, nil)
+			lr, err := lease.NewRule(localx.MustLimit(local.Limit{Algorithm: alg, Quota: 1000, Window: time.Second}), p, cl, nil)
 			require.NoError(t, err)
 			const now = int64(1_900_000_000_000_000)
 			e := store.Get(alg.String(), now)

@@ -37,9 +37,9 @@ func newCentral(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace) *sync
 	return cen
 }
 
-func mustRule(t testing.TB, name string, p local.Params) *syncer.Rule {
+func mustRule(t testing.TB, name string, p local.Limit) *syncer.Rule {
 	t.Helper()
-	r, err := syncer.NewRule(name, local.MustLimit(p))
+	r, err := syncer.NewRule(name, localx.MustLimit(p))
 	require.NoError(t, err, "rule %s", name)
 	return r
 }
@@ -98,8 +98,8 @@ func TestDifferential(t *testing.T) {
 		}
 		rng := rand.New(rand.NewPCG(seed, 11))
 		windows := []time.Duration{time.Second, time.Minute, 7 * time.Millisecond, 3*time.Second + 17*time.Microsecond}
-		randomParams := func(a local.Algorithm) local.Params {
-			p := local.Params{Algorithm: a, Limit: 1 + rng.Int64N(30), Window: windows[rng.IntN(len(windows))]}
+		randomParams := func(a local.Algorithm) local.Limit {
+			p := local.Limit{Algorithm: a, Quota: 1 + rng.Int64N(30), Window: windows[rng.IntN(len(windows))]}
 			if a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 				p.Burst = rng.Int64N(40)
 			}
@@ -112,7 +112,7 @@ func TestDifferential(t *testing.T) {
 		for seq := range sequences {
 			algo := local.Algorithms()[seq%6]
 			p := randomParams(algo)
-			differential(t, cen, rng, fmt.Sprintf("seed %d sequence %d", seed, seq), fmt.Sprintf("d%d", seq), p, steps, func() local.Params {
+			differential(t, cen, rng, fmt.Sprintf("seed %d sequence %d", seed, seq), fmt.Sprintf("d%d", seq), p, steps, func() local.Limit {
 				// The limit changes at runtime, mostly within the algorithm.
 				np := randomParams(algo)
 				if rng.IntN(4) == 0 {
@@ -129,7 +129,7 @@ func TestDifferential(t *testing.T) {
 // limit may change to what change returns, time may run back by up to p's
 // window or move forward, and a random cost is decided by both, which
 // must agree field by field. label names the sequence in a failure.
-func differential(t *testing.T, cen *syncer.Central, rng *rand.Rand, label, name string, p local.Params, steps int, change func() local.Params) {
+func differential(t *testing.T, cen *syncer.Central, rng *rand.Rand, label, name string, p local.Limit, steps int, change func() local.Limit) {
 	t.Helper()
 	ctx := context.Background()
 	rule := mustRule(t, name, p)
@@ -140,7 +140,7 @@ func differential(t *testing.T, cen *syncer.Central, rng *rand.Rand, label, name
 		switch r := rng.IntN(20); {
 		case r == 0: // the limit changes at runtime
 			rule = mustRule(t, name, change())
-			require.NoError(t, lim.SetLimit(rule.Limit()), "%s step %d", label, step)
+			require.NoError(t, lim.SetLimit(rule.Limit().Params()), "%s step %d", label, step)
 			history = append(history, fmt.Sprintf("  limit now %v", rule.Limit()))
 		case r == 1: // time runs backwards
 			now -= rng.Int64N(int64(p.Window/time.Microsecond) + 1)
@@ -170,8 +170,8 @@ func TestDifferentialWindowVariants(t *testing.T) {
 		}
 		rng := rand.New(rand.NewPCG(seed, 13))
 		windows := []time.Duration{time.Second, time.Minute, 7 * time.Millisecond, 3*time.Second + 18*time.Microsecond, 60 * time.Microsecond}
-		variant := func(v int) local.Params {
-			p := local.Params{Algorithm: local.SubWindowCounter, Limit: 1 + rng.Int64N(30), Window: windows[rng.IntN(len(windows))], Anchored: v != 0}
+		variant := func(v int) local.Limit {
+			p := local.Limit{Algorithm: local.SubWindowCounter, Quota: 1 + rng.Int64N(30), Window: windows[rng.IntN(len(windows))], Anchored: v != 0}
 			if v == 2 {
 				p.Algorithm = local.FixedWindow
 				return p
@@ -192,7 +192,7 @@ func TestDifferentialWindowVariants(t *testing.T) {
 		for seq := range sequences {
 			v := seq % 3
 			p := variant(v)
-			differential(t, cen, rng, fmt.Sprintf("seed %d sequence %d", seed, seq), fmt.Sprintf("dv%d", seq), p, steps, func() local.Params {
+			differential(t, cen, rng, fmt.Sprintf("seed %d sequence %d", seed, seq), fmt.Sprintf("dv%d", seq), p, steps, func() local.Limit {
 				// Mostly within the variants, now and then to any algorithm.
 				np := variant(rng.IntN(3))
 				if rng.IntN(2) == 0 {
@@ -200,7 +200,7 @@ func TestDifferentialWindowVariants(t *testing.T) {
 					np.Window, np.SubWindows = p.Window, p.SubWindows // the same sub-windows: counts kept
 				}
 				if rng.IntN(5) == 0 {
-					np = local.Params{Algorithm: local.Algorithms()[rng.IntN(len(local.Algorithms()))], Limit: 1 + rng.Int64N(30), Window: time.Second}
+					np = local.Limit{Algorithm: local.Algorithms()[rng.IntN(len(local.Algorithms()))], Quota: 1 + rng.Int64N(30), Window: time.Second}
 				}
 				return np
 			})
@@ -216,16 +216,16 @@ func TestSameBucketChange(t *testing.T) {
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
 		cen := newCentral(t, c, syncer.Keyspace{})
 		ctx := context.Background()
-		mk := func(a local.Algorithm, n int64, w time.Duration, burst int64) local.Params {
-			return local.Params{Algorithm: a, Limit: n, Window: w, Burst: burst}
+		mk := func(a local.Algorithm, n int64, w time.Duration, burst int64) local.Limit {
+			return local.Limit{Algorithm: a, Quota: n, Window: w, Burst: burst}
 		}
 		from := mk(local.TokenBucket, 3, time.Second, 3) // an interval of 333,333⅓ µs
-		for i, to := range []local.Params{
+		for i, to := range []local.Limit{
 			mk(local.GCRA, 3, time.Second, 3), mk(local.LeakyBucket, 6, 2*time.Second, 3), // the same bucket
 			mk(local.GCRA, 4, time.Second, 3), mk(local.TokenBucket, 3, time.Second, 5), // another one
 		} {
 			name := fmt.Sprintf("same%d", i)
-			lim := newLocal(t, local.MustLimit(from))
+			lim := newLocal(t, localx.MustLimit(from))
 			rule := mustRule(t, name, from)
 			t0 := vectors.Base
 			for _, step := range []struct {
@@ -234,7 +234,7 @@ func TestSameBucketChange(t *testing.T) {
 			}{{0, 2, false}, {100_000, 0, true}, {100_000, 1, false}, {500_000, 2, false}, {700_000, 1, false}, {2_000_000, 3, false}} {
 				if step.change {
 					rule = mustRule(t, name, to)
-					require.NoError(t, lim.SetLimit(rule.Limit()))
+					require.NoError(t, lim.SetLimit(rule.Limit().Params()))
 				}
 				at := time.UnixMicro(t0 + step.at)
 				want := lim.AllowNAt(at, "k", step.n)

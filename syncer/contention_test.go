@@ -118,13 +118,13 @@ func checkFixed(t *testing.T, evs []event, L, w int64) int {
 func TestContentionExact(t *testing.T) {
 	addr := redistest.Addr(t)
 	tests := []struct {
-		p   local.Params
+		p   local.Limit
 		dur time.Duration
 	}{
-		{local.Params{Algorithm: local.FixedWindow, Limit: 500, Window: time.Second}, 3100 * time.Millisecond},
-		{local.Params{Algorithm: local.SlidingWindowLog, Limit: 200, Window: time.Second}, 3100 * time.Millisecond},
-		{local.Params{Algorithm: local.GCRA, Limit: 500, Window: time.Second, Burst: 50}, 2 * time.Second},
-		{local.Params{Algorithm: local.TokenBucket, Limit: 500, Window: time.Second, Burst: 50}, 2 * time.Second},
+		{local.Limit{Algorithm: local.FixedWindow, Quota: 500, Window: time.Second}, 3100 * time.Millisecond},
+		{local.Limit{Algorithm: local.SlidingWindowLog, Quota: 200, Window: time.Second}, 3100 * time.Millisecond},
+		{local.Limit{Algorithm: local.GCRA, Quota: 500, Window: time.Second, Burst: 50}, 2 * time.Second},
+		{local.Limit{Algorithm: local.TokenBucket, Quota: 500, Window: time.Second, Burst: 50}, 2 * time.Second},
 	}
 	if testing.Short() {
 		tests = tests[:1]
@@ -139,7 +139,7 @@ func TestContentionExact(t *testing.T) {
 			rule := mustRule(t, "hot", tt.p)
 			evs, err := hammer(cens, rule, "k", 16, time.Now().Add(tt.dur))
 			require.NoError(t, err)
-			L, w := tt.p.Limit, tt.p.Window.Microseconds()
+			L, w := tt.p.Quota, tt.p.Window.Microseconds()
 			var adm []int64
 			var rej []int64
 			for _, e := range evs {
@@ -188,9 +188,9 @@ func checkLog(t *testing.T, adm, rej []int64, L, w int64) {
 // checkBucket: the arrival curve, at most burst + rate·(t1 − t0) admitted in
 // any [t0, t1]; and between two refusals with demand continuous, as many as
 // the rate allows, within one.
-func checkBucket(t *testing.T, evs []event, adm, rej []int64, p local.Params) {
+func checkBucket(t *testing.T, evs []event, adm, rej []int64, p local.Limit) {
 	t.Helper()
-	L, w, burst := p.Limit, p.Window.Microseconds(), p.Burst
+	L, w, burst := p.Quota, p.Window.Microseconds(), p.Burst
 	bad := 0
 	for i := range adm {
 		for j := i; j < len(adm); j++ {
@@ -256,7 +256,7 @@ func TestHelperHammer(t *testing.T) {
 	w.Flush()
 }
 
-var hammerParams = local.Params{Algorithm: local.FixedWindow, Limit: 300, Window: time.Second}
+var hammerParams = local.Limit{Algorithm: local.FixedWindow, Quota: 300, Window: time.Second}
 
 // TestContentionProcesses: three processes hammer one key with 16
 // goroutines each; merged, their decisions hold the fixed window exactly.
@@ -319,7 +319,7 @@ func TestContentionProcesses(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	full := checkFixed(t, evs, hammerParams.Limit, hammerParams.Window.Microseconds())
+	full := checkFixed(t, evs, hammerParams.Quota, hammerParams.Window.Microseconds())
 	assert.Positive(t, full, "windows that saw a refusal: demand never passed the limit (machine overloaded?)")
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -27,8 +28,8 @@ func ExampleNewCentral() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	login, err := syncer.NewRule("login", local.MustLimit(local.Params{
-		Algorithm: local.SlidingWindowLog, Limit: 5, Window: time.Minute,
+	login, err := syncer.NewRule("login", localx.MustLimit(local.Limit{
+		Algorithm: local.SlidingWindowLog, Quota: 5, Window: time.Minute,
 	}))
 	if err != nil {
 		log.Fatal(err)
@@ -47,7 +48,7 @@ func ExampleNewCentral() {
 // Rule names are part of the Redis key names, so they are validated: no
 // braces (they would change the Cluster hash tag), no control characters.
 func ExampleNewRule() {
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Second, Burst: 20})
+	lim := localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 20})
 	if _, err := syncer.NewRule("api:{v2}", lim); err != nil {
 		fmt.Println(errors.Is(err, syncer.ErrInvalidRule))
 	}
@@ -67,8 +68,8 @@ func ExampleNewRule() {
 // IDs) from whoever can read Redis.
 func ExampleKeyspace_Keys() {
 	ks := syncer.Keyspace{Prefix: "myapp"}
-	fixed, _ := syncer.NewRule("api", local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 100, Window: time.Minute}))
-	gcra, _ := syncer.NewRule("api", local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Minute}))
+	fixed, _ := syncer.NewRule("api", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 100, Window: time.Minute}))
+	gcra, _ := syncer.NewRule("api", localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Minute}))
 	state, _ := ks.Keys(fixed, "user-42")
 	fmt.Println(state)
 	state, _ = ks.Keys(gcra, "user-42")

@@ -31,8 +31,8 @@ func deciders(t *testing.T, addr string, ks syncer.Keyspace, timeout time.Durati
 	t.Cleanup(func() { hc.Close() })
 	split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: timeout})
 	require.NoError(t, err)
-	a := mustRule(t, "a", local.Params{Algorithm: local.FixedWindow, Limit: 100, Window: time.Second})
-	b := mustRule(t, "b", local.Params{Algorithm: local.GCRA, Limit: 100, Window: time.Second})
+	a := mustRule(t, "a", local.Limit{Algorithm: local.FixedWindow, Quota: 100, Window: time.Second})
+	b := mustRule(t, "b", local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second})
 	reqs := []syncer.Request{{a, "k", 1}, {b, "k", 1}}
 	out := make([]local.Decision, 2)
 	return []decider{
@@ -146,7 +146,7 @@ func TestWrongType(t *testing.T) {
 		cen := newCentral(t, c, ks)
 		for _, a := range local.Algorithms() {
 			t.Run(a.String(), func(t *testing.T) {
-				p := local.Params{Algorithm: a, Limit: 10, Window: time.Second}
+				p := local.Limit{Algorithm: a, Quota: 10, Window: time.Second}
 				r := mustRule(t, "w-"+a.String(), p)
 				state, _ := cen.Keyspace().Keys(r, "k")
 				// Short, and longer than a bucket state's 24 bytes of numbers.
@@ -160,7 +160,7 @@ func TestWrongType(t *testing.T) {
 					assert.Equal(t, v, got, "the value after AllowN, want it untouched")
 				}
 				// With another rule of the same key, which must stay uncharged.
-				other := mustRule(t, "o-"+a.String(), local.Params{Algorithm: local.FixedWindow, Limit: 10, Window: time.Hour})
+				other := mustRule(t, "o-"+a.String(), local.Limit{Algorithm: local.FixedWindow, Quota: 10, Window: time.Hour})
 				_, err := cen.AllowMulti(ctx, []syncer.Request{{other, "k", 1}, {r, "k", 1}}, make([]local.Decision, 2))
 				assert.ErrorIs(t, err, syncer.ErrRedis, "AllowMulti")
 				assert.NotErrorIs(t, err, syncer.ErrUnavailable, "AllowMulti")
@@ -171,7 +171,7 @@ func TestWrongType(t *testing.T) {
 			})
 		}
 		t.Run("log list", func(t *testing.T) {
-			r := mustRule(t, "wl", local.Params{Algorithm: local.SlidingWindowLog, Limit: 10, Window: time.Minute})
+			r := mustRule(t, "wl", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 10, Window: time.Minute})
 			_, err := cen.AllowN(ctx, r, "k", 1)
 			require.NoError(t, err)
 			_, lg := cen.Keyspace().Keys(r, "k")

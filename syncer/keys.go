@@ -12,6 +12,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -166,7 +167,7 @@ func (ks *Keyspace) name(rule, digest, part string) string {
 // NewRule. A Rule is immutable and safe for concurrent use.
 type Rule struct {
 	name   string
-	limit  local.Limit
+	limit  localx.Limit
 	fp     string // the parameters joined by ':', stored with the state
 	args   []any  // fp and the parameters, as the central scripts take them
 	bucket bool   // a bucket algorithm: state in a string, a script of its own
@@ -180,17 +181,17 @@ const maxRuleName = config.MaxRuleName
 // NewRule validates name and lim and returns the Rule. A name is 1 to 128
 // bytes of letters, digits and "-_.:/" (it becomes part of Redis key names
 // and of metrics); braces, which would break the hash tag, are rejected.
-func NewRule(name string, lim local.Limit) (*Rule, error) {
+func NewRule(name string, lim localx.Limit) (*Rule, error) {
 	if err := ValidRuleName(name); err != nil {
 		return nil, err
 	}
 	if !lim.Valid() {
-		return nil, fmt.Errorf("%w: rule %q: zero Limit; build one with local.NewLimit", ErrInvalidRule, name)
+		return nil, fmt.Errorf("%w: rule %q: zero Limit", ErrInvalidRule, name)
 	}
 	p := lim.Params()
 	step, ws := lim.Counter()
 	rl, el, tau := lim.Emission()
-	nums := []int64{int64(p.Algorithm), p.Limit, p.Window.Microseconds(), p.Burst, step, ws, rl, el, tau}
+	nums := []int64{int64(p.Algorithm), p.Quota, p.Window.Microseconds(), p.Burst, step, ws, rl, el, tau}
 	parts := make([]string, len(nums))
 	for i, v := range nums {
 		parts[i] = fmt.Sprint(v)
@@ -234,7 +235,7 @@ func ValidRuleName(name string) error {
 func (r *Rule) Name() string { return r.name }
 
 // Limit returns the rule's limit.
-func (r *Rule) Limit() local.Limit { return r.limit }
+func (r *Rule) Limit() localx.Limit { return r.limit }
 
 // slot returns the Redis Cluster hash slot of a key name: CRC16 (XMODEM)
 // of its hash tag, modulo 16384.

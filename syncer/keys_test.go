@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -30,13 +31,13 @@ const envHelper = "HYBRIDLIMIT_SYNCER_HELPER"
 // must be deliberate (and reset every limit). The digests were computed once,
 // independently (Python's hashlib/hmac), and pasted here.
 func TestKeyNamesGolden(t *testing.T) {
-	api := mustRule(t, "api", local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Second})
+	api := mustRule(t, "api", local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Second})
 	// The rule's parameters are not part of the name: a limit changed at
 	// runtime keeps its state, within an algorithm family. Every algorithm
 	// keeps its state at part "s": a hash for the windows, a string for the
 	// buckets.
-	api2 := mustRule(t, "api", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 7, Window: time.Minute})
-	bucket := mustRule(t, "api", local.Params{Algorithm: local.GCRA, Limit: 7, Window: time.Minute, Burst: 3})
+	api2 := mustRule(t, "api", local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 7, Window: time.Minute})
+	bucket := mustRule(t, "api", local.Limit{Algorithm: local.GCRA, Quota: 7, Window: time.Minute, Burst: 3})
 	secret := syncer.Keyspace{Prefix: "x", Secret: []byte("s")}
 	tests := []struct {
 		name      string
@@ -102,8 +103,8 @@ func crossProcessKeys() []string {
 
 func crossProcessRules(t testing.TB) []*syncer.Rule {
 	return []*syncer.Rule{
-		mustRule(t, "api", local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Second}),
-		mustRule(t, "a.b-c_d:e/f", local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Second}),
+		mustRule(t, "api", local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Second}),
+		mustRule(t, "a.b-c_d:e/f", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1, Window: time.Second}),
 	}
 }
 
@@ -308,7 +309,7 @@ func TestAnyKeyBytes(t *testing.T) {
 		ctx := context.Background()
 		prefix := redistest.Prefix(t)
 		cen := newCentral(t, c, syncer.Keyspace{Prefix: prefix})
-		rule := mustRule(t, "r", local.Params{Algorithm: local.SlidingWindowLog, Limit: 3, Window: time.Hour})
+		rule := mustRule(t, "r", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 3, Window: time.Hour})
 		now := time.Now()
 		remaining := func(k string) int64 {
 			t.Helper()
@@ -357,7 +358,7 @@ func trunc(s string) string {
 // TestRuleNames checks the rule names NewRule accepts: they become part of
 // Redis key names (a brace would move the hash tag) and of metrics.
 func TestRuleNames(t *testing.T) {
-	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Second})
+	lim := localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Second})
 	tests := []struct {
 		name string
 		ok   bool
@@ -399,7 +400,7 @@ func TestRuleNames(t *testing.T) {
 		})
 	}
 	t.Run("zero limit", func(t *testing.T) {
-		r, err := syncer.NewRule("ok", local.Limit{})
+		r, err := syncer.NewRule("ok", localx.Limit{})
 		assert.ErrorIs(t, err, syncer.ErrInvalidRule, "NewRule(zero Limit)")
 		assert.Nil(t, r, "NewRule(zero Limit)'s rule")
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -80,21 +81,21 @@ func readStats(b *testing.B, c redis.UniversalClient) redisStats {
 func BenchmarkLeaseExchange(b *testing.B) {
 	for _, tc := range []struct {
 		name string
-		p    local.Params
+		p    local.Limit
 	}{
-		{"fixed", local.Params{Algorithm: local.FixedWindow, Limit: 100, Window: 10 * time.Second}},
-		{"gcra", local.Params{Algorithm: local.GCRA, Limit: 100, Window: 10 * time.Second, Burst: 10}},
+		{"fixed", local.Limit{Algorithm: local.FixedWindow, Quota: 100, Window: 10 * time.Second}},
+		{"gcra", local.Limit{Algorithm: local.GCRA, Quota: 100, Window: 10 * time.Second, Burst: 10}},
 	} {
 		b.Run(tc.name, func(b *testing.B) { benchLeaseExchange(b, tc.p) })
 	}
 }
 
-func benchLeaseExchange(b *testing.B, p local.Params) {
+func benchLeaseExchange(b *testing.B, p local.Limit) {
 	const nodes, users, abuseEach = 8, 2000, 100
 	srv := redistest.Start(b)
 	c := redistest.Client(b, srv.Addr)
 	ctx := context.Background()
-	rule, err := syncer.NewRule("users", local.MustLimit(p))
+	rule, err := syncer.NewRule("users", localx.MustLimit(p))
 	require.NoError(b, err)
 	clk := newClock()
 	cfg := syncer.WithDefaults(syncer.SyncConfig{Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)}, Nodes: nodes, Clock: clk, PassTime: true, Timeout: 10 * time.Second})
@@ -144,7 +145,7 @@ func benchLeaseExchange(b *testing.B, p local.Params) {
 		for u := range users {
 			rate := math.Pow(1-rng.Float64()*cut, -1/1.2)
 			if u%abuseEach == 0 {
-				rate = 10 * float64(p.Limit)
+				rate = 10 * float64(p.Quota)
 			}
 			s := from + time.Duration(rng.Int64N(int64(window)))
 			for at := s; ; {

@@ -22,9 +22,9 @@ import (
 // it is given.
 var garbage = localx.Outcome{Allowed: true, Reason: 99, Capacity: -1, Remaining: -77, ResetAfter: -1, RetryAfter: -1}.Decision()
 
-func newLocal(t testing.TB, lim local.Limit) *local.Limiter {
+func newLocal(t testing.TB, lim localx.Limit) *local.Limiter {
 	t.Helper()
-	l, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+	l, err := local.New(lim.Params(), local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
@@ -51,7 +51,7 @@ func masterOf(t testing.TB, c *redis.ClusterClient, name string) string {
 // apartRules returns rules named base0, base1, … (one per Params) whose
 // state keys for key live on pairwise different masters of the Cluster:
 // a multi-rule decision over them takes the reserve-then-commit path.
-func apartRules(t testing.TB, c *redis.ClusterClient, ks syncer.Keyspace, key string, ps ...local.Params) []*syncer.Rule {
+func apartRules(t testing.TB, c *redis.ClusterClient, ks syncer.Keyspace, key string, ps ...local.Limit) []*syncer.Rule {
 	t.Helper()
 	var rules []*syncer.Rule
 	used := map[string]bool{}
@@ -86,12 +86,12 @@ type mstep struct {
 // through package local, which is exact: every decision must be the same,
 // and a refused call charges nothing.
 func TestMultiDecisions(t *testing.T) {
-	params := []local.Params{
-		{Algorithm: local.TokenBucket, Limit: 5, Window: time.Second},
-		{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute},
-		{Algorithm: local.SlidingWindowLog, Limit: 4, Window: 10 * time.Second},
-		{Algorithm: local.GCRA, Limit: 2, Window: time.Second, Burst: 4},
-		{Algorithm: local.SlidingWindowCounter, Limit: 6, Window: time.Minute},
+	params := []local.Limit{
+		{Algorithm: local.TokenBucket, Quota: 5, Window: time.Second},
+		{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute},
+		{Algorithm: local.SlidingWindowLog, Quota: 4, Window: 10 * time.Second},
+		{Algorithm: local.GCRA, Quota: 2, Window: time.Second, Burst: 4},
+		{Algorithm: local.SlidingWindowCounter, Quota: 6, Window: time.Minute},
 	}
 	const tb, fw, lg, gc, ct = 0, 1, 2, 3, 4
 	steps := []mstep{
@@ -203,8 +203,8 @@ func TestMultiDecisions(t *testing.T) {
 func TestMultiInvalidCostSameKey(t *testing.T) {
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
 		cen := newCentral(t, c, syncer.Keyspace{})
-		r := mustRule(t, "r", local.Params{Algorithm: local.TokenBucket, Limit: 5, Window: time.Second})
-		o := mustRule(t, "o", local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute})
+		r := mustRule(t, "r", local.Limit{Algorithm: local.TokenBucket, Quota: 5, Window: time.Second})
+		o := mustRule(t, "o", local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute})
 		lr, lo := newLocal(t, r.Limit()), newLocal(t, o.Limit())
 		now := time.Now()
 		got, want := []local.Decision{garbage, garbage, garbage}, []local.Decision{garbage, garbage, garbage}
@@ -268,14 +268,14 @@ func charged(t *testing.T, cen *syncer.Central, now time.Time, rules []*syncer.R
 
 var contentionPairs = []struct {
 	name string
-	a, b local.Params
+	a, b local.Limit
 }{
-	{"fixed and token bucket", local.Params{Algorithm: local.FixedWindow, Limit: 30, Window: time.Hour},
-		local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: 25}},
-	{"log and gcra", local.Params{Algorithm: local.SlidingWindowLog, Limit: 20, Window: time.Hour},
-		local.Params{Algorithm: local.GCRA, Limit: 1, Window: time.Hour, Burst: 24}},
-	{"counter and leaky bucket", local.Params{Algorithm: local.SlidingWindowCounter, Limit: 22, Window: time.Hour},
-		local.Params{Algorithm: local.LeakyBucket, Limit: 1, Window: time.Hour, Burst: 20}},
+	{"fixed and token bucket", local.Limit{Algorithm: local.FixedWindow, Quota: 30, Window: time.Hour},
+		local.Limit{Algorithm: local.TokenBucket, Quota: 1, Window: time.Hour, Burst: 25}},
+	{"log and gcra", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 20, Window: time.Hour},
+		local.Limit{Algorithm: local.GCRA, Quota: 1, Window: time.Hour, Burst: 24}},
+	{"counter and leaky bucket", local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 22, Window: time.Hour},
+		local.Limit{Algorithm: local.LeakyBucket, Quota: 1, Window: time.Hour, Burst: 20}},
 }
 
 // TestMultiClusterContention: 16 goroutines decide two rules of one key, in
@@ -379,9 +379,9 @@ func TestMultiRefundInterleaved(t *testing.T) {
 	for _, a := range local.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			ctx := context.Background()
-			p := local.Params{Algorithm: a, Limit: 10, Window: time.Second}
+			p := local.Limit{Algorithm: a, Quota: 10, Window: time.Second}
 			if a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
-				p = local.Params{Algorithm: a, Limit: 1000, Window: time.Second, Burst: 10} // one token per ms
+				p = local.Limit{Algorithm: a, Quota: 1000, Window: time.Second, Burst: 10} // one token per ms
 			}
 			ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
 			hc := &hookClient{UniversalClient: redis.NewClient(redistest.Options(srv.Addr))}
@@ -391,7 +391,7 @@ func TestMultiRefundInterleaved(t *testing.T) {
 			direct := newCentral(t, base, ks)
 			require.NoError(t, direct.Preload(ctx)) // no NOSCRIPT retry: one pipeline per exchange
 			x := mustRule(t, "x", p)
-			full := mustRule(t, "full", local.Params{Algorithm: local.FixedWindow, Limit: 1, Window: time.Hour})
+			full := mustRule(t, "full", local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Hour})
 			t0 := time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)
 			t1 := t0.Add(2 * time.Millisecond) // the one reserved token has come back
 			d, err := direct.AllowNAt(ctx, t0, full, "k", 1)

@@ -16,8 +16,8 @@ import (
 )
 
 // algoParams is a small limit of every algorithm.
-func algoParams(a local.Algorithm) local.Params {
-	p := local.Params{Algorithm: a, Limit: 3, Window: time.Hour}
+func algoParams(a local.Algorithm) local.Limit {
+	p := local.Limit{Algorithm: a, Quota: 3, Window: time.Hour}
 	if a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 		p.Burst = 4
 	}
@@ -97,14 +97,14 @@ func TestNoScriptSingleServer(t *testing.T) {
 		})
 	}
 	lims := map[*syncer.Rule]*local.Limiter{}
-	rule := func(name string, p local.Params) *syncer.Rule {
+	rule := func(name string, p local.Limit) *syncer.Rule {
 		r := mustRule(t, name, p)
 		lims[r] = newLocal(t, r.Limit())
 		return r
 	}
-	a := rule("a", local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Hour})
-	b := rule("b", local.Params{Algorithm: local.GCRA, Limit: 1, Window: time.Hour, Burst: 3})
-	full := rule("full", local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Hour})
+	a := rule("a", local.Limit{Algorithm: local.FixedWindow, Quota: 5, Window: time.Hour})
+	b := rule("b", local.Limit{Algorithm: local.GCRA, Quota: 1, Window: time.Hour, Burst: 3})
+	full := rule("full", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1, Window: time.Hour})
 	t.Run("AllowMulti one script", func(t *testing.T) {
 		scriptFlush(t, c)
 		assert.True(t, sameAsLocal(t, cen, now, []syncer.Request{{a, "m", 1}, {b, "m", 1}}, lims), "refused")
@@ -203,9 +203,9 @@ func TestNoScriptCluster(t *testing.T) {
 		}), "SCRIPT FLUSH on every master")
 	}
 	rules := apartRules(t, cc, ks, "k",
-		local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Hour},
-		local.Params{Algorithm: local.TokenBucket, Limit: 1, Window: time.Hour, Burst: 4},
-		local.Params{Algorithm: local.SlidingWindowLog, Limit: 1, Window: time.Hour})
+		local.Limit{Algorithm: local.FixedWindow, Quota: 5, Window: time.Hour},
+		local.Limit{Algorithm: local.TokenBucket, Quota: 1, Window: time.Hour, Burst: 4},
+		local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1, Window: time.Hour})
 	lims := map[*syncer.Rule]*local.Limiter{}
 	for _, r := range rules {
 		lims[r] = newLocal(t, r.Limit())

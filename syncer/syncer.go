@@ -317,7 +317,7 @@ func (s *Syncer) LeaseRule(r *Rule) (*lease.Rule, error) {
 	switch r.limit.Algorithm() {
 	case local.FixedWindow, local.SlidingWindowCounter, local.SlidingWindowLog:
 	default:
-		if p.Window.Microseconds() > config.MaxProduct/(p.Burst+p.Limit) {
+		if p.Window.Microseconds() > config.MaxProduct/(p.Burst+p.Quota) {
 			return nil, fmt.Errorf("%w: rule %q: window × (burst + limit) passes 2^51; use central mode", ErrNotLeasable, r.name)
 		}
 	}

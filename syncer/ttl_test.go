@@ -22,27 +22,27 @@ const grace = time.Second
 // after that charge at now (µs since the epoch), from the algorithm's
 // definition: the TTL must cover it, and exceed it by at most the grace.
 type ttlCase struct {
-	p    local.Params
+	p    local.Limit
 	n    int64
 	life func(now int64) int64
 }
 
 var ttlCases = []ttlCase{
 	// fixed window: until the window ends
-	{local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: 10 * time.Second}, 2,
+	{local.Limit{Algorithm: local.FixedWindow, Quota: 5, Window: 10 * time.Second}, 2,
 		func(now int64) int64 { w := int64(10e6); return now - now%w + w - now }},
 	// counter: until the window after the current one ends
-	{local.Params{Algorithm: local.SlidingWindowCounter, Limit: 5, Window: 10 * time.Second}, 2,
+	{local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 5, Window: 10 * time.Second}, 2,
 		func(now int64) int64 { w := int64(10e6); return now - now%w + 2*w - now }},
 	// log: a window after the newest entry
-	{local.Params{Algorithm: local.SlidingWindowLog, Limit: 5, Window: 10 * time.Second}, 2,
+	{local.Limit{Algorithm: local.SlidingWindowLog, Quota: 5, Window: 10 * time.Second}, 2,
 		func(int64) int64 { return 10e6 }},
 	// buckets, fresh, 1 per second: TAT − now = n intervals
-	{local.Params{Algorithm: local.TokenBucket, Limit: 10, Window: 10 * time.Second, Burst: 5}, 2,
+	{local.Limit{Algorithm: local.TokenBucket, Quota: 10, Window: 10 * time.Second, Burst: 5}, 2,
 		func(int64) int64 { return 2e6 }},
-	{local.Params{Algorithm: local.LeakyBucket, Limit: 10, Window: 10 * time.Second, Burst: 5}, 3,
+	{local.Limit{Algorithm: local.LeakyBucket, Quota: 10, Window: 10 * time.Second, Burst: 5}, 3,
 		func(int64) int64 { return 3e6 }},
-	{local.Params{Algorithm: local.GCRA, Limit: 10, Window: 10 * time.Second, Burst: 5}, 1,
+	{local.Limit{Algorithm: local.GCRA, Quota: 10, Window: 10 * time.Second, Burst: 5}, 1,
 		func(int64) int64 { return 1e6 }},
 }
 

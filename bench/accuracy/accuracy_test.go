@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -113,7 +114,7 @@ func TestWindowOf(t *testing.T) {
 }
 
 func TestArrivalCurve(t *testing.T) {
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 10, Window: time.Second, Burst: 5})
+	lim := localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 10, Window: time.Second, Burst: 5})
 	const W = 1000000
 	// Window 1: a burst of 5 at its start, then one every 100 ms: on the
 	// curve (excess 0). Window 2: a burst of 8 at once, 3 past the burst.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -228,7 +229,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		}
 	}
 	slices.SortStableFunc(all, func(a, b Record) int { return cmp.Compare(a.Actual, b.Actual) })
-	exact, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true, MaxKeys: 1 << 21})
+	exact, err := local.New(lim.Params(), local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true, MaxKeys: 1 << 21})
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +348,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 // burst. With a_i the i-th admission time of a key, the excess of (a_i⁻,
 // a_j] is f(j) − f(i) + 1 − burst, f(k) = k − rate × a_k: one pass with
 // the running minimum of f.
-func arrivalCurve(all []Record, lim local.Limit, W int64, lo, hi int32, over []float64) {
+func arrivalCurve(all []Record, lim localx.Limit, W int64, lo, hi int32, over []float64) {
 	start := int64(lo) * W
 	burst := float64(lim.Burst())
 	curveExcess(all, lim, W, func(r Record) bool {
@@ -363,8 +364,8 @@ func arrivalCurve(all []Record, lim local.Limit, W int64, lo, hi int32, over []f
 // selects and calls emit at each with the largest arrival-curve excess of
 // an interval of its key ending there: admitted(t0, t] − burst − rate ×
 // (t − t0), t0 at or after the key's first selected admission.
-func curveExcess(all []Record, lim local.Limit, W int64, keep func(Record) bool, emit func(r Record, excess float64)) {
-	rate := float64(lim.Limit()) / float64(W) // per µs
+func curveExcess(all []Record, lim localx.Limit, W int64, keep func(Record) bool, emit func(r Record, excess float64)) {
+	rate := float64(lim.Quota()) / float64(W) // per µs
 	burst := float64(lim.Burst())
 	type st struct {
 		n    float64
@@ -391,7 +392,7 @@ func curveExcess(all []Record, lim local.Limit, W int64, keep func(Record) bool,
 // admission: the previous window's admissions weighted by the steps of it
 // still inside the sliding window, plus this window's, at most the limit.
 // Windows are the node clock's.
-func counterOver(all []Record, lim local.Limit, W int64, lo, hi int32, over []float64) {
+func counterOver(all []Record, lim localx.Limit, W int64, lo, hi int32, over []float64) {
 	step, ws := lim.Counter()
 	per := map[[2]int64]int64{}
 	for _, r := range all {
@@ -408,7 +409,7 @@ func counterOver(all []Record, lim local.Limit, W int64, lo, hi int32, over []fl
 		}
 		left := ws - (at-w)/step
 		est := float64(per[[2]int64{k, w - W}])*float64(left)/float64(ws) + float64(per[[2]int64{k, w}])
-		over[idx-lo] = max(over[idx-lo], est/float64(lim.Limit())-1)
+		over[idx-lo] = max(over[idx-lo], est/float64(lim.Quota())-1)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -85,9 +86,9 @@ end
 return tat
 `)
 
-func newNaive(ctx context.Context, client *redis.Client, lim local.Limit, prefix string, interval time.Duration, t0 int64, r *rounds) (*naive, error) {
+func newNaive(ctx context.Context, client *redis.Client, lim localx.Limit, prefix string, interval time.Duration, t0 int64, r *rounds) (*naive, error) {
 	n := &naive{
-		w: lim.Window().Microseconds(), limit: lim.Limit(), client: client, prefix: prefix,
+		w: lim.Window().Microseconds(), limit: lim.Quota(), client: client, prefix: prefix,
 		interval: interval, t0: t0, rounds: r, keys: map[uint32]*nkey{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}

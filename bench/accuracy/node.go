@@ -144,7 +144,7 @@ func RunNode(spec Spec, node int, out string) error {
 		if len(algos) > 1 {
 			name += "-" + algo
 		}
-		hrule := hybrid.Rule{Name: name, Limit: lim, Mode: mode}
+		hrule := hybrid.Rule{Name: name, Limit: lim.Params(), Mode: mode}
 		if mode == hybrid.Hybrid {
 			if err := setWait(&hrule, spec.Wait); err != nil {
 				l.Close()

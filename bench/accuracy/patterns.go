@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -119,13 +120,13 @@ func NewPatternsSpec(m string, windows int) Spec {
 // patLimit returns stream st's user rule's limit in phase phase (phase 0
 // but for the limit-change pattern), and for the two-rule pattern its IP
 // rule's.
-func patLimit(st stream, phase int) (user, ip local.Limit, err error) {
-	mk := func(limit, burst int64) (local.Limit, error) {
-		p := local.Params{Algorithm: local.FixedWindow, Limit: limit, Window: PatWindow}
+func patLimit(st stream, phase int) (user, ip localx.Limit, err error) {
+	mk := func(limit, burst int64) (localx.Limit, error) {
+		p := local.Limit{Algorithm: local.FixedWindow, Quota: limit, Window: PatWindow}
 		if st.algo == AlgoGCRA {
 			p.Algorithm, p.Burst = local.GCRA, burst
 		}
-		return local.NewLimit(p)
+		return localx.NewLimit(p)
 	}
 	l := int64(PatLimit)
 	if st.pattern == PatChange {

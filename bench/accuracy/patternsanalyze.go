@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -302,19 +303,19 @@ func exactReplay(t0 int64, st stream, evs []timed) ([]bool, error) {
 		return nil, err
 	}
 	cfg := local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true, MaxKeys: 1 << 21}
-	ul, err := local.New(user, cfg)
+	ul, err := local.New(user.Params(), cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer ul.Close()
 	var il *local.Limiter
 	if ip.Valid() {
-		if il, err = local.New(ip, cfg); err != nil {
+		if il, err = local.New(ip.Params(), cfg); err != nil {
 			return nil, err
 		}
 		defer il.Close()
 	}
-	var phases []local.Limit
+	var phases []localx.Limit
 	if st.pattern == PatChange {
 		for ph := range PatPhases {
 			lim, _, err := patLimit(st, ph)
@@ -344,7 +345,7 @@ func exactReplay(t0 int64, st stream, evs []timed) ([]bool, error) {
 		at := time.UnixMicro(t0 + e.T)
 		if phases != nil && int(e.Phase) != phase && int(e.Phase) < len(phases) {
 			phase = int(e.Phase)
-			if err := ul.SetLimit(phases[phase]); err != nil {
+			if err := ul.SetLimit(phases[phase].Params()); err != nil {
 				return nil, err
 			}
 		}
@@ -440,7 +441,7 @@ func retryCounts(evs []timed, exact []bool, W int64, lo, hi int32) retrySum {
 // The limit in force is the largest of the phases the key's requests in
 // the window were decided in.
 func overAdmission(st stream, evs []timed, W int64, lo, hi int32) (first, later []float64, err error) {
-	limits := map[uint8][2]local.Limit{}
+	limits := map[uint8][2]localx.Limit{}
 	for ph := range PatPhases {
 		if ph > 0 && st.pattern != PatChange {
 			break
@@ -449,7 +450,7 @@ func overAdmission(st stream, evs []timed, W int64, lo, hi int32) (first, later 
 		if err != nil {
 			return nil, nil, err
 		}
-		limits[uint8(ph)] = [2]local.Limit{u, ip}
+		limits[uint8(ph)] = [2]localx.Limit{u, ip}
 	}
 	type kw struct {
 		key uint32 // bit 31: an IP
@@ -485,7 +486,7 @@ func overAdmission(st stream, evs []timed, W int64, lo, hi int32) (first, later 
 			k := kw{key, w}
 			if fixed {
 				count[k]++
-				lim[k] = max(lim[k], l.Limit())
+				lim[k] = max(lim[k], l.Quota())
 				continue
 			}
 			// The arrival curve: admitted(t0, t] − burst − rate × (t − t0),
@@ -495,11 +496,11 @@ func overAdmission(st stream, evs []timed, W int64, lo, hi int32) (first, later 
 				c = &curve{minF: math.Inf(1), phase: e.Phase}
 				curves[key] = c
 			}
-			rate := float64(l.Limit()) / float64(W)
+			rate := float64(l.Quota()) / float64(W)
 			f := c.n - rate*float64(e.T)
 			c.minF = min(c.minF, f)
 			c.n++
-			excess := (f - c.minF + 1 - float64(l.Burst())) / float64(l.Limit())
+			excess := (f - c.minF + 1 - float64(l.Burst())) / float64(l.Quota())
 			if v, ok := over[k]; !ok || excess > v {
 				over[k] = excess
 			}

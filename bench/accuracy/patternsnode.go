@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 )
 
 // Event is one decision of the api-patterns workload, as a node logs it in
@@ -191,7 +191,7 @@ type patNode struct {
 	node    int
 	l       *hybrid.Limiter
 	rules   [][2]*hybrid.Rule // per stream: the user's rule, and the IP's (two rules)
-	limits  [][]local.Limit   // the limit-change streams' limits, per phase
+	limits  [][]localx.Limit  // the limit-change streams' limits, per phase
 	clients [][]RetryClient
 	q       dynQueue
 	conn    *net.UnixConn
@@ -220,7 +220,7 @@ type patWorker struct {
 // (the events) and out+".json" (its NodeSummary).
 func runPatternsNode(spec Spec, node int, out string) error {
 	sched, clients := spec.patternsSchedule(node)
-	p := &patNode{spec: spec, node: node, clients: clients, rules: make([][2]*hybrid.Rule, numStreams), limits: make([][]local.Limit, numStreams)}
+	p := &patNode{spec: spec, node: node, clients: clients, rules: make([][2]*hybrid.Rule, numStreams), limits: make([][]localx.Limit, numStreams)}
 	p.q.wake = make(chan struct{}, 1)
 	rs := &rounds{t0: spec.T0}
 	cc := &cmdCounter{}
@@ -254,11 +254,11 @@ func runPatternsNode(spec Spec, node int, out string) error {
 		if err != nil {
 			return err
 		}
-		for j, lim := range []local.Limit{user, ip} {
+		for j, lim := range []localx.Limit{user, ip} {
 			if !lim.Valid() {
 				continue
 			}
-			r := hybrid.Rule{Name: "pat-" + sm.pattern + "-" + sm.algo + []string{"", "-ip"}[j], Limit: lim, Mode: mode}
+			r := hybrid.Rule{Name: "pat-" + sm.pattern + "-" + sm.algo + []string{"", "-ip"}[j], Limit: lim.Params(), Mode: mode}
 			if mode == hybrid.Hybrid {
 				if err := setWait(&r, spec.Wait); err != nil {
 					return err
@@ -464,7 +464,7 @@ func (p *patNode) change(ph int) int64 {
 	defer p.mu.Unlock()
 	for st := range numStreams {
 		if len(p.limits[st]) > ph {
-			if err := p.l.SetLimit(p.rules[st][0], p.limits[st][ph]); err != nil {
+			if err := p.l.SetLimit(p.rules[st][0], p.limits[st][ph].Params()); err != nil {
 				p.noteErr(err)
 			}
 		}

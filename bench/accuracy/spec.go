@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -185,14 +186,14 @@ func NewSpec(m, a, w string, limit int64, nodes, windows int) Spec {
 	return s
 }
 
-// Lim returns the run's local.Limit.
-func (s Spec) Lim() (local.Limit, error) {
+// Lim returns the run's localx.Limit.
+func (s Spec) Lim() (localx.Limit, error) {
 	return s.LimOf(s.Algo)
 }
 
-// LimOf returns the run's local.Limit for algorithm algo.
-func (s Spec) LimOf(algo string) (local.Limit, error) {
-	p := local.Params{Limit: s.Limit, Window: s.Window}
+// LimOf returns the run's localx.Limit for algorithm algo.
+func (s Spec) LimOf(algo string) (localx.Limit, error) {
+	p := local.Limit{Quota: s.Limit, Window: s.Window}
 	switch algo {
 	case AlgoFixed:
 		p.Algorithm = local.FixedWindow
@@ -205,12 +206,12 @@ func (s Spec) LimOf(algo string) (local.Limit, error) {
 	case AlgoLeaky:
 		p.Algorithm = local.LeakyBucket
 	default:
-		return local.Limit{}, fmt.Errorf("accuracy: unknown algorithm %q", algo)
+		return localx.Limit{}, fmt.Errorf("accuracy: unknown algorithm %q", algo)
 	}
 	if bucket(algo) {
 		p.Burst = s.Burst
 	}
-	return local.NewLimit(p)
+	return localx.NewLimit(p)
 }
 
 // Duration is how long the schedule runs: a warm-up window, then Windows.

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 )
 
 // The api-users workload: the limit real APIs set (100 per minute per user,
@@ -188,7 +188,7 @@ func ColdBound(s Spec) (float64, string) {
 
 // analyzeUsers computes the api-users figures from all (sorted by time) and
 // the exact replay's decision of each record.
-func analyzeUsers(spec Spec, lim local.Limit, all []Record, exactOf []bool) *UsersResult {
+func analyzeUsers(spec Spec, lim localx.Limit, all []Record, exactOf []bool) *UsersResult {
 	users := spec.Users()
 	W := spec.W()
 	lo, hi := int32(1), int32(spec.Windows)

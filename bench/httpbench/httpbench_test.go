@@ -91,7 +91,7 @@ func middlewares(b *testing.B) []struct {
 		return host, nil
 	})
 	tb := tollbooth.NewLimiter(1e9, nil).SetIPLookups([]string{"RemoteAddr"})
-	hrule, err := l.Register(hybrid.Rule{Name: "decision", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: huge, Window: time.Hour})})
+	hrule, err := l.Register(hybrid.Rule{Name: "decision", Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: huge, Window: time.Hour}})
 	if err != nil {
 		b.Fatal(err)
 	}

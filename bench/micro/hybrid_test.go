@@ -51,7 +51,7 @@ func BenchmarkHybrid(b *testing.B) {
 	l, clock := benchLimiter(b)
 	// A limit no benchmark run exhausts: the decisions measured are
 	// admissions, in both modes.
-	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 1 << 40, Window: time.Hour})
+	lim := local.Limit{Algorithm: local.FixedWindow, Quota: 1 << 40, Window: time.Hour}
 	rules := map[string]*hybrid.Rule{}
 	for _, m := range []hybrid.Mode{hybrid.Local, hybrid.Hybrid} {
 		r, err := l.Register(hybrid.Rule{Name: "bench-" + m.String(), Limit: lim, Mode: m})
@@ -102,7 +102,7 @@ func BenchmarkHybrid(b *testing.B) {
 // HYBRIDLIMIT_REDIS_ADDR.
 func BenchmarkFlood(b *testing.B) {
 	l, clock := benchLimiter(b)
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 1_000_000, Window: time.Second, Burst: 100_000})
+	lim := local.Limit{Algorithm: local.GCRA, Quota: 1_000_000, Window: time.Second, Burst: 100_000}
 	hr, err := l.Register(hybrid.Rule{Name: "flood", Limit: lim, Mode: hybrid.Hybrid})
 	if err != nil {
 		b.Fatal(err)

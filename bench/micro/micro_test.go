@@ -58,7 +58,7 @@ func setupKeys() {
 // one request per 100µs of virtual time is admitted every time and the
 // sliding log keeps 10,000 timestamps.
 func limitFor(a local.Algorithm) local.Limit {
-	return local.MustLimit(local.Params{Algorithm: a, Limit: 10000, Window: time.Second})
+	return local.Limit{Algorithm: a, Quota: 10000, Window: time.Second}
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

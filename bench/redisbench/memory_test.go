@@ -27,7 +27,7 @@ type memTarget struct {
 // an hour, so no key expires while it is measured.
 func memCentral(a local.Algorithm) memTarget {
 	return memTarget{name: a.String(), n: 1000, create: func(b *testing.B, e *env, n int) [][]string {
-		cen, r := e.central(b), rule(b, a.String(), local.Params{Algorithm: a, Limit: admitLimit, Window: time.Hour})
+		cen, r := e.central(b), rule(b, a.String(), local.Limit{Algorithm: a, Quota: admitLimit, Window: time.Hour})
 		fill(b, func(ctx context.Context, k int) (bool, error) {
 			d, err := cen.AllowN(ctx, r, userKeys[k], 1)
 			return d.Allowed(), err
@@ -41,7 +41,7 @@ func memCentral(a local.Algorithm) memTarget {
 func memLog(name string, l, entries int64, n int) memTarget {
 	return memTarget{name: name, n: n, create: func(b *testing.B, e *env, n int) [][]string {
 		cen := e.central(b)
-		r := rule(b, fmt.Sprintf("log%d", l), local.Params{Algorithm: local.SlidingWindowLog, Limit: l, Window: logWindow})
+		r := rule(b, fmt.Sprintf("log%d", l), local.Limit{Algorithm: local.SlidingWindowLog, Quota: l, Window: logWindow})
 		t0, step := time.Now().UnixMicro(), logWindow.Microseconds()/l
 		count := make([]int64, n)
 		fill(b, func(ctx context.Context, k int) (bool, error) {

@@ -69,6 +69,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -155,9 +156,9 @@ func (e *env) central(b *testing.B) *syncer.Central {
 	return cen
 }
 
-func rule(b *testing.B, name string, p local.Params) *syncer.Rule {
+func rule(b *testing.B, name string, p local.Limit) *syncer.Rule {
 	b.Helper()
-	r, err := syncer.NewRule(name, local.MustLimit(p))
+	r, err := syncer.NewRule(name, localx.MustLimit(p))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -184,7 +185,7 @@ var scriptCost = []string{"evalsha"}
 
 // centralTarget is algorithm a in central mode, at Redis's clock.
 func centralTarget(a local.Algorithm) target {
-	mk := func(name string, p local.Params) func(b *testing.B, e *env) decide {
+	mk := func(name string, p local.Limit) func(b *testing.B, e *env) decide {
 		return func(b *testing.B, e *env) decide {
 			cen, r := e.central(b), rule(b, name, p)
 			d := func(ctx context.Context, k int) (bool, error) {
@@ -197,8 +198,8 @@ func centralTarget(a local.Algorithm) target {
 	}
 	return target{
 		name: a.String(), keys: numKeys, cost: scriptCost, calls: "evalsha",
-		admitted: mk(a.String(), local.Params{Algorithm: a, Limit: admitLimit, Window: time.Second}),
-		rejected: mk(a.String()+"-rej", local.Params{Algorithm: a, Limit: 1, Window: time.Hour}),
+		admitted: mk(a.String(), local.Limit{Algorithm: a, Quota: admitLimit, Window: time.Second}),
+		rejected: mk(a.String()+"-rej", local.Limit{Algorithm: a, Quota: 1, Window: time.Hour}),
 	}
 }
 
@@ -220,7 +221,7 @@ func logTarget(l int64) target {
 		name: fmt.Sprintf("sliding_window_log-L%d", l), keys: keys, cost: scriptCost, calls: "evalsha",
 		admitted: func(b *testing.B, e *env) decide {
 			cen = e.central(b)
-			r = rule(b, fmt.Sprintf("log%d", l), local.Params{Algorithm: local.SlidingWindowLog, Limit: l, Window: logWindow})
+			r = rule(b, fmt.Sprintf("log%d", l), local.Limit{Algorithm: local.SlidingWindowLog, Quota: l, Window: logWindow})
 			t0, count = time.Now().UnixMicro(), make([]int64, keys)
 			d := func(ctx context.Context, k int) (bool, error) {
 				dec, err := at(ctx, k, t0+count[k]*step)

@@ -75,10 +75,9 @@ const fallbackName = "gossip"
 // client (API key), in hybrid mode, each node deciding against its lease of
 // the client's budget.
 func demoRule(lim local.Limit) httplimit.Rule {
-	p := lim.Params()
 	return httplimit.Rule{
 		ID: "per-client", Key: httplimit.KeyAPIKey, Endpoint: "GET /api",
-		Algorithm: p.Algorithm, Quota: p.Limit, Window: p.Window,
+		Algorithm: lim.Algorithm, Quota: lim.Quota, Window: lim.Window,
 		Mode: hybrid.Hybrid, // the policy: the Limiter's default, Gossip with Config.Gossip
 	}
 }

@@ -58,7 +58,8 @@ func demoLimit(algo string, limit int64) (local.Limit, error) {
 	if err != nil {
 		return local.Limit{}, err
 	}
-	return local.NewLimit(local.Params{Algorithm: a, Limit: limit, Window: ruleWindow})
+	lim := local.Limit{Algorithm: a, Quota: limit, Window: ruleWindow}
+	return lim, lim.Validate()
 }
 
 // sortRecords puts records in the order their requests were decided (the

@@ -93,9 +93,9 @@ func run(w io.Writer, opt options) error {
 	if opt.algo != 0 {
 		algos = []local.Algorithm{opt.algo}
 	}
-	var params []local.Params
+	var params []local.Limit
 	for _, a := range algos {
-		p := local.Params{Algorithm: a, Limit: opt.rate, Window: time.Second}
+		p := local.Limit{Algorithm: a, Quota: opt.rate, Window: time.Second}
 		if a == local.TokenBucket || a == local.LeakyBucket || a == local.GCRA {
 			p.Burst = opt.burst
 		}
@@ -108,7 +108,8 @@ func run(w io.Writer, opt options) error {
 	var reference []bool // the token bucket's decisions, to compare the other buckets with
 	for _, p := range params {
 		a := p.Algorithm
-		lim, res, err := simulateParams(p, tr)
+		lim := p
+		res, err := simulate(lim, tr)
 		if err != nil {
 			return err
 		}
@@ -211,16 +212,6 @@ type result struct {
 	accepted []int           // per second
 }
 
-// simulateParams builds p's Limit and simulates tr under it.
-func simulateParams(p local.Params, tr traffic) (local.Limit, result, error) {
-	lim, err := local.NewLimit(p)
-	if err != nil {
-		return local.Limit{}, result{}, err
-	}
-	res, err := simulate(lim, tr)
-	return lim, res, err
-}
-
 // simulate offers tr to a fresh Limiter for lim, one key, in virtual time.
 func simulate(lim local.Limit, tr traffic) (result, error) {
 	l, err := local.New(lim, limiterConfig)
@@ -263,19 +254,19 @@ var aboutAnchored = map[local.Algorithm]string{
 }
 
 func report(w io.Writer, lim local.Limit, tr traffic, res result) {
-	how := about[lim.Algorithm()]
-	if lim.Anchored() {
-		how = aboutAnchored[lim.Algorithm()]
+	how := about[lim.Algorithm]
+	if lim.Anchored {
+		how = aboutAnchored[lim.Algorithm]
 	}
 	fmt.Fprintf(w, "%s: %s\n", lim, how)
 	fmt.Fprintln(w, "  second  offered  admitted  rejected  limit")
 	for s := range tr.seconds {
 		fmt.Fprintf(w, "  %6d  %7d  %8d  %8d  %5d\n",
-			s, res.offered[s], res.accepted[s], res.offered[s]-res.accepted[s], lim.Limit())
+			s, res.offered[s], res.accepted[s], res.offered[s]-res.accepted[s], lim.Quota)
 	}
-	n, first, last := maxInWindow(res.admitted, lim.Window())
+	n, first, last := maxInWindow(res.admitted, lim.Window)
 	fmt.Fprintf(w, "  max admitted in any %s window: %d (%.1f× the limit), from %.3fs to %.3fs\n",
-		lim.Window(), n, float64(n)/float64(lim.Limit()), first.Seconds(), last.Seconds())
+		lim.Window, n, float64(n)/float64(lim.Quota), first.Seconds(), last.Seconds())
 }
 
 // subWindows offers the traffic to sub-window counters of 1, 6 and 60
@@ -287,14 +278,15 @@ func subWindows(w io.Writer, tr traffic, rate int64) error {
 	limit := max(rate*6/5, 1)
 	fmt.Fprintf(w, "Sub-window counters on the same traffic, limit %d per %s (the same rate; 1s has no 6 or 60 whole-µs sub-windows):\n", limit, win)
 	fmt.Fprintln(w, "  limit                                  admitted  max in any (t−1.2s, t]")
-	for _, p := range []local.Params{
+	for _, p := range []local.Limit{
 		{Algorithm: local.SubWindowCounter, SubWindows: 1},
 		{Algorithm: local.SubWindowCounter, SubWindows: 6},
 		{Algorithm: local.SubWindowCounter, SubWindows: 60},
 		{Algorithm: local.SlidingWindowLog},
 	} {
-		p.Limit, p.Window = limit, win
-		lim, res, err := simulateParams(p, tr)
+		p.Quota, p.Window = limit, win
+		lim := p
+		res, err := simulate(lim, tr)
 		if err != nil {
 			return err
 		}
@@ -323,10 +315,7 @@ func maxInWindow(ts []time.Duration, w time.Duration) (n int, first, last time.D
 // rejects what does not fit, and through ReserveAt, which schedules it at the
 // bucket's rate, up to a maximum delay.
 func shaper(w io.Writer, rate int64) error {
-	lim, err := local.NewLimit(local.Params{Algorithm: local.LeakyBucket, Limit: rate, Window: time.Second, Burst: 1})
-	if err != nil {
-		return err
-	}
+	lim := local.Limit{Algorithm: local.LeakyBucket, Quota: rate, Window: time.Second, Burst: 1}
 	const n = 8
 	// Up to five emission intervals, rounded up to the microsecond, the
 	// resolution of the limiter: a maxDelay that falls short of the fifth
@@ -376,12 +365,12 @@ func shaper(w io.Writer, rate int64) error {
 // minute, and decides each request against both with AllowMultiAt: it is
 // admitted by both, charging both, or by neither, charging nothing.
 func multi(w io.Writer) error {
-	perSecond, err := local.New(local.MustLimit(local.Params{Algorithm: local.SlidingWindowLog, Limit: 5, Window: time.Second}), limiterConfig)
+	perSecond, err := local.New(local.Limit{Algorithm: local.SlidingWindowLog, Quota: 5, Window: time.Second}, limiterConfig)
 	if err != nil {
 		return err
 	}
 	defer perSecond.Close()
-	perMinute, err := local.New(local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 20, Window: time.Minute}), limiterConfig)
+	perMinute, err := local.New(local.Limit{Algorithm: local.FixedWindow, Quota: 20, Window: time.Minute}, limiterConfig)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func run(ctx context.Context, addr string) error {
 
 	api, err := l.Register(hybrid.Rule{
 		Name:  "api",
-		Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.GCRA, Limit: 100, Window: time.Second, Burst: 20}),
+		Limit: hybrid.Limit{Algorithm: hybrid.GCRA, Quota: 100, Window: time.Second, Burst: 20},
 	})
 	if err != nil {
 		return err

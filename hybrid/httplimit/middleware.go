@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 )
 
 // Middleware limits HTTP requests by its rules, over a hybrid.Limiter.
@@ -43,7 +44,7 @@ type Middleware struct {
 // was asked for, which a later SetRules compares with its own.
 type registered struct {
 	rule   *hybrid.Rule
-	limit  hybrid.Limit
+	limit  localx.Limit
 	mode   hybrid.Mode
 	policy hybrid.Policy
 	wait   hybrid.Wait
@@ -81,7 +82,7 @@ type target struct {
 // Its slices have one element and no spare capacity, so that they can be
 // shared by every response's header: net/http only reads a response's
 // header values, and an append to one (Header.Add) copies it.
-func newTarget(c *compiledRule, hr *hybrid.Rule, lim hybrid.Limit) *target {
+func newTarget(c *compiledRule, hr *hybrid.Rule, lim localx.Limit) *target {
 	n := lim.MaxCost()
 	return &target{
 		rule: hr, limit: n,
@@ -176,7 +177,7 @@ func (m *Middleware) SetRules(rules []Rule) (err error) {
 	}
 	for _, w := range changed {
 		reg := m.reg[w.name]
-		if err := m.l.SetLimit(reg.rule, w.limit); err != nil {
+		if err := m.l.SetLimit(reg.rule, w.limit.Params()); err != nil {
 			return &RuleError{Index: w.index, ID: w.r.ID, Field: "max_requests", Reason: "cannot change the limit", Err: err}
 		}
 		reg.limit = w.limit
@@ -207,7 +208,7 @@ type want struct {
 	c     *compiledRule
 	name  string // the hybrid rule's name
 	over  string // the override's tier or key, or "" for the base limit
-	limit hybrid.Limit
+	limit localx.Limit
 	r     *Rule
 	index int // r's position in the set
 }
@@ -241,7 +242,7 @@ func (m *Middleware) register(wants []want, added *[]string) ([]want, error) {
 		}
 		switch {
 		case !ok:
-			hr, err := m.l.Register(hybrid.Rule{Name: w.name, Limit: w.limit, Mode: w.r.Mode, Policy: w.r.Policy, Wait: w.r.Wait})
+			hr, err := m.l.Register(hybrid.Rule{Name: w.name, Limit: w.limit.Params(), Mode: w.r.Mode, Policy: w.r.Policy, Wait: w.r.Wait})
 			if err != nil {
 				return bad("mode", "cannot register", err)
 			}

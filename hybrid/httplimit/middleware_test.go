@@ -24,9 +24,8 @@ func perIP(id, endpoint string, limit int64, window time.Duration) httplimit.Rul
 // nothing: Register returns the registered rule for the same definition.
 func state(t *testing.T, l *hybrid.Limiter, r httplimit.Rule, key string) hybrid.Decision {
 	t.Helper()
-	algo, err := hybrid.NewLimit(hybrid.Params{Algorithm: r.Algorithm, Limit: r.Quota, Window: r.Window, Burst: r.Burst})
-	require.NoError(t, err)
-	hr, err := l.Register(hybrid.Rule{Name: r.ID, Limit: algo})
+	lim := hybrid.Limit{Algorithm: r.Algorithm, Quota: r.Quota, Window: r.Window, Burst: r.Burst}
+	hr, err := l.Register(hybrid.Rule{Name: r.ID, Limit: lim})
 	require.NoError(t, err)
 	d, err := l.AllowN(t.Context(), hr, key, 0)
 	require.NoError(t, err)

@@ -140,7 +140,7 @@ func checkRefusal(t *testing.T, resp *http.Response, body string) {
 // nothing: Register returns the registered rule for the same definition.
 func leftOf(t *testing.T, l *hybrid.Limiter, r httplimit.Rule, key string) int64 {
 	t.Helper()
-	hr, err := l.Register(hybrid.Rule{Name: r.ID, Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: r.Quota, Window: r.Window}), Mode: r.Mode})
+	hr, err := l.Register(hybrid.Rule{Name: r.ID, Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: r.Quota, Window: r.Window}, Mode: r.Mode})
 	require.NoError(t, err)
 	require.Equal(t, r.Mode, l.Mode(hr))
 	d, err := l.AllowN(t.Context(), hr, key, 0)

@@ -103,7 +103,7 @@ func TestRedisKilledHybrid(t *testing.T) {
 	l := redisLimiter(t, srv, hybrid.Hybrid)
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{perIP("hyb", "/", 1_000_000, time.Minute)}})
 	require.NoError(t, err)
-	hr, err := l.Register(hybrid.Rule{Name: "hyb", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 1_000_000, Window: time.Minute})})
+	hr, err := l.Register(hybrid.Rule{Name: "hyb", Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 1_000_000, Window: time.Minute}})
 	require.NoError(t, err)
 	require.Equal(t, hybrid.Hybrid, l.Mode(hr))
 	ts := serve(t, m, okHandler)

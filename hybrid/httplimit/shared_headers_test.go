@@ -56,9 +56,9 @@ func TestSharedHeaderValues(t *testing.T) {
 
 	// The Limiter's rule is the middleware's (same name and limit): a new
 	// limit set on it directly is what decisions, and so headers, carry.
-	hr, err := l.Register(hybrid.Rule{Name: "by-key", Limit: hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 100, Window: time.Minute})})
+	hr, err := l.Register(hybrid.Rule{Name: "by-key", Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 100, Window: time.Minute}})
 	require.NoError(t, err)
-	require.NoError(t, l.SetLimit(hr, hybrid.MustLimit(hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: 1 << 20, Window: time.Minute})))
+	require.NoError(t, l.SetLimit(hr, hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 1 << 20, Window: time.Minute}))
 	hdr = send("k")
 	assert.Equal(t, []string{strconv.Itoa(1 << 20), "extra"}, hdr.Values("X-Ratelimit-Limit"))
 	assert.Equal(t, []string{strconv.Itoa(1<<20 - 4), "extra"}, hdr.Values("X-Ratelimit-Remaining"))

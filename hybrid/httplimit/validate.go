@@ -8,8 +8,10 @@ import (
 	"slices"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
-	"github.com/hybridlimit/hybridlimit/internal/paramerr"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // The one validator of rules, whatever their source: SetRules (and so New
@@ -19,8 +21,8 @@ import (
 // limit and its overridden limits.
 type checked struct {
 	c    *compiledRule
-	base hybrid.Limit
-	over map[string]hybrid.Limit // by tier or key; nil without
+	base localx.Limit
+	over map[string]localx.Limit // by tier or key; nil without
 }
 
 // checkRules validates rules, each one and as a set (their IDs unique),
@@ -105,12 +107,12 @@ func checkFields(i int, r *Rule) (pattern, error) {
 // limits returns rule i's limit and its overridden limits, checking its
 // cost against the limit. The overrides are checked in the order of their
 // names, so that the same rule always gives the same error.
-func limits(i int, r *Rule) (hybrid.Limit, map[string]hybrid.Limit, error) {
-	bad := func(field, reason string) (hybrid.Limit, map[string]hybrid.Limit, error) {
-		return hybrid.Limit{}, nil, ruleError(i, r.ID, field, reason)
+func limits(i int, r *Rule) (localx.Limit, map[string]localx.Limit, error) {
+	bad := func(field, reason string) (localx.Limit, map[string]localx.Limit, error) {
+		return localx.Limit{}, nil, ruleError(i, r.ID, field, reason)
 	}
-	params := hybrid.Params{Algorithm: r.Algorithm, Limit: r.Quota, Window: r.Window, Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored}
-	lim, err := hybrid.NewLimit(params)
+	params := local.Limit{Algorithm: r.Algorithm, Quota: r.Quota, Window: r.Window, Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored}
+	lim, err := localx.NewLimit(params)
 	if err != nil {
 		field, reason := limitError(err)
 		return bad(field, reason)
@@ -118,7 +120,7 @@ func limits(i int, r *Rule) (hybrid.Limit, map[string]hybrid.Limit, error) {
 	if r.Cost > lim.MaxCost() {
 		return bad("cost", fmt.Sprintf("%d: above %d, the most the rule admits at once", r.Cost, lim.MaxCost()))
 	}
-	var over map[string]hybrid.Limit
+	var over map[string]localx.Limit
 	for _, name := range slices.Sorted(maps.Keys(r.Overrides)) {
 		n := r.Overrides[name]
 		field := "overrides[" + quoteShort(name) + "]"
@@ -126,11 +128,11 @@ func limits(i int, r *Rule) (hybrid.Limit, map[string]hybrid.Limit, error) {
 			return bad(field, fmt.Sprintf("%d: needs a tier or key and a limit of at least 1", n))
 		}
 		op := params
-		op.Limit = n
+		op.Quota = n
 		if r.Burst > 0 {
 			op.Burst = max(1, r.Burst*n/r.Quota) // the burst keeps its ratio to the quota
 		}
-		ol, err := hybrid.NewLimit(op)
+		ol, err := localx.NewLimit(op)
 		if err != nil {
 			_, reason := limitError(err)
 			return bad(field, reason)
@@ -139,7 +141,7 @@ func limits(i int, r *Rule) (hybrid.Limit, map[string]hybrid.Limit, error) {
 			return bad(field, "the rule ID is too long for overrides: "+err.Error())
 		}
 		if over == nil {
-			over = map[string]hybrid.Limit{}
+			over = map[string]localx.Limit{}
 		}
 		over[name] = ol
 	}
@@ -147,17 +149,17 @@ func limits(i int, r *Rule) (hybrid.Limit, map[string]hybrid.Limit, error) {
 }
 
 // limitError returns the rule field, as a rules file spells it, and the
-// reason of hybrid.NewLimit's error. A parameter is the Rule field of the
+// reason of localx.NewLimit's error. A parameter is the Rule field of the
 // same name (Window: "window"); the quota, and the rate the bucket
 // algorithms derive from it, are max_requests.
 func limitError(err error) (field, reason string) {
-	var pe *paramerr.Error
-	if !errors.As(err, &pe) {
+	var fe *config.FieldError
+	if !errors.As(err, &fe) {
 		return "", err.Error()
 	}
 	field = "max_requests"
-	if f, ok := reflect.TypeFor[Rule]().FieldByName(pe.Field); ok {
+	if f, ok := reflect.TypeFor[Rule]().FieldByName(fe.Field); ok {
 		field = fieldTag(f).name
 	}
-	return field, pe.Value + ": " + pe.Reason
+	return field, fmt.Sprint(fe.Value) + ": " + fe.Reason
 }

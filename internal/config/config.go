@@ -41,7 +41,23 @@ const (
 
 // Invalid returns the error of a bad Config field in the form every
 // package's takes, "<pkg>: invalid config: <Field> <value>: <reason>",
-// wrapping the package's sentinel (its ErrInvalidConfig).
+// wrapping the package's sentinel (its ErrInvalidConfig). It is a
+// *FieldError, for the packages that report the field in their own terms.
 func Invalid(sentinel error, field string, value any, reason string) error {
-	return fmt.Errorf("%w: %s %v: %s", sentinel, field, value, reason)
+	return &FieldError{Sentinel: sentinel, Field: field, Value: value, Reason: reason}
 }
+
+// FieldError is a bad field of a configuration or a limit.
+type FieldError struct {
+	Sentinel error  // the package's ErrInvalidConfig
+	Field    string // the field's name, as the package's type spells it
+	Value    any    // the value refused
+	Reason   string // why, for example "must be positive"
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%v: %s %v: %s", e.Sentinel, e.Field, e.Value, e.Reason)
+}
+
+// Unwrap returns the sentinel, for errors.Is.
+func (e *FieldError) Unwrap() error { return e.Sentinel }

@@ -47,7 +47,7 @@ type Default struct {
 
 // Bound is a bound of validation, as a package's test declares it.
 type Bound struct {
-	What  string // the table's bound cell: "Params.Window"
+	What  string // the table's bound cell: "Limit.Window"
 	Const string // the constant's name
 	Value any    // its value
 	Doc   string // the table's value cell, which contains Value as Format writes it

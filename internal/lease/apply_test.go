@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -20,12 +21,12 @@ var testParams = Params{
 // windowRule is the lease rule of alg at 1,000 per second, on a cluster of
 // one node.
 func windowRule(alg local.Algorithm) *Rule {
-	return testRule(local.MustLimit(local.Params{Algorithm: alg, Limit: 1000, Window: time.Second}))
+	return testRule(localx.MustLimit(local.Limit{Algorithm: alg, Quota: 1000, Window: time.Second}))
 }
 
 // testRule is the lease rule of lim under testParams, on a cluster of one
 // node.
-func testRule(lim local.Limit) *Rule {
+func testRule(lim localx.Limit) *Rule {
 	r, err := NewRule(lim, testParams, NewCluster(1), nil)
 	if err != nil {
 		panic(err)
@@ -104,7 +105,7 @@ func TestDecideOffsetBack(t *testing.T) {
 // pool, and drops the tokens held when Redis's state was lost (a new
 // epoch) or revoked.
 func TestApplyBucket(t *testing.T) {
-	lr := testRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}))
+	lr := testRule(localx.MustLimit(local.Limit{Algorithm: local.TokenBucket, Quota: 1000, Window: time.Second, Burst: 100}))
 	const now = int64(1_900_000_000_000_000)
 	held := func() Lease {
 		return Lease{flags: flagSynced, epoch: 1, rate: 500, burst: 50, expiry: now + 1e6, tokens: 20, last: now, debt: 3, lastSync: now, lastUse: now}
@@ -144,7 +145,7 @@ func TestApplyBucket(t *testing.T) {
 // a smaller burst) goes back to the pool in whole tokens at the next
 // exchange, the remainder kept for the one after.
 func TestLostTokensGoBack(t *testing.T) {
-	lr := testRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 10, Window: time.Second, Burst: 10}))
+	lr := testRule(localx.MustLimit(local.Limit{Algorithm: local.TokenBucket, Quota: 10, Window: time.Second, Burst: 10}))
 	const now = int64(1_900_000_000_000_000)
 	w := time.Second.Microseconds()
 	k := Lease{flags: flagSynced, epoch: 1, rate: 4, burst: 3, expiry: now + 1e6, tokens: 2, rem: w / 2, last: now, lastSync: now, lastUse: now}

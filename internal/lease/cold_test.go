@@ -8,12 +8,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // coldRule is lim's lease rule under testParams on a cluster that counted
 // nodes live nodes (0: not counted yet), waiting for its leases if wait.
-func coldRule(t *testing.T, lim local.Limit, nodes int64, wait bool) *Rule {
+func coldRule(t *testing.T, lim localx.Limit, nodes int64, wait bool) *Rule {
 	t.Helper()
 	c := NewCluster(0)
 	c.SetNodes(nodes)
@@ -32,13 +33,13 @@ func coldRule(t *testing.T, lim local.Limit, nodes int64, wait bool) *Rule {
 // cost, a retry of about one round trip). A rule that waits for its leases
 // admits nothing without one.
 func TestColdStartAllowance(t *testing.T) {
-	fixed := func(limit int64) local.Limit {
-		return local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: limit, Window: 10 * time.Second})
+	fixed := func(limit int64) localx.Limit {
+		return localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: limit, Window: 10 * time.Second})
 	}
-	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: 10 * time.Second, Burst: 10})
+	gcra := localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: 10 * time.Second, Burst: 10})
 	for _, tc := range []struct {
 		name  string
-		lim   local.Limit
+		lim   localx.Limit
 		nodes int64
 		wait  bool
 		want  int64 // admitted of a burst of 40
@@ -47,7 +48,7 @@ func TestColdStartAllowance(t *testing.T) {
 		{"1000 per window, 4 nodes", fixed(1000), 4, false, 13},
 		{"100 per window, 8 nodes", fixed(100), 8, false, 1},
 		{"5 per window, 8 nodes", fixed(5), 8, false, 1},
-		{"counter 100, 1 node", local.MustLimit(local.Params{Algorithm: local.SlidingWindowCounter, Limit: 100, Window: 10 * time.Second}), 1, false, 5},
+		{"counter 100, 1 node", localx.MustLimit(local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 100, Window: 10 * time.Second}), 1, false, 5},
 		{"GCRA burst 10, 8 nodes", gcra, 8, false, 1},
 		{"GCRA burst 10, not counted yet", gcra, 0, false, 1},
 		{"waits for its lease", fixed(1000), 4, true, 0},
@@ -81,7 +82,7 @@ func TestColdStartAllowance(t *testing.T) {
 // even after Redis counted the debt (renewed debt races the others' grants
 // on a busy key); a grant admits again.
 func TestAllowanceRenews(t *testing.T) {
-	lim := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 100, Window: 10 * time.Second})
+	lim := localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 100, Window: 10 * time.Second})
 	r := coldRule(t, lim, 8, false)
 	const w = int64(10e6)
 	start := int64(1_900_000_000) * w
@@ -128,7 +129,7 @@ func TestCounterUsedUpGrant(t *testing.T) {
 		{local.FixedWindow, true},
 	} {
 		t.Run(tc.alg.String(), func(t *testing.T) {
-			lim := local.MustLimit(local.Params{Algorithm: tc.alg, Limit: 10000, Window: time.Second})
+			lim := localx.MustLimit(local.Limit{Algorithm: tc.alg, Quota: 10000, Window: time.Second})
 			r := coldRule(t, lim, 8, false)
 			require.Equal(t, int64(63), r.allowance())
 			var k Lease
@@ -173,7 +174,7 @@ func TestCounterUsedUpGrant(t *testing.T) {
 func TestVerdictsAgree(t *testing.T) {
 	for _, alg := range []local.Algorithm{local.FixedWindow, local.SlidingWindowCounter, local.TokenBucket, local.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
-			lim := local.MustLimit(local.Params{Algorithm: alg, Limit: 20, Window: time.Second})
+			lim := localx.MustLimit(local.Limit{Algorithm: alg, Quota: 20, Window: time.Second})
 			r := coldRule(t, lim, 4, false)
 			rng := rand.New(rand.NewPCG(1, 2))
 			const w = int64(1e6)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -17,7 +18,7 @@ import (
 // shares, an early exchange would bring nothing. A missed renewal asks
 // early in any case.
 func TestBucketAsksForThePool(t *testing.T) {
-	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: 10 * time.Second, Burst: 10})
+	gcra := localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: 10 * time.Second, Burst: 10})
 	r := coldRule(t, gcra, 8, false)
 	require.Equal(t, int64(1), r.allowance())
 	const now = int64(1_900_000_000_000_000)
@@ -59,7 +60,7 @@ func TestBucketAsksForThePool(t *testing.T) {
 // TestApplyBucketDry: a reply that neither grows the share nor grants
 // tokens marks the key dry; one that does clears it.
 func TestApplyBucketDry(t *testing.T) {
-	gcra := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: 10 * time.Second, Burst: 10})
+	gcra := localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: 10 * time.Second, Burst: 10})
 	r := coldRule(t, gcra, 8, false)
 	const now = int64(1_900_000_000_000_000)
 	for _, tc := range []struct {
@@ -88,7 +89,7 @@ func TestApplyBucketDry(t *testing.T) {
 // smallWindow is a fixed window of 100 per 10 s on 8 nodes, and a window's
 // start and a time a tenth into it.
 func smallWindow(t *testing.T) (r *Rule, start, now int64) {
-	fixed := local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 100, Window: 10 * time.Second})
+	fixed := localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 100, Window: 10 * time.Second})
 	r = coldRule(t, fixed, 8, false)
 	start = int64(1_900_000_000) * r.w
 	return r, start, start + r.w/10

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -16,7 +17,7 @@ import (
 // loop's WakeTaken), not at every decision of a flood; once it is taken,
 // its next decision signals again.
 func TestNotifySignalsOncePerTake(t *testing.T) {
-	lim := local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: 100, Window: 10 * time.Second, Burst: 10})
+	lim := localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: 10 * time.Second, Burst: 10})
 	c := NewCluster(1)
 	r, err := NewRule(lim, testParams, c, nil)
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -16,7 +17,7 @@ import (
 // and the next reply gives it. Without a policy's part, or outside the
 // hand-back, the share is Redis's.
 func TestShareAfterOutage(t *testing.T) {
-	lim := local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100})
+	lim := localx.MustLimit(local.Limit{Algorithm: local.TokenBucket, Quota: 1000, Window: time.Second, Burst: 100})
 	const out = int64(1_900_000_000_000_000) // the last round that found Redis unreachable
 	interval := testParams.Interval.Microseconds()
 	handBackEnd := out + recoverSpan*interval

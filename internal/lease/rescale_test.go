@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -17,7 +18,7 @@ import (
 // rate or burst waits for the exchange under it.
 func TestRescaleOnLimitChange(t *testing.T) {
 	gcra := func(limit, burst int64) *Rule {
-		return testRule(local.MustLimit(local.Params{Algorithm: local.GCRA, Limit: limit, Window: time.Second, Burst: burst}))
+		return testRule(localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: limit, Window: time.Second, Burst: burst}))
 	}
 	const now = int64(1_900_000_000_000_000)
 	for _, tc := range []struct {

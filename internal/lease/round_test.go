@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -75,7 +76,7 @@ func TestNotifyFirst(t *testing.T) {
 // is unknown, and its lease is a guess; a bucket key seen once is taken as
 // quiet. One sent MinGap or more later measures it.
 func TestRequestFirstDemand(t *testing.T) {
-	bucket := testRule(local.MustLimit(local.Params{Algorithm: local.TokenBucket, Limit: 1000, Window: time.Second, Burst: 100}))
+	bucket := testRule(localx.MustLimit(local.Limit{Algorithm: local.TokenBucket, Quota: 1000, Window: time.Second, Burst: 100}))
 	minGap := testParams.MinGap.Microseconds()
 	for _, tc := range []struct {
 		name   string

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -26,7 +27,7 @@ type Params struct {
 // sync parameters its leases need. Build one with NewRule. It is safe for
 // concurrent use.
 type Rule struct {
-	lim     local.Limit
+	lim     localx.Limit
 	maxCost int64 // lim.MaxCost(), read on every decision without copying lim
 	buckets bool  // rate shares (token/leaky bucket, GCRA); windows otherwise
 	counter bool  // the sliding window counter
@@ -69,7 +70,7 @@ var ErrAnchored = errors.New("anchored windows are not leased")
 // clock as c learns them, and ref, which Ref returns and the package does
 // not look at. A sliding window log cannot be leased: its error wraps
 // ErrNotLeasable.
-func NewRule(lim local.Limit, p Params, c *Cluster, ref any) (*Rule, error) {
+func NewRule(lim localx.Limit, p Params, c *Cluster, ref any) (*Rule, error) {
 	if lim.Algorithm() == local.SlidingWindowLog {
 		return nil, ErrNotLeasable
 	}
@@ -78,7 +79,7 @@ func NewRule(lim local.Limit, p Params, c *Cluster, ref any) (*Rule, error) {
 	}
 	lp := lim.Params()
 	r := &Rule{
-		lim: lim, maxCost: lim.MaxCost(), w: lp.Window.Microseconds(), limit: lp.Limit, burst: lp.Burst,
+		lim: lim, maxCost: lim.MaxCost(), w: lp.Window.Microseconds(), limit: lp.Quota, burst: lp.Burst,
 		interval: p.Interval.Microseconds(), horizon: p.Horizon.Microseconds(),
 		safety: p.Safety.Microseconds(), minGap: max(p.MinGap.Microseconds(), 1),
 		paceGap: max(p.PaceGap.Microseconds(), 1), idleRelease: p.IdleRelease.Microseconds(),

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -18,8 +19,8 @@ import (
 func TestSubWindowAsks(t *testing.T) {
 	const s = int64(100_000) // the sub-window, µs
 	start := int64(1_900_000_000) * 10 * s
-	sub := testRule(local.MustLimit(local.Params{Algorithm: local.SubWindowCounter, Limit: 1000, Window: time.Second, SubWindows: 10}))
-	fixed := testRule(local.MustLimit(local.Params{Algorithm: local.FixedWindow, Limit: 100, Window: 100 * time.Millisecond}))
+	sub := testRule(localx.MustLimit(local.Limit{Algorithm: local.SubWindowCounter, Quota: 1000, Window: time.Second, SubWindows: 10}))
+	fixed := testRule(localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 100, Window: 100 * time.Millisecond}))
 	for _, tc := range []struct {
 		name      string
 		r         *Rule

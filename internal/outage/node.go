@@ -216,9 +216,9 @@ func RunNode(spec Spec, out io.Writer) error {
 // limitOf is spec's limit: a fixed window, or a token bucket of burst
 // Limit/10.
 func limitOf(spec Spec) (hybrid.Limit, error) {
-	p := hybrid.Params{Algorithm: hybrid.FixedWindow, Limit: spec.Limit, Window: spec.Window}
+	p := hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: spec.Limit, Window: spec.Window}
 	if spec.Bucket {
 		p.Algorithm, p.Burst = hybrid.TokenBucket, max(spec.Limit/10, 1)
 	}
-	return hybrid.NewLimit(p)
+	return p, p.Validate()
 }

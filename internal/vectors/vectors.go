@@ -24,7 +24,7 @@ const Base int64 = 1_700_006_400_000_000
 // Case is one limit and the requests made under it, on a single key.
 type Case struct {
 	Name   string
-	Params local.Params
+	Params local.Limit
 	Steps  []Step
 }
 
@@ -63,7 +63,7 @@ var Cases = []Case{
 		// minute at 0.4, 0.7, 0.8, 3 more in the second at 1.4, 1.5, 1.6" —
 		// all six are admitted, five of them within [0.7, 1.7) minutes.
 		Name:   "fixed window: boundary burst of the 000 article",
-		Params: local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute},
+		Params: local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute},
 		Steps: []Step{
 			{S(24), 1, ok(3, 2, d(36))},
 			{S(42), 1, ok(3, 1, d(18))},
@@ -85,7 +85,7 @@ var Cases = []Case{
 		// 004: "5 requests at 11:00:59 and 5 more at 11:01:00 ... 10 requests
 		// in less than one minute".
 		Name:   "fixed window: twice the limit across a boundary (004 article)",
-		Params: local.Params{Algorithm: local.FixedWindow, Limit: 5, Window: time.Minute},
+		Params: local.Limit{Algorithm: local.FixedWindow, Quota: 5, Window: time.Minute},
 		Steps: []Step{
 			{S(59), 5, ok(5, 0, d(1))},
 			{S(60), 5, ok(5, 0, d(60))},
@@ -97,7 +97,7 @@ var Cases = []Case{
 		// interval [2,61], there are only 2 accepted requests" — rejected
 		// requests are not logged here, so it is admitted.
 		Name:   "sliding window log: the 000 article at 3 per minute",
-		Params: local.Params{Algorithm: local.SlidingWindowLog, Limit: 3, Window: time.Minute},
+		Params: local.Limit{Algorithm: local.SlidingWindowLog, Quota: 3, Window: time.Minute},
 		Steps: []Step{
 			{S(1), 1, ok(3, 2, d(60))},
 			{S(2), 1, ok(3, 1, d(60))},
@@ -116,7 +116,7 @@ var Cases = []Case{
 		// 000: "9 requests in [00:00, 00:01) and 5 in [00:01, 00:02) so far.
 		// For a request at 00:01:15: 9 × (60−15)/60 + 5 = 11.75."
 		Name:   "sliding window counter: 9 × 45/60 + 5 = 11.75 (000 article)",
-		Params: local.Params{Algorithm: local.SlidingWindowCounter, Limit: 20, Window: time.Minute},
+		Params: local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 20, Window: time.Minute},
 		Steps: []Step{
 			{S(10), 9, ok(20, 11, d(110))},
 			{S(60), 5, ok(20, 6, d(120))},       // edge: 9 × 60/60 + 5 = 14
@@ -135,7 +135,7 @@ var Cases = []Case{
 		// 003: "Previous minute had 70 requests, current minute has 20 so
 		// far, 30% into the current minute: 20 + 70 × 0.70 = 69."
 		Name:   "sliding window counter: 20 + 70 × 0.7 = 69 (003 article)",
-		Params: local.Params{Algorithm: local.SlidingWindowCounter, Limit: 100, Window: time.Minute},
+		Params: local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 100, Window: time.Minute},
 		Steps: []Step{
 			{S(30), 70, ok(100, 30, d(90))},
 			{S(60), 20, ok(100, 10, d(120))},
@@ -148,7 +148,7 @@ var Cases = []Case{
 		// 003: the window cut into sub-windows, each with its own counter;
 		// admitted while the last six counters plus n stay within the limit.
 		Name:   "sub-window counter: 10 per minute in 6 sub-windows of 10s",
-		Params: local.Params{Algorithm: local.SubWindowCounter, Limit: 10, Window: time.Minute, SubWindows: 6},
+		Params: local.Limit{Algorithm: local.SubWindowCounter, Quota: 10, Window: time.Minute, SubWindows: 6},
 		Steps: []Step{
 			{S(5), 4, ok(10, 6, d(55))},
 			{S(15), 3, ok(10, 3, d(55))},
@@ -165,7 +165,7 @@ var Cases = []Case{
 	{
 		// One sub-window is the fixed window (004 above).
 		Name:   "sub-window counter: one sub-window is the fixed window",
-		Params: local.Params{Algorithm: local.SubWindowCounter, Limit: 5, Window: time.Minute, SubWindows: 1},
+		Params: local.Limit{Algorithm: local.SubWindowCounter, Quota: 5, Window: time.Minute, SubWindows: 1},
 		Steps: []Step{
 			{S(59), 5, ok(5, 0, d(1))},
 			{S(60), 5, ok(5, 0, d(60))},
@@ -176,7 +176,7 @@ var Cases = []Case{
 		// 000's counter with a timestamp: a window starts at the first
 		// request after the last one ended.
 		Name:   "fixed window anchored at the first request",
-		Params: local.Params{Algorithm: local.FixedWindow, Limit: 3, Window: time.Minute, Anchored: true},
+		Params: local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute, Anchored: true},
 		Steps: []Step{
 			{S(10), 0, ok(3, 3, 0)}, // asking starts no window
 			{S(24), 1, ok(3, 2, d(60))},
@@ -193,7 +193,7 @@ var Cases = []Case{
 	{
 		// Sub-windows of 20s on a grid anchored at 7s, then at 130s.
 		Name:   "sub-window counter anchored at the first request",
-		Params: local.Params{Algorithm: local.SubWindowCounter, Limit: 4, Window: time.Minute, SubWindows: 3, Anchored: true},
+		Params: local.Limit{Algorithm: local.SubWindowCounter, Quota: 4, Window: time.Minute, SubWindows: 3, Anchored: true},
 		Steps: []Step{
 			{S(7), 2, ok(4, 2, d(60))},
 			{S(30), 1, ok(4, 1, d(57))},       // in [27, 47)
@@ -209,7 +209,7 @@ var Cases = []Case{
 		// 002: "a capacity of 10 and a refill rate of 2/second allows a burst
 		// of 10 requests followed by a sustained rate of 2 requests/second."
 		Name:   "token bucket: capacity 10 refilled at 2 per second (002 article)",
-		Params: local.Params{Algorithm: local.TokenBucket, Limit: 2, Window: time.Second, Burst: 10},
+		Params: local.Limit{Algorithm: local.TokenBucket, Quota: 2, Window: time.Second, Burst: 10},
 		Steps: []Step{
 			{0, 1, ok(10, 9, d(0.5))},
 			{0, 1, ok(10, 8, d(1))},
@@ -232,7 +232,7 @@ var Cases = []Case{
 	},
 	{
 		Name:   "leaky bucket (meter): capacity 4 draining 1 per second",
-		Params: local.Params{Algorithm: local.LeakyBucket, Limit: 1, Window: time.Second, Burst: 4},
+		Params: local.Limit{Algorithm: local.LeakyBucket, Quota: 1, Window: time.Second, Burst: 4},
 		Steps: []Step{
 			{0, 3, ok(4, 1, d(3))},
 			{0, 2, no(4, 1, d(3), d(1))},
@@ -245,7 +245,7 @@ var Cases = []Case{
 	{
 		// 001, L = 1: "if t − s < P the request must be limited".
 		Name:   "GCRA: L = 1, P = 1s (001 article)",
-		Params: local.Params{Algorithm: local.GCRA, Limit: 1, Window: time.Second},
+		Params: local.Limit{Algorithm: local.GCRA, Quota: 1, Window: time.Second},
 		Steps: []Step{
 			{0, 1, ok(1, 0, d(1))},
 			{S(0.5), 1, no(1, 0, d(0.5), d(0.5))},
@@ -257,7 +257,7 @@ var Cases = []Case{
 	{
 		// 001, L > 1: TAT' = max(TAT, t) + P/L; limited iff TAT' − t > P.
 		Name:   "GCRA: L = 3, P = 3s (001 article)",
-		Params: local.Params{Algorithm: local.GCRA, Limit: 3, Window: 3 * time.Second},
+		Params: local.Limit{Algorithm: local.GCRA, Quota: 3, Window: 3 * time.Second},
 		Steps: []Step{
 			{0, 1, ok(3, 2, d(1))},
 			{0, 1, ok(3, 1, d(2))},
@@ -270,7 +270,7 @@ var Cases = []Case{
 	{
 		// An emission interval that is not a whole number of µs: 1/3 s.
 		Name:   "GCRA: 3 per second, interval 333333⅓ µs",
-		Params: local.Params{Algorithm: local.GCRA, Limit: 3, Window: time.Second},
+		Params: local.Limit{Algorithm: local.GCRA, Quota: 3, Window: time.Second},
 		Steps: []Step{
 			{0, 1, ok(3, 2, usec.Duration(333334))},
 			{0, 1, ok(3, 1, usec.Duration(666667))},
