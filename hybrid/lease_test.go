@@ -563,7 +563,7 @@ func TestReleaseReturnsTokens(t *testing.T) {
 	count := func(l *hybrid.Limiter, r *hybrid.Rule, max int) {
 		for range max {
 			if d, _ := l.Allow(ctx, r, "k"); d.Allowed() {
-				exact.AllowAt(clk.Now(), "k") // what a admitted, the exact bucket counts
+				exact.AllowNAt(clk.Now(), "k", 1) // what a admitted, the exact bucket counts
 			}
 		}
 	}
@@ -588,7 +588,7 @@ func TestReleaseReturnsTokens(t *testing.T) {
 			if d, _ := b.Allow(ctx, rb, "k"); d.Allowed() {
 				got++
 			}
-			if exact.AllowAt(clk.Now(), "k").Allowed() {
+			if exact.AllowNAt(clk.Now(), "k", 1).Allowed() {
 				want++
 			}
 		}

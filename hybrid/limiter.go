@@ -122,11 +122,11 @@ type Config struct {
 	// it starts the node. The Limiter owns the node: Shutdown and Close
 	// stop it. Default nil: no gossip.
 	Gossip *fallback.Config
-	// Clock tells the time. Default: a CoarseClock of 1ms resolution that
-	// New starts and Shutdown stops. Hybrid and local decisions read it;
+	// Clock tells the time: any type with a Now() time.Time method. Default:
+	// a CoarseClock of 1ms resolution that New starts and Shutdown stops. Hybrid and local decisions read it;
 	// Redis scripts read Redis's clock, which the syncer relates to this
 	// one.
-	Clock Clock
+	Clock local.Clock
 	// Sync configures the syncer of hybrid rules (interval, lease sizing,
 	// cold-start allowance, …); each field documents its default, which
 	// package syncer fills in. Its Client, Keyspace and Clock are this

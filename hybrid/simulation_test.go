@@ -253,7 +253,7 @@ func simulate(t *testing.T, lim hybrid.Limit, nodes int, w workload, windows int
 			res.requests++
 			d, err := ls[e.node].Allow(ctx, rules[e.node], key)
 			require.NoError(t, err, "Allow")
-			ex := exact.AllowAt(clock.Now(), key)
+			ex := exact.AllowNAt(clock.Now(), key, 1)
 			// Steady-state figures: the first, partial window is the
 			// cold start, which the cold workload measures.
 			steady := e.at >= start-start%W+W

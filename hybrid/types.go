@@ -23,8 +23,6 @@ type (
 	Decision = local.Decision
 	// Reason tells why a request was decided as it was (local.Reason).
 	Reason = local.Reason
-	// Clock tells the time (local.Clock), for Config.Clock.
-	Clock = local.Clock
 	// Keyspace names the Redis keys (syncer.Keyspace), for Config.Keyspace.
 	Keyspace = syncer.Keyspace
 	// SyncConfig configures the hybrid mode's syncer (syncer.SyncConfig),

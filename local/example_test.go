@@ -8,7 +8,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// The examples pass every time in (AllowAt, AllowNAt, ReserveAt,
+// The examples pass every time in (AllowNAt, ReserveAt,
 // AllowMultiAt), so their output is fixed. A Limiter driven only by given
 // times needs no clock goroutine and no background sweeper (which would sweep
 // at the real time); this Config turns both off.
@@ -72,7 +72,7 @@ func ExampleLimiter_AllowNAt() {
 // The sliding window log at 3 requests per minute: a request is admitted
 // while the admitted requests in the last minute, (t − 1m, t], number fewer
 // than 3.
-func ExampleLimiter_AllowAt() {
+func ExampleLimiter_AllowNAt_slidingWindowLog() {
 	lim := local.Limit{Algorithm: local.SlidingWindowLog, Quota: 3, Window: time.Minute}
 	l, err := local.New(lim, exampleConfig)
 	if err != nil {
@@ -82,7 +82,7 @@ func ExampleLimiter_AllowAt() {
 
 	start := time.Date(2023, time.November, 15, 0, 0, 0, 0, time.UTC)
 	for _, s := range []int{1, 2, 3, 60, 61} {
-		d := l.AllowAt(start.Add(time.Duration(s)*time.Second), "alice")
+		d := l.AllowNAt(start.Add(time.Duration(s)*time.Second), "alice", 1)
 		if d.Allowed() {
 			fmt.Printf("at %2ds: allowed, remaining %d\n", s, d.Remaining())
 		} else {
@@ -200,7 +200,7 @@ func ExampleConfig() {
 		}
 		fmt.Printf("%-6s", policy)
 		for _, key := range []string{"alice", "bob", "carol"} {
-			d := l.AllowAt(now, key)
+			d := l.AllowNAt(now, key, 1)
 			fmt.Printf("  %s: %-5t %-8s", key, d.Allowed(), d.Reason())
 		}
 		fmt.Printf("  overflows: %d\n", l.Stats().Overflows)

@@ -1,8 +1,6 @@
 package local
 
 import (
-	"time"
-
 	"github.com/hybridlimit/hybridlimit/internal/localhook"
 )
 
@@ -16,8 +14,6 @@ func init() {
 		}
 		return c.derived(), nil
 	}
-	localhook.AllowMultiAt = AllowMultiAt
-	localhook.CheckMultiAt = CheckMultiAt
-	localhook.AllowMultiIfAt = AllowMultiIfAt
-	localhook.SweepAt = func(l *Limiter, now time.Time) int { return l.SweepAt(now) }
+	localhook.CheckMultiAt = checkMultiAt
+	localhook.AllowMultiIfAt = allowMultiIfAt
 }

@@ -22,7 +22,6 @@ import (
 var hotInlined = []string{
 	"(*Limiter).Allow",
 	"(*Limiter).AllowN",
-	"(*Limiter).AllowAt",
 	"(*Limiter).AllowNAt",
 	"(*CoarseClock).running",
 	"clampTime",

@@ -61,12 +61,7 @@ var algorithmNames = [...]string{
 	SubWindowCounter:     "sub_window_counter",
 }
 
-// Algorithms lists every algorithm, in the order of their constants.
-func Algorithms() []Algorithm {
-	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, GCRA, SubWindowCounter}
-}
-
-// String returns the algorithm's name in snake case, as ParseAlgorithm
+// String returns the algorithm's name in snake case, as UnmarshalText
 // accepts it.
 func (a Algorithm) String() string {
 	if a.valid() {
@@ -82,9 +77,9 @@ func (a Algorithm) valid() bool { return a >= FixedWindow && int(a) <= numAlgori
 // Burst.
 func (a Algorithm) bucket() bool { return a == TokenBucket || a == LeakyBucket || a == GCRA }
 
-// ParseAlgorithm returns the algorithm named s. It accepts the names String
+// parseAlgorithm returns the algorithm named s. It accepts the names String
 // returns, case-insensitively, with '-' or ' ' in place of '_'.
-func ParseAlgorithm(s string) (Algorithm, error) {
+func parseAlgorithm(s string) (Algorithm, error) {
 	norm := strings.ToLower(strings.NewReplacer("-", "_", " ", "_").Replace(strings.TrimSpace(s)))
 	for a := FixedWindow; int(a) <= numAlgorithms; a++ {
 		if algorithmNames[a] == norm {
@@ -102,9 +97,10 @@ func (a Algorithm) MarshalText() ([]byte, error) {
 	return []byte(a.String()), nil
 }
 
-// UnmarshalText implements encoding.TextUnmarshaler.
+// UnmarshalText implements encoding.TextUnmarshaler: it accepts the names
+// String returns, case-insensitively, with '-' or ' ' in place of '_'.
 func (a *Algorithm) UnmarshalText(b []byte) error {
-	v, err := ParseAlgorithm(string(b))
+	v, err := parseAlgorithm(string(b))
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func TestLimitAccepts(t *testing.T) {
 }
 
 func TestAlgorithmText(t *testing.T) {
-	for _, a := range local.Algorithms() {
+	for _, a := range localx.Algorithms() {
 		b, err := a.MarshalText()
 		require.NoError(t, err, "%v", a)
 		var back local.Algorithm
@@ -87,30 +87,37 @@ func TestAlgorithmText(t *testing.T) {
 	for in, want := range map[string]local.Algorithm{
 		"Token-Bucket": local.TokenBucket, " gcra ": local.GCRA, "sliding window log": local.SlidingWindowLog,
 	} {
-		got, err := local.ParseAlgorithm(in)
-		assert.NoError(t, err, "ParseAlgorithm(%q)", in)
-		assert.Equal(t, want, got, "ParseAlgorithm(%q)", in)
+		got, err := parseAlgorithm(in)
+		assert.NoError(t, err, "UnmarshalText(%q)", in)
+		assert.Equal(t, want, got, "UnmarshalText(%q)", in)
 	}
 	for _, in := range []string{"", "leaky", "token_bucket2", "\x00"} {
-		_, err := local.ParseAlgorithm(in)
-		assert.ErrorIs(t, err, local.ErrInvalidConfig, "ParseAlgorithm(%q)", in)
+		_, err := parseAlgorithm(in)
+		assert.ErrorIs(t, err, local.ErrInvalidConfig, "UnmarshalText(%q)", in)
 	}
 	_, err := local.Algorithm(0).MarshalText()
 	assert.Error(t, err, "the zero Algorithm marshalled")
 }
 
-func FuzzParseAlgorithm(f *testing.F) {
-	for _, a := range local.Algorithms() {
+func FuzzAlgorithmText(f *testing.F) {
+	for _, a := range localx.Algorithms() {
 		f.Add(a.String())
 	}
 	f.Add("Sliding-Window Counter")
 	f.Fuzz(func(t *testing.T, s string) {
-		a, err := local.ParseAlgorithm(s)
+		a, err := parseAlgorithm(s)
 		if err != nil {
 			return
 		}
-		again, err := local.ParseAlgorithm(a.String())
+		again, err := parseAlgorithm(a.String())
 		require.NoError(t, err, "%q parsed as %v, which does not round-trip", s, a)
 		assert.Equal(t, a, again, "%q parsed as %v, which does not round-trip", s, a)
 	})
+}
+
+// parseAlgorithm is Algorithm.UnmarshalText as a function.
+func parseAlgorithm(s string) (local.Algorithm, error) {
+	var a local.Algorithm
+	err := a.UnmarshalText([]byte(s))
+	return a, err
 }

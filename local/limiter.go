@@ -370,11 +370,6 @@ func (l *Limiter) AllowN(key string, n int64) Decision {
 	return l.allow(time.Time{}, true, key, n)
 }
 
-// AllowAt is AllowNAt(now, key, 1).
-func (l *Limiter) AllowAt(now time.Time, key string) Decision {
-	return l.allow(now, false, key, 1)
-}
-
 // AllowNAt decides whether a request of cost n for key is admitted at now,
 // and consumes n if it is. A cost of zero asks without consuming; a negative
 // cost is rejected (ReasonInvalidCost), and so is a cost above what the limit
@@ -642,6 +637,3 @@ func (l *Limiter) Stats() Stats {
 	s.Bytes += keyed.AllocSize(unsafe.Sizeof(*l))
 	return s
 }
-
-// Len returns the number of keys held.
-func (l *Limiter) Len() int { return l.Stats().Keys }

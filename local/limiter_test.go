@@ -98,9 +98,9 @@ func TestEvictsOnlyInitialState(t *testing.T) {
 			require.True(t, d.Allowed(), "%+v", d)
 			require.Positive(t, d.ResetAfter(), "%+v", d)
 			require.Zero(t, l.SweepAt(t0.Add(d.ResetAfter()-time.Microsecond)), "swept before reset-after")
-			require.Equal(t, 1, l.Len(), "keys held before reset-after")
+			require.Equal(t, 1, l.Stats().Keys, "keys held before reset-after")
 			require.Equal(t, 1, l.SweepAt(t0.Add(d.ResetAfter())), "swept at reset-after")
-			require.Zero(t, l.Len(), "keys held after reset-after")
+			require.Zero(t, l.Stats().Keys, "keys held after reset-after")
 			assert.Equal(t, uint64(1), l.Stats().Evictions, "evictions in the stats")
 			// Evicted means forgotten, which is exactly the initial state.
 			after := l.AllowNAt(t0.Add(d.ResetAfter()), "victim", 0)
@@ -117,11 +117,11 @@ func TestFullTableKeepsVictimsBudget(t *testing.T) {
 			lim := local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute}
 			l := newLimiter(t, lim, local.Config{Shards: 1, MaxKeys: 64, Overflow: policy})
 			for range 3 {
-				l.AllowAt(t0, "victim")
+				l.AllowNAt(t0, "victim", 1)
 			}
 			admitted, overflowed := 0, 0
 			for i := range 10000 {
-				d := l.AllowAt(t0, fmt.Sprintf("flood-%d", i))
+				d := l.AllowNAt(t0, fmt.Sprintf("flood-%d", i), 1)
 				if d.Allowed() {
 					admitted++
 				}
@@ -129,7 +129,7 @@ func TestFullTableKeepsVictimsBudget(t *testing.T) {
 					overflowed++
 				}
 			}
-			d := l.AllowAt(t0, "victim")
+			d := l.AllowNAt(t0, "victim", 1)
 			assert.False(t, d.Allowed(), "victim's budget was reset: %+v", d)
 			held := 63 // the victim and 63 flood keys
 			switch policy {
@@ -149,7 +149,7 @@ func TestFullTableKeepsVictimsBudget(t *testing.T) {
 			// Once the flood keys are idle, new keys get in again: the
 			// insert sweeps make room.
 			later := t0.Add(2 * time.Minute)
-			d = l.AllowAt(later, "newcomer")
+			d = l.AllowNAt(later, "newcomer", 1)
 			assert.True(t, d.Allowed(), "newcomer after the flood: %+v", d)
 			assert.Equal(t, local.ReasonOK, d.Reason(), "newcomer after the flood: %+v", d)
 		})
@@ -161,15 +161,15 @@ func TestManyKeysGrowAndSweep(t *testing.T) {
 	l := newLimiter(t, lim, local.Config{Shards: 4})
 	const n = 50000
 	for i := range n {
-		require.True(t, l.AllowAt(t0, fmt.Sprint(i)).Allowed(), "key %d rejected", i)
+		require.True(t, l.AllowNAt(t0, fmt.Sprint(i), 1).Allowed(), "key %d rejected", i)
 	}
-	require.Equal(t, n, l.Len(), "keys held")
+	require.Equal(t, n, l.Stats().Keys, "keys held")
 	for i := range n { // every key found again: its second request sees the first
 		d := l.AllowNAt(t0, fmt.Sprint(i), 0)
 		require.Equal(t, int64(9), d.Remaining(), "key %d: %+v", i, d)
 	}
 	assert.Equal(t, n, l.SweepAt(t0.Add(time.Second)), "evicted")
-	assert.Zero(t, l.Len(), "keys left")
+	assert.Zero(t, l.Stats().Keys, "keys left")
 }
 
 func TestAnyKeyBytes(t *testing.T) {
@@ -181,10 +181,10 @@ func TestAnyKeyBytes(t *testing.T) {
 	}
 	keys := []string{"", "{", "}", "a:b", "\n", "\xff\xfe", string(big), string(big[:len(big)-1]), "\x00"}
 	for _, k := range keys {
-		assert.True(t, l.AllowAt(t0, k).Allowed(), "key %q rejected on first use", k[:min(len(k), 8)])
+		assert.True(t, l.AllowNAt(t0, k, 1).Allowed(), "key %q rejected on first use", k[:min(len(k), 8)])
 	}
 	for _, k := range keys {
-		assert.False(t, l.AllowAt(t0, k).Allowed(), "key %q admitted twice", k[:min(len(k), 8)])
+		assert.False(t, l.AllowNAt(t0, k, 1).Allowed(), "key %q admitted twice", k[:min(len(k), 8)])
 	}
 }
 
@@ -280,13 +280,13 @@ func TestNoAllocations(t *testing.T) {
 		now := t0
 		for range 1000 { // grow the sliding log to its working size
 			now = now.Add(time.Second)
-			l.AllowAt(now, "hot")
+			l.AllowNAt(now, "hot", 1)
 		}
 		a := testing.AllocsPerRun(1000, func() {
 			now = now.Add(time.Second)
-			l.AllowAt(now, "hot")
+			l.AllowNAt(now, "hot", 1)
 		})
-		assert.Zero(t, a, "%v: AllowAt's allocations per call", lim)
+		assert.Zero(t, a, "%v: AllowNAt's allocations per call", lim)
 		a = testing.AllocsPerRun(1000, func() { l.Allow("hot") })
 		assert.Zero(t, a, "%v: Allow's allocations per call", lim)
 		reqs := []local.Request{{l, "hot", 0}, {l, "other", 0}}
@@ -309,7 +309,7 @@ func TestConcurrentExact(t *testing.T) {
 			for range 8 {
 				wg.Go(func() {
 					for range 500 {
-						if l.AllowAt(t0, "hot").Allowed() {
+						if l.AllowNAt(t0, "hot", 1).Allowed() {
 							admitted.Add(1)
 						}
 					}
@@ -331,7 +331,7 @@ func TestTimeFarBackwards(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{})
 			require.True(t, l.AllowNAt(t0, "k", maxCost(lim)).Allowed(), "setup rejected")
 			for _, back := range []time.Time{{}, time.Unix(0, 0), t0.Add(-time.Hour), t0.Add(-time.Microsecond)} {
-				d := l.AllowAt(back, "k")
+				d := l.AllowNAt(back, "k", 1)
 				assert.False(t, d.Allowed(), "at %v: %+v", back, d)
 				assert.GreaterOrEqual(t, d.Remaining(), int64(0), "at %v: %+v", back, d)
 				assert.GreaterOrEqual(t, d.ResetAfter(), time.Duration(0), "at %v: %+v", back, d)
@@ -355,8 +355,8 @@ func TestOverflowReasonsAgree(t *testing.T) {
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{Shards: 1, MaxKeys: 1, Overflow: c.policy})
-			l.AllowAt(t0, "held")
-			d := l.AllowAt(t0, "new")
+			l.AllowNAt(t0, "held", 1)
+			d := l.AllowNAt(t0, "new", 1)
 			assert.Equal(t, c.allowOK, d.Allowed(), "Allow: %+v", d)
 			assert.Equal(t, local.ReasonOverflow, d.Reason(), "Allow: %+v", d)
 			r, err := l.ReserveAt(t0, "other", 1, 0)
@@ -366,7 +366,7 @@ func TestOverflowReasonsAgree(t *testing.T) {
 			wantOK := c.reserveOK && c.policy != local.OverflowShared
 			assert.Equal(t, wantOK, r.OK, "Reserve: %+v", r)
 			assert.Equal(t, local.ReasonOverflow, r.Reason, "Reserve: %+v", r)
-			d = l.AllowAt(t0, "third")
+			d = l.AllowNAt(t0, "third", 1)
 			assert.Equal(t, c.secondAllow, d.Allowed(), "second Allow: %+v", d)
 			assert.Equal(t, local.ReasonOverflow, d.Reason(), "second Allow: %+v", d)
 		})
@@ -466,7 +466,7 @@ func TestPackedSurvivesSetLimitAndSweeps(t *testing.T) {
 		wg.Go(func() {
 			for i := range ms * perMs {
 				us := int64(i) * 1000 / perMs
-				if l.AllowAt(t0.Add(time.Duration(us)*time.Microsecond), "hot").Allowed() {
+				if l.AllowNAt(t0.Add(time.Duration(us)*time.Microsecond), "hot", 1).Allowed() {
 					admitted.Add(1)
 				}
 				progress[g].Store(us)
@@ -522,7 +522,7 @@ func TestSweepsRaceDecisions(t *testing.T) {
 						for k := range keys {
 							key := fmt.Sprint("k", k)
 							for range perKey / workers {
-								if l.AllowAt(now, key).Allowed() {
+								if l.AllowNAt(now, key, 1).Allowed() {
 									admitted[k].Add(1)
 								}
 							}

@@ -13,7 +13,7 @@ import (
 func logAt(t *testing.T, l *Limiter, key string, at time.Time, n int) {
 	t.Helper()
 	for i := range n {
-		d := l.AllowAt(at.Add(time.Duration(i)*time.Microsecond), key)
+		d := l.AllowNAt(at.Add(time.Duration(i)*time.Microsecond), key, 1)
 		require.True(t, d.Allowed(), "%s: request %d rejected: %+v", key, i, d)
 	}
 }
@@ -70,7 +70,7 @@ func TestLogInItsEntry(t *testing.T) {
 	assert.Nil(t, v.spare, "packed: a spare; want none")
 	assert.Nil(t, v.st, "packed: a state; want none")
 	require.NoError(t, l.SetLimit(logLimit(8)))
-	d := l.AllowAt(at.Add(time.Second), "packed")
+	d := l.AllowNAt(at.Add(time.Second), "packed", 1)
 	assert.True(t, d.Allowed(), "packed after SetLimit: %+v, want admitted", d)
 	assert.Equal(t, int64(7), d.Remaining(), "packed after SetLimit: remaining")
 	st, pairs = inPlace(t, l, "packed", now)

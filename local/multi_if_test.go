@@ -107,7 +107,7 @@ func TestAllowMultiIfAtHoldsKeys(t *testing.T) {
 			reqs := []local.Request{{l, "k", 1}, {other, "k", 1}}
 			for range 100 {
 				if g%2 == 0 {
-					if l.AllowAt(t0, "k").Allowed() {
+					if l.AllowNAt(t0, "k", 1).Allowed() {
 						admitted.Add(1)
 					}
 					continue

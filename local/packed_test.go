@@ -16,7 +16,7 @@ import (
 // and pack back to itself, and a rejection rejectWord decides on a word
 // must be the general path's.
 func FuzzDecideWord(f *testing.F) {
-	for _, a := range Algorithms() {
+	for _, a := range allAlgorithms {
 		f.Add([]byte{byte(a), 4, 0, 6, 1, 0, 1, 1, 0, 1, 0, 0xc0, 2, 0, 8, 1, 0xff, 0x0f, 3, 0, 0xc0, 1})
 		f.Add([]byte{byte(a), 19, 1, 0, 0, 1, 5, 0, 1, 5, 0, 1, 9, 0x40, 0, 1, 0, 0xc0, 20})
 	}

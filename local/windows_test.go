@@ -59,7 +59,7 @@ func TestWindowVariantsAccepted(t *testing.T) {
 		assert.Equal(t, c.anchored, lim.Anchored())
 		assert.Equal(t, c.name, lim.String())
 	}
-	a, err := local.ParseAlgorithm("Sub-Window Counter")
+	a, err := parseAlgorithm("Sub-Window Counter")
 	require.NoError(t, err)
 	assert.Equal(t, local.SubWindowCounter, a)
 }
@@ -76,11 +76,11 @@ func TestSubWindowNoAllocations(t *testing.T) {
 		now := t0
 		for range 200 {
 			now = now.Add(300 * time.Millisecond)
-			require.True(t, l.AllowAt(now, "hot").Allowed())
+			require.True(t, l.AllowNAt(now, "hot", 1).Allowed())
 		}
 		a := testing.AllocsPerRun(1000, func() {
 			now = now.Add(300 * time.Millisecond)
-			l.AllowAt(now, "hot")
+			l.AllowNAt(now, "hot", 1)
 		})
 		assert.Zero(t, a, "anchored %v", anchored)
 	}

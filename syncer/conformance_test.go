@@ -110,13 +110,13 @@ func TestDifferential(t *testing.T) {
 			sequences = 12
 		}
 		for seq := range sequences {
-			algo := local.Algorithms()[seq%6]
+			algo := localx.Algorithms()[seq%6]
 			p := randomParams(algo)
 			differential(t, cen, rng, fmt.Sprintf("seed %d sequence %d", seed, seq), fmt.Sprintf("d%d", seq), p, steps, func() local.Limit {
 				// The limit changes at runtime, mostly within the algorithm.
 				np := randomParams(algo)
 				if rng.IntN(4) == 0 {
-					np = randomParams(local.Algorithms()[rng.IntN(6)])
+					np = randomParams(localx.Algorithms()[rng.IntN(6)])
 				}
 				return np
 			})
@@ -200,7 +200,7 @@ func TestDifferentialWindowVariants(t *testing.T) {
 					np.Window, np.SubWindows = p.Window, p.SubWindows // the same sub-windows: counts kept
 				}
 				if rng.IntN(5) == 0 {
-					np = local.Limit{Algorithm: local.Algorithms()[rng.IntN(len(local.Algorithms()))], Quota: 1 + rng.Int64N(30), Window: time.Second}
+					np = local.Limit{Algorithm: localx.Algorithms()[rng.IntN(len(localx.Algorithms()))], Quota: 1 + rng.Int64N(30), Window: time.Second}
 				}
 				return np
 			})

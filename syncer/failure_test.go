@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -144,7 +145,7 @@ func TestWrongType(t *testing.T) {
 		ctx := context.Background()
 		ks := syncer.Keyspace{Prefix: redistest.Prefix(t)}
 		cen := newCentral(t, c, ks)
-		for _, a := range local.Algorithms() {
+		for _, a := range localx.Algorithms() {
 			t.Run(a.String(), func(t *testing.T) {
 				p := local.Limit{Algorithm: a, Quota: 10, Window: time.Second}
 				r := mustRule(t, "w-"+a.String(), p)

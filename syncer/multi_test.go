@@ -376,7 +376,7 @@ func (h *hookClient) Pipeline() redis.Pipeliner {
 func TestMultiRefundInterleaved(t *testing.T) {
 	srv := redistest.Start(t)
 	base := redistest.Client(t, srv.Addr)
-	for _, a := range local.Algorithms() {
+	for _, a := range localx.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			ctx := context.Background()
 			p := local.Limit{Algorithm: a, Quota: 10, Window: time.Second}

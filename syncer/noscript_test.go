@@ -81,7 +81,7 @@ func TestNoScriptSingleServer(t *testing.T) {
 	sha := syncer.ScriptHashes()
 	now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
 	ctx := context.Background()
-	for _, a := range local.Algorithms() {
+	for _, a := range localx.Algorithms() {
 		t.Run("AllowN/"+a.String(), func(t *testing.T) {
 			r := mustRule(t, "n-"+a.String(), algoParams(a))
 			lim := newLocal(t, r.Limit())
@@ -147,7 +147,7 @@ func TestNoScriptRestart(t *testing.T) {
 	}
 	var calls []call
 	var rules []*syncer.Rule
-	for _, a := range local.Algorithms() {
+	for _, a := range localx.Algorithms() {
 		r := mustRule(t, "r-"+a.String(), algoParams(a))
 		rules = append(rules, r)
 		calls = append(calls, call{"AllowN/" + a.String(), func() (bool, error) {

@@ -249,7 +249,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 			name = KeyName(k)
 			names[k] = name
 		}
-		ex := exact.AllowAt(time.UnixMicro(spec.T0+int64(r.Actual)), name)
+		ex := exact.AllowNAt(time.UnixMicro(spec.T0+int64(r.Actual)), name, 1)
 		exactOf[i] = ex.Allowed()
 		w := int32(int64(r.Actual) / W) // the wall clock's window
 		if w < lo || w > hi {

@@ -354,7 +354,7 @@ func exactReplay(t0 int64, st stream, evs []timed) ([]bool, error) {
 			out[i] = local.AllowMultiAt(at, reqs[:], dec[:])
 			continue
 		}
-		out[i] = ul.AllowAt(at, name("u", e.Key)).Allowed()
+		out[i] = ul.AllowNAt(at, name("u", e.Key), 1).Allowed()
 	}
 	return out, nil
 }

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/ratelimit"
 	"golang.org/x/time/rate"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -118,7 +119,7 @@ func (c *parClock) publish(now time.Time) {
 func (c *parClock) time() time.Time { return time.UnixMicro(c.latest.Load()) }
 
 // keyedStep is how many requests in a row of a single-goroutine keyed
-// AllowAt case (1k-at, 1m-at, and the x/time/rate map's) share one virtual
+// AllowNAt case (1k-at, 1m-at, and the x/time/rate map's) share one virtual
 // instant: its time advances by keyedStep µs once every keyedStep requests,
 // the rate of 1 µs per request, and the regime the same (among 1M keys a
 // key comes back about a second later either way). So the loop measures the
@@ -129,7 +130,7 @@ func (c *parClock) time() time.Time { return time.UnixMicro(c.latest.Load()) }
 const keyedStep = 64
 
 // keyedTime is the time of an algorithm's keyed limiters (1K and 1M keys),
-// which its keyed cases share, one after another: each AllowAt case starts
+// which its keyed cases share, one after another: each AllowNAt case starts
 // at the latest time a case before it decided at, where its keys' states
 // are, and advances from there, so that no case decides in the past of its
 // keys' states: a path no server takes all the time, whose cost would make
@@ -137,7 +138,7 @@ const keyedStep = 64
 // ones.
 type keyedTime struct{ latest time.Time }
 
-// start returns the time an AllowAt case starts at.
+// start returns the time an AllowNAt case starts at.
 func (k *keyedTime) start() time.Time { return k.latest }
 
 // reached records that a case decided at times up to t.
@@ -154,21 +155,21 @@ func (k *keyedTime) reachedNow() { k.reached(time.Now().Round(0)) }
 
 // BenchmarkLocal/<algorithm>/<case>:
 //
-//	hot-at            one key, time passed in (AllowAt)
+//	hot-at            one key, time passed in (AllowNAt)
 //	hot-at-flood      the same at 100 times the limit: 99 requests in
 //	                  100 rejected, as for a key under attack
 //	hot-allow         one key, the Limiter's clock (Allow; a 1ms CoarseClock)
-//	hot-at-par        one key, AllowAt under RunParallel
+//	hot-at-par        one key, AllowNAt under RunParallel
 //	hot-allow-par     one key, Allow under RunParallel
 //	1k-at, 1k-at-par  1,000 hot keys in turn
 //	1k-allow          the same with Allow (a 1ms CoarseClock)
 //	1m-at, 1m-at-par  1,048,576 pre-built keys, drawn uniformly
 //	1m-allow          the same with Allow (a 1ms CoarseClock)
 func BenchmarkLocal(b *testing.B) {
-	for _, a := range local.Algorithms() {
+	for _, a := range localx.Algorithms() {
 		// The keyed limiters are built once per algorithm, not once per
 		// round of b.N, and closed when its cases are done. They read a
-		// CoarseClock in the Allow cases (AllowAt does not read it), made
+		// CoarseClock in the Allow cases (AllowNAt does not read it), made
 		// with the first of them, so that its goroutine does not run
 		// during the hot-key cases.
 		var many, thousand *local.Limiter
@@ -189,7 +190,7 @@ func BenchmarkLocal(b *testing.B) {
 					b.Fatal(err)
 				}
 				for _, k := range keys[:n] {
-					l.AllowAt(t0, k)
+					l.AllowNAt(t0, k, 1)
 				}
 				*p = l
 			}
@@ -202,7 +203,7 @@ func BenchmarkLocal(b *testing.B) {
 				now, admitted := t0, 0
 				for b.Loop() {
 					now = now.Add(100 * time.Microsecond)
-					if l.AllowAt(now, hotKey).Allowed() {
+					if l.AllowNAt(now, hotKey, 1).Allowed() {
 						admitted++
 					}
 				}
@@ -214,7 +215,7 @@ func BenchmarkLocal(b *testing.B) {
 				now, admitted := t0, 0
 				for b.Loop() {
 					now = now.Add(time.Microsecond)
-					if l.AllowAt(now, hotKey).Allowed() {
+					if l.AllowNAt(now, hotKey, 1).Allowed() {
 						admitted++
 					}
 				}
@@ -242,7 +243,7 @@ func BenchmarkLocal(b *testing.B) {
 					now, admitted := t0, 0
 					for k := 1; pb.Next(); k++ {
 						now = clock.tick(now, k, 100*time.Microsecond)
-						if l.AllowAt(now, hotKey).Allowed() {
+						if l.AllowNAt(now, hotKey, 1).Allowed() {
 							admitted++
 						}
 					}
@@ -273,7 +274,7 @@ func BenchmarkLocal(b *testing.B) {
 					if i&(keyedStep-1) == 0 {
 						now = now.Add(keyedStep * time.Microsecond)
 					}
-					if l.AllowAt(now, keys[i%hotKeys]).Allowed() {
+					if l.AllowNAt(now, keys[i%hotKeys], 1).Allowed() {
 						admitted++
 					}
 				}
@@ -293,7 +294,7 @@ func BenchmarkLocal(b *testing.B) {
 					for k := 1; pb.Next(); k++ {
 						i++
 						now = clock.tick(now, k, time.Microsecond)
-						if l.AllowAt(now, keys[i%hotKeys]).Allowed() {
+						if l.AllowNAt(now, keys[i%hotKeys], 1).Allowed() {
 							admitted++
 						}
 					}
@@ -322,7 +323,7 @@ func BenchmarkLocal(b *testing.B) {
 					if i&(keyedStep-1) == 0 {
 						now = now.Add(keyedStep * time.Microsecond)
 					}
-					if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed() {
+					if l.AllowNAt(now, keys[uniform[i&(manyKeys-1)]], 1).Allowed() {
 						admitted++
 					}
 				}
@@ -354,7 +355,7 @@ func BenchmarkLocal(b *testing.B) {
 					for k := 1; pb.Next(); k++ {
 						i++
 						now = clock.tick(now, k, time.Microsecond)
-						if l.AllowAt(now, keys[uniform[i&(manyKeys-1)]]).Allowed() {
+						if l.AllowNAt(now, keys[uniform[i&(manyKeys-1)]], 1).Allowed() {
 							admitted++
 						}
 					}

@@ -37,7 +37,7 @@ type nodeOptions struct {
 	nodes int    // how many nodes the cluster has
 	redis string // host:port
 	limit int64  // requests per window (ruleWindow) per client
-	algo  string // local.ParseAlgorithm's name of a window algorithm
+	algo  string // local.Algorithm's name of a window algorithm
 	// the gossip: this node's loopback port, the others' addresses, the
 	// cluster's encryption key
 	gossipPort int

@@ -54,8 +54,8 @@ func windowOf(at, start, window int64) int {
 
 // demoLimit is the Limit of the nodes' rule (demoRule): the exact replay's.
 func demoLimit(algo string, limit int64) (local.Limit, error) {
-	a, err := local.ParseAlgorithm(algo)
-	if err != nil {
+	var a local.Algorithm
+	if err := a.UnmarshalText([]byte(algo)); err != nil {
 		return local.Limit{}, err
 	}
 	lim := local.Limit{Algorithm: a, Quota: limit, Window: ruleWindow}
@@ -92,7 +92,7 @@ func newExactReplay(lim local.Limit) (*exactReplay, error) {
 // come after every record decided before.
 func (r *exactReplay) decide(recs []record) {
 	for i := range recs {
-		recs[i].exact = r.l.AllowAt(time.UnixMicro(recs[i].at), recs[i].key).Allowed()
+		recs[i].exact = r.l.AllowNAt(time.UnixMicro(recs[i].at), recs[i].key, 1).Allowed()
 	}
 }
 

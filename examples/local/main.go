@@ -7,7 +7,7 @@
 // decision (AllowMultiAt).
 //
 // Time is virtual: every request carries a timestamp the program computes, and
-// the limiters decide with their At methods (AllowAt, ReserveAt,
+// the limiters decide with their At methods (AllowNAt, ReserveAt,
 // AllowMultiAt). Nothing sleeps, so the tour runs in milliseconds and prints
 // the same figures on every run.
 //
@@ -42,6 +42,12 @@ var base = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
 // the limiters are closed all the same, as every Limiter should be.
 var limiterConfig = local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true}
 
+// algorithms are the tour's, in the order of local's constants.
+var algorithms = []local.Algorithm{
+	local.FixedWindow, local.SlidingWindowLog, local.SlidingWindowCounter,
+	local.TokenBucket, local.LeakyBucket, local.GCRA, local.SubWindowCounter,
+}
+
 type options struct {
 	seconds int
 	rate    int64
@@ -58,12 +64,10 @@ func main() {
 	flag.StringVar(&algo, "algo", "", "run only this algorithm, e.g. fixed_window or gcra (default: the full tour)")
 	flag.Parse()
 	if algo != "" {
-		a, err := local.ParseAlgorithm(algo)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "local: -algo %q: want one of %v\n", algo, local.Algorithms())
+		if err := opt.algo.UnmarshalText([]byte(algo)); err != nil {
+			fmt.Fprintf(os.Stderr, "local: -algo %q: want one of %v\n", algo, algorithms)
 			os.Exit(2)
 		}
-		opt.algo = a
 	}
 	if err := run(os.Stdout, opt); err != nil {
 		fmt.Fprintln(os.Stderr, "local:", err)
@@ -89,7 +93,7 @@ func run(w io.Writer, opt options) error {
 	}
 	fmt.Fprintln(w, ".")
 
-	algos := local.Algorithms()
+	algos := algorithms
 	if opt.algo != 0 {
 		algos = []local.Algorithm{opt.algo}
 	}
@@ -227,7 +231,7 @@ func simulate(lim local.Limit, tr traffic) (result, error) {
 	for i, off := range tr.at {
 		s := int(off / time.Second)
 		res.offered[s]++
-		if d := l.AllowAt(base.Add(off), "user"); d.Allowed() {
+		if d := l.AllowNAt(base.Add(off), "user", 1); d.Allowed() {
 			res.allowed[i] = true
 			res.admitted = append(res.admitted, off)
 			res.accepted[s]++
@@ -311,7 +315,7 @@ func maxInWindow(ts []time.Duration, w time.Duration) (n int, first, last time.D
 	return n, first, last
 }
 
-// shaper offers a burst to a leaky bucket twice: through AllowAt, which
+// shaper offers a burst to a leaky bucket twice: through AllowNAt, which
 // rejects what does not fit, and through ReserveAt, which schedules it at the
 // bucket's rate, up to a maximum delay.
 func shaper(w io.Writer, rate int64) error {
@@ -330,11 +334,11 @@ func shaper(w io.Writer, rate int64) error {
 	defer meter.Close()
 	admitted := 0
 	for range n {
-		if meter.AllowAt(base, "user").Allowed() {
+		if meter.AllowNAt(base, "user", 1).Allowed() {
 			admitted++
 		}
 	}
-	fmt.Fprintf(w, "  AllowAt admits %d and rejects %d.\n", admitted, n-admitted)
+	fmt.Fprintf(w, "  AllowNAt admits %d and rejects %d.\n", admitted, n-admitted)
 
 	shape, err := local.New(lim, limiterConfig)
 	if err != nil {

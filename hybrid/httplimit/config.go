@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/config"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // ErrInvalidConfig reports a bad Config, WatchConfig or argument of New,
@@ -109,7 +109,7 @@ type Config struct {
 	// Clock tells the time of X-RateLimit-Reset in Unix form. Default: the
 	// system clock (time.Now). Give it the Limiter's Clock when that is not
 	// the system's.
-	Clock hybrid.Clock
+	Clock local.Clock
 	// MeterProvider receives the middleware's metrics. Default: the global
 	// one (otel.GetMeterProvider()).
 	MeterProvider metric.MeterProvider

@@ -1,6 +1,6 @@
 // Package clocktest is the module's one fake clock for tests and
 // simulations: a time that moves only when told, to the microsecond, safe
-// for concurrent use. It satisfies local.Clock (and hybrid.Clock).
+// for concurrent use. It satisfies local.Clock.
 package clocktest
 
 import (

@@ -28,10 +28,8 @@ type Derived struct {
 var (
 	// Derive validates a local.Limit and returns what it derives.
 	Derive any
-	// AllowMultiAt, CheckMultiAt and AllowMultiIfAt decide local.Requests
-	// as one at a given time.
-	AllowMultiAt, CheckMultiAt, AllowMultiIfAt any
-	// SweepAt forgets a *local.Limiter's keys back in their initial state
-	// at a given time.
-	SweepAt any
+	// CheckMultiAt and AllowMultiIfAt decide local.Requests as one at a
+	// given time: the first charges nothing, the second charges only if a
+	// last condition holds.
+	CheckMultiAt, AllowMultiIfAt any
 )

@@ -82,3 +82,9 @@ func (l Limit) Valid() bool { return l.d.MaxCost > 0 }
 
 // String describes l as local.Limit.String does.
 func (l Limit) String() string { return l.p.String() }
+
+// Algorithms lists every algorithm, in the order of their constants.
+func Algorithms() []local.Algorithm {
+	return []local.Algorithm{local.FixedWindow, local.SlidingWindowLog, local.SlidingWindowCounter,
+		local.TokenBucket, local.LeakyBucket, local.GCRA, local.SubWindowCounter}
+}

@@ -116,7 +116,7 @@ func main() {
 		p := "Local/" + algo + "/"
 		hot, allow, par := ns(p+"hot-at"), ns(p+"hot-allow"), ns(p+"hot-at-par")
 		if hot > 0 {
-			checks = append(checks, check{algo + ": AllowAt, hot key", fmt.Sprintf("%.1f ns", hot), "≤ 25 ns", hot <= 25})
+			checks = append(checks, check{algo + ": AllowNAt, hot key", fmt.Sprintf("%.1f ns", hot), "≤ 25 ns", hot <= 25})
 		}
 		if allow > 0 && xrate > 0 {
 			r := xrate / allow
