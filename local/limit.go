@@ -244,75 +244,81 @@ func compile(p Limit) (compiled, error) {
 	if p.Anchored && p.Algorithm != FixedWindow && p.Algorithm != SubWindowCounter {
 		return compiled{}, invalid("Anchored", p.Anchored, "only the fixed window and the sub-window counter can be anchored")
 	}
+	if p.Burst != 0 && !p.Algorithm.bucket() {
+		return compiled{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
+	}
+	var err error
+	if p.Algorithm.bucket() {
+		err = l.compileBucket()
+	} else {
+		err = l.compileWindow()
+	}
+	if err != nil {
+		return compiled{}, err
+	}
+	l.setPacking()
+	return l, nil
+}
+
+// compileWindow checks the quota and sub-windows of a window algorithm's
+// l.p and derives the counters' steps.
+func (l *compiled) compileWindow() error {
+	p := &l.p
 	switch p.Algorithm {
-	case FixedWindow:
-		if p.Burst != 0 {
-			return compiled{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
-		}
-		if p.Quota > maxProduct {
-			return compiled{}, invalid("Quota", p.Quota, "must be at most 2^51")
-		}
-		l.max = p.Quota
 	case SlidingWindowLog:
-		if p.Burst != 0 {
-			return compiled{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
-		}
 		if p.Quota > maxLogLimit {
-			return compiled{}, invalid("Quota", p.Quota, fmt.Sprintf("the sliding window log keeps one timestamp per request and takes at most %d; use the sliding window counter", maxLogLimit))
+			return invalid("Quota", p.Quota, fmt.Sprintf("the sliding window log keeps one timestamp per request and takes at most %d; use the sliding window counter", maxLogLimit))
 		}
-		l.max = p.Quota
 	case SlidingWindowCounter:
-		if p.Burst != 0 {
-			return compiled{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
-		}
 		l.step = counterStep(l.w)
 		l.ws = l.w / l.step
 		if p.Quota > maxProduct/l.ws {
-			return compiled{}, invalid("Quota", p.Quota, fmt.Sprintf("Quota × %d window steps would pass 2^51; lower the limit or use a rounder window", l.ws))
+			return invalid("Quota", p.Quota, fmt.Sprintf("Quota × %d window steps would pass 2^51; lower the limit or use a rounder window", l.ws))
 		}
-		l.max = p.Quota
-	case SubWindowCounter:
-		if p.Burst != 0 {
-			return compiled{}, invalid("Burst", p.Burst, "only the bucket algorithms take a burst")
-		}
+	default: // fixed window, sub-window counter
 		if p.Quota > maxProduct {
-			return compiled{}, invalid("Quota", p.Quota, "must be at most 2^51")
+			return invalid("Quota", p.Quota, "must be at most 2^51")
 		}
+	}
+	if p.Algorithm == SubWindowCounter {
 		k := p.SubWindows
 		if k == 0 {
 			k = defaultSubWindows
 		}
 		if k < 1 || k > maxSubWindows {
-			return compiled{}, invalid("SubWindows", p.SubWindows, fmt.Sprintf("must be from 1 to %d", maxSubWindows))
+			return invalid("SubWindows", p.SubWindows, fmt.Sprintf("must be from 1 to %d", maxSubWindows))
 		}
 		if l.w%k != 0 {
-			return compiled{}, invalid("SubWindows", k, fmt.Sprintf("must divide Window (%dµs) into whole microseconds", l.w))
+			return invalid("SubWindows", k, fmt.Sprintf("must divide Window (%dµs) into whole microseconds", l.w))
 		}
-		l.p.SubWindows = k
+		p.SubWindows = k
 		l.step, l.ws = l.w/k, k
-		l.max = p.Quota
-	default: // bucket algorithms
-		if p.Quota > maxProduct {
-			return compiled{}, invalid("Quota", p.Quota, "must be at most 2^51")
-		}
-		if p.Burst < 0 {
-			return compiled{}, invalid("Burst", p.Burst, "must be at least 1 (or 0 for the default, Quota)")
-		}
-		burst := p.Burst
-		if burst == 0 {
-			burst = p.Quota
-		}
-		l.p.Burst = burst
-		g := gcd(p.Quota, l.w)
-		l.rl, l.el = p.Quota/g, l.w/g
-		if burst > maxProduct/l.el {
-			return compiled{}, invalid("Burst", burst, fmt.Sprintf("Burst × emission interval (%d/%d µs) would pass 2^51", l.el, l.rl))
-		}
-		l.tau = burst * l.el
-		l.max = burst
 	}
-	l.setPacking()
-	return l, nil
+	l.max = p.Quota
+	return nil
+}
+
+// compileBucket checks a bucket algorithm's l.p and reduces its rate to
+// lowest terms: one request per el/rl µs, a tolerance of Burst × el.
+func (l *compiled) compileBucket() error {
+	p := &l.p
+	if p.Quota > maxProduct {
+		return invalid("Quota", p.Quota, "must be at most 2^51")
+	}
+	if p.Burst < 0 {
+		return invalid("Burst", p.Burst, "must be at least 1 (or 0 for the default, Quota)")
+	}
+	if p.Burst == 0 {
+		p.Burst = p.Quota
+	}
+	g := gcd(p.Quota, l.w)
+	l.rl, l.el = p.Quota/g, l.w/g
+	if p.Burst > maxProduct/l.el {
+		return invalid("Burst", p.Burst, fmt.Sprintf("Burst × emission interval (%d/%d µs) would pass 2^51", l.el, l.rl))
+	}
+	l.tau = p.Burst * l.el
+	l.max = p.Burst
+	return nil
 }
 
 // counterStep returns the length in µs of the steps in which the sliding
