@@ -1,6 +1,8 @@
-// Package local is hybridlimit's in-process rate limiting: every algorithm of
-// the design articles, and a sharded table of keys that decides in
-// nanoseconds without allocating.
+// Package local limits requests per key in one process, without Redis: six
+// rate limiting algorithms and a sub-window counter, over a sharded table of
+// keys that decides in nanoseconds without allocating. For one limit shared
+// by a cluster of processes, use package hybrid, which runs these same
+// algorithms locally and in Redis.
 //
 // # Limits and algorithms
 //
@@ -37,4 +39,12 @@
 // The table evicts keys once their state is back to the initial state and
 // holds at most Config.MaxKeys; Config.Overflow says what happens beyond.
 // Close stops the Limiter's goroutines.
+//
+// # What it does not export
+//
+// Package hybrid decides from the same algorithms and the same key table,
+// and needs more of them than a user does: a limit's derived constants, the
+// decision's word, multi-rule decisions that charge only when another
+// condition holds. The module reaches those through its internal packages;
+// this package exports only what a program limiting in one process uses.
 package local

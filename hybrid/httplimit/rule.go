@@ -16,7 +16,8 @@ const (
 	KeyAPIKey KeyType = "api_key" // the API key header's value
 )
 
-// Rule is one limit of the middleware, in the design articles' data model.
+// Rule is one limit of the middleware: which requests (Endpoint), counted
+// per what (Key), how many per window (Algorithm, Quota, Window).
 // The same Rule comes from Go (Config.Rules, Middleware.SetRules), from a
 // rules file (ParseRules, WatchFile) and from Redis (WatchRedis), and is
 // validated the same way from each: a bad one is refused with a *RuleError

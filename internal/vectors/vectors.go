@@ -3,8 +3,7 @@
 // one in package syncer. Each case is a limit and a sequence of requests on
 // one key starting from the initial state; each step lists the decision
 // expected. The figures were worked out by hand from the algorithms'
-// definitions (docs/algorithms.md) and include the worked examples of the
-// design articles.
+// definitions (docs/algorithms.md), worked examples included.
 package vectors
 
 import (
