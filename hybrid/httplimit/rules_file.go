@@ -18,9 +18,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// RulesFormat is the rules document's format version, its top-level
+// rulesFormat is the rules document's format version, its top-level
 // "version" field. ParseRules accepts this version only.
-const RulesFormat = 1
+const rulesFormat = 1
 
 // Bounds on a rules document (docs/operating.md#bounds), so that one from a
 // broken or hostile source (a file anyone can write, a Redis others can

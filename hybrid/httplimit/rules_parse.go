@@ -68,14 +68,14 @@ func checkDoc(root *node) error {
 	}
 	v := root.get("version")
 	if v == nil || v.kind == kindNull {
-		return docError("version", fmt.Sprintf("missing: must be %d", RulesFormat))
+		return docError("version", fmt.Sprintf("missing: must be %d", rulesFormat))
 	}
 	var version int
 	if err := (decoder{rule: -1}).value(v, reflect.ValueOf(&version).Elem(), "version"); err != nil {
 		return err
 	}
-	if version != RulesFormat {
-		return docError("version", fmt.Sprintf("line %d: %d: must be %d", v.line, version, RulesFormat))
+	if version != rulesFormat {
+		return docError("version", fmt.Sprintf("line %d: %d: must be %d", v.line, version, rulesFormat))
 	}
 	rules := root.get("rules")
 	if rules == nil || rules.kind != kindList {
@@ -113,7 +113,7 @@ func marshalRules(rules []Rule) ([]byte, error) {
 	if _, err := checkRules(rules); err != nil {
 		return nil, err
 	}
-	data, err := encode(nil, reflect.ValueOf(rulesDoc{Version: RulesFormat, Rules: rules}))
+	data, err := encode(nil, reflect.ValueOf(rulesDoc{Version: rulesFormat, Rules: rules}))
 	if err != nil {
 		return nil, err
 	}
