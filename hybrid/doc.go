@@ -23,21 +23,11 @@
 //     leases in batched rounds, driven by need. Leases outstanding never sum
 //     past the limit; the cold-start allowance (ε × limit ÷ nodes per node,
 //     SyncConfig.Epsilon) is the only over-admission, bounded by ε + N/L.
-//     A rule whose limit is too small to split among the nodes, and the
-//     sliding window log, run Central (Limiter.Mode tells which).
+//     Every leasable limit runs Hybrid, however small; the sliding window
+//     log, which keeps every request, runs Central (Limiter.Mode tells).
 //
-// # Structure
-//
-// Register builds one value per rule for the mode it runs in (localRule,
-// centralRule, hybridRule), holding that mode's state and, for the
-// distributed modes, its failure policy; the Limiter's methods (AllowN,
-// SetLimit, sweepAt, Shutdown, the metrics) call it without asking which
-// mode it is. AllowMulti groups its requests by mode, since each mode
-// combines rules its own way (ordered entry locks, one script, or reserve
-// then commit), and joins the groups: local and hybrid rules are checked,
-// central ones decided, then local and hybrid ones charged, the local keys
-// locked while the hybrid ones are decided. Each field of Config documents
-// its default, and docs/operating.md#defaults lists them all.
+// Each field of Config documents its default, and docs/operating.md#defaults
+// lists them all.
 //
 // # Decisions
 //
