@@ -18,6 +18,12 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
+// GossipConfig configures the Limiter's gossip node (fallback.Config), for
+// Config.Gossip: its address and peers (Memberlist, Seeds), its keys and
+// cluster label, and how often and how much it gossips. Each field
+// documents its default.
+type GossipConfig = fallback.Config
+
 // gossip is the Limiter's gossip node (Config.Gossip) and its metrics.
 type gossip struct {
 	node *fallback.Node
@@ -26,7 +32,7 @@ type gossip struct {
 
 // startGossip starts the node cfg describes and registers its figures as
 // metrics.
-func startGossip(cfg fallback.Config, l *Limiter) (*gossip, error) {
+func startGossip(cfg GossipConfig, l *Limiter) (*gossip, error) {
 	node, err := fallback.New(cfg)
 	if err != nil {
 		if errors.Is(err, fallback.ErrInvalidConfig) {
@@ -47,6 +53,18 @@ func (g *gossip) close() error {
 		g.reg.Unregister()
 	}
 	return g.node.Close()
+}
+
+// stats sets out's gossip figures from the node's.
+func (g *gossip) stats(out *Stats) {
+	st := g.node.Stats()
+	out.GossipAddr = g.node.Addr()
+	out.GossipMembers = g.node.Members() // the estimates' count, as the policy splits by it
+	out.GossipKeys = st.Keys
+	out.GossipBytesSent, out.GossipBytesReceived = st.BytesSent, st.BytesReceived
+	out.GossipRecordsSent, out.GossipRecordsReceived = st.RecordsSent, st.RecordsReceived
+	out.GossipRecordsDropped, out.GossipMalformed = st.RecordsDropped, st.Malformed
+	out.GossipKeysDropped = st.KeysDropped
 }
 
 // gossipMetrics registers the node's Stats as observable instruments, read
