@@ -25,7 +25,7 @@ const (
 	// exact in a double.
 	maxCount = 1 << 53
 	// maxRecordLen is the longest encoded record message.
-	maxRecordLen = 1 + binary.MaxVarintLen64 + maxOrigin + DigestSize + 3*binary.MaxVarintLen64 + 4
+	maxRecordLen = 1 + binary.MaxVarintLen64 + maxOrigin + digestSize + 3*binary.MaxVarintLen64 + 4
 )
 
 // errMalformed is what the decoders return for input they reject.
@@ -37,7 +37,7 @@ var errMalformed = errors.New("fallback: malformed message")
 // replaces a lower one.
 type record struct {
 	origin   string
-	key      Digest
+	key      digest
 	window   int64
 	seq      uint64
 	consumed int64
@@ -82,11 +82,11 @@ func decodeBody(b []byte) (record, []byte, error) {
 	b = b[k:]
 	r.origin = string(b[:n])
 	b = b[n:]
-	if len(b) < DigestSize {
+	if len(b) < digestSize {
 		return r, nil, errMalformed
 	}
 	copy(r.key[:], b)
-	b = b[DigestSize:]
+	b = b[digestSize:]
 	w, k := binary.Varint(b)
 	if k <= 0 {
 		return r, nil, errMalformed

@@ -8,7 +8,7 @@ import (
 )
 
 func sampleRecord(origin string, b byte) record {
-	var k Digest
+	var k digest
 	for i := range k {
 		k[i] = b + byte(i)
 	}

@@ -16,26 +16,28 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
-// ErrInvalidConfig is wrapped by the errors New returns for a Config it
-// rejects; the message names the field.
+// ErrInvalidConfig is wrapped by the error hybrid.New returns for a
+// Config.Gossip it rejects (with hybrid.ErrInvalidConfig); the message
+// names the field.
 var ErrInvalidConfig = errors.New("fallback: invalid config")
 
-// ErrClosed is returned by Join after Close.
-var ErrClosed = errors.New("fallback: node closed")
+// errClosed is returned by a node's Join after Close.
+var errClosed = errors.New("fallback: node closed")
 
-// Config configures a Node. Every zero field takes the default it
-// documents (docs/operating.md#defaults lists them all); the zero value,
-// with Keys set, is a LAN node named after the host on port 7946 that joins
-// nobody until Join is called. New copies the Config; later changes to it
-// have no effect.
+// Config configures the gossip node a hybrid.Limiter runs: users set it as
+// hybrid.Config.Gossip, a *hybrid.GossipConfig. Every zero field takes the
+// default it documents (docs/operating.md#defaults lists them all); the
+// zero value, with Keys set, is a LAN node named after the host on port
+// 7946 that joins nobody (set Seeds). hybrid.New copies the Config; later
+// changes to it have no effect.
 type Config struct {
 	// Memberlist is the gossip layer's configuration in memberlist's own
 	// terms: node name, bind and advertise addresses and ports, probe,
 	// gossip and push/pull intervals, packet size (UDPBufferSize, about
-	// 1,400 bytes by default). Default: memberlist.DefaultLANConfig(). New
-	// copies it and never changes the caller's value. It must leave
+	// 1,400 bytes by default). Default: memberlist.DefaultLANConfig(). The
+	// node copies it and never changes the caller's value. It must leave
 	// Delegate, Keyring, SecretKey, Label, Logger and LogOutput
-	// unset: New sets them from this Config. Events, if set, is called
+	// unset: the node sets them from this Config. Events, if set, is called
 	// after the node's own membership bookkeeping. A zero DeadNodeReclaimTime
 	// becomes 30s, so a node that restarts on a new address takes its name
 	// back. Its Name is 1 to 128 bytes.
@@ -52,8 +54,9 @@ type Config struct {
 
 	// Keys is the keyring, used to encrypt and authenticate every packet
 	// and stream: the first key is the primary (used to send), every key is
-	// tried on receipt, so keys can rotate (add a key everywhere, make it
-	// primary everywhere with Keyring().UseKey, then remove the old one).
+	// tried on receipt, so keys rotate by three rolling restarts: the new
+	// key added after the old everywhere, then put first everywhere, then
+	// the old one removed.
 	// Each key is 16, 24 or 32 bytes (AES-128, -192, -256). Required unless
 	// Insecure is set: an open gossip port lets anyone forge counts.
 	Keys [][]byte
@@ -82,11 +85,11 @@ type Config struct {
 	RecordTTL time.Duration
 
 	// MaxKeys bounds the keys this node tracks; Observe ignores new keys
-	// beyond it (counted in Stats.KeysDropped). Keys idle for RecordTTL
+	// beyond it (counted in hybrid.Stats.GossipKeysDropped). Keys idle for RecordTTL
 	// are forgotten. Default: 100,000.
 	MaxKeys int
 	// MaxRecords bounds the peers' records this node keeps; records beyond
-	// it are dropped (Stats.RecordsDropped). Default: 1,000,000.
+	// it are dropped (hybrid.Stats.GossipRecordsDropped). Default: 1,000,000.
 	MaxRecords int
 	// MaxQueued bounds the records waiting to be gossiped; beyond it the
 	// most-sent are dropped. Each Interval queues the hottest keys first.
@@ -95,8 +98,8 @@ type Config struct {
 	// MaxStateRecords bounds the records, hottest first, sent in one
 	// push/pull state exchange. Default: 8,192.
 	MaxStateRecords int
-	// LeaveTimeout bounds how long Close waits for the leave message to
-	// reach a peer. Default: 1s.
+	// LeaveTimeout bounds how long the Limiter's Shutdown (or Close) waits
+	// for the node's leave message to reach a peer. Default: 1s.
 	LeaveTimeout time.Duration
 
 	// Logger receives memberlist's log lines at their levels, and this
@@ -173,13 +176,13 @@ func orDefault[T int | float64 | time.Duration](v *T, def T) {
 }
 
 // validate reports c's first bad field, c having its defaults, in an error
-// wrapping ErrInvalidConfig that names it. It builds nothing: New makes the
-// keyring and memberlist's configuration.
+// wrapping ErrInvalidConfig that names it. It builds nothing: startNode
+// makes the keyring and memberlist's configuration.
 func (c Config) validate() error {
 	ml := c.Memberlist
 	switch {
 	case ml.Delegate != nil:
-		return invalid("Memberlist.Delegate", "set", "New sets it")
+		return invalid("Memberlist.Delegate", "set", "the node sets it")
 	case ml.Keyring != nil || len(ml.SecretKey) > 0:
 		return invalid("Memberlist.Keyring", "set", "use Config.Keys")
 	case ml.Label != "":
@@ -231,7 +234,7 @@ func (c Config) validate() error {
 }
 
 // clone returns c with its own copies of the slices the caller could
-// change after New: Seeds and Keys.
+// change after the node starts: Seeds and Keys.
 func (c Config) clone() Config {
 	c.Seeds = slices.Clone(c.Seeds)
 	keys := make([][]byte, len(c.Keys))

@@ -34,7 +34,7 @@ func TestConfigRejects(t *testing.T) {
 		t.Run(tt.field, func(t *testing.T) {
 			cfg := testConfig("x")
 			tt.edit(&cfg)
-			_, err := New(cfg)
+			_, err := startNode(cfg)
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tt.field+" ")
 		})
@@ -77,7 +77,7 @@ func TestDefaults(t *testing.T) {
 }
 
 // TestConfigDefaultsAndCopies: withDefaults fills a copy of the caller's
-// memberlist configuration and changes no field that is set; New keeps its
+// memberlist configuration and changes no field that is set; a node keeps its
 // own copies of what the caller could change.
 func TestConfigDefaultsAndCopies(t *testing.T) {
 	ml := fastMemberlist("x")
@@ -112,7 +112,7 @@ func TestConfigDefaultsAndCopies(t *testing.T) {
 
 	c = cfg.clone()
 	key[0] ^= 1
-	assert.Equal(t, testKey, c.Keys[0], "New keeps its own copy of the keys")
+	assert.Equal(t, testKey, c.Keys[0], "the node keeps its own copy of the keys")
 
 	require.NoError(t, Config{Insecure: true}.withDefaults().validate())
 	got, err = Config{Insecure: true}.withDefaults().memberlistConfig()
@@ -140,9 +140,9 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-func TestNewStartsAndCloses(t *testing.T) {
+func TestStartNodeStartsAndCloses(t *testing.T) {
 	cfg := testConfig("solo")
-	n, err := New(cfg)
+	n, err := startNode(cfg)
 	require.NoError(t, err)
 	assert.Equal(t, 0, cfg.Memberlist.BindPort, "the caller's port stays 0")
 	assert.NotEqual(t, "127.0.0.1:0", n.Addr())

@@ -12,11 +12,11 @@ import (
 // latest record, whatever the key), idle peers left out, and the transit
 // delay alone when no peer is sending.
 func TestPeerAge(t *testing.T) {
-	n := &Node{cfg: Config{Interval: 200 * time.Millisecond}, remote: map[Digest][]*peer{}}
+	n := &node{cfg: Config{Interval: 200 * time.Millisecond}, remote: map[digest][]*peer{}}
 	n.lag = float64(5 * time.Millisecond)
 	now := int64(100 * time.Second)
 	add := func(origin string, key byte, age time.Duration) {
-		r := record{origin: origin, key: Digest{key}, seq: uint64(now - int64(age))}
+		r := record{origin: origin, key: digest{key}, seq: uint64(now - int64(age))}
 		n.remote[r.key] = append(n.remote[r.key], &peer{record: r, at: now})
 	}
 	assert.Equal(t, int64(5*time.Millisecond), n.peerAge(now), "no peer: the transit delay")
@@ -27,7 +27,7 @@ func TestPeerAge(t *testing.T) {
 	add("c", 2, 2*time.Second) // idle: older than the delay and two intervals
 	assert.Equal(t, int64(40*time.Millisecond), n.peerAge(now), "the mean of a's and b's latest records' ages")
 
-	n.remote = map[Digest][]*peer{}
+	n.remote = map[digest][]*peer{}
 	add("c", 1, time.Second)
 	assert.Equal(t, int64(5*time.Millisecond), n.peerAge(now), "only idle peers: the transit delay")
 }

@@ -13,14 +13,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/hybridlimit/hybridlimit/internal/gossiphook"
 )
 
-// Node is one member of the gossip cluster: it gossips this node's per-key
-// counts and demand, keeps its peers', and answers Estimate from a snapshot
-// rebuilt every Config.Interval. Observe and Estimate are safe for
-// concurrent use and meant for the hot path; Estimate neither allocates nor
-// locks. A Node runs from New until Close.
-type Node struct {
+// node is one member of the gossip cluster, the gossiphook.Node a
+// hybrid.Limiter runs: it gossips this node's per-key counts and demand,
+// keeps its peers', and answers Estimate from a snapshot rebuilt every
+// Config.Interval. Observe, Report and Estimate are safe for concurrent use
+// and meant for the hot path; Estimate neither allocates nor locks. A node
+// runs from startNode until Close.
+type node struct {
 	cfg   Config
 	ml    *memberlist.Memberlist
 	name  string
@@ -35,7 +38,7 @@ type Node struct {
 	mem   map[string]string // members' names and addresses, from events
 
 	mu     sync.Mutex         // guards remote and nrec
-	remote map[Digest][]*peer // peers' records by key
+	remote map[digest][]*peer // peers' records by key
 	nrec   int
 
 	keyring *memberlist.Keyring
@@ -78,17 +81,20 @@ type peer struct {
 // snapshot is what Estimate reads: built off the hot path, never changed
 // once published.
 type snapshot struct {
-	keys    map[Digest]Estimate
+	keys    map[digest]estimate
 	members int
 }
 
-// New starts a node: memberlist on the configured address, and the loop
-// that gossips and rebuilds the snapshot. It joins cfg.Seeds but does not
-// fail when none answers (they are joined again every RejoinInterval).
+var _ gossiphook.Node = (*node)(nil)
+
+// startNode starts a node: memberlist on the configured address, and the
+// loop that gossips and rebuilds the snapshot. It joins cfg.Seeds but does
+// not fail when none answers (they are joined again every RejoinInterval).
 //
-// New works on a copy of cfg with its zero fields set to their defaults, and
-// reports a bad field with an error wrapping ErrInvalidConfig.
-func New(cfg Config) (*Node, error) {
+// startNode works on a copy of cfg with its zero fields set to their
+// defaults, and reports a bad field with an error wrapping
+// ErrInvalidConfig.
+func startNode(cfg Config) (*node, error) {
 	c := cfg.clone().withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -121,13 +127,13 @@ func New(cfg Config) (*Node, error) {
 }
 
 // newNode returns a node's state without memberlist or the loop.
-func newNode(c Config, name string, retransmitMult int) *Node {
-	n := &Node{
+func newNode(c Config, name string, retransmitMult int) *node {
+	n := &node{
 		cfg:    c,
 		name:   name,
 		log:    c.Logger,
 		table:  newTable(c.MaxKeys),
-		remote: make(map[Digest][]*peer),
+		remote: make(map[digest][]*peer),
 		mem:    map[string]string{name: ""},
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
@@ -150,7 +156,7 @@ func newNode(c Config, name string, retransmitMult int) *Node {
 // an earlier window than the key's latest is counted as demand only. It
 // takes a shard's read lock, and allocates only for a key's first
 // observation.
-func (n *Node) Observe(key Digest, window, asked, admitted int64) {
+func (n *node) Observe(key digest, window, asked, admitted int64) {
 	n.table.observe(&key, window, asked, admitted)
 }
 
@@ -158,41 +164,28 @@ func (n *Node) Observe(key Digest, window, asked, admitted int64) {
 // admitted for key in window, as the caller counts it (hybrid's leases do,
 // at each sync round, so that nothing is added on the hot path). A report
 // for an earlier window than the key's latest is counted as demand only.
-func (n *Node) Report(key Digest, window, asked, consumed int64) {
+func (n *node) Report(key digest, window, asked, consumed int64) {
 	n.table.report(&key, window, asked, consumed)
 }
 
 // Members returns the count of members the estimates assume, this node and
 // suspected ones included, as of the last snapshot.
-func (n *Node) Members() int { return n.snap.Load().members }
+func (n *node) Members() int { return n.snap.Load().members }
 
 // Estimate returns this node's share of key's budget from the last
 // snapshot, without allocating or locking.
-func (n *Node) Estimate(key Digest) Estimate {
+func (n *node) Estimate(key digest) estimate {
 	s := n.snap.Load()
 	if e, ok := s.keys[key]; ok {
 		return e
 	}
-	return Estimate{Share: 1 / float64(s.members), Members: s.members}
-}
-
-// Stats is a node's gossip figures, cumulative since New except where said.
-type Stats struct {
-	Members         int // members now, this node and suspected ones included
-	Keys            int // keys this node tracks now
-	BytesSent       uint64
-	BytesReceived   uint64
-	RecordsSent     uint64 // records handed to memberlist, by broadcast or push/pull
-	RecordsReceived uint64 // peers' records accepted as newer than held
-	RecordsDropped  uint64 // records dropped: queue full, store full, or malformed
-	Malformed       uint64 // messages rejected as malformed (also in RecordsDropped)
-	KeysDropped     uint64 // observations of keys beyond MaxKeys
+	return estimate{Share: 1 / float64(s.members), Members: s.members}
 }
 
 // Stats returns the node's gossip figures. It is safe for concurrent use
 // and does not block on the network.
-func (n *Node) Stats() Stats {
-	return Stats{
+func (n *node) Stats() gossiphook.Stats {
+	return gossiphook.Stats{
 		Members:         int(n.stats.members.Load()),
 		Keys:            int(n.table.n.Load()),
 		BytesSent:       n.stats.bytesSent.Load(),
@@ -206,25 +199,24 @@ func (n *Node) Stats() Stats {
 }
 
 // Name returns this node's name in the cluster.
-func (n *Node) Name() string { return n.name }
+func (n *node) Name() string { return n.name }
 
-// Addr returns the address and port this node advertises, which peers pass
-// to Join (or list in Seeds). With BindPort 0 the port is the one bound.
-func (n *Node) Addr() string {
+// Addr returns the address and port this node advertises, which peers list
+// in Seeds (or pass to Join). With BindPort 0 the port is the one bound.
+func (n *node) Addr() string {
 	ln := n.ml.LocalNode()
 	return net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
 }
 
-// Keyring returns the live keyring, to rotate keys: AddKey on every node,
-// then UseKey on every node, then RemoveKey of the old one. It is nil when
-// the node runs without encryption.
-func (n *Node) Keyring() *memberlist.Keyring { return n.keyring }
+// Keyring returns the live keyring (AddKey, UseKey, RemoveKey), for the
+// tests of key rotation. It is nil when the node runs without encryption.
+func (n *node) Keyring() *memberlist.Keyring { return n.keyring }
 
 // Join joins the peers at addrs ("host:port") and returns how many
 // answered.
-func (n *Node) Join(addrs ...string) (int, error) {
+func (n *node) Join(addrs ...string) (int, error) {
 	if n.closed.Load() {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	return n.ml.Join(addrs)
 }
@@ -232,7 +224,7 @@ func (n *Node) Join(addrs ...string) (int, error) {
 // Close leaves the cluster (waiting up to LeaveTimeout for the message to
 // reach a peer), shuts memberlist down and stops every goroutine the node
 // started. It is idempotent; later calls return the first call's error.
-func (n *Node) Close() error {
+func (n *node) Close() error {
 	n.closeOnce.Do(func() {
 		n.closed.Store(true)
 		close(n.stop)
@@ -245,7 +237,7 @@ func (n *Node) Close() error {
 
 // run is the node's loop: records out and snapshot rebuilt every Interval,
 // missing seeds joined every RejoinInterval.
-func (n *Node) run() {
+func (n *node) run() {
 	defer close(n.done)
 	tick := time.NewTicker(n.cfg.Interval)
 	defer tick.Stop()
@@ -276,7 +268,7 @@ func (n *Node) run() {
 }
 
 // rejoin joins the seeds whose address no member advertises.
-func (n *Node) rejoin() {
+func (n *node) rejoin() {
 	have := map[string]bool{}
 	n.memMu.Lock()
 	for _, addr := range n.mem {
@@ -301,7 +293,7 @@ func (n *Node) rejoin() {
 // figures changed (or that are due a refresh), hottest first, at most
 // MaxQueued of them; it forgets keys idle for RecordTTL. It publishes this
 // node's current records for LocalState.
-func (n *Node) publish(now time.Time, dt float64) {
+func (n *node) publish(now time.Time, dt float64) {
 	nowNs := now.UnixNano()
 	halfLife := n.cfg.DemandHalfLife.Seconds()
 	refresh := int64(n.cfg.RecordTTL / 3)
@@ -310,8 +302,8 @@ func (n *Node) publish(now time.Time, dt float64) {
 		r record
 	}
 	var dues []due
-	var idle []Digest
-	n.table.each(func(k *Digest, e *entry) {
+	var idle []digest
+	n.table.each(func(k *digest, e *entry) {
 		asked := e.asked.Load()
 		e.demand = ewma(e.demand, float64(asked-e.lastAsked)/max(dt, 1e-9), dt, halfLife)
 		if asked == e.lastAsked && e.demand < 1e-3 {
@@ -351,7 +343,7 @@ func (n *Node) publish(now time.Time, dt float64) {
 	}
 	n.stale.Store(true)
 	own := make([]record, 0, n.table.n.Load())
-	n.table.each(func(_ *Digest, e *entry) {
+	n.table.each(func(_ *digest, e *entry) {
 		if e.sent.seq != 0 {
 			own = append(own, e.sent)
 		}
@@ -369,12 +361,12 @@ func near(a, b float64) bool {
 	return a > 0 && b > 0 && a < b*1.05 && b < a*1.05
 }
 
-func (n *Node) enqueue(key Digest, origin string, msg []byte) {
+func (n *node) enqueue(key digest, origin string, msg []byte) {
 	n.queue.QueueBroadcast(&broadcast{name: origin + "\x00" + string(key[:]), msg: msg})
 }
 
 // prune keeps the queue within MaxQueued, dropping the most-sent records.
-func (n *Node) prune() {
+func (n *node) prune() {
 	if over := n.queue.NumQueued() - n.cfg.MaxQueued; over > 0 {
 		n.stats.recordsDropped.Add(uint64(over))
 		n.queue.Prune(n.cfg.MaxQueued)
@@ -383,7 +375,7 @@ func (n *Node) prune() {
 
 // receive stores a peer's record if it is newer than the one held, and
 // reports whether it was.
-func (n *Node) receive(r record, now int64) bool {
+func (n *node) receive(r record, now int64) bool {
 	if r.origin == n.name {
 		return false
 	}
@@ -417,7 +409,7 @@ func (n *Node) receive(r record, now int64) bool {
 }
 
 // expire drops peers' records older than RecordTTL.
-func (n *Node) expire(now time.Time) {
+func (n *node) expire(now time.Time) {
 	cut := now.UnixNano() - int64(n.cfg.RecordTTL)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -443,7 +435,7 @@ func (n *Node) expire(now time.Time) {
 
 // rebuild recomputes every key's estimate from this node's last records
 // and its peers', and publishes the snapshot.
-func (n *Node) rebuild(now time.Time) {
+func (n *node) rebuild(now time.Time) {
 	// memberlist keeps a suspected member among Members until it declares
 	// it dead, so the count does not drop while members are only suspected
 	// (a partition must not hand each side the whole limit), and drops once
@@ -464,7 +456,7 @@ func (n *Node) rebuild(now time.Time) {
 	// Counts are of the latest window any record names; demand counts
 	// only for members, so a dead node's share goes to the living while
 	// what it admitted in the window still counts.
-	accs := map[Digest]*acc{}
+	accs := map[digest]*acc{}
 	acc0 := func(r *record) *acc {
 		a := accs[r.key]
 		if a == nil {
@@ -528,9 +520,9 @@ func (n *Node) rebuild(now time.Time) {
 	}
 	n.mu.Unlock()
 
-	s := &snapshot{keys: make(map[Digest]Estimate, len(accs)), members: split}
+	s := &snapshot{keys: make(map[digest]estimate, len(accs)), members: split}
 	for k, a := range accs {
-		s.keys[k] = Estimate{
+		s.keys[k] = estimate{
 			Known:   true,
 			Window:  a.window,
 			Own:     a.own,
@@ -550,7 +542,7 @@ func (n *Node) rebuild(now time.Time) {
 // peer whose latest record is older than two intervals past the delay is
 // idle (its count has not moved) and not counted; with none sending, it is
 // lag. The caller holds n.mu.
-func (n *Node) peerAge(now int64) int64 {
+func (n *node) peerAge(now int64) int64 {
 	latest := map[string]int64{}
 	for _, peers := range n.remote {
 		for _, p := range peers {
@@ -581,7 +573,7 @@ const maxLag = 2 * time.Second
 // fresher, each node would take its share of a remainder that the others
 // have already eaten into since their records left, and the cluster would
 // admit about (1 − share) × rate × that delay over the limit.
-func (n *Node) ownAsOf(t int64) *[]record {
+func (n *node) ownAsOf(t int64) *[]record {
 	past := n.ownPast
 	i := 0
 	for i+1 < len(past) && past[i+1].at <= t {
@@ -623,9 +615,9 @@ func (b *broadcast) Message() []byte { return b.msg }
 // Finished is called when the record leaves the queue; nothing to do.
 func (b *broadcast) Finished() {}
 
-// delegate is memberlist's view of a Node. Its methods run on memberlist's
+// delegate is memberlist's view of a node. Its methods run on memberlist's
 // goroutines and must not block: each takes n.mu at most briefly.
-type delegate struct{ n *Node }
+type delegate struct{ n *node }
 
 var _ memberlist.Delegate = delegate{}
 
@@ -647,7 +639,7 @@ func (d delegate) NotifyMsg(b []byte) {
 
 // arrived counts a message of size bytes, and a malformed one, and returns
 // err.
-func (n *Node) arrived(size int, err error) error {
+func (n *node) arrived(size int, err error) error {
 	n.stats.bytesReceived.Add(uint64(size))
 	if err != nil {
 		n.stats.malformed.Add(1)
@@ -706,7 +698,7 @@ func (d delegate) MergeRemoteState(b []byte, _ bool) {
 // races with its updates), and passes them on to the caller's delegate.
 // It must not block.
 type events struct {
-	n    *Node
+	n    *node
 	next memberlist.EventDelegate
 }
 

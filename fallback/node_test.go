@@ -49,16 +49,16 @@ func testConfig(name string, seeds ...string) Config {
 	}
 }
 
-func start(t *testing.T, cfg Config) *Node {
+func start(t *testing.T, cfg Config) *node {
 	t.Helper()
-	n, err := New(cfg)
+	n, err := startNode(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = n.Close() })
 	return n
 }
 
 // cluster starts size nodes joined to the first one.
-func cluster(t *testing.T, size int, edits ...func(*Config)) []*Node {
+func cluster(t *testing.T, size int, edits ...func(*Config)) []*node {
 	t.Helper()
 	cfg := func(name string, seeds ...string) Config {
 		c := testConfig(name, seeds...)
@@ -67,7 +67,7 @@ func cluster(t *testing.T, size int, edits ...func(*Config)) []*Node {
 		}
 		return c
 	}
-	nodes := []*Node{start(t, cfg("n0"))}
+	nodes := []*node{start(t, cfg("n0"))}
 	for i := 1; i < size; i++ {
 		nodes = append(nodes, start(t, cfg("n"+string(rune('0'+i)), nodes[0].Addr())))
 	}
@@ -83,7 +83,7 @@ func cluster(t *testing.T, size int, edits ...func(*Config)) []*Node {
 }
 
 // crash stops a node without leaving: its peers see it fail.
-func crash(n *Node) {
+func crash(n *node) {
 	n.closeOnce.Do(func() {
 		n.closed.Store(true)
 		close(n.stop)
@@ -95,7 +95,7 @@ func crash(n *Node) {
 func TestRecordsConverge(t *testing.T) {
 	leakcheck.Check(t)
 	nodes := cluster(t, 3)
-	k := Digest{42}
+	k := digest{42}
 	// n0 sees three times the demand of each other node, and admits that.
 	weights := []int64{3, 1, 1}
 	require.Eventually(t, func() bool {
@@ -169,16 +169,16 @@ func TestForeignNodeCannotJoinNorInject(t *testing.T) {
 	assert.Error(t, err, "a node with another label cannot join")
 
 	// Both send a record straight to a, by packet and by stream.
-	forged := Digest{0xee}
+	forged := digest{0xee}
 	msg := appendRecord(nil, &record{origin: "intruder", key: forged, window: 1, seq: 1, consumed: 1 << 40, demand: 1e6})
 	target := a.ml.LocalNode()
-	for _, x := range []*Node{f, g} {
+	for _, x := range []*node{f, g} {
 		_ = x.ml.SendBestEffort(target, msg)
 		_ = x.ml.SendReliable(target, msg)
 	}
 	// b, a member with the key, sends a marker the same ways: once it is
 	// in, the forged record would have been too.
-	marker := Digest{0xaa}
+	marker := digest{0xaa}
 	mark := appendRecord(nil, &record{origin: b.Name(), key: marker, window: 1, seq: 1, consumed: 1, demand: 1})
 	require.NoError(t, b.ml.SendReliable(target, mark))
 	require.Eventually(t, func() bool { return a.Estimate(marker).Known }, 10*time.Second, 10*time.Millisecond)
@@ -197,7 +197,7 @@ func TestDeadNodeSharesGrow(t *testing.T) {
 	leakcheck.Check(t)
 	logs := &logLines{}
 	nodes := cluster(t, 3, slowSuspicion, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
-	k := Digest{7}
+	k := digest{7}
 	require.Eventually(t, func() bool {
 		for _, n := range nodes {
 			n.Observe(k, 1, 1, 1)
@@ -241,9 +241,9 @@ func TestLeaveAndClose(t *testing.T) {
 	require.NoError(t, nodes[2].Close())
 	require.NoError(t, nodes[2].Close(), "Close is idempotent")
 	_, err := nodes[2].Join(nodes[0].Addr())
-	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, err, errClosed)
 	require.Eventually(t, func() bool {
-		return nodes[0].Stats().Members == 2 && nodes[0].Estimate(Digest{1}).Members == 2 && nodes[1].Stats().Members == 2
+		return nodes[0].Stats().Members == 2 && nodes[0].Estimate(digest{1}).Members == 2 && nodes[1].Stats().Members == 2
 	}, 10*time.Second, 10*time.Millisecond, "a node that leaves stops counting")
 }
 
@@ -294,7 +294,7 @@ func (l *logLines) has(s string) bool {
 
 // bare returns a node without memberlist or loop, for the parts that need
 // no network.
-func bare(t *testing.T, name string, edit func(*Config)) *Node {
+func bare(t *testing.T, name string, edit func(*Config)) *node {
 	t.Helper()
 	cfg := testConfig(name)
 	if edit != nil {
@@ -309,7 +309,7 @@ func TestPacketsHottestFirstAndBounded(t *testing.T) {
 	n := bare(t, "hot", func(c *Config) { c.MaxQueued = 100 })
 	const keys = 3000
 	for i := range keys {
-		n.Observe(Digest{byte(i), byte(i >> 8)}, 1, int64(i+1), 1)
+		n.Observe(digest{byte(i), byte(i >> 8)}, 1, int64(i+1), 1)
 	}
 	n.publish(time.Now(), 1)
 	require.Equal(t, 100, n.queue.NumQueued())
@@ -352,7 +352,7 @@ func TestPacketsHottestFirstAndBounded(t *testing.T) {
 
 func TestPushPullRepairs(t *testing.T) {
 	a, b := bare(t, "a", nil), bare(t, "b", nil)
-	k := Digest{9}
+	k := digest{9}
 	a.Observe(k, 3, 10, 4)
 	a.publish(time.Now(), 1)
 	// b never saw a's broadcast; the state exchange brings the record.
@@ -378,7 +378,7 @@ func TestPushPullRepairs(t *testing.T) {
 
 func TestRecordsExpire(t *testing.T) {
 	b := bare(t, "b", nil)
-	k := Digest{3}
+	k := digest{3}
 	require.True(t, b.receive(record{origin: "a", key: k, window: 1, seq: 1, consumed: 2, demand: 1}, time.Now().UnixNano()))
 	b.expire(time.Now())
 	b.rebuild(time.Now())
@@ -412,4 +412,29 @@ func TestKeyRotation(t *testing.T) {
 	_, err = fresh.Join(nodes[0].Addr())
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return nodes[1].Stats().Members == 3 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestKeyRotationByRestart: the keyring also rotates by three rolling
+// restarts, as docs/operating.md tells users to do it: the new key after
+// the old, then first, then alone, each on every node before the next. A
+// node restarted on each step joins the other.
+func TestKeyRotationByRestart(t *testing.T) {
+	leakcheck.Check(t)
+	steps := [][][]byte{{testKey}, {testKey, otherKey}, {otherKey, testKey}, {otherKey}}
+	cfg := func(name string, keys [][]byte, seeds ...string) Config {
+		c := testConfig(name, seeds...)
+		c.Keys = keys
+		return c
+	}
+	a := start(t, cfg("a", steps[0]))
+	b := start(t, cfg("b", steps[0], a.Addr()))
+	require.Eventually(t, func() bool { return b.Members() == 2 }, 10*time.Second, 10*time.Millisecond, "b joins a")
+	for i, keys := range steps[1:] {
+		require.NoError(t, a.Close())
+		a = start(t, cfg("a", keys, b.Addr()))
+		require.Eventually(t, func() bool { return a.Members() == 2 }, 10*time.Second, 10*time.Millisecond, "step %d: a joins b", i+1)
+		require.NoError(t, b.Close())
+		b = start(t, cfg("b", keys, a.Addr()))
+		require.Eventually(t, func() bool { return b.Members() == 2 }, 10*time.Second, 10*time.Millisecond, "step %d: b joins a", i+1)
+	}
 }

@@ -1,7 +1,6 @@
 package fallback
 
 import (
-	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -19,7 +18,7 @@ func allowances(limit int64, counts []int64, demands []float64, members int, res
 	}
 	out := make([]int64, len(counts))
 	for i := range counts {
-		e := Estimate{Known: true, Own: counts[i], Total: total, Share: share(demands[i], sum, members, reserve), Members: members}
+		e := estimate{Known: true, Own: counts[i], Total: total, Share: share(demands[i], sum, members, reserve), Members: members}
 		out[i] = e.Allowance(limit)
 	}
 	return out
@@ -108,28 +107,6 @@ func TestShareSumsToOne(t *testing.T) {
 	}
 }
 
-func TestBucketSplit(t *testing.T) {
-	tests := []struct {
-		name      string
-		share     float64
-		rate      float64
-		burst     int64
-		wantRate  float64
-		wantBurst float64
-	}{
-		{"half", 0.5, 100, 20, 50, 10},
-		{"all", 1, 100, 20, 100, 20},
-		{"fifth", 0.2, 10, 5, 2, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r, b := Estimate{Share: tt.share}.Bucket(tt.rate, tt.burst)
-			assert.InDelta(t, tt.wantRate, r, 1e-9)
-			assert.InDelta(t, tt.wantBurst, b, 1e-9)
-		})
-	}
-}
-
 func TestEWMA(t *testing.T) {
 	assert.InDelta(t, 50, ewma(0, 100, 1, 1), 1e-9, "one half-life goes half way")
 	assert.InDelta(t, 75, ewma(0, 100, 2, 1), 1e-9)
@@ -139,16 +116,4 @@ func TestEWMA(t *testing.T) {
 		got = ewma(got, 40, 0.2, 2)
 	}
 	assert.InDelta(t, 40, got, 0.1, "converges on a steady rate")
-}
-
-func TestEstimateUnknownIsEven(t *testing.T) {
-	e := Estimate{Share: 1.0 / 3, Members: 3}
-	assert.Equal(t, int64(33), e.Allowance(100))
-	assert.False(t, math.IsNaN(e.Share))
-}
-
-func TestAllowanceIn(t *testing.T) {
-	e := Estimate{Known: true, Window: 4, Own: 30, Total: 80, Share: 0.5, Members: 2}
-	assert.Equal(t, int64(30+10), e.AllowanceIn(4, 100), "the snapshot's window")
-	assert.Equal(t, int64(50), e.AllowanceIn(5, 100), "a window no record names yet")
 }

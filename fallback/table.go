@@ -3,15 +3,17 @@ package fallback
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/hybridlimit/hybridlimit/internal/gossiphook"
 )
 
-// DigestSize is the length of a key digest.
-const DigestSize = 16
+// digest identifies a rule's key on the wire (gossiphook.Digest): a
+// collision-resistant digest of the rule and key that every node computes
+// alike. The raw user key never leaves the node.
+type digest = gossiphook.Digest
 
-// Digest identifies a rule's key on the wire: a collision-resistant digest
-// of the rule and key that every node computes alike (hybrid's
-// syncer.Keyspace.DigestBytes). The raw user key never leaves the node.
-type Digest [DigestSize]byte
+// digestSize is the length of a digest.
+const digestSize = len(digest{})
 
 const (
 	numShards = 64 // a power of two
@@ -45,7 +47,7 @@ type entry struct {
 // lock on the hot path; only a key's first Observe takes it for writing.
 type shard struct {
 	mu sync.RWMutex
-	m  map[Digest]*entry
+	m  map[digest]*entry
 	_  [64 - 32]byte // keeps neighbouring shards' locks off one cache line
 }
 
@@ -60,31 +62,31 @@ type table struct {
 func newTable(maxKeys int) *table {
 	t := &table{max: int64(maxKeys)}
 	for i := range t.shards {
-		t.shards[i].m = make(map[Digest]*entry)
+		t.shards[i].m = make(map[digest]*entry)
 	}
 	return t
 }
 
-func (t *table) shard(d *Digest) *shard {
+func (t *table) shard(d *digest) *shard {
 	// Digests are uniform already (a cryptographic hash): no need to hash.
 	return &t.shards[d[0]&(numShards-1)]
 }
 
 // observe records asked requests and admitted ones for key in window.
-func (t *table) observe(key *Digest, window, asked, admitted int64) {
+func (t *table) observe(key *digest, window, asked, admitted int64) {
 	t.count(key, window, asked, admitted, false)
 }
 
 // report records asked requests for key, and consumed as its whole count in
 // window.
-func (t *table) report(key *Digest, window, asked, consumed int64) {
+func (t *table) report(key *digest, window, asked, consumed int64) {
 	t.count(key, window, asked, max(consumed, 0), true)
 }
 
 // count adds asked to key's demand, and n to its count in window (or sets
 // the count to n, if absolute); a report for an earlier window than the
 // key's latest counts as demand only.
-func (t *table) count(key *Digest, window, asked, n int64, absolute bool) {
+func (t *table) count(key *digest, window, asked, n int64, absolute bool) {
 	s := t.shard(key)
 	s.mu.RLock()
 	e := s.m[*key]
@@ -128,7 +130,7 @@ func (e *entry) counts() (window, consumed int64) {
 	return w, int64(v >> cntShift)
 }
 
-func (t *table) insert(s *shard, key *Digest, window int64) *entry {
+func (t *table) insert(s *shard, key *digest, window int64) *entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.m[*key]; e != nil {
@@ -147,7 +149,7 @@ func (t *table) insert(s *shard, key *Digest, window int64) *entry {
 }
 
 // each calls f for every entry of shard i under the shard's read lock.
-func (t *table) each(f func(*Digest, *entry)) {
+func (t *table) each(f func(*digest, *entry)) {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.RLock()
@@ -159,7 +161,7 @@ func (t *table) each(f func(*Digest, *entry)) {
 }
 
 // remove deletes the keys in keys.
-func (t *table) remove(keys []Digest) {
+func (t *table) remove(keys []digest) {
 	for i := range keys {
 		s := t.shard(&keys[i])
 		s.mu.Lock()

@@ -11,7 +11,7 @@ import (
 
 func TestTableWindows(t *testing.T) {
 	tb := newTable(10)
-	k := Digest{1}
+	k := digest{1}
 	tb.observe(&k, 100, 3, 2)
 	tb.observe(&k, 100, 1, 1)
 	e := tb.shard(&k).m[k]
@@ -41,7 +41,7 @@ func TestTableWindows(t *testing.T) {
 
 func TestTableFirstWindowAnywhere(t *testing.T) {
 	tb := newTable(10)
-	k := Digest{2}
+	k := digest{2}
 	tb.observe(&k, 1<<27+5, 1, 1) // more than half the packed range from zero
 	tb.observe(&k, 1<<27+5, 1, 1)
 	w, c := tb.shard(&k).m[k].counts()
@@ -51,7 +51,7 @@ func TestTableFirstWindowAnywhere(t *testing.T) {
 
 func TestTableConcurrentExact(t *testing.T) {
 	tb := newTable(10)
-	k := Digest{3}
+	k := digest{3}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -68,11 +68,11 @@ func TestTableConcurrentExact(t *testing.T) {
 func TestTableCap(t *testing.T) {
 	tb := newTable(2)
 	for i := range 5 {
-		tb.observe(&Digest{byte(i)}, 0, 1, 1)
+		tb.observe(&digest{byte(i)}, 0, 1, 1)
 	}
 	assert.Equal(t, int64(2), tb.n.Load())
 	assert.Equal(t, uint64(3), tb.dropped.Load())
-	tb.remove([]Digest{{0}, {9}})
+	tb.remove([]digest{{0}, {9}})
 	assert.Equal(t, int64(1), tb.n.Load())
 }
 
@@ -81,23 +81,23 @@ func TestShardPadding(t *testing.T) {
 }
 
 func TestHotPathAllocs(t *testing.T) {
-	n := &Node{table: newTable(10)}
-	n.snap.Store(&snapshot{keys: map[Digest]Estimate{{1}: {Known: true, Share: 0.5}}, members: 2})
-	k := Digest{1}
+	n := &node{table: newTable(10)}
+	n.snap.Store(&snapshot{keys: map[digest]estimate{{1}: {Known: true, Share: 0.5}}, members: 2})
+	k := digest{1}
 	n.Observe(k, 1, 1, 1)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { n.Observe(k, 1, 1, 1) }))
-	var e Estimate
+	var e estimate
 	assert.Zero(t, testing.AllocsPerRun(100, func() { e = n.Estimate(k) }))
-	assert.Zero(t, testing.AllocsPerRun(100, func() { e = n.Estimate(Digest{7}) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { e = n.Estimate(digest{7}) }))
 	assert.Equal(t, 0.5, n.Estimate(k).Share)
 	assert.Equal(t, 0.5, e.Share, "an unknown key splits evenly")
 }
 
 func BenchmarkObserve(b *testing.B) {
-	n := &Node{table: newTable(1 << 20)}
-	keys := make([]Digest, 1024)
+	n := &node{table: newTable(1 << 20)}
+	keys := make([]digest, 1024)
 	for i := range keys {
-		keys[i] = Digest{byte(i), byte(i >> 8), 1}
+		keys[i] = digest{byte(i), byte(i >> 8), 1}
 		n.Observe(keys[i], 1, 1, 1)
 	}
 	b.ReportAllocs()
@@ -111,12 +111,12 @@ func BenchmarkObserve(b *testing.B) {
 }
 
 func BenchmarkEstimate(b *testing.B) {
-	n := &Node{}
-	keys := make([]Digest, 1024)
-	m := make(map[Digest]Estimate, len(keys))
+	n := &node{}
+	keys := make([]digest, 1024)
+	m := make(map[digest]estimate, len(keys))
 	for i := range keys {
-		keys[i] = Digest{byte(i), byte(i >> 8), 1}
-		m[keys[i]] = Estimate{Known: true, Share: 0.5}
+		keys[i] = digest{byte(i), byte(i >> 8), 1}
+		m[keys[i]] = estimate{Known: true, Share: 0.5}
 	}
 	n.snap.Store(&snapshot{keys: m, members: 2})
 	b.ReportAllocs()
@@ -133,7 +133,7 @@ func BenchmarkEstimate(b *testing.B) {
 
 func TestTableReport(t *testing.T) {
 	tb := newTable(10)
-	k := Digest{2}
+	k := digest{2}
 	tb.report(&k, 100, 3, 7)
 	tb.report(&k, 100, 2, 5) // absolute: the later report replaces the count
 	e := tb.shard(&k).m[k]

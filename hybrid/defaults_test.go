@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/doctable"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -25,7 +24,7 @@ func TestDefaults(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
 	withRedis := Config{Redis: client}.withDefaults()
-	withGossip := Config{Gossip: &fallback.Config{}}.withDefaults()
+	withGossip := Config{Gossip: &GossipConfig{}}.withDefaults()
 	def := func(field, constant string, value, got any) doctable.Default {
 		return doctable.Default{Config: "Config", Field: field, Const: constant, Value: value, Got: got}
 	}
@@ -67,9 +66,9 @@ func TestDefaults(t *testing.T) {
 // building nothing.
 func TestConfigValidate(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
-	g := &fallback.Config{Insecure: true}
+	g := &GossipConfig{Insecure: true}
 	set := Config{
-		Keyspace: Keyspace{Prefix: "p"}, Mode: Local, Policy: FailClosed, Gossip: &fallback.Config{Logger: quiet},
+		Keyspace: Keyspace{Prefix: "p"}, Mode: Local, Policy: FailClosed, Gossip: &GossipConfig{Logger: quiet},
 		Clock: local.SystemClock{}, Shards: 8, MaxKeys: 10, Timeout: time.Second, MeterProvider: noop.NewMeterProvider(),
 		TracerProvider: tracenoop.NewTracerProvider(), Logger: quiet, Sync: SyncConfig{Interval: time.Second},
 	}

@@ -52,7 +52,9 @@
 // rejects, FailLocal (the default without gossip) gives each node an even
 // part of the limit, and Gossip (the default with Config.Gossip) each
 // node's own count plus its demand-weighted share of what the window has
-// left, from the counts the nodes gossip (package fallback). A hybrid lease
+// left, from the counts the nodes gossip (package fallback, configured by
+// Config.Gossip, a *GossipConfig; Stats reports the gossip's address and
+// figures). A hybrid lease
 // held is used to its end first. A decision made by a policy is an ordinary
 // one: its error is nil and Decision.Degraded reports it; a non-nil error
 // means misuse (ErrUnknownRule, ErrRedis). Once the Limiter knows Redis is
@@ -73,7 +75,7 @@
 // unreported, hands leases back, leaves the registry of live nodes and stops
 // every goroutine; Close does the same within 2s.
 // Unregister does it for one rule and releases what the rule held, so that
-// rules can come and go for the Limiter's life; RuleStats estimates what the
+// rules can come and go for the Limiter's life; Stats estimates what the
 // rules hold. The Limiter reports OpenTelemetry metrics
 // (hybridlimit.decisions, hybridlimit.sync.*, hybridlimit.keys,
 // hybridlimit.rules, hybridlimit.memory, hybridlimit.redis.available,

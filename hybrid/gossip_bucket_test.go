@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
@@ -20,7 +19,7 @@ import (
 // steadyMembers gives memberlist's failure detector time to spare, so that
 // a loaded machine does not have a live node declared dead (which hands the
 // others its share) while a test measures the split.
-func steadyMembers(c *fallback.Config) {
+func steadyMembers(c *hybrid.GossipConfig) {
 	c.Memberlist.ProbeInterval = 200 * time.Millisecond
 	c.Memberlist.ProbeTimeout = 100 * time.Millisecond
 	c.Memberlist.SuspicionMult = 4
@@ -90,7 +89,7 @@ func TestFallbackBucketOutage(t *testing.T) {
 	require.Eventually(t, func() bool {
 		step()
 		for _, l := range nodes {
-			if l.Gossip().Stats().RecordsReceived < uint64(len(algos)*len(workloads)) {
+			if l.Stats().GossipRecordsReceived < uint64(len(algos)*len(workloads)) {
 				return false
 			}
 		}

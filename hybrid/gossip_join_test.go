@@ -94,13 +94,13 @@ func TestBucketReturnJoinedNode(t *testing.T) {
 	client := redis.NewClient(opt)
 	t.Cleanup(func() { client.Close() })
 	cfg := nodeConfig(client, prefix, clk, "c", 2)
-	cfg.Gossip = gossipConfig("c", nodes[0].Gossip().Addr())
+	cfg.Gossip = gossipConfig("c", nodes[0].Stats().GossipAddr)
 	steadyMembers(cfg.Gossip)
 	nodes = append(nodes, newNode(t, cfg))
 	rules = append(rules, mustRegister(t, nodes[2], hybrid.Rule{Name: "r", Limit: lim}, hybrid.Hybrid))
 	markUnavailable(t, nodes[2], rules[2], clk)
 	for _, l := range nodes {
-		require.Eventually(t, func() bool { return l.Gossip().Members() == 3 }, 5*time.Second, 10*time.Millisecond,
+		require.Eventually(t, func() bool { return l.Stats().GossipMembers == 3 }, 5*time.Second, 10*time.Millisecond,
 			"every gossip node sees c")
 	}
 	// A second of outage: c's demand reaches the others, the split settles.

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
@@ -26,7 +25,7 @@ var gossipKey = []byte("0123456789abcdef")
 
 // gossipConfig is a gossip node on a free loopback port with intervals
 // short enough for tests.
-func gossipConfig(name string, seeds ...string) *fallback.Config {
+func gossipConfig(name string, seeds ...string) *hybrid.GossipConfig {
 	ml := memberlist.DefaultLocalConfig()
 	ml.Name, ml.BindAddr, ml.BindPort = name, "127.0.0.1", 0
 	ml.ProbeInterval = 50 * time.Millisecond
@@ -35,7 +34,7 @@ func gossipConfig(name string, seeds ...string) *fallback.Config {
 	ml.PushPullInterval = 300 * time.Millisecond
 	ml.SuspicionMult = 2
 	ml.TCPTimeout = 500 * time.Millisecond
-	return &fallback.Config{
+	return &hybrid.GossipConfig{
 		Memberlist: ml, Seeds: seeds, Keys: [][]byte{gossipKey}, Label: "hybrid-test",
 		Interval: 20 * time.Millisecond, DemandHalfLife: 200 * time.Millisecond, RecordTTL: 5 * time.Second,
 	}
@@ -50,14 +49,14 @@ func gossipCluster(t *testing.T, srv *redistest.Server, prefix string, clk *cloc
 
 // gossipClusterWith is gossipCluster with tune, if not nil, applied to each
 // node's gossip Config.
-func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *clocktest.Clock, tune func(*fallback.Config), names ...string) []*hybrid.Limiter {
+func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *clocktest.Clock, tune func(*hybrid.GossipConfig), names ...string) []*hybrid.Limiter {
 	t.Helper()
 	var out []*hybrid.Limiter
 	for i, name := range names {
 		cfg := nodeConfig(redistest.Client(t, srv.Addr), prefix, clk, name, len(names))
 		var seeds []string
 		if i > 0 {
-			seeds = []string{out[0].Gossip().Addr()}
+			seeds = []string{out[0].Stats().GossipAddr}
 		}
 		cfg.Gossip = gossipConfig(name, seeds...)
 		if tune != nil {
@@ -66,7 +65,7 @@ func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *
 		out = append(out, newNode(t, cfg))
 	}
 	for _, l := range out {
-		require.Eventually(t, func() bool { return l.Gossip().Members() == len(names) }, 5*time.Second, 10*time.Millisecond,
+		require.Eventually(t, func() bool { return l.Stats().GossipMembers == len(names) }, 5*time.Second, 10*time.Millisecond,
 			"every gossip node sees %d members", len(names))
 	}
 	return out
@@ -76,7 +75,7 @@ func gossipClusterWith(t *testing.T, srv *redistest.Server, prefix string, clk *
 // it (TestDefaults checks that Config.Gossip makes Gossip the default policy).
 func TestFallbackDefaultPolicy(t *testing.T) {
 	assert.Equal(t, "gossip", hybrid.Gossip.String())
-	_, err := hybrid.New(hybrid.Config{Gossip: &fallback.Config{}}) // no keys, not Insecure
+	_, err := hybrid.New(hybrid.Config{Gossip: &hybrid.GossipConfig{}}) // no keys, not Insecure
 	assert.ErrorIs(t, err, hybrid.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "Gossip")
 }
@@ -127,7 +126,7 @@ func TestFallbackSkewedOutage(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		step(true)
-		return nodes[0].Gossip().Stats().RecordsReceived > 0 && nodes[1].Gossip().Stats().RecordsReceived > 0
+		return nodes[0].Stats().GossipRecordsReceived > 0 && nodes[1].Stats().GossipRecordsReceived > 0
 	}, 5*time.Second, 20*time.Millisecond, "records reach the peers")
 	// Redis dies at the start of a window.
 	wid := windowStart(clk, W)
@@ -280,7 +279,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 }
 
 // TestGossipMetrics: the gossip's figures and each switch of mode are
-// metrics.
+// metrics, and the figures are in Limiter.Stats too.
 func TestGossipMetrics(t *testing.T) {
 	leakcheck.Check(t)
 	ctx := context.Background()
@@ -296,12 +295,12 @@ func TestGossipMetrics(t *testing.T) {
 		cfg.MeterProvider = mp
 		var seeds []string
 		if i > 0 {
-			seeds = []string{nodes[0].Gossip().Addr()}
+			seeds = []string{nodes[0].Stats().GossipAddr}
 		}
 		cfg.Gossip = gossipConfig(name, seeds...)
 		nodes = append(nodes, newNode(t, cfg))
 	}
-	require.Eventually(t, func() bool { return nodes[0].Gossip().Members() == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return nodes[0].Stats().GossipMembers == 2 }, 5*time.Second, 10*time.Millisecond)
 	r := mustRegister(t, nodes[0], hybrid.Rule{Name: "r", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
 	for range 20 {
 		nodes[0].Allow(ctx, r, "k")
@@ -317,6 +316,31 @@ func TestGossipMetrics(t *testing.T) {
 	assert.Contains(t, c, "hybridlimit.gossip.records.dropped")
 	changes := int64Points(t, c, "hybridlimit.mode.changes")
 	assert.Equal(t, map[string]int64{"to=policy": 1}, changes)
+
+	// Stats reads the same counters later (the metrics sum both nodes'):
+	// at least what was collected.
+	var sum hybrid.Stats
+	for _, n := range nodes {
+		st := n.Stats()
+		assert.NotEmpty(t, st.GossipAddr)
+		assert.Positive(t, st.GossipBytesSent)
+		assert.Zero(t, st.GossipMalformed)
+		sum.GossipBytesSent += st.GossipBytesSent
+		sum.GossipBytesReceived += st.GossipBytesReceived
+		sum.GossipRecordsSent += st.GossipRecordsSent
+		sum.GossipRecordsReceived += st.GossipRecordsReceived
+	}
+	assert.Equal(t, 2, nodes[0].Stats().GossipMembers)
+	bytes, records := int64Points(t, c, "hybridlimit.gossip.io"), int64Points(t, c, "hybridlimit.gossip.records")
+	assert.GreaterOrEqual(t, sum.GossipBytesSent, uint64(bytes["direction=sent"]))
+	assert.GreaterOrEqual(t, sum.GossipBytesReceived, uint64(bytes["direction=received"]))
+	assert.GreaterOrEqual(t, sum.GossipRecordsSent, uint64(records["direction=sent"]))
+	assert.GreaterOrEqual(t, sum.GossipRecordsReceived, uint64(records["direction=received"]))
+
+	alone, err := hybrid.New(hybrid.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { alone.Close() })
+	assert.Equal(t, hybrid.Stats{}, alone.Stats(), "no gossip, no rules: zero figures")
 }
 
 // TestNoBurstOnUnknownUse: a token bucket drained by the failure policies

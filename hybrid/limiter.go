@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
@@ -119,11 +118,13 @@ type Config struct {
 	// demand are known across the nodes when Redis fails; the Gossip
 	// policy decides from them. Its fields take package fallback's
 	// defaults, but its Logger, which defaults to Logger. New checks it as
-	// it starts the node. The Limiter owns the node: Shutdown and Close
-	// stop it. Default nil: no gossip.
-	Gossip *fallback.Config
-	// Clock tells the time: any type with a Now() time.Time method. Default:
-	// a CoarseClock of 1ms resolution that New starts and Shutdown stops. Hybrid and local decisions read it;
+	// it starts the node, which joins its Seeds. The Limiter owns the node:
+	// Shutdown and Close stop it; Stats reports its address and figures.
+	// Default nil: no gossip.
+	Gossip *GossipConfig
+	// Clock tells the time: any type with a Now() time.Time method.
+	// Default: a CoarseClock of 1ms resolution that New starts and Shutdown
+	// stops. Hybrid and local decisions read it;
 	// Redis scripts read Redis's clock, which the syncer relates to this
 	// one.
 	Clock local.Clock

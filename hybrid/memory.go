@@ -2,8 +2,10 @@ package hybrid
 
 import "github.com/hybridlimit/hybridlimit/local"
 
-// RuleStats are figures for sizing a Limiter's rules (Limiter.RuleStats).
-type RuleStats struct {
+// Stats are a Limiter's figures (Limiter.Stats): its rules', for sizing,
+// and its gossip node's, zero without Config.Gossip. The gossip's counts
+// are cumulative since New.
+type Stats struct {
 	Rules int // rules registered
 	Keys  int // keys their tables hold (hybridlimit.keys, summed)
 	// Bytes estimates the heap the rules hold: each rule's fixed part, as
@@ -14,24 +16,50 @@ type RuleStats struct {
 	// sub-window counter's counts, kept beside their keys' entries, are not
 	// counted. For sizing, not accounting.
 	Bytes int64
+
+	// GossipAddr is the "host:port" the gossip node advertises, which the
+	// other nodes list in their GossipConfig.Seeds; with
+	// Memberlist.BindPort 0, the port it bound.
+	GossipAddr string
+	// GossipMembers counts the gossip cluster's members, this node and
+	// suspected ones included (hybridlimit.gossip.members): the nodes the
+	// Gossip policy splits a limit among.
+	GossipMembers int
+	// GossipKeys counts the keys the gossip node tracks now.
+	GossipKeys            int
+	GossipBytesSent       uint64 // hybridlimit.gossip.io, sent
+	GossipBytesReceived   uint64 // hybridlimit.gossip.io, received
+	GossipRecordsSent     uint64 // records handed to memberlist, by broadcast or push/pull
+	GossipRecordsReceived uint64 // peers' records accepted as newer than held
+	// GossipRecordsDropped counts records dropped: queue or store full
+	// (GossipConfig.MaxQueued, MaxRecords), or malformed.
+	GossipRecordsDropped uint64
+	GossipMalformed      uint64 // messages rejected as malformed (also in GossipRecordsDropped)
+	// GossipKeysDropped counts reports of keys beyond GossipConfig.MaxKeys,
+	// which the gossip does not track.
+	GossipKeysDropped uint64
 }
 
-// RuleStats returns the Limiter's rules, their keys, and an estimate of the
+// Stats returns the Limiter's rules, their keys, and an estimate of the
 // heap they hold (also reported as the hybridlimit.rules and
-// hybridlimit.memory gauges). It locks each rule's table shards in turn:
-// for monitoring, not per request.
-func (l *Limiter) RuleStats() RuleStats {
+// hybridlimit.memory gauges), and its gossip node's address and figures.
+// It locks each rule's table shards in turn: for monitoring, not per
+// request. It is safe for concurrent use.
+func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	rules := make([]*ruleState, 0, len(l.rules))
 	for _, rs := range l.rules {
 		rules = append(rules, rs)
 	}
 	l.mu.Unlock()
-	out := RuleStats{Rules: len(rules)}
+	out := Stats{Rules: len(rules)}
 	for _, rs := range rules {
 		st := rs.mode.stats()
 		out.Keys += st.Keys
 		out.Bytes += rs.bytes(st)
+	}
+	if l.gossip != nil {
+		l.gossip.stats(&out)
 	}
 	return out
 }
@@ -49,7 +77,7 @@ const (
 	hybridKeyBytes   = 40
 )
 
-// bytes estimates the heap rs holds (RuleStats.Bytes): its fixed part and
+// bytes estimates the heap rs holds (Stats.Bytes): its fixed part and
 // its tables, st being its mode's Stats.
 func (rs *ruleState) bytes(st local.Stats) int64 {
 	b := st.Bytes

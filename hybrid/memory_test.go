@@ -30,7 +30,7 @@ func heapAfterGC() int64 {
 }
 
 // ruleCost is what registering rules cost, per rule: measured (the live
-// heap's growth) and as Limiter.RuleStats estimates it.
+// heap's growth) and as Limiter.Stats estimates it.
 type ruleCost struct{ measured, estimated float64 }
 
 // costPerRule registers n rules of mode on a new Limiter of cfg, each
@@ -53,7 +53,7 @@ func costPerRule(tb testing.TB, cfg hybrid.Config, mode hybrid.Mode, n, keys int
 	lim := local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Minute}
 	rules := make([]*hybrid.Rule, n)
 	ctx := context.Background()
-	before, est := heapAfterGC(), l.RuleStats().Bytes
+	before, est := heapAfterGC(), l.Stats().Bytes
 	for i := range rules {
 		rules[i], err = l.Register(hybrid.Rule{Name: names[i], Limit: lim, Mode: mode})
 		require.NoError(tb, err)
@@ -68,7 +68,7 @@ func costPerRule(tb testing.TB, cfg hybrid.Config, mode hybrid.Mode, n, keys int
 		_, err := hybridsim.SyncAt(ctx, l, cfg.Clock.Now())
 		require.NoError(tb, err)
 	}
-	after, st := heapAfterGC(), l.RuleStats()
+	after, st := heapAfterGC(), l.Stats()
 	runtime.KeepAlive(rules)
 	require.Equal(tb, n, st.Rules)
 	require.Equal(tb, n*keys, st.Keys)
@@ -87,7 +87,7 @@ func memoryConfig(t testing.TB, shards int) hybrid.Config {
 
 // TestMemoryPerRule measures the heap a registered rule holds, idle and
 // with keys, in each mode, holds it to the budgets of docs/operating.md
-// (sizing), and holds Limiter.RuleStats's estimate within 10% of the
+// (sizing), and holds Limiter.Stats's estimate within 10% of the
 // measure.
 func TestMemoryPerRule(t *testing.T) {
 	if testing.Short() {
@@ -116,15 +116,15 @@ func TestMemoryPerRule(t *testing.T) {
 				n = 1_000
 			}
 			c := costPerRule(t, memoryConfig(t, tc.shards), tc.mode, n, tc.keys)
-			t.Logf("%s rule, %d shards, %d keys: %.0f bytes measured, %.0f estimated (RuleStats)", tc.mode, shardsOf(tc.shards), tc.keys, c.measured, c.estimated)
+			t.Logf("%s rule, %d shards, %d keys: %.0f bytes measured, %.0f estimated (Stats)", tc.mode, shardsOf(tc.shards), tc.keys, c.measured, c.estimated)
 			assert.LessOrEqual(t, c.measured, tc.budget, "bytes per rule")
-			assert.InEpsilon(t, c.measured, c.estimated, 0.10, "RuleStats.Bytes against the measure")
+			assert.InEpsilon(t, c.measured, c.estimated, 0.10, "Stats.Bytes against the measure")
 		})
 	}
 }
 
 // BenchmarkRuleMemory reports the heap a rule holds, idle, in each mode, at
-// the default shards and at 8 (B/rule: measured; est-B/rule: RuleStats's
+// the default shards and at 8 (B/rule: measured; est-B/rule: Stats's
 // estimate). Each iteration registers 10,000 rules on a new Limiter.
 func BenchmarkRuleMemory(b *testing.B) {
 	for _, shards := range []int{0, 8} {

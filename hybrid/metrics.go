@@ -152,7 +152,7 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 		return nil, err
 	}
 	memory, err := meter.Int64ObservableGauge("hybridlimit.memory",
-		metric.WithDescription("Estimated heap bytes the rules hold: their fixed parts, tables of keys and entries (Limiter.RuleStats)."), metric.WithUnit("By"))
+		metric.WithDescription("Estimated heap bytes the rules hold: their fixed parts, tables of keys and entries (Limiter.Stats)."), metric.WithUnit("By"))
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
@@ -25,7 +24,7 @@ type hybridRule struct {
 	lease  atomic.Pointer[lease.Rule]
 	store  *keyed.Store[lease.Lease]
 	fail   failover
-	salt   fallback.Digest // names the rule's keys on the gossip (gossipSalt)
+	salt   [lease.DigestSize]byte // names the rule's keys on the gossip (gossipSalt)
 }
 
 var _ modeRule = (*hybridRule)(nil)

@@ -12,22 +12,36 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/hybridlimit/hybridlimit/fallback"
+	"github.com/hybridlimit/hybridlimit/internal/gossiphook"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
+// GossipConfig configures the Limiter's gossip node (fallback.Config), for
+// Config.Gossip: its address and peers (Memberlist, Seeds), its keys and
+// cluster label, and how often and how much it gossips. Each field
+// documents its default.
+type GossipConfig = fallback.Config
+
+// startNode starts package fallback's gossip node (see
+// internal/gossiphook), set when fallback loads.
+var startNode = gossiphook.New.(func(fallback.Config) (gossiphook.Node, error))
+
+// A lease's digest names a key on the gossip, salted by its rule.
+var _ gossiphook.Digest = [lease.DigestSize]byte{}
+
 // gossip is the Limiter's gossip node (Config.Gossip) and its metrics.
 type gossip struct {
-	node *fallback.Node
+	node gossiphook.Node
 	reg  metric.Registration
 }
 
 // startGossip starts the node cfg describes and registers its figures as
 // metrics.
-func startGossip(cfg fallback.Config, l *Limiter) (*gossip, error) {
-	node, err := fallback.New(cfg)
+func startGossip(cfg GossipConfig, l *Limiter) (*gossip, error) {
+	node, err := startNode(cfg)
 	if err != nil {
 		if errors.Is(err, fallback.ErrInvalidConfig) {
 			return nil, fmt.Errorf("%w: Gossip: %w", ErrInvalidConfig, err)
@@ -49,9 +63,21 @@ func (g *gossip) close() error {
 	return g.node.Close()
 }
 
+// stats sets out's gossip figures from the node's.
+func (g *gossip) stats(out *Stats) {
+	st := g.node.Stats()
+	out.GossipAddr = g.node.Addr()
+	out.GossipMembers = g.node.Members() // the estimates' count, as the policy splits by it
+	out.GossipKeys = st.Keys
+	out.GossipBytesSent, out.GossipBytesReceived = st.BytesSent, st.BytesReceived
+	out.GossipRecordsSent, out.GossipRecordsReceived = st.RecordsSent, st.RecordsReceived
+	out.GossipRecordsDropped, out.GossipMalformed = st.RecordsDropped, st.Malformed
+	out.GossipKeysDropped = st.KeysDropped
+}
+
 // gossipMetrics registers the node's Stats as observable instruments, read
 // when the SDK collects.
-func gossipMetrics(meter metric.Meter, node *fallback.Node) (metric.Registration, error) {
+func gossipMetrics(meter metric.Meter, node gossiphook.Node) (metric.Registration, error) {
 	members, err := meter.Int64ObservableGauge("hybridlimit.gossip.members",
 		metric.WithDescription("Members of the gossip cluster, this node and suspected ones included."), metric.WithUnit("{node}"))
 	if err != nil {
@@ -90,16 +116,16 @@ func gossipMetrics(meter metric.Meter, node *fallback.Node) (metric.Registration
 // name, combined with each key's lease digest (gossipDigest), so that
 // records of one key under two rules stay apart. Every node computes it
 // alike.
-func gossipSalt(rule string) fallback.Digest {
+func gossipSalt(rule string) [lease.DigestSize]byte {
 	h := sha256.Sum256([]byte("hybridlimit/gossip\x00" + rule))
-	return fallback.Digest(h[:fallback.DigestSize])
+	return [lease.DigestSize]byte(h[:lease.DigestSize])
 }
 
 // gossipDigest is the gossip's name of the key whose lease digest is d
 // under the rule of salt: their XOR, as collision-resistant as the lease
 // digest within a rule, and computed without allocating.
-func gossipDigest(d *[lease.DigestSize]byte, salt *fallback.Digest) fallback.Digest {
-	var out fallback.Digest
+func gossipDigest(d, salt *[lease.DigestSize]byte) gossiphook.Digest {
+	var out gossiphook.Digest
 	for i := range out {
 		out[i] = d[i] ^ salt[i]
 	}
@@ -151,7 +177,7 @@ func (m *hybridRule) gossipBucket(e *keyed.Entry[lease.Lease], now int64, key st
 
 // estimate is the gossip estimate of k's key. m.salt is set once, in
 // newHybridRule, so the hot path reads it without a lock.
-func (m *hybridRule) estimate(k *lease.Lease) fallback.Estimate {
+func (m *hybridRule) estimate(k *lease.Lease) gossiphook.Estimate {
 	return m.l.gossip.node.Estimate(gossipDigest(&k.Digest, &m.salt))
 }
 
@@ -222,14 +248,4 @@ func (f *failover) gossipNodes(nodes int64) int64 {
 		return int64(g.node.Members())
 	}
 	return nodes
-}
-
-// Gossip returns the Limiter's gossip node, nil without Config.Gossip: for
-// its address (Addr), joining peers (Join), rotating keys (Keyring) and its
-// figures (Stats). The Limiter closes it; callers must not.
-func (l *Limiter) Gossip() *fallback.Node {
-	if l.gossip == nil {
-		return nil
-	}
-	return l.gossip.node
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // TestUnregister: once a rule is unregistered, every *Rule of it is unknown
-// to decisions, SetLimit and Unregister, and it leaves RuleStats; its name
+// to decisions, SetLimit and Unregister, and it leaves Stats; its name
 // can be registered again, as a new rule.
 func TestUnregister(t *testing.T) {
 	ctx := context.Background()
@@ -33,7 +33,7 @@ func TestUnregister(t *testing.T) {
 			other := mustRegister(t, l, hybrid.Rule{Name: "other", Limit: fixed(10, time.Minute), Mode: mode}, mode)
 			_, err := l.Allow(ctx, r, "k")
 			require.NoError(t, err)
-			require.Equal(t, 2, l.RuleStats().Rules)
+			require.Equal(t, 2, l.Stats().Rules)
 
 			require.NoError(t, l.Unregister(r))
 			for _, rr := range []*hybrid.Rule{r, again} {
@@ -47,7 +47,7 @@ func TestUnregister(t *testing.T) {
 				assert.Equal(t, hybrid.ModeDefault, l.Mode(rr))
 			}
 			assert.ErrorIs(t, l.Unregister(nil), hybrid.ErrUnknownRule)
-			assert.Equal(t, 1, l.RuleStats().Rules)
+			assert.Equal(t, 1, l.Stats().Rules)
 			d, err := l.Allow(ctx, other, "k")
 			require.NoError(t, err, "the other rule decides as before")
 			assert.True(t, d.Allowed())
@@ -204,5 +204,5 @@ func TestUnregisterMetrics(t *testing.T) {
 	}
 	c := collect(t, reader)
 	assert.Equal(t, map[string]int64{"mode=local": 1, "mode=central": 1, "mode=hybrid": 1}, int64Points(t, c, "hybridlimit.rules"))
-	assert.Equal(t, l.RuleStats().Bytes, int64Points(t, c, "hybridlimit.memory")[""])
+	assert.Equal(t, l.Stats().Bytes, int64Points(t, c, "hybridlimit.memory")[""])
 }

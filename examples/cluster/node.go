@@ -21,7 +21,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -52,12 +51,12 @@ const gossipKeyEnv = "HYBRIDLIMIT_DEMO_GOSSIP_KEY"
 // gossipConfig configures a node's gossip on the loopback interface: every
 // packet encrypted and authenticated with the cluster's key, under the
 // demo's cluster label.
-func gossipConfig(o nodeOptions, logger *slog.Logger) *fallback.Config {
+func gossipConfig(o nodeOptions, logger *slog.Logger) *hybrid.GossipConfig {
 	ml := memberlist.DefaultLocalConfig()
 	ml.Name = "n" + strconv.Itoa(o.id)
 	ml.BindAddr, ml.BindPort = "127.0.0.1", o.gossipPort
 	ml.AdvertiseAddr, ml.AdvertisePort = "127.0.0.1", o.gossipPort
-	return &fallback.Config{
+	return &hybrid.GossipConfig{
 		Memberlist: ml, Seeds: o.seeds, Keys: [][]byte{o.gossipKey}, Label: "hybridlimit-demo",
 		Logger: logger,
 	}

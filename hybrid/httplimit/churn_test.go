@@ -36,17 +36,17 @@ func TestSetRulesUnregisters(t *testing.T) {
 	b.Overrides = map[string]int64{"pro": 100, "key-1": 1}
 	m, err := httplimit.New(l, httplimit.Config{Rules: []httplimit.Rule{a, b}})
 	require.NoError(t, err)
-	require.Equal(t, 4, l.RuleStats().Rules, "a, b and b's two overrides")
+	require.Equal(t, 4, l.Stats().Rules, "a, b and b's two overrides")
 
 	require.NoError(t, m.SetRules([]httplimit.Rule{a}))
-	assert.Equal(t, 1, l.RuleStats().Rules, "b and its overrides unregistered")
+	assert.Equal(t, 1, l.Stats().Rules, "b and its overrides unregistered")
 
 	c := perIP("c", "/c", 10, time.Minute)
 	c.Overrides = map[string]int64{"pro": 100}
 	bad := perIP("d", "/d", 10, time.Minute)
 	bad.Mode = hybrid.Central // the Limiter has no Redis: Register refuses it
 	require.Error(t, m.SetRules([]httplimit.Rule{a, c, bad}))
-	assert.Equal(t, 1, l.RuleStats().Rules, "c and its override, registered before d was refused, are gone")
+	assert.Equal(t, 1, l.Stats().Rules, "c and its override, registered before d was refused, are gone")
 	assert.Equal(t, []httplimit.Rule{a}, m.Rules())
 }
 
@@ -82,7 +82,7 @@ func TestSetRulesUnderRequest(t *testing.T) {
 	assert.Equal(t, "4", w.Header().Get("X-RateLimit-Remaining"))
 	assert.Zero(t, read(t, "hybridlimit.http.errors"), "not the Limiter's misuse")
 	assert.Empty(t, logs.String())
-	assert.Equal(t, 1, l.RuleStats().Rules)
+	assert.Equal(t, 1, l.Stats().Rules)
 }
 
 // TestRulesChurn loads and removes many rule IDs through SetRules, reload
@@ -168,7 +168,7 @@ func TestRulesChurn(t *testing.T) {
 	assert.LessOrEqual(t, float64(after), 1.10*float64(baseline), "the live heap returns within 10%% of its baseline")
 	assert.Equal(t, map[string]bool{"base-a": true, "base-b": true}, collect(), "only the base rules' series")
 	t.Logf("%d rule IDs came and went: live heap %d bytes after, %d before; %d series", reloads*per, after, baseline, series)
-	st := l.RuleStats()
+	st := l.Stats()
 	assert.Equal(t, 2, st.Rules)
 	for _, gen := range []int{0, reloads / 2, reloads - 1} {
 		assert.Equal(t, "1", windowUse(t, c, ks, id(gen, 0), hybridsim.NodeID(l), clk.Now()), "what rule %s admitted, reported after its removal", id(gen, 0))

@@ -327,10 +327,10 @@ func TestSetRules(t *testing.T) {
 	assert.Equal(t, int64(13), remaining("/b"))
 	resp, _ := get(t, ts, "/a")
 	assert.Empty(t, resp.Header.Values("X-RateLimit-Limit"), "a removed")
-	assert.Equal(t, 1, l.RuleStats().Rules, "a unregistered")
+	assert.Equal(t, 1, l.Stats().Rules, "a unregistered")
 	require.NoError(t, m.SetRules([]httplimit.Rule{a, b2}))
 	assert.Equal(t, int64(9), remaining("/a"), "a back afresh: a Local rule's state went with it")
-	assert.Equal(t, 2, l.RuleStats().Rules)
+	assert.Equal(t, 2, l.Stats().Rules)
 }
 
 func TestRuleErrors(t *testing.T) {

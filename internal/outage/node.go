@@ -14,7 +14,6 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -125,7 +124,7 @@ func RunNode(spec Spec, out io.Writer) error {
 				ml.SuspicionMult = spec.SuspicionMult
 			}
 			ml.GossipInterval = 20 * time.Millisecond
-			cfg.Gossip = &fallback.Config{Memberlist: ml, Seeds: spec.Seeds, Keys: [][]byte{spec.Key}, Label: "outage",
+			cfg.Gossip = &hybrid.GossipConfig{Memberlist: ml, Seeds: spec.Seeds, Keys: [][]byte{spec.Key}, Label: "outage",
 				Interval: 50 * time.Millisecond, DemandHalfLife: time.Second, RejoinInterval: time.Second}
 			rule.Policy = hybrid.Gossip
 		case ModeFailLocal:
@@ -146,8 +145,8 @@ func RunNode(spec Spec, out io.Writer) error {
 			l.Close()
 			return fmt.Errorf("outage: %s: %w", mode, err)
 		}
-		if g := l.Gossip(); g != nil {
-			gossipAddr = g.Addr()
+		if mode == ModeFallback {
+			gossipAddr = l.Stats().GossipAddr
 		}
 		runners = append(runners, &runner{mode: mode, l: l, r: r})
 	}
@@ -167,8 +166,8 @@ func RunNode(spec Spec, out io.Writer) error {
 	}
 	flush := func(r *runner) {
 		if r.cur.Window != 0 {
-			if g := r.l.Gossip(); g != nil {
-				r.cur.Members = g.Members()
+			if r.mode == ModeFallback {
+				r.cur.Members = r.l.Stats().GossipMembers
 			}
 			emit(r.cur)
 		}
