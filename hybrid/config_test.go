@@ -12,6 +12,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestNewValidatesWithoutRedis: a bad field is reported, naming it, before
@@ -59,7 +60,7 @@ func TestAllowNoAllocs(t *testing.T) {
 			syncOK(t, l, clk)
 			d, err := l.Allow(ctx, r, "k")
 			require.NoError(t, err)
-			require.Equal(t, hybrid.ReasonOK, d.Reason(), "the key holds no lease")
+			require.Equal(t, local.ReasonOK, d.Reason(), "the key holds no lease")
 			allocs := testing.AllocsPerRun(100, func() { l.Allow(ctx, r, "k") })
 			assert.Zero(t, allocs)
 		})

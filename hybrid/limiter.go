@@ -176,13 +176,13 @@ type Config struct {
 // starts its own); Sync's defaults are package syncer's, filled in when New
 // starts the syncer, and Gossip's others package fallback's.
 func (c Config) withDefaults() Config {
-	if c.Mode == ModeDefault {
+	if c.Mode == modeDefault {
 		c.Mode = Local
 		if c.Redis != nil {
 			c.Mode = Hybrid
 		}
 	}
-	if c.Policy == PolicyDefault {
+	if c.Policy == policyDefault {
 		c.Policy = defaultPolicy
 		if c.Gossip != nil {
 			c.Policy = Gossip
@@ -390,7 +390,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		return nil, fmt.Errorf("%w: rule %q: KeyTTL %v: must not be negative", ErrInvalidRule, r.Name, r.KeyTTL)
 	}
 	mode, policy := r.Mode, r.Policy
-	if mode == ModeDefault {
+	if mode == modeDefault {
 		mode = l.cfg.Mode
 	}
 	if mode > Hybrid {
@@ -399,7 +399,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	if mode != Local && l.central == nil {
 		return nil, fmt.Errorf("%w: rule %q: Mode %s needs Redis in the Config", ErrInvalidRule, r.Name, mode)
 	}
-	if policy == PolicyDefault {
+	if policy == policyDefault {
 		policy = l.cfg.Policy
 	}
 	if policy > Gossip {
@@ -409,9 +409,9 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	switch {
 	case wait > WaitFirst:
 		return nil, fmt.Errorf("%w: rule %q: Wait %d: unknown", ErrInvalidRule, r.Name, wait)
-	case wait == WaitDefault && l.cfg.manualSync:
+	case wait == waitDefault && l.cfg.manualSync:
 		wait = WaitNever
-	case wait == WaitDefault:
+	case wait == waitDefault:
 		wait = WaitInFlight
 	}
 	l.mu.Lock()
@@ -517,7 +517,7 @@ func (l *Limiter) SetLimit(r *Rule, limit Limit) error {
 // Unregister removes r's rule from the Limiter, so that the memory it holds
 // (its keys, its failure policy's state) and its metric series go; every
 // *Rule of it returns ErrUnknownRule from then on, to decisions, SetLimit,
-// and Unregister again (Mode returns ModeDefault). A decision under way
+// and Unregister again (Mode returns the zero Mode). A decision under way
 // when it is called completes as usual.
 //
 // What the rule's keys admitted is not lost: in Hybrid mode the syncer's
@@ -569,7 +569,7 @@ func (l *Limiter) Mode(r *Rule) Mode {
 	if rs, err := l.state(r); err == nil {
 		return rs.mode.kind()
 	}
-	return ModeDefault
+	return modeDefault
 }
 
 // Allow is AllowN(ctx, r, key, 1).

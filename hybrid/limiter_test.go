@@ -113,8 +113,8 @@ func TestNewCopiesConfig(t *testing.T) {
 	require.Equal(t, before, cfg, "New changed the Config")
 	// The defaults it filled in are its own: the caller's zero fields stay
 	// zero, and a second Limiter from the same value works.
-	require.Equal(t, hybrid.ModeDefault, cfg.Mode, "Config changed")
-	require.Equal(t, hybrid.PolicyDefault, cfg.Policy, "Config changed")
+	require.Equal(t, hybrid.Mode(0), cfg.Mode, "Config changed")
+	require.Equal(t, hybrid.Policy(0), cfg.Policy, "Config changed")
 	require.Nil(t, cfg.Logger, "Config changed")
 	require.Equal(t, testInterval, cfg.Sync.Interval, "Config changed")
 	// The caller overwrites the secret's bytes: the Limiter keeps the copy.
@@ -218,26 +218,26 @@ func TestRegisterModes(t *testing.T) {
 		limiter hybrid.Mode // Config.Mode
 		nodes   int         // Config.Sync.Nodes
 		rule    hybrid.Rule
-		want    hybrid.Mode // ModeDefault: Register fails with ErrInvalidRule
+		want    hybrid.Mode // the zero Mode: Register fails with ErrInvalidRule
 	}{
-		{"no Redis: local", false, hybrid.ModeDefault, 0, hybrid.Rule{Limit: fixed(10, time.Second)}, hybrid.Local},
-		{"Redis: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Hybrid},
-		{"GCRA: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.Limit{Algorithm: local.GCRA, Quota: 1000, Window: time.Second}}, hybrid.Hybrid},
-		{"counter: hybrid", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 1000, Window: time.Second}}, hybrid.Hybrid},
-		{"sliding log: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: slidingLog}, hybrid.Central},
-		{"asked hybrid, sliding log: error", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: slidingLog}, hybrid.ModeDefault},
-		{"bucket past 2^51: central", true, hybrid.ModeDefault, 0, hybrid.Rule{Limit: bigBucket}, hybrid.Central},
-		{"asked hybrid, bucket past 2^51: error", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: bigBucket}, hybrid.ModeDefault},
-		{"99/s, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(99, time.Second)}, hybrid.Hybrid},
-		{"100/s, 2 nodes: hybrid", true, hybrid.ModeDefault, 2, hybrid.Rule{Limit: fixed(100, time.Second)}, hybrid.Hybrid},
-		{"1000/min, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: fixed(1000, time.Minute)}, hybrid.Hybrid},
-		{"token bucket 10/s, 1 node: hybrid", true, hybrid.ModeDefault, 1, hybrid.Rule{Limit: local.Limit{Algorithm: local.TokenBucket, Quota: 10, Window: time.Second}}, hybrid.Hybrid},
-		{"GCRA 100/s burst 20, 4 nodes: hybrid", true, hybrid.ModeDefault, 4, hybrid.Rule{Limit: local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 20}}, hybrid.Hybrid},
-		{"leaky bucket 5/s, 8 nodes, asked hybrid: hybrid", true, hybrid.ModeDefault, 8, hybrid.Rule{Mode: hybrid.Hybrid, Limit: local.Limit{Algorithm: local.LeakyBucket, Quota: 5, Window: time.Second}}, hybrid.Hybrid},
-		{"counter 10/min, 10 nodes: hybrid", true, hybrid.ModeDefault, 10, hybrid.Rule{Limit: local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 10, Window: time.Minute}}, hybrid.Hybrid},
-		{"explicit local with Redis", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Local, Limit: fixed(1000, time.Second)}, hybrid.Local},
-		{"explicit central", true, hybrid.ModeDefault, 0, hybrid.Rule{Mode: hybrid.Central, Limit: fixed(1000, time.Second)}, hybrid.Central},
-		{"explicit central, small limit", true, hybrid.ModeDefault, 4, hybrid.Rule{Mode: hybrid.Central, Limit: fixed(5, time.Second)}, hybrid.Central},
+		{"no Redis: local", false, hybrid.Mode(0), 0, hybrid.Rule{Limit: fixed(10, time.Second)}, hybrid.Local},
+		{"Redis: hybrid", true, hybrid.Mode(0), 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Hybrid},
+		{"GCRA: hybrid", true, hybrid.Mode(0), 0, hybrid.Rule{Limit: local.Limit{Algorithm: local.GCRA, Quota: 1000, Window: time.Second}}, hybrid.Hybrid},
+		{"counter: hybrid", true, hybrid.Mode(0), 0, hybrid.Rule{Limit: local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 1000, Window: time.Second}}, hybrid.Hybrid},
+		{"sliding log: central", true, hybrid.Mode(0), 0, hybrid.Rule{Limit: slidingLog}, hybrid.Central},
+		{"asked hybrid, sliding log: error", true, hybrid.Mode(0), 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: slidingLog}, hybrid.Mode(0)},
+		{"bucket past 2^51: central", true, hybrid.Mode(0), 0, hybrid.Rule{Limit: bigBucket}, hybrid.Central},
+		{"asked hybrid, bucket past 2^51: error", true, hybrid.Mode(0), 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: bigBucket}, hybrid.Mode(0)},
+		{"99/s, 1 node: hybrid", true, hybrid.Mode(0), 1, hybrid.Rule{Limit: fixed(99, time.Second)}, hybrid.Hybrid},
+		{"100/s, 2 nodes: hybrid", true, hybrid.Mode(0), 2, hybrid.Rule{Limit: fixed(100, time.Second)}, hybrid.Hybrid},
+		{"1000/min, 1 node: hybrid", true, hybrid.Mode(0), 1, hybrid.Rule{Limit: fixed(1000, time.Minute)}, hybrid.Hybrid},
+		{"token bucket 10/s, 1 node: hybrid", true, hybrid.Mode(0), 1, hybrid.Rule{Limit: local.Limit{Algorithm: local.TokenBucket, Quota: 10, Window: time.Second}}, hybrid.Hybrid},
+		{"GCRA 100/s burst 20, 4 nodes: hybrid", true, hybrid.Mode(0), 4, hybrid.Rule{Limit: local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 20}}, hybrid.Hybrid},
+		{"leaky bucket 5/s, 8 nodes, asked hybrid: hybrid", true, hybrid.Mode(0), 8, hybrid.Rule{Mode: hybrid.Hybrid, Limit: local.Limit{Algorithm: local.LeakyBucket, Quota: 5, Window: time.Second}}, hybrid.Hybrid},
+		{"counter 10/min, 10 nodes: hybrid", true, hybrid.Mode(0), 10, hybrid.Rule{Limit: local.Limit{Algorithm: local.SlidingWindowCounter, Quota: 10, Window: time.Minute}}, hybrid.Hybrid},
+		{"explicit local with Redis", true, hybrid.Mode(0), 0, hybrid.Rule{Mode: hybrid.Local, Limit: fixed(1000, time.Second)}, hybrid.Local},
+		{"explicit central", true, hybrid.Mode(0), 0, hybrid.Rule{Mode: hybrid.Central, Limit: fixed(1000, time.Second)}, hybrid.Central},
+		{"explicit central, small limit", true, hybrid.Mode(0), 4, hybrid.Rule{Mode: hybrid.Central, Limit: fixed(5, time.Second)}, hybrid.Central},
 		{"limiter default central", true, hybrid.Central, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Central},
 		{"limiter default local", true, hybrid.Local, 0, hybrid.Rule{Limit: fixed(1000, time.Second)}, hybrid.Local},
 		{"limiter default local, rule hybrid", true, hybrid.Local, 0, hybrid.Rule{Mode: hybrid.Hybrid, Limit: fixed(1000, time.Second)}, hybrid.Hybrid},
@@ -251,7 +251,7 @@ func TestRegisterModes(t *testing.T) {
 			l := newNode(t, cfg)
 			c.rule.Name = "r"
 			r, err := l.Register(c.rule)
-			if c.want == hybrid.ModeDefault {
+			if c.want == hybrid.Mode(0) {
 				require.ErrorIs(t, err, hybrid.ErrInvalidRule)
 				assert.ErrorIs(t, err, syncer.ErrNotLeasable)
 				assert.Contains(t, err.Error(), "Mode hybrid", "the error names the field")
@@ -310,7 +310,7 @@ func TestUnknownRule(t *testing.T) {
 			assert.ErrorIs(t, err, hybrid.ErrUnknownRule, "AllowN")
 			assert.False(t, d.Allowed(), "AllowN: %+v", d)
 			assert.ErrorIs(t, l1.SetLimit(r, fixed(5, time.Second)), hybrid.ErrUnknownRule, "SetLimit")
-			assert.Equal(t, hybrid.ModeDefault, l1.Mode(r), "Mode")
+			assert.Equal(t, hybrid.Mode(0), l1.Mode(r), "Mode")
 			out := make([]local.Decision, 2)
 			ok, err := l1.AllowMulti(ctx, []hybrid.Request{{Rule: mine, Key: "k", N: 1}, {Rule: r, Key: "k", N: 1}}, out)
 			assert.ErrorIs(t, err, hybrid.ErrUnknownRule, "AllowMulti")

@@ -65,7 +65,7 @@ func TestAllowMultiNoAllocations(t *testing.T) {
 	}
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(t, nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1))
-	rs := registerMixed(t, l, time.Hour, map[string]int64{"local": 1 << 40, "hybrid": 1 << 40, "central": 1 << 40}, hybrid.PolicyDefault)
+	rs := registerMixed(t, l, time.Hour, map[string]int64{"local": 1 << 40, "hybrid": 1 << 40, "central": 1 << 40}, hybrid.Policy(0))
 	ctx := context.Background()
 	for _, names := range [][]string{{"local", "local"}, {"hybrid", "hybrid"}, {"local", "hybrid"}, {"hybrid", "local", "hybrid"}} {
 		reqs := mixedRequests(rs, "k", names)

@@ -70,7 +70,7 @@ func TestAllowMultiMixedModes(t *testing.T) {
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
 	l := newNode(t, nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1))
 	limits := map[string]int64{"local": 5, "hybrid": 50, "central": 5}
-	rs := registerMixed(t, l, time.Minute, limits, hybrid.PolicyDefault)
+	rs := registerMixed(t, l, time.Minute, limits, hybrid.Policy(0))
 
 	// fresh returns a new key whose hybrid lease is held.
 	var keys int
@@ -162,7 +162,7 @@ func TestAllowMultiMixedConcurrent(t *testing.T) {
 			rules := make([]mixedRules, len(ids))
 			for i, id := range ids {
 				nodes[i] = newNode(t, nodeConfig(client, prefix, clk, id, len(ids)))
-				rules[i] = registerMixed(t, nodes[i], W, limits, hybrid.PolicyDefault)
+				rules[i] = registerMixed(t, nodes[i], W, limits, hybrid.Policy(0))
 			}
 			names := []string{"hybrid", "local", "central"}
 			var admitted [2]atomic.Int64
@@ -301,7 +301,7 @@ func TestAllowMultiMixedTakenInBetween(t *testing.T) {
 	hook := &armedHook{}
 	c.AddHook(hook)
 	l := newNode(t, nodeConfig(c, redistest.Prefix(t), clk, "a", 1))
-	rs := registerMixed(t, l, time.Minute, map[string]int64{"local": 5, "hybrid": 50, "central": 5}, hybrid.PolicyDefault)
+	rs := registerMixed(t, l, time.Minute, map[string]int64{"local": 5, "hybrid": 50, "central": 5}, hybrid.Policy(0))
 	for _, combo := range [][]string{{"local", "central"}, {"central", "hybrid", "local"}} {
 		t.Run(fmt.Sprint(combo), func(t *testing.T) {
 			key := fmt.Sprint(combo)

@@ -10,13 +10,13 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// Mode is where a rule's decisions are made.
+// Mode is where a rule's decisions are made. The zero Mode takes the
+// Limiter's default: Hybrid with Redis, Local without.
 type Mode uint8
 
 const (
-	// ModeDefault takes the Limiter's default: Hybrid with Redis, Local
-	// without.
-	ModeDefault Mode = iota
+	// modeDefault is the zero Mode: the Limiter's default.
+	modeDefault Mode = iota
 	// Local decides on this node alone: no network, each node its own
 	// limit (a cluster of N admits up to N × the limit).
 	Local
@@ -43,13 +43,13 @@ func (m Mode) String() string {
 // slow, or not answering for the key. In hybrid mode it applies to keys
 // whose lease ran out and could not be renewed; a lease held is used to its
 // end. A policy's decision comes with a nil error and Decision.Degraded
-// true.
+// true. The zero Policy takes the Limiter's default: Gossip with
+// Config.Gossip, FailLocal without.
 type Policy uint8
 
 const (
-	// PolicyDefault takes the Limiter's default: Gossip with
-	// Config.Gossip, FailLocal without.
-	PolicyDefault Policy = iota
+	// policyDefault is the zero Policy: the Limiter's default.
+	policyDefault Policy = iota
 	// FailOpen admits: availability over the limit.
 	FailOpen
 	// FailClosed rejects (ReasonUnavailable: Redis could not decide, and
@@ -83,14 +83,14 @@ func (p Policy) String() string {
 
 // Wait is whether a hybrid rule's request that only an exchange with Redis
 // can decide (its key's lease used up, or not there yet, and Redis may have
-// more) waits for that exchange or is refused at once.
+// more) waits for that exchange or is refused at once. The zero Wait is
+// WaitInFlight (WaitNever under the simulation's manual sync, where no loop
+// runs the exchanges a request would wait for).
 type Wait uint8
 
 const (
-	// WaitDefault takes the default: WaitInFlight, or WaitNever under
-	// Config.manualSync, where no loop runs the exchanges a request would
-	// wait for.
-	WaitDefault Wait = iota
+	// waitDefault is the zero Wait: WaitInFlight.
+	waitDefault Wait = iota
 	// WaitNever never waits: a key's first requests on a node are decided
 	// at once within the cold-start allowance (SyncConfig.Epsilon), and
 	// past it, until the lease arrives, refused (ReasonLimited, RetryAfter

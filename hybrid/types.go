@@ -19,10 +19,9 @@ type (
 	// (local.Decision). Its Capacity method is the most a single request may
 	// cost under the rule: Limit.Quota for the window algorithms, the
 	// burst for the buckets; in hybrid mode always the rule's, never a
-	// lease's.
+	// lease's. Its Reason is a local.Reason: Allowed, RetryAfter and
+	// Degraded are what a caller usually needs.
 	Decision = local.Decision
-	// Reason tells why a request was decided as it was (local.Reason).
-	Reason = local.Reason
 	// Keyspace names the Redis keys (syncer.Keyspace), for Config.Keyspace.
 	Keyspace = syncer.Keyspace
 	// SyncConfig configures the hybrid mode's syncer (syncer.SyncConfig),
@@ -35,19 +34,8 @@ const (
 	FixedWindow          = local.FixedWindow          // counts per window aligned to the clock
 	SlidingWindowLog     = local.SlidingWindowLog     // exact, a log of requests; a Hybrid rule of it runs Central
 	SlidingWindowCounter = local.SlidingWindowCounter // weights the previous window's count
-	TokenBucket          = local.TokenBucket          // refills Limit per Window up to Burst
-	LeakyBucket          = local.LeakyBucket          // drains Limit per Window from a bucket of Burst
+	TokenBucket          = local.TokenBucket          // refills Quota per Window up to Burst
+	LeakyBucket          = local.LeakyBucket          // drains Quota per Window from a bucket of Burst
 	GCRA                 = local.GCRA                 // a theoretical arrival time, within Burst intervals
-	SubWindowCounter     = local.SubWindowCounter     // a count per sub-window, the last SubWindows within Limit
-)
-
-// The reasons of a Decision; see local.Reason for each one.
-const (
-	ReasonOK          = local.ReasonOK          // admitted
-	ReasonLimited     = local.ReasonLimited     // the limit is reached; retry after RetryAfter
-	ReasonCostTooHigh = local.ReasonCostTooHigh // the cost is above what the rule can ever admit
-	ReasonInvalidCost = local.ReasonInvalidCost // the cost is negative
-	ReasonOverflow    = local.ReasonOverflow    // a new key, and the key table is full
-	ReasonNoLease     = local.ReasonNoLease     // hybrid: the request waited for its key's lease (Rule.Wait), and its context ended first
-	ReasonUnavailable = local.ReasonUnavailable // Redis could not decide; the failure policy did
+	SubWindowCounter     = local.SubWindowCounter     // a count per sub-window, the last SubWindows within Quota
 )

@@ -20,7 +20,7 @@ var WaitModes = []string{WaitNever, WaitInFlight, WaitFirst}
 
 // waits maps Spec.Wait to Rule.Wait.
 var waits = map[string]hybrid.Wait{
-	"":           hybrid.WaitDefault,
+	"":           0, // the Limiter's default
 	WaitNever:    hybrid.WaitNever,
 	WaitInFlight: hybrid.WaitInFlight,
 	WaitFirst:    hybrid.WaitFirst,

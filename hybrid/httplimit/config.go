@@ -94,7 +94,7 @@ type Config struct {
 	// so refused clients do not all come back at once. Default 0.
 	RetryJitter time.Duration
 	// UnavailableStatus is the status of a refusal made without Redis by
-	// a FailClosed rule (hybrid.ReasonUnavailable), when no other rule
+	// a FailClosed rule (local.ReasonUnavailable), when no other rule
 	// refused the request for its limit: the client did nothing wrong, and
 	// a 429 would say it sent too much. Its body's problem type is
 	// UnavailableProblemType. 400 to 599. Default 503 (Service

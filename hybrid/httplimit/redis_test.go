@@ -240,7 +240,7 @@ func TestMetricsEqualWhatHappened(t *testing.T) {
 		return httplimit.Rule{ID: id, Key: key, Endpoint: endpoint, Algorithm: hybrid.FixedWindow, Quota: limit, Window: time.Minute, Mode: mode, Policy: p}
 	}
 	rules := []httplimit.Rule{
-		rule("ip", httplimit.KeyIP, "/", 40, hybrid.Local, hybrid.PolicyDefault),
+		rule("ip", httplimit.KeyIP, "/", 40, hybrid.Local, hybrid.Policy(0)),
 		rule("user", httplimit.KeyUser, "/api/", 6, hybrid.Hybrid, hybrid.FailOpen),
 		rule("key", httplimit.KeyAPIKey, "/api/", 4, hybrid.Central, hybrid.FailClosed),
 		rule("login", httplimit.KeyIP, "/login", 3, hybrid.Hybrid, hybrid.FailClosed),

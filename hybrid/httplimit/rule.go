@@ -71,7 +71,7 @@ type Rule struct {
 	// Limiter's.
 	Policy hybrid.Policy `rules:"policy,omitempty"`
 	// Wait is whether a Hybrid rule's request waits for its key's
-	// exchange with Redis. Default: hybrid.WaitDefault.
+	// exchange with Redis. Default: the zero Wait, hybrid.WaitInFlight.
 	Wait hybrid.Wait `rules:"wait,omitempty"`
 	// Shadow counts and sends the headers, but never refuses. Default
 	// false.

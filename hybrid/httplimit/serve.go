@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // Header names, in canonical form so that they are set without
@@ -164,13 +165,13 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 // unavailable reports whether it is a refusal made without Redis by a
 // FailClosed rule: no limit decided it.
 func (it *item) unavailable() bool {
-	return !it.d.Allowed() && it.d.Reason() == hybrid.ReasonUnavailable
+	return !it.d.Allowed() && it.d.Reason() == local.ReasonUnavailable
 }
 
 // figures reports whether its decision has figures of a limit: not one of
 // FailOpen or FailClosed, made without Redis and without a limit.
 func (it *item) figures() bool {
-	return !(it.d.Degraded() && it.d.Reason() == hybrid.ReasonUnavailable)
+	return !(it.d.Degraded() && it.d.Reason() == local.ReasonUnavailable)
 }
 
 // quotaRefused reports whether an enforced rule refused the request for
@@ -301,7 +302,7 @@ func (m *Middleware) degraded(sc *scratch, shadow bool) bool {
 
 // violated reports whether it refused the request, or would have.
 func (it *item) violated() bool {
-	return !it.d.Allowed() && it.d.Reason() != hybrid.ReasonOK
+	return !it.d.Allowed() && it.d.Reason() != local.ReasonOK
 }
 
 // decided reports whether it has a decision: shadow items are decided only
