@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/doctable"
-	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // TestDefaults holds docs/operating.md's rows for package hybrid against
@@ -35,7 +35,7 @@ func TestDefaults(t *testing.T) {
 			{Config: "Config", Field: "Mode", Doc: "Local; Hybrid with Redis", Got: c.Mode},
 			{Config: "Config", Field: "Policy", Const: "defaultPolicy", Value: defaultPolicy, Doc: "FailLocal; Gossip with Config.Gossip", Got: c.Policy},
 			{Config: "Config", Field: "Gossip.Logger", Doc: "Logger", Got: withGossip.Gossip.Logger},
-			{Config: "Config", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a CoarseClock of 1ms that New starts and Shutdown stops", Got: c.Clock, Built: true},
+			{Config: "Config", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a coarse clock of 1ms that New starts and Shutdown stops", Got: c.Clock, Built: true},
 			def("Shards", "defaultShards", defaultShards, c.Shards),
 			def("MaxKeys", "defaultMaxKeys", defaultMaxKeys, c.MaxKeys),
 			def("Timeout", "defaultTimeout", defaultTimeout, c.Timeout),
@@ -69,7 +69,7 @@ func TestConfigValidate(t *testing.T) {
 	g := &GossipConfig{Insecure: true}
 	set := Config{
 		Keyspace: Keyspace{Prefix: "p"}, Mode: Local, Policy: FailClosed, Gossip: &GossipConfig{Logger: quiet},
-		Clock: local.SystemClock{}, Shards: 8, MaxKeys: 10, Timeout: time.Second, MeterProvider: noop.NewMeterProvider(),
+		Clock: clocktest.Wall{}, Shards: 8, MaxKeys: 10, Timeout: time.Second, MeterProvider: noop.NewMeterProvider(),
 		TracerProvider: tracenoop.NewTracerProvider(), Logger: quiet, Sync: SyncConfig{Interval: time.Second},
 	}
 	assert.Equal(t, set, set.withDefaults(), "withDefaults changed a field that was set")

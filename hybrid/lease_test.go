@@ -953,7 +953,7 @@ func TestPacedGrants(t *testing.T) {
 
 // TestMinGapClockLag: the loop spaces its early rounds MinGap apart on its
 // timers, while a key's gap since its last sync is read from the Limiter's
-// clock, a CoarseClock that may lag them by a millisecond. A key that asked
+// clock, a coarse clock that may lag them by a millisecond. A key that asked
 // for an early sync is due at the next round, whose clock may read a little
 // under MinGap after its last sync, not two rounds on; but not at half a
 // MinGap.

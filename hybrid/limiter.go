@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hybridlimit/hybridlimit/internal/coarse"
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
@@ -123,7 +124,7 @@ type Config struct {
 	// Default nil: no gossip.
 	Gossip *GossipConfig
 	// Clock tells the time: any type with a Now() time.Time method.
-	// Default: a CoarseClock of 1ms resolution that New starts and Shutdown
+	// Default: a coarse clock of 1ms resolution that New starts and Shutdown
 	// stops. Hybrid and local decisions read it;
 	// Redis scripts read Redis's clock, which the syncer relates to this
 	// one.
@@ -257,7 +258,7 @@ func configError(field string, value any, reason string) error {
 type Limiter struct {
 	cfg      Config
 	clock    local.Clock
-	ownClock *local.CoarseClock
+	ownClock *coarse.Clock
 	logger   *slog.Logger
 	central  *syncer.Central
 	sync     *syncer.Syncer
@@ -309,7 +310,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{cfg: cfg, clock: cfg.Clock, logger: cfg.Logger, rules: map[string]*ruleState{}, probeStop: make(chan struct{})}
 	if l.clock == nil {
-		l.ownClock = local.NewCoarseClock(defaultResolution)
+		l.ownClock = coarse.New(defaultResolution)
 		l.clock = l.ownClock
 	}
 	fail := func(err error) (*Limiter, error) {

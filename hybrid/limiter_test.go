@@ -335,7 +335,7 @@ func TestLifecycle(t *testing.T) {
 	}{
 		{"no Redis, own clock", false, func(redis.UniversalClient, string) hybrid.Config { return hybrid.Config{} }, hybrid.Local},
 		{"no Redis, given clock", false, func(redis.UniversalClient, string) hybrid.Config {
-			return hybrid.Config{Clock: local.SystemClock{}}
+			return hybrid.Config{Clock: clocktest.Wall{}}
 		}, hybrid.Local},
 		{"Redis, sync loop, own clock", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
 			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Sync: syncer.SyncConfig{Interval: 20 * time.Millisecond}}

@@ -210,7 +210,7 @@ func simulate(t *testing.T, lim hybrid.Limit, nodes int, w workload, windows int
 	}
 
 	// The exact replay: one limiter sees every arrival in order.
-	exact, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true, MaxKeys: 1 << 20})
+	exact, err := local.New(lim, local.Config{Clock: clocktest.Wall{}, NoBackgroundSweep: true, MaxKeys: 1 << 20})
 	require.NoError(t, err)
 	defer exact.Close()
 

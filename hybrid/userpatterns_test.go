@@ -55,7 +55,7 @@ type exact struct{ l *local.Limiter }
 
 func newExact(t testing.TB, lim hybrid.Limit) *exact {
 	t.Helper()
-	l, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+	l, err := local.New(lim, local.Config{Clock: clocktest.Wall{}, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return &exact{l}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/doctable"
 )
 
@@ -23,7 +24,7 @@ func TestDefaults(t *testing.T) {
 			{Config: "Config", Field: "Shards", Const: "defaultShards", Value: defaultShards, Got: c.Shards},
 			{Config: "Config", Field: "MaxKeys", Const: "defaultMaxKeys", Value: defaultMaxKeys, Got: c.MaxKeys},
 			{Config: "Config", Field: "SweepInterval", Const: "defaultSweepInterval", Value: defaultSweepInterval, Got: c.SweepInterval},
-			{Config: "Config", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a CoarseClock of 1ms that New starts and Close stops", Got: c.Clock, Built: true},
+			{Config: "Config", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a coarse clock of 1ms that New starts and Close stops", Got: c.Clock, Built: true},
 			{Config: "Limit", Field: "SubWindows", Const: "defaultSubWindows", Value: defaultSubWindows, Got: subw.p.SubWindows},
 			{Config: "Limit", Field: "Burst", Doc: "Quota (the bucket algorithms)", Got: bucket.p.Burst},
 		},
@@ -47,7 +48,7 @@ func TestDefaults(t *testing.T) {
 // validate names the bad field in the package's form, on the Config as
 // New sees it (its defaults filled in), without building anything.
 func TestConfigValidate(t *testing.T) {
-	set := Config{Shards: 8, MaxKeys: 100, Overflow: OverflowShared, Clock: SystemClock{}, SweepInterval: time.Second, NoBackgroundSweep: true}
+	set := Config{Shards: 8, MaxKeys: 100, Overflow: OverflowShared, Clock: clocktest.Wall{}, SweepInterval: time.Second, NoBackgroundSweep: true}
 	assert.Equal(t, set, set.withDefaults(), "withDefaults changed a field that was set")
 	require.NoError(t, Config{}.withDefaults().validate())
 	require.NoError(t, set.validate())

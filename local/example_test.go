@@ -12,7 +12,13 @@ import (
 // AllowMultiAt), so their output is fixed. A Limiter driven only by given
 // times needs no clock goroutine and no background sweeper (which would sweep
 // at the real time); this Config turns both off.
-var exampleConfig = local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true}
+var exampleConfig = local.Config{Clock: wallClock{}, NoBackgroundSweep: true}
+
+// wallClock is a Clock that calls time.Now: unlike a Limiter's default
+// clock, it runs no goroutine.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
 
 // A Limit is validated where it is used (New, SetLimit) or beforehand by
 // Validate; its String fills in the defaults.
@@ -192,7 +198,7 @@ func ExampleConfig() {
 			Shards:            1,
 			MaxKeys:           1,
 			Overflow:          policy,
-			Clock:             local.SystemClock{},
+			Clock:             wallClock{},
 			NoBackgroundSweep: true,
 		})
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 )
 
 // The fuzz targets decode a limit and a request sequence from bytes and run
@@ -286,7 +288,7 @@ func checkSequence(t *testing.T, lim compiled, reqs []fuzzReq) {
 	ref := newReference(&lim)
 	var s state
 	var admitted []fuzzReq
-	l, err := New(lim.p, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
+	l, err := New(lim.p, Config{Clock: clocktest.Wall{}, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	defer l.Close()
 	for i, q := range reqs {
@@ -464,7 +466,7 @@ func checkShaper(t *testing.T, data []byte) {
 	}
 	algo := []Algorithm{TokenBucket, LeakyBucket, GCRA}[data[0]%3]
 	lim := shaperLimit(algo, data[1:4])
-	l, err := New(lim.p, Config{Clock: SystemClock{}, NoBackgroundSweep: true})
+	l, err := New(lim.p, Config{Clock: clocktest.Wall{}, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	defer l.Close()
 	ref := &refShaper{pending: lim}

@@ -23,7 +23,7 @@ var hotInlined = []string{
 	"(*Limiter).Allow",
 	"(*Limiter).AllowN",
 	"(*Limiter).AllowNAt",
-	"(*CoarseClock).running",
+	"(*Clock).Running",
 	"clampTime",
 	"(*compiled).fixedAt",
 	"(*compiled).counterNow",
@@ -46,9 +46,9 @@ var hotInlined = []string{
 	"Duration",
 }
 
-// TestHotPathInlined builds local, internal/keyed and internal/usec with the compiler's
-// inlining report and fails when a function of hotInlined is no longer
-// inlinable.
+// TestHotPathInlined builds local, internal/keyed, internal/usec and
+// internal/coarse with the compiler's inlining report and fails when a
+// function of hotInlined is no longer inlinable.
 func TestHotPathInlined(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -57,7 +57,8 @@ func TestHotPathInlined(t *testing.T) {
 	cmd := exec.Command(goBin, "build", "-gcflags=-m",
 		"github.com/hybridlimit/hybridlimit/local",
 		"github.com/hybridlimit/hybridlimit/internal/keyed",
-		"github.com/hybridlimit/hybridlimit/internal/usec")
+		"github.com/hybridlimit/hybridlimit/internal/usec",
+		"github.com/hybridlimit/hybridlimit/internal/coarse")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build -gcflags=-m: %s", out)
 	got := inlinable(out)

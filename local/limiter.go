@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hybridlimit/hybridlimit/internal/coarse"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 )
 
@@ -27,7 +28,7 @@ type Limiter struct {
 	store *keyed.Store[keyState]
 
 	clock    Clock
-	coarse   *CoarseClock // clock, when it is one: read without an interface call
+	coarse   *coarse.Clock // clock, when it is one: read without an interface call
 	ownClock bool
 
 	overflow Overflow
@@ -152,10 +153,10 @@ func New(lim Limit, cfg Config) (*Limiter, error) {
 	l.shared.MakeStandalone() // never in the store, never evicted
 	l.shared.Value.lim.Store(p)
 	if l.clock == nil {
-		l.clock = NewCoarseClock(defaultResolution)
+		l.clock = coarse.New(defaultResolution)
 		l.ownClock = true
 	}
-	l.coarse, _ = l.clock.(*CoarseClock)
+	l.coarse, _ = l.clock.(*coarse.Clock)
 	if !cfg.NoBackgroundSweep {
 		l.stop, l.done = make(chan struct{}), make(chan struct{})
 		go l.sweepLoop(cfg.SweepInterval)
@@ -206,7 +207,7 @@ func (l *Limiter) Close() error {
 
 func (l *Limiter) nowMicro() int64 {
 	if l.coarse != nil {
-		return l.coarse.nowMicro()
+		return l.coarse.NowMicro()
 	}
 	return l.clock.Now().UnixMicro()
 }
@@ -285,7 +286,7 @@ func (l *Limiter) allow(t time.Time, clock bool, key string, n int64) Decision {
 	var now int64
 	if !clock {
 		now = t.UnixMicro()
-	} else if us, ok := l.coarse.running(); ok {
+	} else if us, ok := l.coarse.Running(); ok {
 		now = us
 	} else {
 		now = l.nowMicro()

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/coarse"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/vectors"
@@ -80,7 +81,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	// Decisions still work after Close, on time.Now.
 	d := l.AllowN("k", 0)
 	assert.True(t, d.Allowed(), "after Close: %+v", d)
-	c := local.NewCoarseClock(time.Millisecond)
+	c := coarse.New(time.Millisecond)
 	c.Close()
 	c.Close()
 	got := c.Now()
@@ -276,7 +277,7 @@ func TestNoAllocations(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	for _, lim := range eachAlgorithm() {
-		l := newLimiter(t, lim, local.Config{Clock: local.NewCoarseClock(time.Millisecond)})
+		l := newLimiter(t, lim, local.Config{Clock: coarse.New(time.Millisecond)})
 		now := t0
 		for range 1000 { // grow the sliding log to its working size
 			now = now.Add(time.Second)

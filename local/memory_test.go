@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -112,7 +113,7 @@ func TestMemoryPerKey(t *testing.T) {
 		t.Helper()
 		lim := p
 		l, err := local.New(lim, local.Config{
-			Clock:             local.SystemClock{},
+			Clock:             clocktest.Wall{},
 			NoBackgroundSweep: true,
 			MaxKeys:           1 << 30,
 		})

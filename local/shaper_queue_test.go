@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -120,7 +121,7 @@ func TestWaitBound(t *testing.T) {
 					local.Limit{Algorithm: algo, Quota: 4, Window: time.Second, Burst: 3},
 				}
 				const burst, rate = 3, 25 // the largest of the limits'
-				l, err := local.New(limits[0], local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+				l, err := local.New(limits[0], local.Config{Clock: clocktest.Wall{}, NoBackgroundSweep: true})
 				require.NoError(t, err)
 				defer l.Close()
 				rng := rand.New(rand.NewPCG(uint64(algo), 7))

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -77,7 +78,7 @@ func TestReserveNeedsABucket(t *testing.T) {
 func TestWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim := local.Limit{Algorithm: local.LeakyBucket, Quota: 1, Window: time.Second}
-		l, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+		l, err := local.New(lim, local.Config{Clock: clocktest.Wall{}, NoBackgroundSweep: true})
 		require.NoError(t, err)
 		defer l.Close()
 		ctx := context.Background()

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/vectors"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -33,7 +34,7 @@ func newLimiter(t testing.TB, lim local.Limit, cfg local.Config) *local.Limiter 
 	t.Helper()
 	cfg.NoBackgroundSweep = true
 	if cfg.Clock == nil {
-		cfg.Clock = local.SystemClock{}
+		cfg.Clock = clocktest.Wall{}
 	}
 	l, err := local.New(lim, cfg)
 	require.NoError(t, err)

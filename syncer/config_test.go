@@ -42,7 +42,7 @@ func TestDefaults(t *testing.T) {
 			sync("Epsilon", "defaultEpsilon", defaultEpsilon, "", sc.Epsilon),
 			sync("Batch", "defaultBatch", defaultBatch, "", sc.Batch),
 			sync("Timeout", "", nil, "Interval (100ms)", sc.Timeout),
-			{Config: "SyncConfig", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a CoarseClock of 1ms that NewSyncer starts and Close stops", Got: sc.Clock, Built: true},
+			{Config: "SyncConfig", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a coarse clock of 1ms that NewSyncer starts and Close stops", Got: sc.Clock, Built: true},
 		},
 		Bounds: []doctable.Bound{
 			{What: "rule name, SyncConfig.NodeID", Const: "maxRuleName", Value: maxRuleName, Doc: "128 bytes"},

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -24,7 +25,7 @@ var garbage = localx.Outcome{Allowed: true, Reason: 99, Capacity: -1, Remaining:
 
 func newLocal(t testing.TB, lim localx.Limit) *local.Limiter {
 	t.Helper()
-	l, err := local.New(lim.Params(), local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+	l, err := local.New(lim.Params(), local.Config{Clock: clocktest.Wall{}, NoBackgroundSweep: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/coarse"
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
@@ -123,7 +124,7 @@ type SyncConfig struct {
 	// leaves the keys it did not reach to the next one, which serves the
 	// longest unsynced first. Default Interval.
 	Timeout time.Duration
-	// Clock is the node's clock. Default: a CoarseClock of 1ms resolution
+	// Clock is the node's clock. Default: a coarse clock of 1ms resolution
 	// that NewSyncer starts and Close stops.
 	Clock local.Clock
 	// Observer receives each round's figures. Optional.
@@ -240,7 +241,7 @@ type Syncer struct {
 	cfg      SyncConfig
 	ks       Keyspace
 	node     string
-	ownClock *local.CoarseClock
+	ownClock *coarse.Clock
 	params   lease.Params
 
 	// cluster is what the rounds learn and the leases read (live nodes,
@@ -293,7 +294,7 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	}
 	s.ks.Secret = append([]byte(nil), s.ks.Secret...)
 	if s.cfg.Clock == nil {
-		s.ownClock = local.NewCoarseClock(defaultResolution)
+		s.ownClock = coarse.New(defaultResolution)
 		s.cfg.Clock = s.ownClock
 	}
 	return s, nil

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -229,7 +230,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		}
 	}
 	slices.SortStableFunc(all, func(a, b Record) int { return cmp.Compare(a.Actual, b.Actual) })
-	exact, err := local.New(lim.Params(), local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true, MaxKeys: 1 << 21})
+	exact, err := local.New(lim.Params(), local.Config{Clock: clocktest.Wall{}, NoBackgroundSweep: true, MaxKeys: 1 << 21})
 	if err != nil {
 		return nil, err
 	}

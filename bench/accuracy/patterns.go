@@ -66,7 +66,7 @@ const (
 	// that many retries refused in a row.
 	PatMaxRetries = 20
 	// EdgeMargin is the clock resolution of a decision's time (the
-	// CoarseClock a Limiter starts without a Clock): requests this close to a
+	// coarse clock a Limiter starts without a Clock): requests this close to a
 	// window's edge are left out of the false-refusal sums, where the
 	// replay cannot tell which window the limiter decided them in.
 	EdgeMargin = config.ClockResolution

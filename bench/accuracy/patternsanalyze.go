@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -302,7 +303,7 @@ func exactReplay(t0 int64, st stream, evs []timed) ([]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true, MaxKeys: 1 << 21}
+	cfg := local.Config{Clock: clocktest.Wall{}, NoBackgroundSweep: true, MaxKeys: 1 << 21}
 	ul, err := local.New(user.Params(), cfg)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,8 @@ import (
 	"go.uber.org/ratelimit"
 	"golang.org/x/time/rate"
 
+	"github.com/hybridlimit/hybridlimit/internal/clocktest"
+	"github.com/hybridlimit/hybridlimit/internal/coarse"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -173,7 +175,7 @@ func BenchmarkLocal(b *testing.B) {
 		// with the first of them, so that its goroutine does not run
 		// during the hot-key cases.
 		var many, thousand *local.Limiter
-		var clock *local.CoarseClock
+		var clock *coarse.Clock
 		kt := keyedTime{latest: t0} // the keyed limiters are built at t0
 		prebuilt := func(b *testing.B, n int) *local.Limiter {
 			setupKeys()
@@ -182,7 +184,7 @@ func BenchmarkLocal(b *testing.B) {
 				p = &thousand
 			}
 			if clock == nil {
-				clock = local.NewCoarseClock(time.Millisecond)
+				clock = coarse.New(time.Millisecond)
 			}
 			if *p == nil {
 				l, err := local.New(limitFor(a), local.Config{Clock: clock, MaxKeys: 2 * manyKeys, NoBackgroundSweep: true})
@@ -198,7 +200,7 @@ func BenchmarkLocal(b *testing.B) {
 		}
 		b.Run(a.String(), func(b *testing.B) {
 			b.Run("hot-at", func(b *testing.B) {
-				l := newLimiter(b, a, local.SystemClock{})
+				l := newLimiter(b, a, clocktest.Wall{})
 				b.ReportAllocs()
 				now, admitted := t0, 0
 				for b.Loop() {
@@ -210,7 +212,7 @@ func BenchmarkLocal(b *testing.B) {
 				sink.Add(int64(admitted))
 			})
 			b.Run("hot-at-flood", func(b *testing.B) {
-				l := newLimiter(b, a, local.SystemClock{})
+				l := newLimiter(b, a, clocktest.Wall{})
 				b.ReportAllocs()
 				now, admitted := t0, 0
 				for b.Loop() {
@@ -222,7 +224,7 @@ func BenchmarkLocal(b *testing.B) {
 				sink.Add(int64(admitted))
 			})
 			b.Run("hot-allow", func(b *testing.B) {
-				clock := local.NewCoarseClock(time.Millisecond)
+				clock := coarse.New(time.Millisecond)
 				defer clock.Close()
 				l := newLimiter(b, a, clock)
 				b.ReportAllocs()
@@ -235,7 +237,7 @@ func BenchmarkLocal(b *testing.B) {
 				sink.Add(int64(admitted))
 			})
 			b.Run("hot-at-par", func(b *testing.B) {
-				l := newLimiter(b, a, local.SystemClock{})
+				l := newLimiter(b, a, clocktest.Wall{})
 				var clock parClock
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -251,7 +253,7 @@ func BenchmarkLocal(b *testing.B) {
 				})
 			})
 			b.Run("hot-allow-par", func(b *testing.B) {
-				clock := local.NewCoarseClock(time.Millisecond)
+				clock := coarse.New(time.Millisecond)
 				defer clock.Close()
 				l := newLimiter(b, a, clock)
 				b.ReportAllocs()

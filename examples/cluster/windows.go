@@ -78,10 +78,16 @@ type exactReplay struct {
 	l *local.Limiter
 }
 
+// wallClock is a local.Clock that calls time.Now: unlike the Limiter's
+// default clock, it runs no goroutine.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
 func newExactReplay(lim local.Limit) (*exactReplay, error) {
 	// Times are the records', not the clock's: no background sweep (see
 	// local.Config.Clock).
-	l, err := local.New(lim, local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true})
+	l, err := local.New(lim, local.Config{Clock: wallClock{}, NoBackgroundSweep: true})
 	if err != nil {
 		return nil, err
 	}

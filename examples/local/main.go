@@ -40,7 +40,13 @@ var base = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
 // sweeper is off: it would sweep at the real time, long after the virtual
 // one, and evict every key as idle. With both off, New starts no goroutine;
 // the limiters are closed all the same, as every Limiter should be.
-var limiterConfig = local.Config{Clock: local.SystemClock{}, NoBackgroundSweep: true}
+var limiterConfig = local.Config{Clock: wallClock{}, NoBackgroundSweep: true}
+
+// wallClock is a local.Clock that calls time.Now: unlike the Limiter's
+// default clock, it runs no goroutine.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
 
 // algorithms are the tour's, in the order of local's constants.
 var algorithms = []local.Algorithm{

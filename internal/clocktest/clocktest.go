@@ -31,3 +31,10 @@ func (c *Clock) Add(d time.Duration) time.Time { return time.UnixMicro(c.us.Add(
 
 // Micros returns the clock's time in microseconds since the Unix epoch.
 func (c *Clock) Micros() int64 { return c.us.Load() }
+
+// Wall is the clock that calls time.Now: for a Limiter driven by the times
+// passed to its At methods, which needs a Clock that starts no goroutine.
+type Wall struct{}
+
+// Now returns time.Now().
+func (Wall) Now() time.Time { return time.Now() }

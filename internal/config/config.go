@@ -11,7 +11,7 @@ import (
 
 // Defaults.
 const (
-	// ClockResolution is the resolution of the CoarseClock a local or
+	// ClockResolution is the resolution of the coarse clock a local or
 	// hybrid Limiter, or a Syncer, starts when given no Clock.
 	ClockResolution = time.Millisecond
 	// SweepInterval is how often a Limiter forgets the keys back in their

@@ -469,7 +469,7 @@ func equal(a, b any) bool {
 
 // isZero reports whether v is its type's zero value. A value of an empty
 // struct type, which is all zero, is not: it was put in an interface field
-// (local.SystemClock{} as a Clock).
+// (clocktest.Wall{} as a Clock).
 func isZero(v any) bool {
 	if v == nil {
 		return true

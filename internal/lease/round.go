@@ -191,7 +191,7 @@ func (k *Lease) releases(r *Rule, rnow int64) bool {
 // elapsed reports whether gap, a key's time since its last sync by the
 // node's clock, has reached want, less a tenth: the loop spaces its rounds
 // by want on its timers, while the gap is read from a clock that may lag
-// them by its resolution (a CoarseClock's millisecond), and a key synced in
+// them by its resolution (a coarse clock's millisecond), and a key synced in
 // one round must be due in the next rather than two rounds on.
 func elapsed(gap, want int64) bool { return gap >= want-want/10 }
 
