@@ -97,7 +97,7 @@ type Config struct {
 	// a FailClosed rule (local.ReasonUnavailable), when no other rule
 	// refused the request for its limit: the client did nothing wrong, and
 	// a 429 would say it sent too much. Its body's problem type is
-	// UnavailableProblemType. 400 to 599. Default 503 (Service
+	// docs/http.md#redis-failures. 400 to 599. Default 503 (Service
 	// Unavailable).
 	UnavailableStatus int
 

@@ -72,7 +72,7 @@ func TestHeaders(t *testing.T) {
 	assert.Equal(t, int64(7), retry)
 	assert.Equal(t, int64(0), intHeader(t, resp, "X-RateLimit-Remaining"))
 	p := parseProblem(t, resp, body)
-	assert.Equal(t, httplimit.ProblemType, p.Type)
+	assert.Equal(t, "https://iana.org/assignments/http-problem-types#quota-exceeded", p.Type)
 	assert.Equal(t, http.StatusTooManyRequests, p.Status)
 	assert.NotEmpty(t, p.Title)
 	assert.Equal(t, []string{"per-ip"}, p.Violated)

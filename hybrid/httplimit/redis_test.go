@@ -68,11 +68,11 @@ func TestRedisKilled(t *testing.T) {
 			switch resp.StatusCode {
 			case http.StatusTooManyRequests:
 				pb := parseProblem(t, resp, body)
-				assert.Equal(t, httplimit.ProblemType, pb.Type)
+				assert.Equal(t, "https://iana.org/assignments/http-problem-types#quota-exceeded", pb.Type)
 				assert.GreaterOrEqual(t, intHeader(t, resp, "Retry-After"), int64(1))
 			case http.StatusServiceUnavailable:
 				pb := parseProblem(t, resp, body)
-				assert.Equal(t, httplimit.UnavailableProblemType, pb.Type)
+				assert.Equal(t, "https://github.com/hybridlimit/hybridlimit/blob/main/docs/http.md#redis-failures", pb.Type)
 				assert.Equal(t, http.StatusServiceUnavailable, pb.Status)
 				assert.Equal(t, []string{"closed"}, pb.Unavailable)
 				assert.GreaterOrEqual(t, intHeader(t, resp, "Retry-After"), int64(1))

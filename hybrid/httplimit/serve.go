@@ -24,15 +24,15 @@ const (
 	hdrRetryAfter = "Retry-After"
 )
 
-// ProblemType is the type of the problem+json body of a refusal: the
+// problemType is the type of the problem+json body of a refusal: the
 // quota-exceeded problem type of draft-ietf-httpapi-ratelimit-headers-11.
-const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+const problemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
-// UnavailableProblemType is the type of the problem+json body of a refusal
+// unavailableProblemType is the type of the problem+json body of a refusal
 // made without Redis by FailClosed rules (Config.UnavailableStatus): the
 // limiter could not decide, and its rules refuse rather than guess. The
 // body names those rules in "unavailable-policies".
-const UnavailableProblemType = "https://github.com/hybridlimit/hybridlimit/blob/main/docs/http.md#redis-failures"
+const unavailableProblemType = "https://github.com/hybridlimit/hybridlimit/blob/main/docs/http.md#redis-failures"
 
 // item is one matched rule of a request and its decision.
 type item struct {
@@ -561,16 +561,16 @@ func (m *Middleware) retryAfter(sc *scratch) int64 {
 
 // refuse answers 429 with a problem+json body naming the violated
 // policies; or, when only FailClosed rules refused, unable to reach Redis,
-// Config.UnavailableStatus with a body of UnavailableProblemType naming
+// Config.UnavailableStatus with a body of unavailableProblemType naming
 // them.
 func (m *Middleware) refuse(w http.ResponseWriter, sc *scratch) {
 	status, quota := http.StatusTooManyRequests, quotaRefused(sc)
 	b := sc.buf[:0]
 	if quota {
-		b = append(b, `{"type":"`+ProblemType+`","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":[`...)
+		b = append(b, `{"type":"`+problemType+`","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":[`...)
 	} else {
 		status = m.cfg.UnavailableStatus
-		b = append(b, `{"type":"`+UnavailableProblemType+`","title":"The rate limiter cannot decide: its shared store is unavailable","status":`...)
+		b = append(b, `{"type":"`+unavailableProblemType+`","title":"The rate limiter cannot decide: its shared store is unavailable","status":`...)
 		b = strconv.AppendInt(b, int64(status), 10)
 		b = append(b, `,"unavailable-policies":[`...)
 	}
