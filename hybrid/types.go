@@ -13,8 +13,6 @@ type (
 	// an Algorithm, and for the bucket algorithms a Burst. Register and
 	// SetLimit validate it.
 	Limit = local.Limit
-	// Algorithm is a Limit's algorithm (local.Algorithm).
-	Algorithm = local.Algorithm
 	// Decision is the outcome of one request, returned by value
 	// (local.Decision). Its Capacity method is the most a single request may
 	// cost under the rule: Limit.Quota for the window algorithms, the

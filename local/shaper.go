@@ -40,6 +40,12 @@ type Reservation struct {
 	tat, frac int64 // the state this reservation left, to recognise it as the last one
 }
 
+// notShaper is Reserve's and Wait's error on a Limiter of a, a window
+// algorithm.
+func notShaper(a Algorithm) error {
+	return invalid("Algorithm", a, "Reserve and Wait need token_bucket, leaky_bucket or gcra")
+}
+
 // Reserve is ReserveAt with the Limiter's clock.
 func (l *Limiter) Reserve(key string, n int64, maxDelay time.Duration) (Reservation, error) {
 	return l.reserve(l.nowMicro(), key, n, maxDelay)
@@ -48,15 +54,16 @@ func (l *Limiter) Reserve(key string, n int64, maxDelay time.Duration) (Reservat
 // ReserveAt schedules a request of cost n for key at the earliest time at or
 // after now that the bucket admits it, provided that is at most maxDelay
 // away. The limit's Burst requests may act at once; the rest are spaced at the
-// limit's rate. It returns ErrNotShaper for the window algorithms.
+// limit's rate. For the window algorithms, which cannot delay a request,
+// it returns an error wrapping ErrInvalidConfig.
 func (l *Limiter) ReserveAt(now time.Time, key string, n int64, maxDelay time.Duration) (Reservation, error) {
 	return l.reserve(now.UnixMicro(), key, n, maxDelay)
 }
 
 func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration) (Reservation, error) {
 	now = clampTime(now)
-	if !l.limit.Load().p.Algorithm.bucket() {
-		return Reservation{}, ErrNotShaper
+	if a := l.limit.Load().p.Algorithm; !a.bucket() {
+		return Reservation{}, notShaper(a)
 	}
 	if n < 0 {
 		return Reservation{Reason: ReasonInvalidCost}, nil
@@ -95,7 +102,7 @@ func (l *Limiter) reserve(now int64, key string, n int64, maxDelay time.Duration
 func (l *Limiter) reserveLocked(e *keyed.Entry[keyState], key string, now, n int64, maxDelay time.Duration) (Reservation, bool, error) {
 	lim := l.limit.Load()
 	if !lim.p.Algorithm.bucket() {
-		return Reservation{}, true, ErrNotShaper
+		return Reservation{}, true, notShaper(lim.p.Algorithm)
 	}
 	if n > lim.max {
 		return Reservation{Reason: ReasonCostTooHigh}, true, nil
@@ -215,7 +222,8 @@ func (r *Reservation) CancelAt(now time.Time) {
 // Wait blocks until a request of cost n for key may act, and returns nil; or
 // returns an error, having consumed nothing, when the context ends first or
 // its deadline is nearer than the request's time to act (ErrLimitExceeded,
-// without waiting), or when the key cannot be shaped (ErrNotShaper,
+// without waiting), or when the key cannot be shaped (ErrInvalidConfig for
+// a window algorithm,
 // ErrLimitExceeded for costs above the burst or a full key table). Wait
 // measures the delay with the Limiter's clock and sleeps on a real timer.
 func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {

@@ -71,8 +71,8 @@ func TestReserveCancel(t *testing.T) {
 func TestReserveNeedsABucket(t *testing.T) {
 	l := newLimiter(t, local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Second}, local.Config{})
 	_, err := l.ReserveAt(t0, "k", 1, time.Second)
-	assert.ErrorIs(t, err, local.ErrNotShaper, "ReserveAt")
-	assert.ErrorIs(t, l.Wait(context.Background(), "k", 1), local.ErrNotShaper, "Wait")
+	assert.ErrorIs(t, err, local.ErrInvalidConfig, "ReserveAt")
+	assert.ErrorIs(t, l.Wait(context.Background(), "k", 1), local.ErrInvalidConfig, "Wait")
 }
 
 func TestWait(t *testing.T) {

@@ -95,7 +95,7 @@ var (
 )
 
 // isEnum reports whether t is one of the module's enums (hybrid.Mode,
-// hybrid.Algorithm, …): a uint8 with names, from 1 up; 0 is the default,
+// local.Algorithm, …): a uint8 with names, from 1 up; 0 is the default,
 // which a document gives by leaving the field out.
 func isEnum(t reflect.Type) bool { return t.Kind() == reflect.Uint8 && t.Implements(stringer) }
 

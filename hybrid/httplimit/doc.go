@@ -15,7 +15,7 @@
 // from Redis (PublishRules; WatchRedis applies each new version on every
 // node). A Rule's struct tags are its keys in a file; whatever its source,
 // a rule is validated in one place, and a bad one is refused with a
-// *RuleError naming it and the field, wrapping ErrInvalidRule. See
+// *RuleError naming it and the field. See
 // docs/rules.md.
 //
 // The client IP has no spoofable default: it is the socket's peer unless

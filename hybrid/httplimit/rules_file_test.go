@@ -280,7 +280,7 @@ func TestParseRulesErrors(t *testing.T) {
 			rules, err := ParseRules([]byte(tc.doc))
 			require.Error(t, err)
 			assert.Nil(t, rules)
-			assert.ErrorIs(t, err, ErrInvalidRule)
+			assert.ErrorAs(t, err, new(*RuleError))
 			var re *RuleError
 			require.ErrorAs(t, err, &re)
 			assert.Equal(t, tc.index, re.Index, "index")
@@ -531,7 +531,7 @@ func TestWatchFileStart(t *testing.T) {
 	bad := filepath.Join(dir, "bad.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("version: 1\nrules: 5\n"), 0o644))
 	_, err = WatchFile(t.Context(), bad, a.apply, WatchConfig{})
-	assert.ErrorIs(t, err, ErrInvalidRule)
+	assert.ErrorAs(t, err, new(*RuleError))
 	assert.Zero(t, a.count())
 
 	good := filepath.Join(dir, "good.yaml")

@@ -31,7 +31,7 @@ type rulesDoc struct {
 //	    window: 1m
 //
 // Unknown keys, values of the wrong type, bad values and duplicate ids
-// are rejected with a *RuleError (wrapping ErrInvalidRule) naming the rule
+// are rejected with a *RuleError naming the rule
 // and the field, with the line. An empty document is rejected (a version
 // is required), so a file caught half-written never removes every limit;
 // "rules: []" does that on purpose. So is a document past a bound

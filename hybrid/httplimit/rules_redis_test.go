@@ -165,7 +165,7 @@ func TestRedisRulesBadVersion(t *testing.T) {
 	bad := parsed(t, 2)
 	bad[0].Window = 0
 	_, err = PublishRules(ctx, c, ks, bad)
-	require.ErrorIs(t, err, ErrInvalidRule)
+	require.ErrorAs(t, err, new(*RuleError))
 	v, err := c.HGet(ctx, hash, "version").Int64()
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, v)
@@ -200,7 +200,7 @@ func TestRedisRulesStart(t *testing.T) {
 	ks := hybrid.Keyspace{Prefix: redistest.Prefix(t)}
 	require.NoError(t, c.HSet(ctx, ks.Prefix+":{rules}:doc", "rules", "{}", "version", 1).Err())
 	_, err := WatchRedis(ctx, c, ks, a.apply, WatchConfig{})
-	assert.ErrorIs(t, err, ErrInvalidRule)
+	assert.ErrorAs(t, err, new(*RuleError))
 
 	// Redis down at the start is not: the watcher keeps trying.
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})

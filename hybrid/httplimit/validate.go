@@ -85,7 +85,7 @@ func checkFields(i int, r *Rule) (pattern, error) {
 	}
 	switch {
 	case r.Algorithm == 0:
-		return bad("algorithm", "required: "+enumChoices(reflect.TypeFor[hybrid.Algorithm]()))
+		return bad("algorithm", "required: "+enumChoices(reflect.TypeFor[local.Algorithm]()))
 	case r.Quota <= 0:
 		return bad("max_requests", fmt.Sprintf("%d: must be at least 1", r.Quota))
 	case r.Window <= 0:
