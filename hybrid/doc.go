@@ -24,7 +24,8 @@
 //     past the limit; the cold-start allowance (ε × limit ÷ nodes per node,
 //     SyncConfig.Epsilon) is the only over-admission, bounded by ε + N/L.
 //     Every leasable limit runs Hybrid, however small; the sliding window
-//     log, which keeps every request, runs Central (Limiter.Mode tells).
+//     log, which keeps every request, runs Central (the registered Rule's
+//     Mode tells).
 //
 // Each field of Config documents its default, and docs/operating.md#defaults
 // lists them all.

@@ -37,7 +37,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("mode:", l.Mode(api))
+	fmt.Println("mode:", api.Mode)
 
 	ctx := context.Background()
 	for range 4 {
@@ -150,7 +150,7 @@ func Example_hybrid() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(l.Mode(api), l.Mode(login)) // hybrid central
+	fmt.Println(api.Mode, login.Mode) // hybrid central
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

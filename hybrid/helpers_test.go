@@ -56,7 +56,7 @@ func mustRegister(t testing.TB, l *hybrid.Limiter, r hybrid.Rule, want hybrid.Mo
 	rr, err := l.Register(r)
 	require.NoError(t, err, "Register %q", r.Name)
 	if want != hybrid.Mode(0) {
-		require.Equal(t, want, l.Mode(rr), "the mode rule %q runs in", r.Name)
+		require.Equal(t, want, rr.Mode, "the mode rule %q runs in", r.Name)
 	}
 	return rr
 }

@@ -369,13 +369,14 @@ func (l *Limiter) nodeID() string {
 	return l.sync.NodeID()
 }
 
-// Register validates r and returns the *Rule that decisions take. It
-// decides the mode the rule runs in: its own, or the Limiter's default.
+// Register validates r and returns the *Rule that decisions take, whose Mode
+// is the mode the rule runs in: its own, or the Limiter's default.
 // Hybrid runs every leasable limit, however small and on however many
 // nodes. A limit with no lease (the sliding window log, which keeps every
 // request; a bucket whose window × (burst + limit) passes 2^51) cannot run
 // Hybrid: asked for by the rule's Mode, that is an error (ErrInvalidRule);
-// taken from the Limiter's default, the rule runs Central, and Mode says so.
+// taken from the Limiter's default, the rule runs Central, and the returned
+// Rule's Mode says so.
 // Registering a name again returns the existing rule if the
 // limit is the same, and an error otherwise (use SetLimit).
 func (l *Limiter) Register(r Rule) (*Rule, error) {
@@ -424,11 +425,11 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		if *rs.limit.Load() != lim {
 			return nil, fmt.Errorf("%w: rule %q is registered with %v; use SetLimit to change it", ErrInvalidRule, r.Name, *rs.limit.Load())
 		}
-		if rs.requested != mode || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() || rs.wait != wait {
+		if (rs.requested != mode && rs.mode.kind() != mode) || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() || rs.wait != wait {
 			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy, key TTL or Wait", ErrInvalidRule, r.Name)
 		}
 		out := r
-		out.state = rs
+		out.state, out.Mode = rs, rs.mode.kind()
 		return &out, nil
 	}
 	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), wait: wait, counts: new(counters)}
@@ -441,7 +442,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	rs.mode = m
 	l.rules[r.Name] = rs
 	out := r
-	out.state = rs
+	out.state, out.Mode = rs, m.kind()
 	return &out, nil
 }
 
@@ -518,8 +519,8 @@ func (l *Limiter) SetLimit(r *Rule, limit Limit) error {
 // Unregister removes r's rule from the Limiter, so that the memory it holds
 // (its keys, its failure policy's state) and its metric series go; every
 // *Rule of it returns ErrUnknownRule from then on, to decisions, SetLimit,
-// and Unregister again (Mode returns the zero Mode). A decision under way
-// when it is called completes as usual.
+// and Unregister again. A decision under way when it is called completes as
+// usual.
 //
 // What the rule's keys admitted is not lost: in Hybrid mode the syncer's
 // next round reports each key's unreported use to Redis and gives its
@@ -563,14 +564,6 @@ func (l *Limiter) state(r *Rule) (*ruleState, error) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownRule, r.Name)
 	}
 	return rs, nil
-}
-
-// Mode returns the mode r runs in: Local, Central or Hybrid.
-func (l *Limiter) Mode(r *Rule) Mode {
-	if rs, err := l.state(r); err == nil {
-		return rs.mode.kind()
-	}
-	return modeDefault
 }
 
 // Allow is AllowN(ctx, r, key, 1).

@@ -258,7 +258,7 @@ func TestRegisterModes(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, c.want, l.Mode(r))
+			assert.Equal(t, c.want, r.Mode)
 		})
 	}
 	// A central rule is exact across nodes, however small its limit: a
@@ -310,7 +310,6 @@ func TestUnknownRule(t *testing.T) {
 			assert.ErrorIs(t, err, hybrid.ErrUnknownRule, "AllowN")
 			assert.False(t, d.Allowed(), "AllowN: %+v", d)
 			assert.ErrorIs(t, l1.SetLimit(r, fixed(5, time.Second)), hybrid.ErrUnknownRule, "SetLimit")
-			assert.Equal(t, hybrid.Mode(0), l1.Mode(r), "Mode")
 			out := make([]local.Decision, 2)
 			ok, err := l1.AllowMulti(ctx, []hybrid.Request{{Rule: mine, Key: "k", N: 1}, {Rule: r, Key: "k", N: 1}}, out)
 			assert.ErrorIs(t, err, hybrid.ErrUnknownRule, "AllowMulti")

@@ -124,7 +124,7 @@ func TestMetrics(t *testing.T) {
 		if err != nil && d.Allowed() {
 			res = "admitted"
 		}
-		want[r.Name+","+l.Mode(r).String()+","+res]++
+		want[r.Name+","+r.Mode.String()+","+res]++
 	}
 	var rounds, synced int64
 	for range 12 {

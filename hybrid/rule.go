@@ -136,7 +136,8 @@ type Rule struct {
 	// Limit is the rule's limit: its algorithm and parameters (requests per
 	// window, burst). Required; Register validates it.
 	Limit Limit
-	// Mode is where decisions are made. Default: the Limiter's.
+	// Mode is where decisions are made. Default: the Limiter's. In the
+	// *Rule Register returns, it is the mode the rule runs in.
 	Mode Mode
 	// Policy is what happens when Redis cannot decide. Default: the
 	// Limiter's.

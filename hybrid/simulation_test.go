@@ -139,7 +139,7 @@ func simulate(t *testing.T, lim hybrid.Limit, nodes int, w workload, windows int
 		t.Cleanup(func() { l.Close() })
 		r, err := l.Register(hybrid.Rule{Name: "sim", Limit: lim, Mode: hybrid.Hybrid})
 		require.NoError(t, err, "Register")
-		require.Equal(t, hybrid.Hybrid, l.Mode(r), "the mode the rule runs in")
+		require.Equal(t, hybrid.Hybrid, r.Mode, "the mode the rule runs in")
 		ls[i], rules[i] = l, r
 	}
 

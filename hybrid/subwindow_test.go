@@ -79,7 +79,7 @@ func TestAnchoredRunsCentral(t *testing.T) {
 		{Algorithm: local.SubWindowCounter, Quota: 1000, Window: time.Second, Anchored: true},
 	} {
 		r := mustRegister(t, l, hybrid.Rule{Name: "anchored-" + p.Algorithm.String(), Limit: p}, hybrid.Mode(0))
-		assert.Equal(t, hybrid.Central, l.Mode(r), "%v", p)
+		assert.Equal(t, hybrid.Central, r.Mode, "%v", p)
 	}
 }
 

@@ -44,7 +44,6 @@ func TestUnregister(t *testing.T) {
 				assert.ErrorIs(t, err, hybrid.ErrUnknownRule, "a multi-rule decision")
 				assert.ErrorIs(t, l.SetLimit(rr, fixed(20, time.Minute)), hybrid.ErrUnknownRule, "SetLimit")
 				assert.ErrorIs(t, l.Unregister(rr), hybrid.ErrUnknownRule, "Unregister again")
-				assert.Equal(t, hybrid.Mode(0), l.Mode(rr))
 			}
 			assert.ErrorIs(t, l.Unregister(nil), hybrid.ErrUnknownRule)
 			assert.Equal(t, 1, l.Stats().Rules)

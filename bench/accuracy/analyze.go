@@ -51,7 +51,7 @@ type RedisStats struct {
 // percentages say so in their names.
 type Result struct {
 	Spec    Spec
-	ModeRun string // the mode the rule ran in, as hybrid.Limiter.Mode said
+	ModeRun string // the mode the rule ran in, as the registered hybrid.Rule said
 	Wall    float64
 
 	Scheduled, Decided, Dropped, Errors int

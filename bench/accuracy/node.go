@@ -156,7 +156,7 @@ func RunNode(spec Spec, node int, out string) error {
 			l.Close()
 			return err
 		}
-		r.sum.ModeRun = l.Mode(hr).String()
+		r.sum.ModeRun = hr.Mode.String()
 		r.decide = func(k uint32, _ int64) (bool, uint8, time.Duration, bool, error) {
 			// The Limiter reads its own clock.
 			d, err := l.Allow(ctx, hr, names[k])

@@ -267,7 +267,7 @@ func runPatternsNode(spec Spec, node int, out string) error {
 			if p.rules[st][j], err = l.Register(r); err != nil {
 				return err
 			}
-			if m := l.Mode(p.rules[st][j]).String(); modeRun == "" || m != spec.Mode {
+			if m := p.rules[st][j].Mode.String(); modeRun == "" || m != spec.Mode {
 				modeRun = m
 			}
 		}

@@ -58,8 +58,8 @@ func BenchmarkHybrid(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if l.Mode(r) != m {
-			b.Fatalf("rule runs %v, not %v", l.Mode(r), m)
+		if r.Mode != m {
+			b.Fatalf("rule runs %v, not %v", r.Mode, m)
 		}
 		rules[m.String()] = r
 	}

@@ -134,13 +134,14 @@ func runNode(o nodeOptions) error {
 		return err
 	}
 	// The middleware registered the rule: registering it again returns it,
-	// to ask which mode it runs in (a limit too small to lease runs central).
+	// and its Mode is the mode it runs in (a limit with no lease runs
+	// central).
 	rule, err := lim.Register(hybrid.Rule{Name: dr.ID, Mode: dr.Mode, Policy: dr.Policy, Limit: dl})
 	if err != nil {
 		return err
 	}
-	if m := lim.Mode(rule); m != hybrid.Hybrid {
-		return fmt.Errorf("rule %s runs %v, not hybrid", rule.Name, m)
+	if rule.Mode != hybrid.Hybrid {
+		return fmt.Errorf("rule %s runs %v, not hybrid", rule.Name, rule.Mode)
 	}
 
 	st := &nodeStats{reader: reader, log: rlog}

@@ -142,7 +142,7 @@ func leftOf(t *testing.T, l *hybrid.Limiter, r httplimit.Rule, key string) int64
 	t.Helper()
 	hr, err := l.Register(hybrid.Rule{Name: r.ID, Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: r.Quota, Window: r.Window}, Mode: r.Mode})
 	require.NoError(t, err)
-	require.Equal(t, r.Mode, l.Mode(hr))
+	require.Equal(t, r.Mode, hr.Mode)
 	d, err := l.AllowN(t.Context(), hr, key, 0)
 	require.NoError(t, err)
 	return d.Remaining()

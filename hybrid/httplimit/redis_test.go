@@ -105,7 +105,7 @@ func TestRedisKilledHybrid(t *testing.T) {
 	require.NoError(t, err)
 	hr, err := l.Register(hybrid.Rule{Name: "hyb", Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 1_000_000, Window: time.Minute}})
 	require.NoError(t, err)
-	require.Equal(t, hybrid.Hybrid, l.Mode(hr))
+	require.Equal(t, hybrid.Hybrid, hr.Mode)
 	ts := serve(t, m, okHandler)
 	count := func() map[int]int {
 		codes := map[int]int{}
