@@ -10,32 +10,33 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/doctable"
+	"github.com/hybridlimit/hybridlimit/internal/gossiphook"
 )
 
 func TestConfigRejects(t *testing.T) {
 	tests := []struct {
 		field string
-		edit  func(*Config)
+		edit  func(*config)
 	}{
-		{"Keys", func(c *Config) { c.Keys = nil }},
-		{"Keys[1]", func(c *Config) { c.Keys = [][]byte{testKey, []byte("short")} }},
-		{"Memberlist.Delegate", func(c *Config) { c.Memberlist.Delegate = delegate{} }},
-		{"Memberlist.Keyring", func(c *Config) { c.Memberlist.SecretKey = testKey }},
-		{"Memberlist.Label", func(c *Config) { c.Memberlist.Label = "x" }},
-		{"Memberlist.Logger", func(c *Config) { c.Memberlist.LogOutput = &logLines{} }},
-		{"Memberlist.Name", func(c *Config) { c.Memberlist.Name = "" }},
-		{"Label", func(c *Config) { c.Label = string(make([]byte, 256)) }},
-		{"Interval", func(c *Config) { c.Interval = -time.Second }},
-		{"RecordTTL", func(c *Config) { c.RecordTTL = c.Interval }},
-		{"MaxQueued", func(c *Config) { c.MaxQueued = -1 }},
-		{"Reserve", func(c *Config) { c.Reserve = 0.7 }},
+		{"Keys", func(c *config) { c.Keys = nil }},
+		{"Keys[1]", func(c *config) { c.Keys = [][]byte{testKey, []byte("short")} }},
+		{"Memberlist.Delegate", func(c *config) { c.Memberlist.Delegate = delegate{} }},
+		{"Memberlist.Keyring", func(c *config) { c.Memberlist.SecretKey = testKey }},
+		{"Memberlist.Label", func(c *config) { c.Memberlist.Label = "x" }},
+		{"Memberlist.Logger", func(c *config) { c.Memberlist.LogOutput = &logLines{} }},
+		{"Memberlist.Name", func(c *config) { c.Memberlist.Name = "" }},
+		{"Label", func(c *config) { c.Label = string(make([]byte, 256)) }},
+		{"Interval", func(c *config) { c.Interval = -time.Second }},
+		{"RecordTTL", func(c *config) { c.RecordTTL = c.Interval }},
+		{"MaxQueued", func(c *config) { c.MaxQueued = -1 }},
+		{"Reserve", func(c *config) { c.Reserve = 0.7 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.field, func(t *testing.T) {
 			cfg := testConfig("x")
 			tt.edit(&cfg)
 			_, err := startNode(cfg)
-			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorIs(t, err, gossiphook.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tt.field+" ")
 		})
 	}
@@ -44,14 +45,14 @@ func TestConfigRejects(t *testing.T) {
 // TestDefaults holds docs/operating.md's rows for package fallback against
 // the constants and against what withDefaults fills in.
 func TestDefaults(t *testing.T) {
-	c := Config{}.withDefaults()
+	c := config{}.withDefaults()
 	def := func(field, constant string, value, got any) doctable.Default {
-		return doctable.Default{Config: "Config", Field: field, Const: constant, Value: value, Got: got}
+		return doctable.Default{Config: "GossipConfig", Field: field, Const: constant, Value: value, Got: got}
 	}
 	doctable.Check(t, doctable.Package{
 		Name: "fallback",
 		Defaults: []doctable.Default{
-			{Config: "Config", Field: "Memberlist", Doc: "a copy of memberlist.DefaultLANConfig()", Got: c.Memberlist},
+			{Config: "GossipConfig", Field: "Memberlist", Doc: "a copy of memberlist.DefaultLANConfig()", Got: c.Memberlist},
 			def("Memberlist.DeadNodeReclaimTime", "defaultDeadNodeReclaimTime", defaultDeadNodeReclaimTime, c.Memberlist.DeadNodeReclaimTime),
 			def("RejoinInterval", "defaultRejoinInterval", defaultRejoinInterval, c.RejoinInterval),
 			def("Label", "defaultLabel", defaultLabel, c.Label),
@@ -66,12 +67,12 @@ func TestDefaults(t *testing.T) {
 			def("LeaveTimeout", "defaultLeaveTimeout", defaultLeaveTimeout, c.LeaveTimeout),
 		},
 		Bounds: []doctable.Bound{
-			{What: "Config.Label", Const: "maxLabel", Value: maxLabel, Doc: "255 bytes"},
-			{What: "Config.Reserve", Const: "maxReserve", Value: maxReserve, Doc: "0.5"},
-			{What: "Config.RecordTTL, at least", Const: "minRecordTTLIntervals", Value: minRecordTTLIntervals, Doc: "3 × Interval"},
-			{What: "Config.Memberlist.Name", Const: "maxOrigin", Value: maxOrigin, Doc: "128 bytes"},
+			{What: "GossipConfig.Label", Const: "maxLabel", Value: maxLabel, Doc: "255 bytes"},
+			{What: "GossipConfig.Reserve", Const: "maxReserve", Value: maxReserve, Doc: "0.5"},
+			{What: "GossipConfig.RecordTTL, at least", Const: "minRecordTTLIntervals", Value: minRecordTTLIntervals, Doc: "3 × Interval"},
+			{What: "GossipConfig.Memberlist.Name", Const: "maxOrigin", Value: maxOrigin, Doc: "128 bytes"},
 		},
-		Filled: []doctable.Filled{{Config: "Config", Zero: Config{}, With: c}},
+		Filled: []doctable.Filled{{Config: "GossipConfig", Zero: config{}, With: c}},
 	})
 	assert.Equal(t, memberlist.DefaultLANConfig().BindPort, c.Memberlist.BindPort, "LAN defaults")
 }
@@ -83,7 +84,7 @@ func TestConfigDefaultsAndCopies(t *testing.T) {
 	ml := fastMemberlist("x")
 	before := *ml
 	key := bytes.Clone(testKey)
-	cfg := Config{Memberlist: ml, Keys: [][]byte{key}}
+	cfg := config{Memberlist: ml, Keys: [][]byte{key}}
 	c := cfg.withDefaults()
 	assert.Equal(t, before, *ml, "the caller's memberlist config is unchanged")
 	require.NotSame(t, ml, c.Memberlist)
@@ -100,7 +101,7 @@ func TestConfigDefaultsAndCopies(t *testing.T) {
 	require.NotNil(t, got.Keyring)
 	assert.Equal(t, testKey, got.Keyring.GetPrimaryKey())
 
-	set := Config{
+	set := config{
 		Memberlist: c.Memberlist, Seeds: []string{"a:1"}, RejoinInterval: time.Second, Keys: [][]byte{testKey},
 		Label: "l", Interval: time.Second, DemandHalfLife: time.Second, Reserve: 0.5, RecordTTL: 3 * time.Second,
 		MaxKeys: 1, MaxRecords: 1, MaxQueued: 1, MaxStateRecords: 1, LeaveTimeout: time.Second,
@@ -114,8 +115,8 @@ func TestConfigDefaultsAndCopies(t *testing.T) {
 	key[0] ^= 1
 	assert.Equal(t, testKey, c.Keys[0], "the node keeps its own copy of the keys")
 
-	require.NoError(t, Config{Insecure: true}.withDefaults().validate())
-	got, err = Config{Insecure: true}.withDefaults().memberlistConfig()
+	require.NoError(t, config{Insecure: true}.withDefaults().validate())
+	got, err = config{Insecure: true}.withDefaults().memberlistConfig()
 	require.NoError(t, err)
 	assert.Nil(t, got.Keyring)
 }
@@ -124,18 +125,18 @@ func TestConfigDefaultsAndCopies(t *testing.T) {
 // package's form.
 func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
-		cfg  Config
+		cfg  config
 		want string
 	}{
-		{Config{}, "fallback: invalid config: Keys (none): required unless Insecure is set"},
-		{Config{Insecure: true, Interval: -time.Second}, "fallback: invalid config: Interval -1s: must not be negative"},
-		{Config{Insecure: true, MaxKeys: -1}, "fallback: invalid config: MaxKeys -1: must not be negative"},
-		{Config{Insecure: true, Reserve: 0.7}, "fallback: invalid config: Reserve 0.7: must be in (0, 0.5]"},
-		{Config{Insecure: true, RecordTTL: time.Second, Interval: time.Second}, "fallback: invalid config: RecordTTL 1s: must be at least 3 × Interval"},
-		{Config{Insecure: true, Label: string(make([]byte, 256))}, "fallback: invalid config: Label (256 bytes): must be at most 255 bytes"},
+		{config{}, "fallback: invalid config: Keys (none): required unless Insecure is set"},
+		{config{Insecure: true, Interval: -time.Second}, "fallback: invalid config: Interval -1s: must not be negative"},
+		{config{Insecure: true, MaxKeys: -1}, "fallback: invalid config: MaxKeys -1: must not be negative"},
+		{config{Insecure: true, Reserve: 0.7}, "fallback: invalid config: Reserve 0.7: must be in (0, 0.5]"},
+		{config{Insecure: true, RecordTTL: time.Second, Interval: time.Second}, "fallback: invalid config: RecordTTL 1s: must be at least 3 × Interval"},
+		{config{Insecure: true, Label: string(make([]byte, 256))}, "fallback: invalid config: Label (256 bytes): must be at most 255 bytes"},
 	} {
 		err := tc.cfg.withDefaults().validate()
-		assert.ErrorIs(t, err, ErrInvalidConfig)
+		assert.ErrorIs(t, err, gossiphook.ErrInvalidConfig)
 		assert.EqualError(t, err, tc.want)
 	}
 }

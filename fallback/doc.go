@@ -4,17 +4,17 @@
 // whose Config.Gossip is set starts a gossip node and closes it with the
 // Limiter, and its Gossip failure policy decides from the node's estimates.
 //
-// The package exports its Config alone, which users set as
-// hybrid.Config.Gossip (a *hybrid.GossipConfig: importing hybrid is enough),
-// and ErrInvalidConfig, which the error of hybrid.New wraps for a Config it
-// rejects. The node, its estimates and its figures are not exported: a
+// The package exports nothing: users configure the gossip as
+// hybrid.Config.Gossip (a *hybrid.GossipConfig, so importing hybrid is
+// enough), and hybrid.New wraps a bad field's error in its ErrInvalidConfig.
+// The node, its estimates and its figures are the module's plumbing: a
 // Limiter reports the figures in hybrid.Stats and as the
-// hybridlimit.gossip.* metrics, and joins peers through Config.Seeds.
+// hybridlimit.gossip.* metrics, and joins peers through GossipConfig.Seeds.
 //
 // The node runs all the time, not only in outages, so that membership and
 // each node's demand are warm when Redis fails. The Limiter reports each
 // key's figures to it at every sync round (a key digest, the window id, how
-// many were asked for and how many admitted); every Config.Interval the
+// many were asked for and how many admitted); every GossipConfig.Interval the
 // node gossips a small record for each busy key (digest, window, what it
 // consumed, its demand as a moving average that counts refused requests
 // too), hottest keys first, each replacing the node's older record still
@@ -32,8 +32,8 @@
 // declares the far side dead.
 //
 // Every packet and stream is encrypted and authenticated with the keyring
-// in Config.Keys, and carries Config.Label: a node without the key cannot
-// join, nor inject counts. Only digests of keys go on the wire.
+// in GossipConfig.Keys, and carries GossipConfig.Label: a node without the
+// key cannot join, nor inject counts. Only digests of keys go on the wire.
 //
 // The estimates are read on the hot path from an immutable snapshot
 // through an atomic pointer, without allocating or locking; reporting a

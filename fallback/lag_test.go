@@ -12,7 +12,7 @@ import (
 // latest record, whatever the key), idle peers left out, and the transit
 // delay alone when no peer is sending.
 func TestPeerAge(t *testing.T) {
-	n := &node{cfg: Config{Interval: 200 * time.Millisecond}, remote: map[digest][]*peer{}}
+	n := &node{cfg: config{Interval: 200 * time.Millisecond}, remote: map[digest][]*peer{}}
 	n.lag = float64(5 * time.Millisecond)
 	now := int64(100 * time.Second)
 	add := func(origin string, key byte, age time.Duration) {

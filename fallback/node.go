@@ -24,7 +24,7 @@ import (
 // and meant for the hot path; Estimate neither allocates nor locks. A node
 // runs from startNode until Close.
 type node struct {
-	cfg   Config
+	cfg   config
 	ml    *memberlist.Memberlist
 	name  string
 	log   *slog.Logger
@@ -93,8 +93,8 @@ var _ gossiphook.Node = (*node)(nil)
 //
 // startNode works on a copy of cfg with its zero fields set to their
 // defaults, and reports a bad field with an error wrapping
-// ErrInvalidConfig.
-func startNode(cfg Config) (*node, error) {
+// gossiphook.ErrInvalidConfig.
+func startNode(cfg config) (*node, error) {
 	c := cfg.clone().withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -127,7 +127,7 @@ func startNode(cfg Config) (*node, error) {
 }
 
 // newNode returns a node's state without memberlist or the loop.
-func newNode(c Config, name string, retransmitMult int) *node {
+func newNode(c config, name string, retransmitMult int) *node {
 	n := &node{
 		cfg:    c,
 		name:   name,

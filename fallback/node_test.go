@@ -36,8 +36,8 @@ func fastMemberlist(name string) *memberlist.Config {
 	return c
 }
 
-func testConfig(name string, seeds ...string) Config {
-	return Config{
+func testConfig(name string, seeds ...string) config {
+	return config{
 		Memberlist:     fastMemberlist(name),
 		Seeds:          seeds,
 		RejoinInterval: 200 * time.Millisecond,
@@ -49,7 +49,7 @@ func testConfig(name string, seeds ...string) Config {
 	}
 }
 
-func start(t *testing.T, cfg Config) *node {
+func start(t *testing.T, cfg config) *node {
 	t.Helper()
 	n, err := startNode(cfg)
 	require.NoError(t, err)
@@ -58,9 +58,9 @@ func start(t *testing.T, cfg Config) *node {
 }
 
 // cluster starts size nodes joined to the first one.
-func cluster(t *testing.T, size int, edits ...func(*Config)) []*node {
+func cluster(t *testing.T, size int, edits ...func(*config)) []*node {
 	t.Helper()
-	cfg := func(name string, seeds ...string) Config {
+	cfg := func(name string, seeds ...string) config {
 		c := testConfig(name, seeds...)
 		for _, e := range edits {
 			e(&c)
@@ -191,12 +191,12 @@ func TestForeignNodeCannotJoinNorInject(t *testing.T) {
 
 // slowSuspicion makes memberlist suspect a failed node for about half a
 // second before declaring it dead, long enough to watch.
-func slowSuspicion(c *Config) { c.Memberlist.SuspicionMult = 10 }
+func slowSuspicion(c *config) { c.Memberlist.SuspicionMult = 10 }
 
 func TestDeadNodeSharesGrow(t *testing.T) {
 	leakcheck.Check(t)
 	logs := &logLines{}
-	nodes := cluster(t, 3, slowSuspicion, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	nodes := cluster(t, 3, slowSuspicion, func(c *config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	k := digest{7}
 	require.Eventually(t, func() bool {
 		for _, n := range nodes {
@@ -294,7 +294,7 @@ func (l *logLines) has(s string) bool {
 
 // bare returns a node without memberlist or loop, for the parts that need
 // no network.
-func bare(t *testing.T, name string, edit func(*Config)) *node {
+func bare(t *testing.T, name string, edit func(*config)) *node {
 	t.Helper()
 	cfg := testConfig(name)
 	if edit != nil {
@@ -306,7 +306,7 @@ func bare(t *testing.T, name string, edit func(*Config)) *node {
 }
 
 func TestPacketsHottestFirstAndBounded(t *testing.T) {
-	n := bare(t, "hot", func(c *Config) { c.MaxQueued = 100 })
+	n := bare(t, "hot", func(c *config) { c.MaxQueued = 100 })
 	const keys = 3000
 	for i := range keys {
 		n.Observe(digest{byte(i), byte(i >> 8)}, 1, int64(i+1), 1)
@@ -335,7 +335,7 @@ func TestPacketsHottestFirstAndBounded(t *testing.T) {
 	}
 	assert.Positive(t, got)
 	// Local state for push/pull is bounded too, hottest first.
-	n2 := bare(t, "state", func(c *Config) { c.MaxStateRecords = 50 })
+	n2 := bare(t, "state", func(c *config) { c.MaxStateRecords = 50 })
 	own := n.own.Load()
 	require.NotNil(t, own)
 	d2 := delegate{n2}
@@ -421,7 +421,7 @@ func TestKeyRotation(t *testing.T) {
 func TestKeyRotationByRestart(t *testing.T) {
 	leakcheck.Check(t)
 	steps := [][][]byte{{testKey}, {testKey, otherKey}, {otherKey, testKey}, {otherKey}}
-	cfg := func(name string, keys [][]byte, seeds ...string) Config {
+	cfg := func(name string, keys [][]byte, seeds ...string) config {
 		c := testConfig(name, seeds...)
 		c.Keys = keys
 		return c

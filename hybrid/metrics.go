@@ -89,129 +89,132 @@ type metrics struct {
 
 func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 	meter := mp.Meter(meterName)
-	m := &metrics{}
+	b := &instruments{meter: meter}
+	m := &metrics{
+		rounds:       b.counter("hybridlimit.sync.rounds", "Sync rounds of the hybrid mode.", "{round}"),
+		roundKeys:    b.counter("hybridlimit.sync.keys", "Keys exchanged with Redis by sync rounds.", "{key}"),
+		roundErrors:  b.counter("hybridlimit.sync.errors", "Keys whose exchange with Redis failed.", "{key}"),
+		roundSeconds: b.histogram("hybridlimit.sync.duration", "Duration of sync rounds.", "s"),
+		waitSeconds:  b.histogram("hybridlimit.lease.wait.duration", "How long hybrid decisions waited for their key's exchange with Redis, every rule's.", "s"),
+		redisErrors:  b.counter("hybridlimit.redis.errors", "Calls and sync rounds Redis failed, by kind: the first word of its error answer (OOM, MISCONF, READONLY, WRONGTYPE, …), timeout, or unreachable.", "{error}"),
+		modeChanges:  b.counter("hybridlimit.mode.changes", "Switches between Redis deciding and failure policies deciding, by the mode switched to.", "{change}"),
+	}
+	ob := observed{
+		decisions: b.observedCounter("hybridlimit.decisions", "Decisions, by rule, mode and result.", "{decision}"),
+		fallbacks: b.observedCounter("hybridlimit.policy.decisions", "Decisions made without Redis (Decision.Degraded): by a failure policy while Redis could not decide, or on this node's part of the limit after Shutdown.", "{decision}"),
+		keys:      b.gauge("hybridlimit.keys", "Keys held in memory, by rule.", "{key}"),
+		evictions: b.observedCounter("hybridlimit.evictions", "Keys forgotten once back in their initial state, by rule.", "{key}"),
+		overflows: b.observedCounter("hybridlimit.overflows", "Requests for new keys refused because the key table was full, by rule.", "{request}"),
+		available: b.gauge("hybridlimit.redis.available", "1 while Redis answers, 0 while failure policies apply.", "1"),
+		waits:     b.observedCounter("hybridlimit.lease.waits", "Hybrid decisions that waited for their key's exchange with Redis (Rule.Wait), by rule and result; hybridlimit.decisions counts them too.", "{decision}"),
+		rules:     b.gauge("hybridlimit.rules", "Rules registered, by mode.", "{rule}"),
+		memory:    b.gauge("hybridlimit.memory", "Estimated heap bytes the rules hold: their fixed parts, tables of keys and entries (Limiter.Stats).", "By"),
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
 	var err error
-	decisions, err := meter.Int64ObservableCounter("hybridlimit.decisions",
-		metric.WithDescription("Decisions, by rule, mode and result."), metric.WithUnit("{decision}"))
-	if err != nil {
-		return nil, err
-	}
-	fallbacks, err := meter.Int64ObservableCounter("hybridlimit.policy.decisions",
-		metric.WithDescription("Decisions made without Redis (Decision.Degraded): by a failure policy while Redis could not decide, or on this node's part of the limit after Shutdown."), metric.WithUnit("{decision}"))
-	if err != nil {
-		return nil, err
-	}
-	keys, err := meter.Int64ObservableGauge("hybridlimit.keys",
-		metric.WithDescription("Keys held in memory, by rule."), metric.WithUnit("{key}"))
-	if err != nil {
-		return nil, err
-	}
-	evictions, err := meter.Int64ObservableCounter("hybridlimit.evictions",
-		metric.WithDescription("Keys forgotten once back in their initial state, by rule."), metric.WithUnit("{key}"))
-	if err != nil {
-		return nil, err
-	}
-	overflows, err := meter.Int64ObservableCounter("hybridlimit.overflows",
-		metric.WithDescription("Requests for new keys refused because the key table was full, by rule."), metric.WithUnit("{request}"))
-	if err != nil {
-		return nil, err
-	}
-	available, err := meter.Int64ObservableGauge("hybridlimit.redis.available",
-		metric.WithDescription("1 while Redis answers, 0 while failure policies apply."), metric.WithUnit("1"))
-	if err != nil {
-		return nil, err
-	}
-	if m.rounds, err = meter.Int64Counter("hybridlimit.sync.rounds",
-		metric.WithDescription("Sync rounds of the hybrid mode."), metric.WithUnit("{round}")); err != nil {
-		return nil, err
-	}
-	if m.roundKeys, err = meter.Int64Counter("hybridlimit.sync.keys",
-		metric.WithDescription("Keys exchanged with Redis by sync rounds."), metric.WithUnit("{key}")); err != nil {
-		return nil, err
-	}
-	if m.roundErrors, err = meter.Int64Counter("hybridlimit.sync.errors",
-		metric.WithDescription("Keys whose exchange with Redis failed."), metric.WithUnit("{key}")); err != nil {
-		return nil, err
-	}
-	if m.roundSeconds, err = meter.Float64Histogram("hybridlimit.sync.duration",
-		metric.WithDescription("Duration of sync rounds."), metric.WithUnit("s")); err != nil {
-		return nil, err
-	}
-	waits, err := meter.Int64ObservableCounter("hybridlimit.lease.waits",
-		metric.WithDescription("Hybrid decisions that waited for their key's exchange with Redis (Rule.Wait), by rule and result; hybridlimit.decisions counts them too."), metric.WithUnit("{decision}"))
-	if err != nil {
-		return nil, err
-	}
-	if m.waitSeconds, err = meter.Float64Histogram("hybridlimit.lease.wait.duration",
-		metric.WithDescription("How long hybrid decisions waited for their key's exchange with Redis, every rule's."), metric.WithUnit("s")); err != nil {
-		return nil, err
-	}
-	rulesGauge, err := meter.Int64ObservableGauge("hybridlimit.rules",
-		metric.WithDescription("Rules registered, by mode."), metric.WithUnit("{rule}"))
-	if err != nil {
-		return nil, err
-	}
-	memory, err := meter.Int64ObservableGauge("hybridlimit.memory",
-		metric.WithDescription("Estimated heap bytes the rules hold: their fixed parts, tables of keys and entries (Limiter.Stats)."), metric.WithUnit("By"))
-	if err != nil {
-		return nil, err
-	}
-	if m.redisErrors, err = meter.Int64Counter("hybridlimit.redis.errors",
-		metric.WithDescription("Calls and sync rounds Redis failed, by kind: the first word of its error answer (OOM, MISCONF, READONLY, WRONGTYPE, …), timeout, or unreachable."), metric.WithUnit("{error}")); err != nil {
-		return nil, err
-	}
-	if m.modeChanges, err = meter.Int64Counter("hybridlimit.mode.changes",
-		metric.WithDescription("Switches between Redis deciding and failure policies deciding, by the mode switched to."), metric.WithUnit("{change}")); err != nil {
-		return nil, err
-	}
 	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		up := int64(1)
-		if l.unavailable.Load() != 0 {
-			up = 0
-		}
-		o.ObserveInt64(available, up)
-		l.mu.Lock()
-		rules := make([]*ruleState, 0, len(l.rules))
-		for _, rs := range l.rules {
-			rules = append(rules, rs)
-		}
-		l.mu.Unlock()
-		var byMode [Hybrid + 1]int64
-		var bytes int64
-		for _, rs := range rules {
-			byMode[rs.mode.kind()]++
-			ra := attribute.String("rule", rs.name)
-			ma := attribute.String("mode", rs.mode.kind().String())
-			for r := local.Reason(0); int(r) < numReasons; r++ {
-				if v := rs.counts.sum(r); v > 0 {
-					o.ObserveInt64(decisions, v, metric.WithAttributes(ra, ma, attribute.String("result", resultOf(r))))
-				}
-			}
-			if v := rs.counts.other.Load(); v > 0 {
-				o.ObserveInt64(decisions, v, metric.WithAttributes(ra, ma, attribute.String("result", resultOther)))
-			}
-			for r := local.Reason(0); int(r) < numReasons; r++ {
-				if v := rs.counts.waits[r].Load(); v > 0 {
-					o.ObserveInt64(waits, v, metric.WithAttributes(ra, attribute.String("result", resultOf(r))))
-				}
-			}
-			o.ObserveInt64(fallbacks, rs.counts.fallback.Load(), metric.WithAttributes(ra))
-			st := rs.mode.stats()
-			o.ObserveInt64(keys, int64(st.Keys), metric.WithAttributes(ra, ma))
-			o.ObserveInt64(evictions, int64(st.Evictions), metric.WithAttributes(ra, ma))
-			o.ObserveInt64(overflows, int64(st.Overflows), metric.WithAttributes(ra, ma))
-			bytes += rs.bytes(st)
-		}
-		for m := Local; m <= Hybrid; m++ {
-			o.ObserveInt64(rulesGauge, byMode[m], metric.WithAttributes(attribute.String("mode", m.String())))
-		}
-		o.ObserveInt64(memory, bytes)
+		ob.observe(l, o)
 		return nil
-	}, decisions, fallbacks, keys, evictions, overflows, available, waits, rulesGauge, memory)
+	}, ob.decisions, ob.fallbacks, ob.keys, ob.evictions, ob.overflows, ob.available, ob.waits, ob.rules, ob.memory)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// instruments makes a meter's instruments, keeping the first error.
+type instruments struct {
+	meter metric.Meter
+	err   error
+}
+
+func (b *instruments) keep(err error) {
+	if b.err == nil {
+		b.err = err
+	}
+}
+
+func (b *instruments) counter(name, desc, unit string) metric.Int64Counter {
+	c, err := b.meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+	b.keep(err)
+	return c
+}
+
+func (b *instruments) histogram(name, desc, unit string) metric.Float64Histogram {
+	h, err := b.meter.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit(unit))
+	b.keep(err)
+	return h
+}
+
+func (b *instruments) observedCounter(name, desc, unit string) metric.Int64ObservableCounter {
+	c, err := b.meter.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+	b.keep(err)
+	return c
+}
+
+func (b *instruments) gauge(name, desc, unit string) metric.Int64ObservableGauge {
+	g, err := b.meter.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit))
+	b.keep(err)
+	return g
+}
+
+// observed are the instruments read at collection time, from the rules'
+// counters and tables.
+type observed struct {
+	decisions, fallbacks, evictions, overflows, waits metric.Int64ObservableCounter
+	keys, available, rules, memory                    metric.Int64ObservableGauge
+}
+
+// observe reports l's figures to o.
+func (ob observed) observe(l *Limiter, o metric.Observer) {
+	up := int64(1)
+	if l.unavailable.Load() != 0 {
+		up = 0
+	}
+	o.ObserveInt64(ob.available, up)
+	l.mu.Lock()
+	rules := make([]*ruleState, 0, len(l.rules))
+	for _, rs := range l.rules {
+		rules = append(rules, rs)
+	}
+	l.mu.Unlock()
+	var byMode [Hybrid + 1]int64
+	var bytes int64
+	for _, rs := range rules {
+		byMode[rs.mode.kind()]++
+		bytes += ob.observeRule(rs, o)
+	}
+	for m := Local; m <= Hybrid; m++ {
+		o.ObserveInt64(ob.rules, byMode[m], metric.WithAttributes(attribute.String("mode", m.String())))
+	}
+	o.ObserveInt64(ob.memory, bytes)
+}
+
+// observeRule reports rs's figures to o and returns the bytes it holds.
+func (ob observed) observeRule(rs *ruleState, o metric.Observer) int64 {
+	ra := attribute.String("rule", rs.name)
+	ma := attribute.String("mode", rs.mode.kind().String())
+	for r := local.Reason(0); int(r) < numReasons; r++ {
+		if v := rs.counts.sum(r); v > 0 {
+			o.ObserveInt64(ob.decisions, v, metric.WithAttributes(ra, ma, attribute.String("result", resultOf(r))))
+		}
+	}
+	if v := rs.counts.other.Load(); v > 0 {
+		o.ObserveInt64(ob.decisions, v, metric.WithAttributes(ra, ma, attribute.String("result", resultOther)))
+	}
+	for r := local.Reason(0); int(r) < numReasons; r++ {
+		if v := rs.counts.waits[r].Load(); v > 0 {
+			o.ObserveInt64(ob.waits, v, metric.WithAttributes(ra, attribute.String("result", resultOf(r))))
+		}
+	}
+	o.ObserveInt64(ob.fallbacks, rs.counts.fallback.Load(), metric.WithAttributes(ra))
+	st := rs.mode.stats()
+	o.ObserveInt64(ob.keys, int64(st.Keys), metric.WithAttributes(ra, ma))
+	o.ObserveInt64(ob.evictions, int64(st.Evictions), metric.WithAttributes(ra, ma))
+	o.ObserveInt64(ob.overflows, int64(st.Overflows), metric.WithAttributes(ra, ma))
+	return rs.bytes(st)
 }
 
 // resultOther is the result of a request of a multi-rule decision that

@@ -77,7 +77,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 			now = l.nowMicro()
 			ok = l.commitMulti(now, reqs, &b, out)
 		} else {
-			localx.CheckMultiAt(time.UnixMicro(now), b.local, b.localOut())
+			local.CheckMultiAt(time.UnixMicro(now), b.local, b.localOut())
 			b.scatterLocal(out)
 		}
 	default:
@@ -198,7 +198,7 @@ func (l *Limiter) checkMulti(ctx context.Context, now int64, reqs []Request, b *
 		now = l.nowMicro()
 	}
 	if len(b.local) > 0 {
-		ok = localx.CheckMultiAt(time.UnixMicro(now), b.local, b.localOut()) && ok
+		ok = local.CheckMultiAt(time.UnixMicro(now), b.local, b.localOut()) && ok
 		b.scatterLocal(out)
 	}
 	return ok
@@ -220,7 +220,7 @@ func (l *Limiter) commitMulti(now int64, reqs []Request, b *multiBatch, out []De
 		return ok
 	}
 	hybridDecided := false
-	ok := localx.AllowMultiIfAt(time.UnixMicro(now), b.local, b.localOut(), func() bool {
+	ok := local.AllowMultiIfAt(time.UnixMicro(now), b.local, b.localOut(), func() bool {
 		hybridDecided = true
 		return l.hybridMulti(context.Background(), now, reqs, b.hybrid, out, multiCommit)
 	})

@@ -135,7 +135,7 @@ func (f *failover) partAllow(part *local.Limiter, now int64, key string, n int64
 		return part.AllowNAt(at, key, n)
 	}
 	var out [1]local.Decision
-	if localx.CheckMultiAt(at, []local.Request{{Limiter: part, Key: key, N: n}}, out[:]) {
+	if local.CheckMultiAt(at, []local.Request{{Limiter: part, Key: key, N: n}}, out[:]) {
 		o := localx.OutcomeOf(out[0])
 		o.Allowed, o.Remaining = true, max(o.Remaining-n, 0)
 		return o.Decision()

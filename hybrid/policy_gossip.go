@@ -5,13 +5,17 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/hybridlimit/hybridlimit/fallback"
+	"github.com/hashicorp/memberlist"
+
+	// fallback runs the gossip node; its init sets gossiphook.New.
+	_ "github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/gossiphook"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
@@ -19,15 +23,92 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// GossipConfig configures the Limiter's gossip node (fallback.Config), for
-// Config.Gossip: its address and peers (Memberlist, Seeds), its keys and
-// cluster label, and how often and how much it gossips. Each field
-// documents its default.
-type GossipConfig = fallback.Config
+// GossipConfig configures the gossip node a Limiter runs, for
+// Config.Gossip. Every zero field takes the
+// default it documents (docs/operating.md#defaults lists them all); the
+// zero value, with Keys set, is a LAN node named after the host on port
+// 7946 that joins nobody (set Seeds). New copies the GossipConfig; later
+// changes to it have no effect.
+type GossipConfig struct {
+	// Memberlist is the gossip layer's configuration in memberlist's own
+	// terms: node name, bind and advertise addresses and ports, probe,
+	// gossip and push/pull intervals, packet size (UDPBufferSize, about
+	// 1,400 bytes by default). Default: memberlist.DefaultLANConfig(). The
+	// node copies it and never changes the caller's value. It must leave
+	// Delegate, Keyring, SecretKey, Label, Logger and LogOutput
+	// unset: the node sets them from this Config. Events, if set, is called
+	// after the node's own membership bookkeeping. A zero DeadNodeReclaimTime
+	// becomes 30s, so a node that restarts on a new address takes its name
+	// back. Its Name is 1 to 128 bytes.
+	Memberlist *memberlist.Config
+
+	// Seeds are the "host:port" addresses of peers to join at start and
+	// to join again every RejoinInterval while any of them is not a member
+	// (after a partition heals, or when a seed started later). Default:
+	// none.
+	Seeds []string
+	// RejoinInterval is how often the seeds missing from the membership
+	// are joined again. Default: 30s.
+	RejoinInterval time.Duration
+
+	// Keys is the keyring, used to encrypt and authenticate every packet
+	// and stream: the first key is the primary (used to send), every key is
+	// tried on receipt, so keys rotate by three rolling restarts: the new
+	// key added after the old everywhere, then put first everywhere, then
+	// the old one removed.
+	// Each key is 16, 24 or 32 bytes (AES-128, -192, -256). Required unless
+	// Insecure is set: an open gossip port lets anyone forge counts.
+	Keys [][]byte
+	// Insecure allows a node without Keys, for tests on a trusted
+	// loopback only. Default: false.
+	Insecure bool
+	// Label is the cluster label: a node only speaks with nodes of the
+	// same label, so two clusters sharing a network (or a key) stay apart.
+	// Default: "hybridlimit"; at most 255 bytes.
+	Label string
+
+	// Interval is how often this node queues records for its busy keys and
+	// rebuilds the snapshot its estimates come from. Default: 200ms.
+	Interval time.Duration
+	// DemandHalfLife is the half-life of the moving average of a key's
+	// demand. Shorter follows shifts in traffic faster and noise more.
+	// Default: 2s.
+	DemandHalfLife time.Duration
+	// Reserve is the part of each key's remaining budget split evenly
+	// among members rather than by demand, so a member whose demand has not
+	// reached this node yet still has a little. In (0, 0.5]. Default: 0.05.
+	Reserve float64
+	// RecordTTL is how long a peer's record is kept without a newer one. A
+	// busy key's record is sent again at least every RecordTTL/3. Default:
+	// 30s; at least 3 × Interval.
+	RecordTTL time.Duration
+
+	// MaxKeys bounds the keys this node tracks; Observe ignores new keys
+	// beyond it (counted in Stats.GossipKeysDropped). Keys idle for RecordTTL
+	// are forgotten. Default: 100,000.
+	MaxKeys int
+	// MaxRecords bounds the peers' records this node keeps; records beyond
+	// it are dropped (Stats.GossipRecordsDropped). Default: 1,000,000.
+	MaxRecords int
+	// MaxQueued bounds the records waiting to be gossiped; beyond it the
+	// most-sent are dropped. Each Interval queues the hottest keys first.
+	// Default: 1,024.
+	MaxQueued int
+	// MaxStateRecords bounds the records, hottest first, sent in one
+	// push/pull state exchange. Default: 8,192.
+	MaxStateRecords int
+	// LeaveTimeout bounds how long the Limiter's Shutdown (or Close) waits
+	// for the node's leave message to reach a peer. Default: 1s.
+	LeaveTimeout time.Duration
+
+	// Logger receives memberlist's log lines at their levels, and this
+	// package's. Default: none (discarded); nothing goes to stderr.
+	Logger *slog.Logger
+}
 
 // startNode starts package fallback's gossip node (see
 // internal/gossiphook), set when fallback loads.
-var startNode = gossiphook.New.(func(fallback.Config) (gossiphook.Node, error))
+var startNode = gossiphook.New.(func(gossiphook.Config) (gossiphook.Node, error))
 
 // A lease's digest names a key on the gossip, salted by its rule.
 var _ gossiphook.Digest = [lease.DigestSize]byte{}
@@ -41,9 +122,9 @@ type gossip struct {
 // startGossip starts the node cfg describes and registers its figures as
 // metrics.
 func startGossip(cfg GossipConfig, l *Limiter) (*gossip, error) {
-	node, err := startNode(cfg)
+	node, err := startNode(gossiphook.Config(cfg))
 	if err != nil {
-		if errors.Is(err, fallback.ErrInvalidConfig) {
+		if errors.Is(err, gossiphook.ErrInvalidConfig) {
 			return nil, fmt.Errorf("%w: Gossip: %w", ErrInvalidConfig, err)
 		}
 		return nil, fmt.Errorf("hybrid: start gossip: %w", err)

@@ -14,6 +14,4 @@ func init() {
 		}
 		return c.derived(), nil
 	}
-	localhook.CheckMultiAt = checkMultiAt
-	localhook.AllowMultiIfAt = allowMultiIfAt
 }

@@ -41,11 +41,11 @@ func AllowMultiAt(now time.Time, reqs []Request, out []Decision) bool {
 	return allowMulti(now.UnixMicro(), reqs, out, nil)
 }
 
-// checkMultiAt reports whether AllowMultiAt would admit reqs at now, and
+// CheckMultiAt reports whether AllowMultiAt would admit reqs at now, and
 // charges nothing. It writes into out the Decisions of a refusal: Allowed
 // false everywhere, ReasonOK for a rule with room, and why the others
 // refuse.
-func checkMultiAt(now time.Time, reqs []Request, out []Decision) bool {
+func CheckMultiAt(now time.Time, reqs []Request, out []Decision) bool {
 	room := false
 	allowMulti(now.UnixMicro(), reqs, out, func() bool {
 		room = true
@@ -54,16 +54,16 @@ func checkMultiAt(now time.Time, reqs []Request, out []Decision) bool {
 	return room
 }
 
-// allowMultiIfAt is AllowMultiAt with one more condition: when every
+// AllowMultiIfAt is AllowMultiAt with one more condition: when every
 // request has room, it calls commit, the keys still locked, and charges
 // them only if commit returns true. It decides local requests as one with
 // requests kept elsewhere: commit decides and charges those, and no
 // concurrent request can take the room of these keys in between. commit
 // is called at most once; it must not wait on anything but other keys'
 // locks, nor decide any of these keys (it would deadlock). It allocates
-// nothing for up to eight requests, when commit does not escape. Package
+// nothing for up to eight requests, when commit does not escape: package
 // hybrid decides its local and hybrid rules as one with it.
-func allowMultiIfAt(now time.Time, reqs []Request, out []Decision, commit func() bool) bool {
+func AllowMultiIfAt(now time.Time, reqs []Request, out []Decision, commit func() bool) bool {
 	return allowMulti(now.UnixMicro(), reqs, out, commit)
 }
 

@@ -6,7 +6,14 @@
 // cannot import fallback.
 package gossiphook
 
-import "math"
+import (
+	"errors"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
 
 // Digest names a key on the gossip: a collision-resistant digest of the
 // rule and the key that every node computes alike. It is the 16 bytes of a
@@ -14,10 +21,34 @@ import "math"
 // rule; the raw user key never leaves the node.
 type Digest = [16]byte
 
-// New starts a gossip node: a func(fallback.Config) (Node, error), set by
-// package fallback. The error wraps fallback.ErrInvalidConfig for a Config
-// it rejects.
+// New starts a gossip node: a func(Config) (Node, error), set by package
+// fallback. The error wraps ErrInvalidConfig for a Config it rejects.
 var New any
+
+// ErrInvalidConfig is wrapped by the error of a Config the node rejects;
+// hybrid.New wraps that error in its own ErrInvalidConfig.
+var ErrInvalidConfig = errors.New("fallback: invalid config")
+
+// Config is hybrid.GossipConfig, field for field (hybrid converts one to
+// the other; its doc comments are the fields' documentation).
+type Config struct {
+	Memberlist      *memberlist.Config
+	Seeds           []string
+	RejoinInterval  time.Duration
+	Keys            [][]byte
+	Insecure        bool
+	Label           string
+	Interval        time.Duration
+	DemandHalfLife  time.Duration
+	Reserve         float64
+	RecordTTL       time.Duration
+	MaxKeys         int
+	MaxRecords      int
+	MaxQueued       int
+	MaxStateRecords int
+	LeaveTimeout    time.Duration
+	Logger          *slog.Logger
+}
 
 // Node is one running member of the gossip cluster. Its methods are safe
 // for concurrent use; Report and Estimate are for the hot path and do not

@@ -1,9 +1,8 @@
 // Package localhook carries what package local computes for the module's
-// other packages but does not export: a limit's derived constants and
-// multi-rule decisions at a given time. Package local sets the variables
-// when it loads, each to a function of its own types; package
-// internal/localx, which imports local, asserts their types once and
-// offers them typed. This package cannot import local.
+// other packages but does not export: a limit's derived constants. Package
+// local sets Derive when it loads, to a function of its own types; package
+// internal/localx, which imports local, asserts its type once and offers it
+// typed. This package cannot import local.
 package localhook
 
 // Derived is what a valid limit's decisions use beyond its fields, as
@@ -24,12 +23,7 @@ type Derived struct {
 	Per, Interval, Tolerance int64
 }
 
-// The functions package local sets; see internal/localx for their types.
-var (
-	// Derive validates a local.Limit and returns what it derives.
-	Derive any
-	// CheckMultiAt and AllowMultiIfAt decide local.Requests as one at a
-	// given time: the first charges nothing, the second charges only if a
-	// last condition holds.
-	CheckMultiAt, AllowMultiIfAt any
-)
+// Derive validates a local.Limit and returns what it derives: a
+// func(local.Limit) (Derived, error), set by package local (see
+// internal/localx).
+var Derive any
