@@ -13,6 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -66,7 +67,7 @@ func fixed(limit int64, w time.Duration) hybrid.Limit {
 }
 
 // syncOK runs a round on l at the clock's time and fails t on an error.
-func syncOK(t testing.TB, l *hybrid.Limiter, clk local.Clock) syncer.RoundStats {
+func syncOK(t testing.TB, l *hybrid.Limiter, clk local.Clock) synchook.RoundStats {
 	t.Helper()
 	st, err := hybridsim.SyncAt(context.Background(), l, clk.Now())
 	require.NoError(t, err, "SyncAt")

@@ -19,6 +19,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -720,10 +721,10 @@ func (l *Limiter) Ping(ctx context.Context) error {
 // metrics), then hands them to the caller's Sync.Observer, if any.
 type observer struct {
 	l    *Limiter
-	next syncer.Observer
+	next synchook.Observer
 }
 
-func (o observer) Round(st syncer.RoundStats) {
+func (o observer) Round(st synchook.RoundStats) {
 	switch {
 	case st.Synced > 0 || st.Registered:
 		// Redis answered, if not every pipeline of the round.
@@ -743,9 +744,9 @@ func (o observer) Round(st syncer.RoundStats) {
 
 // syncAt runs one round of the syncer at the Limiter's clock time, for
 // Config.manualSync. It returns the round's figures.
-func (l *Limiter) syncAt(ctx context.Context, now time.Time) (syncer.RoundStats, error) {
+func (l *Limiter) syncAt(ctx context.Context, now time.Time) (synchook.RoundStats, error) {
 	if l.sync == nil {
-		return syncer.RoundStats{}, nil
+		return synchook.RoundStats{}, nil
 	}
 	if l.breakerOpen() && l.cfg.manualSync && l.central.Ping(ctx) == nil {
 		// The probe, which manualSync leaves to the caller's rounds.
@@ -763,9 +764,9 @@ func (l *Limiter) syncWanted() bool { return l.sync != nil && l.sync.Wanted() }
 // time, for Config.manualSync: it exchanges only the keys that asked for
 // their first lease, or for the correction of a lease granted on a guess
 // (syncer.Syncer.SyncFirstAt). It returns the round's figures.
-func (l *Limiter) syncFirstAt(ctx context.Context, now time.Time) (syncer.RoundStats, error) {
+func (l *Limiter) syncFirstAt(ctx context.Context, now time.Time) (synchook.RoundStats, error) {
 	if l.sync == nil {
-		return syncer.RoundStats{}, nil
+		return synchook.RoundStats{}, nil
 	}
 	return l.sync.SyncFirstAt(ctx, now.UnixMicro())
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -495,9 +496,9 @@ func TestShutdownFlushes(t *testing.T) {
 	}
 }
 
-type roundRecorder struct{ rounds []syncer.RoundStats }
+type roundRecorder struct{ rounds []synchook.RoundStats }
 
-func (r *roundRecorder) Round(st syncer.RoundStats) { r.rounds = append(r.rounds, st) }
+func (r *roundRecorder) Round(st synchook.RoundStats) { r.rounds = append(r.rounds, st) }
 
 // TestSyncObserverChained: the caller's Sync.Observer receives every round,
 // after the Limiter took it in.

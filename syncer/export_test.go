@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -59,7 +60,7 @@ func FirstPending(s *Syncer) int {
 // SyncWithin is Syncer.SyncAt within budget, as the loop runs its rounds
 // within Timeout: it starts no pipeline after budget and leaves the keys it
 // did not reach to the next round.
-func SyncWithin(s *Syncer, ctx context.Context, now int64, budget time.Duration) (RoundStats, error) {
+func SyncWithin(s *Syncer, ctx context.Context, now int64, budget time.Duration) (synchook.RoundStats, error) {
 	return s.round(ctx, now, false, budget)
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -26,7 +27,7 @@ import (
 // roundCount is an Observer counting a node's exchanges.
 type roundCount struct{ exchanges, registrations int }
 
-func (c *roundCount) Round(st syncer.RoundStats) {
+func (c *roundCount) Round(st synchook.RoundStats) {
 	c.exchanges += st.Synced + st.Failed
 	if st.Registered {
 		c.registrations++

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
@@ -37,7 +38,7 @@ func TestRegistry(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
-	round := func(s *syncer.Syncer) syncer.RoundStats {
+	round := func(s *syncer.Syncer) synchook.RoundStats {
 		t.Helper()
 		st, err := s.SyncAt(ctx, clk.Micros())
 		require.NoError(t, err)

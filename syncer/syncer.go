@@ -19,6 +19,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -127,7 +128,7 @@ type SyncConfig struct {
 	// that NewSyncer starts and Close stops.
 	Clock local.Clock
 	// Observer receives each round's figures. Optional.
-	Observer Observer
+	Observer synchook.Observer
 	// PassTime makes the scripts take the node's clock instead of Redis's
 	// (the node then learns no offset between the two): for simulations on
 	// a virtual clock. Default false: Redis's clock rules.
@@ -201,32 +202,6 @@ func (c SyncConfig) validate() error {
 		}
 	}
 	return nil
-}
-
-// Observer receives what the Syncer does. Its methods are called from the
-// sync loop, one at a time, and must not block.
-type Observer interface {
-	// Round reports a sync round.
-	Round(RoundStats)
-}
-
-// RoundStats are one round's figures.
-type RoundStats struct {
-	Keys     int           // keys looked after (holding a lease or usage)
-	Synced   int           // keys exchanged with Redis
-	Failed   int           // keys whose exchange failed
-	Took     time.Duration // the round's duration
-	Err      error         // the round's error, wrapping ErrUnavailable or ErrRedis; nil if none
-	Pipeline int           // pipelined exchanges
-	// Carried is how many keys were due but left for the next round, the
-	// round having run Timeout.
-	Carried int
-	// First reports a first-lease round (SyncFirstAt), which looks only at
-	// the keys that asked for one.
-	First bool
-	// Registered reports that the round registered the node as live (one
-	// more script, every DemandTTL ÷ 2).
-	Registered bool
 }
 
 // Syncer exchanges leases with Redis for the keys of a hybrid limiter: it
@@ -545,7 +520,7 @@ func (s *Syncer) WantedFirst() bool { return s.cluster.WantedFirst() }
 // SyncAt runs one round at node time now (µs): it takes the keys handed
 // over since the last round, and exchanges with Redis those that need it,
 // in pipelines of Batch scripts, each within Timeout and ctx.
-func (s *Syncer) SyncAt(ctx context.Context, now int64) (RoundStats, error) {
+func (s *Syncer) SyncAt(ctx context.Context, now int64) (synchook.RoundStats, error) {
 	return s.round(ctx, now, false, 0)
 }
 
@@ -561,12 +536,12 @@ type pending struct {
 // for the correction of a lease granted on a guess (before their demand
 // could be measured). Such a key need not wait MinGap after the node's
 // last round: a busy new key spends its cold-start allowance in far less.
-func (s *Syncer) SyncFirstAt(ctx context.Context, now int64) (RoundStats, error) {
+func (s *Syncer) SyncFirstAt(ctx context.Context, now int64) (synchook.RoundStats, error) {
 	return s.firstRound(ctx, now, 0)
 }
 
 // firstRound is SyncFirstAt, within budget (see batch).
-func (s *Syncer) firstRound(ctx context.Context, now int64, budget time.Duration) (RoundStats, error) {
+func (s *Syncer) firstRound(ctx context.Context, now int64, budget time.Duration) (synchook.RoundStats, error) {
 	start := time.Now()
 	s.firstMu.Lock()
 	defer s.firstMu.Unlock()
@@ -581,7 +556,7 @@ func (s *Syncer) firstRound(ctx context.Context, now int64, budget time.Duration
 		}
 		e.Unlock()
 	}
-	return s.exchange(ctx, &b, now, RoundStats{Keys: int(s.nactive.Load()), First: true}, start)
+	return s.exchange(ctx, &b, now, synchook.RoundStats{Keys: int(s.nactive.Load()), First: true}, start)
 }
 
 // batch is a round's work: the registration, if due, and the keys due,
@@ -625,7 +600,7 @@ func (s *Syncer) send(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now 
 
 // round runs a round (SyncAt), the last one if final, within budget (see
 // batch).
-func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.Duration) (RoundStats, error) {
+func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.Duration) (synchook.RoundStats, error) {
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -676,7 +651,7 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.D
 		e.Unlock()
 	}
 	s.nactive.Store(int64(len(s.active)))
-	return s.exchange(ctx, &b, now, RoundStats{Keys: len(s.active)}, start)
+	return s.exchange(ctx, &b, now, synchook.RoundStats{Keys: len(s.active)}, start)
 }
 
 // exchange sends a round's work (b) in pipelines of Batch, the registration
@@ -687,7 +662,7 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.D
 // to the Observer. A reply that does not decode counts as a failed
 // exchange. now is the round's node time. The caller holds mu (a
 // first-lease round, firstMu).
-func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStats, start time.Time) (RoundStats, error) {
+func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st synchook.RoundStats, start time.Time) (synchook.RoundStats, error) {
 	var roundErr error
 	fail := func(err error) {
 		if roundErr == nil {
@@ -750,7 +725,7 @@ func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStat
 // pipeline sends b's current pipeline within Timeout (and ctx), applies its
 // replies, counts them in st and reports each failure to fail; it returns
 // the pipeline's own error, wrapped. The caller holds mu.
-func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail func(error)) error {
+func (s *Syncer) pipeline(ctx context.Context, b *batch, st *synchook.RoundStats, fail func(error)) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	// Each reply's Redis clock is read against the midpoint of send and
