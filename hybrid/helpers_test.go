@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/synchook"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -38,7 +39,7 @@ const testInterval = 100 * time.Millisecond
 func nodeConfig(c redis.UniversalClient, prefix string, clk local.Clock, id string, nodes int) hybrid.Config {
 	return hybridsim.Virtual(hybrid.Config{
 		Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clk, Logger: quiet,
-		Sync: syncer.SyncConfig{Interval: testInterval, NodeID: id, Nodes: nodes},
+		Sync: hybrid.SyncConfig{Interval: testInterval, NodeID: id, Nodes: nodes},
 	})
 }
 
@@ -110,7 +111,7 @@ func (s winState) sumU() int64 {
 // redisKeyBase is the prefix of the Redis keys of a hybrid (rule, key):
 // <prefix>:{<rule>:<digest>}: (see syncer.Keyspace).
 func redisKeyBase(ks syncer.Keyspace, rule, key string) string {
-	return ks.Prefix + ":{" + rule + ":" + ks.Digest(key) + "}:"
+	return ks.Prefix + ":{" + rule + ":" + syncx.Digest(&ks, key) + "}:"
 }
 
 // readWindow reads the window starting at wid (µs) of a fixed-window or

@@ -31,7 +31,7 @@ type hybridRule struct {
 var _ modeRule = (*hybridRule)(nil)
 
 // newHybridRule returns the hybrid form of sr, at any limit and any number
-// of nodes. Its error wraps syncer.ErrNotLeasable when the limit has no
+// of nodes. Its error wraps syncx.ErrNotLeasable when the limit has no
 // lease (the sliding window log; a bucket past the scripts' exact range).
 func newHybridRule(rs *ruleState, sr *syncer.Rule) (*hybridRule, error) {
 	l := rs.l
@@ -325,7 +325,7 @@ func (m *hybridRule) remove() { m.lease.Load().Remove() }
 // on the key's first decision.
 func (l *Limiter) setDigest(k *lease.Lease, key string) {
 	if k.Digest == ([16]byte{}) {
-		k.Digest = l.sync.Keyspace().DigestBytes(key)
+		k.Digest = l.sync.Digest(key)
 	}
 }
 

@@ -15,13 +15,9 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// Defaults of CentralConfig and SyncConfig, beside SyncConfig's own:
-// docs/operating.md#defaults lists them, and TestDefaults holds that table
-// against them.
-const (
-	defaultTimeout    = config.Timeout
-	defaultResolution = config.ClockResolution
-)
+// Defaults of CentralConfig: docs/operating.md#defaults lists them, and
+// TestDefaults holds that table against them.
+const defaultTimeout = config.Timeout
 
 // CentralConfig configures a Central. Every zero field takes the default it
 // documents (docs/operating.md#defaults lists them all).
@@ -99,7 +95,7 @@ func NewCentral(cfg CentralConfig) (*Central, error) {
 	return &Central{client: cfg.Client, ks: ks, timeout: cfg.Timeout, cluster: !single}, nil
 }
 
-// checkRedis validates what NewCentral and NewSyncer share: a client whose
+// checkRedis validates what NewCentral and newSyncer share: a client whose
 // deadlines bound what (the calls it makes), and a keyspace.
 func checkRedis(c redis.UniversalClient, ks Keyspace, what string) error {
 	if c == nil {
@@ -409,7 +405,7 @@ func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Reque
 			out[i], ok = d, false
 			continue
 		}
-		state, log := c.ks.Keys(q.Rule, q.Key)
+		state, log := c.ks.ruleKeys(q.Rule, q.Key)
 		g := byState[state]
 		if g == nil {
 			g = &group{rule: q.Rule, key: q.Key, state: state, log: log}

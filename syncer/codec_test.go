@@ -117,7 +117,7 @@ func TestApplyMalformedReply(t *testing.T) {
 			before := e.Value
 			e.Unlock()
 
-			s := &Syncer{}
+			s := &syncer{}
 			applied, err := s.apply(&pending{entry: e, rule: lr, req: q}, []int64{now, 1, 2}, now+100)
 			assert.False(t, applied)
 			assert.ErrorIs(t, err, ErrRedis)

@@ -61,25 +61,3 @@ func ExampleNewRule() {
 	// true
 	// api:v2
 }
-
-// The user key never reaches Redis: only a 128-bit digest of it, so keys of
-// any bytes are safe and every process names the same key identically.
-// Under Secret the digest is an HMAC, which hides guessable keys (IPs, user
-// IDs) from whoever can read Redis.
-func ExampleKeyspace_Keys() {
-	ks := syncer.Keyspace{Prefix: "myapp"}
-	fixed, _ := syncer.NewRule("api", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 100, Window: time.Minute}))
-	gcra, _ := syncer.NewRule("api", localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Minute}))
-	state, _ := ks.Keys(fixed, "user-42")
-	fmt.Println(state)
-	state, _ = ks.Keys(gcra, "user-42")
-	fmt.Println(state)
-
-	shared := syncer.Keyspace{Prefix: "myapp", SharedKeyTag: true}
-	state, _ = shared.Keys(fixed, "user-42")
-	fmt.Println(state)
-	// Output:
-	// myapp:{api:bYlKo-6AJUnX80Dnwc8NHA}:s
-	// myapp:{api:bYlKo-6AJUnX80Dnwc8NHA}:s
-	// myapp:{bYlKo-6AJUnX80Dnwc8NHA}:api:s
-}

@@ -14,8 +14,25 @@ const (
 	DefaultTimeout = defaultTimeout
 )
 
-// WithDefaults returns c with its defaults filled in, as NewSyncer fills them.
+// The hybrid mode's syncer and its config, for the tests of package
+// syncer_test.
+type (
+	Syncer     = syncer
+	SyncConfig = syncConfig
+	Tuning     = synchook.Tuning
+)
+
+// NewSyncer is newSyncer.
+func NewSyncer(c SyncConfig) (*Syncer, error) { return newSyncer(c) }
+
+// WithDefaults returns c with its defaults filled in, as newSyncer fills them.
 func WithDefaults(c SyncConfig) SyncConfig { return c.withDefaults() }
+
+// Digest returns the digest of a user key that names it in Redis under ks.
+func Digest(ks *Keyspace, key string) string { return ks.digest(key) }
+
+// Keys returns the names, under ks, of rule and key's state and log.
+func Keys(ks *Keyspace, rule *Rule, key string) (state, log string) { return ks.ruleKeys(rule, key) }
 
 // AllowNTime is Central.AllowN that also returns the time, in µs since the
 // Unix epoch, the script decided at (Redis's clock, clamped as the state
@@ -67,3 +84,6 @@ func SyncWithin(s *Syncer, ctx context.Context, now int64, budget time.Duration)
 // OutageNoted returns the Redis time of the last round that found Redis
 // unreachable (lease.Cluster.Outage), 0 before any.
 func OutageNoted(s *Syncer) int64 { return s.cluster.Outage() }
+
+// ValidRuleName is validRuleName.
+func ValidRuleName(name string) error { return validRuleName(name) }

@@ -148,7 +148,7 @@ func TestWrongType(t *testing.T) {
 			t.Run(a.String(), func(t *testing.T) {
 				p := local.Limit{Algorithm: a, Quota: 10, Window: time.Second}
 				r := mustRule(t, "w-"+a.String(), p)
-				state, _ := cen.Keyspace().Keys(r, "k")
+				state, _ := syncer.Keys(cen.Keyspace(), r, "k")
 				// Short, and longer than a bucket state's 24 bytes of numbers.
 				for _, v := range []string{"not a hash", "another application's value, under the rule's name"} {
 					require.NoError(t, c.Set(ctx, state, v, time.Minute).Err())
@@ -174,7 +174,7 @@ func TestWrongType(t *testing.T) {
 			r := mustRule(t, "wl", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 10, Window: time.Minute})
 			_, err := cen.AllowN(ctx, r, "k", 1)
 			require.NoError(t, err)
-			_, lg := cen.Keyspace().Keys(r, "k")
+			_, lg := syncer.Keys(cen.Keyspace(), r, "k")
 			require.NoError(t, c.Set(ctx, lg, "not a list", time.Minute).Err())
 			_, err = cen.AllowN(ctx, r, "k", 1)
 			assert.ErrorIs(t, err, syncer.ErrRedis, "AllowN")

@@ -26,7 +26,7 @@ func TestFirstLeaseRounds(t *testing.T) {
 	c := redistest.Client(t, redistest.Addr(t))
 	clk := newClock()
 	s, err := syncer.NewSyncer(syncer.SyncConfig{
-		Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, NodeID: "a", Nodes: 1,
+		Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, Tuning: syncer.Tuning{NodeID: "a", Nodes: 1},
 		Clock: clk, PassTime: true,
 	})
 	require.NoError(t, err)

@@ -21,11 +21,9 @@ const defaultPrefix = config.KeyPrefix
 
 // digestBytes is how much of the SHA-256 (or HMAC-SHA256) of a user key its
 // Redis name keeps: 128 bits, collision-resistant (about 2^64 work to find
-// any pair) and 22 characters of base64url.
-const digestBytes = 16
-
-// A lease names its key by the digest: the sizes must agree.
-var _ [lease.DigestSize]byte = [digestBytes]byte{}
+// any pair) and 22 characters of base64url. A lease names its key by the
+// raw digest: one size, one type ([lease.DigestSize]byte) for the module.
+const digestBytes = lease.DigestSize
 
 // Keyspace names the Redis keys of a (rule, key) pair. Its zero value is
 // usable: prefix "hl", plain SHA-256 digests, one hash tag per rule and key.
@@ -75,7 +73,7 @@ func (ks *Keyspace) validate() error {
 }
 
 // prefix returns the Prefix, or the default for a Keyspace a Config did
-// not fill in (one a caller uses to name keys: Keys, Digest).
+// not fill in (one a caller uses to name keys: ruleKeys, digest).
 func (ks *Keyspace) prefix() string {
 	if ks.Prefix == "" {
 		return defaultPrefix
@@ -86,8 +84,8 @@ func (ks *Keyspace) prefix() string {
 // digestLen is the length of a digest as it appears in key names.
 const digestLen = (digestBytes*8 + 5) / 6
 
-// Digest returns the digest of a user key that names it in Redis.
-func (ks *Keyspace) Digest(key string) string { return encodeDigest(ks.DigestBytes(key)) }
+// digest returns the digest of a user key that names it in Redis.
+func (ks *Keyspace) digest(key string) string { return encodeDigest(ks.rawDigest(key)) }
 
 // encodeDigest returns a raw digest as names hold it.
 func encodeDigest(d [digestBytes]byte) string {
@@ -102,8 +100,9 @@ func putDigest(enc *[digestLen]byte, d [digestBytes]byte) {
 	base64.RawURLEncoding.Encode(enc[:], d[:])
 }
 
-// DigestBytes returns the digest of a user key, raw: what Digest encodes.
-func (ks *Keyspace) DigestBytes(key string) [digestBytes]byte {
+// rawDigest returns the digest of a user key, raw: what digest encodes,
+// and what a lease holds.
+func (ks *Keyspace) rawDigest(key string) [digestBytes]byte {
 	if len(ks.Secret) > 0 {
 		m := hmac.New(sha256.New, ks.Secret)
 		m.Write([]byte(key))
@@ -113,13 +112,13 @@ func (ks *Keyspace) DigestBytes(key string) [digestBytes]byte {
 	return [digestBytes]byte(sum[:digestBytes])
 }
 
-// Keys returns the names of rule and key's state (part "s") and of its log
-// list (part "l", used by the sliding window log only). The window
+// ruleKeys returns the names of rule and key's state (part "s") and of its
+// log list (part "l", used by the sliding window log only). The window
 // algorithms keep their state in a hash, the bucket algorithms in a string:
 // a rule that changes family finds a key of the other type, deletes it
 // (and the log) and starts afresh, as local.Limiter.SetLimit does.
-func (ks *Keyspace) Keys(rule *Rule, key string) (state, log string) {
-	return ks.keys(rule.name, ks.Digest(key))
+func (ks *Keyspace) ruleKeys(rule *Rule, key string) (state, log string) {
+	return ks.keys(rule.name, ks.digest(key))
 }
 
 // scriptKeys returns the names a single-rule script of r takes: its state,
@@ -127,7 +126,7 @@ func (ks *Keyspace) Keys(rule *Rule, key string) (state, log string) {
 // Redis, and allocates only what it returns.
 func (ks *Keyspace) scriptKeys(r *Rule, key string) []string {
 	var enc [digestLen]byte
-	putDigest(&enc, ks.DigestBytes(key))
+	putDigest(&enc, ks.rawDigest(key))
 	if r.limit.Algorithm() == local.SlidingWindowLog {
 		s, l := ks.keys(r.name, string(enc[:]))
 		return []string{s, l}
@@ -182,7 +181,7 @@ const maxRuleName = config.MaxRuleName
 // bytes of letters, digits and "-_.:/" (it becomes part of Redis key names
 // and of metrics); braces, which would break the hash tag, are rejected.
 func NewRule(name string, lim localx.Limit) (*Rule, error) {
-	if err := ValidRuleName(name); err != nil {
+	if err := validRuleName(name); err != nil {
 		return nil, err
 	}
 	if !lim.Valid() {
@@ -221,10 +220,10 @@ func NewRule(name string, lim localx.Limit) (*Rule, error) {
 	return r, nil
 }
 
-// ValidRuleName reports, as an error wrapping ErrInvalidRule, whether name
+// validRuleName reports, as an error wrapping ErrInvalidRule, whether name
 // cannot name a rule: it must be 1 to 128 bytes of letters, digits and
 // -_.:/.
-func ValidRuleName(name string) error {
+func validRuleName(name string) error {
 	if err := keyname.CheckRule(name); err != nil {
 		return fmt.Errorf("%w: name %q: %w", ErrInvalidRule, name, err)
 	}

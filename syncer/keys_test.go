@@ -58,11 +58,11 @@ func TestKeyNamesGolden(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, r := range []*syncer.Rule{api, api2, bucket} {
-				s, l := tt.ks.Keys(r, tt.key)
+				s, l := syncer.Keys(&tt.ks, r, tt.key)
 				assert.Equal(t, tt.state, s, "Keys(%v, %q): the state's name", r.Limit(), tt.key)
 				assert.Equal(t, tt.lg, l, "Keys(%v, %q): the log's name", r.Limit(), tt.key)
 			}
-			assert.Equal(t, tt.digest, tt.ks.Digest(tt.key), "Digest(%q)", tt.key)
+			assert.Equal(t, tt.digest, syncer.Digest(&tt.ks, tt.key), "Digest(%q)", tt.key)
 		})
 	}
 	t.Run("central copies the keyspace", func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestKeyNamesGolden(t *testing.T) {
 		cen, err := syncer.NewCentral(syncer.CentralConfig{Client: c, Keyspace: ks})
 		require.NoError(t, err)
 		ks.Secret[0] = 't' // the caller's buffer changes afterwards
-		s, _ := cen.Keyspace().Keys(api, "user:42")
+		s, _ := syncer.Keys(cen.Keyspace(), api, "user:42")
 		assert.Equal(t, "x:{api:P1s5wR62FZZOLiLh994xvw}:s", s, "the state's name after the caller changed its Secret")
 	})
 }
@@ -115,7 +115,7 @@ func keyNameLines(t testing.TB) []string {
 	for ki, ks := range crossProcessKeyspaces {
 		for ri, r := range crossProcessRules(t) {
 			for i, k := range crossProcessKeys() {
-				s, l := ks.Keys(r, k)
+				s, l := syncer.Keys(&ks, r, k)
 				lines = append(lines, fmt.Sprintf("names %d %d %d %s %s", ki, ri, i, s, l))
 			}
 		}
@@ -278,16 +278,16 @@ func TestDigestCollisions(t *testing.T) {
 				spaces = spaces[:1]
 			}
 			for _, ks := range spaces {
-				a, b, found := findCollision(ks.Digest, f.keys)
-				assert.False(t, found, "secret %q: %q and %q share the digest %q", ks.Secret, a, b, ks.Digest(a))
+				a, b, found := findCollision(func(k string) string { return syncer.Digest(ks, k) }, f.keys)
+				assert.False(t, found, "secret %q: %q and %q share the digest %q", ks.Secret, a, b, syncer.Digest(ks, a))
 			}
 			for i, k := range f.keys {
-				require.Regexp(t, digestRe, plain.Digest(k), "Digest(%q): want 22 characters of base64url", k)
+				require.Regexp(t, digestRe, syncer.Digest(plain, k), "Digest(%q): want 22 characters of base64url", k)
 				if i > 1000 {
 					break
 				}
 			}
-			truncated := func(k string) string { return plain.Digest(k)[:2] }
+			truncated := func(k string) string { return syncer.Digest(plain, k)[:2] }
 			a, b, found := findCollision(truncated, f.keys)
 			if len(f.keys) >= 1000 {
 				assert.True(t, found, "a 12-bit digest shows no collision among %d keys: the checker is blind", len(f.keys))
@@ -335,7 +335,7 @@ func TestAnyKeyBytes(t *testing.T) {
 		require.NoError(t, err)
 		want := map[string]bool{}
 		for _, k := range keys {
-			s, l := cen.Keyspace().Keys(rule, k)
+			s, l := syncer.Keys(cen.Keyspace(), rule, k)
 			want[s], want[l] = true, true
 		}
 		nameRe := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `:\{r:[A-Za-z0-9_-]{22}\}:[sl]$`)

@@ -99,7 +99,10 @@ func benchLeaseExchange(b *testing.B, p local.Limit) {
 	rule, err := syncer.NewRule("users", localx.MustLimit(p))
 	require.NoError(b, err)
 	clk := newClock()
-	cfg := syncer.WithDefaults(syncer.SyncConfig{Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)}, Nodes: nodes, Clock: clk, PassTime: true, Timeout: 10 * time.Second})
+	cfg := syncer.WithDefaults(syncer.SyncConfig{
+		Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)}, Clock: clk, PassTime: true,
+		Tuning: syncer.Tuning{Nodes: nodes, Timeout: 10 * time.Second},
+	})
 	type node struct {
 		s         *syncer.Syncer
 		lr        *lease.Rule
@@ -169,7 +172,7 @@ func benchLeaseExchange(b *testing.B, p local.Limit) {
 				e := n.store.Get(key, now)
 				e.Lock()
 				if e.Value.Digest == ([lease.DigestSize]byte{}) {
-					e.Value.Digest = n.s.Keyspace().DigestBytes(key)
+					e.Value.Digest = n.s.Digest(key)
 				}
 				if _, signal := e.Value.Decide(n.lr, now, 1); signal.Sync() {
 					n.lr.Notify(e)

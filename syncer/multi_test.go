@@ -58,7 +58,7 @@ func apartRules(t testing.TB, c *redis.ClusterClient, ks syncer.Keyspace, key st
 	for i := 0; len(rules) < len(ps); i++ {
 		require.LessOrEqual(t, i, 1000, "no rule names on distinct masters")
 		r := mustRule(t, fmt.Sprintf("m%d", i), ps[len(rules)])
-		s, _ := ks.Keys(r, key)
+		s, _ := syncer.Keys(&ks, r, key)
 		slotOf(t, c, s)
 		if m := masterOf(t, c, s); !used[m] {
 			used[m] = true
@@ -323,7 +323,7 @@ func TestMultiSharedKeyTag(t *testing.T) {
 			for _, key := range []string{"hot", "", "{x}"} {
 				var slots []int64
 				for _, r := range rules {
-					s, l := cen.Keyspace().Keys(r, key)
+					s, l := syncer.Keys(cen.Keyspace(), r, key)
 					slots = append(slots, slotOf(t, c, s), slotOf(t, c, l))
 				}
 				for _, s := range slots {
@@ -332,8 +332,8 @@ func TestMultiSharedKeyTag(t *testing.T) {
 			}
 			// Without the shared tag the same rules spread over slots.
 			plain := syncer.Keyspace{Prefix: ks.Prefix}
-			sa, _ := plain.Keys(rules[0], "hot")
-			sb, _ := plain.Keys(rules[1], "hot")
+			sa, _ := syncer.Keys(&plain, rules[0], "hot")
+			sb, _ := syncer.Keys(&plain, rules[1], "hot")
 			if slotOf(t, c, sa) == slotOf(t, c, sb) {
 				t.Logf("rules a and b share a slot without SharedKeyTag too (chance)")
 			}

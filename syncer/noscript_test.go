@@ -220,7 +220,7 @@ func TestNoScriptCluster(t *testing.T) {
 		assert.False(t, sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 9}}, lims), "admitted a cost above the burst")
 	})
 	t.Run("one master flushed", func(t *testing.T) {
-		state, _ := cen.Keyspace().Keys(rules[0], "k")
+		state, _ := syncer.Keys(cen.Keyspace(), rules[0], "k")
 		node, err := cc.MasterForKey(ctx, state)
 		require.NoError(t, err)
 		for i := range 3 {

@@ -31,7 +31,7 @@ func TestRegistry(t *testing.T) {
 	clk := newClock()
 	newSyncer := func(id string, hint int) *syncer.Syncer {
 		s, err := syncer.NewSyncer(syncer.SyncConfig{
-			Client: c, Keyspace: syncer.Keyspace{Prefix: prefix}, NodeID: id, Nodes: hint,
+			Client: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Tuning: syncer.Tuning{NodeID: id, Nodes: hint},
 			Clock: clk, PassTime: true,
 		})
 		require.NoError(t, err)

@@ -79,7 +79,7 @@ func (m *manyKeys) leased(i int) (leased, inFlight bool) {
 func TestRoundManyKeys(t *testing.T) {
 	const n, batch = 20000, 256
 	// Timeout, each pipeline's bound, is long enough under -race.
-	m := newManyKeys(t, redistest.Client(t, redistest.Addr(t)), n, syncer.SyncConfig{Batch: batch, Timeout: 10 * time.Second})
+	m := newManyKeys(t, redistest.Client(t, redistest.Addr(t)), n, syncer.SyncConfig{Tuning: syncer.Tuning{Batch: batch, Timeout: 10 * time.Second}})
 	ctx := context.Background()
 	synced, rounds := 0, 0
 	for synced < n {
@@ -130,7 +130,7 @@ func TestRoundFailedPipeline(t *testing.T) {
 	const n, batch = 200, 20
 	timeout := 300 * time.Millisecond
 	h := &hookClient{UniversalClient: redistest.Client(t, redistest.Addr(t))}
-	m := newManyKeys(t, h, n, syncer.SyncConfig{Batch: batch, Timeout: timeout})
+	m := newManyKeys(t, h, n, syncer.SyncConfig{Tuning: syncer.Tuning{Batch: batch, Timeout: timeout}})
 	h.before = func(p int64) {
 		if p == 2 {
 			// Exec then starts with the pipeline's deadline passed.

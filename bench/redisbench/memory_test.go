@@ -12,6 +12,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -32,7 +33,7 @@ func memCentral(a local.Algorithm) memTarget {
 			d, err := cen.AllowN(ctx, r, userKeys[k], 1)
 			return d.Allowed(), err
 		}, n, 1)
-		return names(n, func(k int) []string { s, _ := cen.Keyspace().Keys(r, userKeys[k]); return []string{s} })
+		return names(n, func(k int) []string { s, _ := syncx.Keys(e.keyspace(), r, userKeys[k]); return []string{s} })
 	}}
 }
 
@@ -52,7 +53,7 @@ func memLog(name string, l, entries int64, n int) memTarget {
 			}
 			return d.Allowed(), err
 		}, n, int(entries))
-		return names(n, func(k int) []string { s, l := cen.Keyspace().Keys(r, userKeys[k]); return []string{s, l} })
+		return names(n, func(k int) []string { s, l := syncx.Keys(e.keyspace(), r, userKeys[k]); return []string{s, l} })
 	}}
 }
 

@@ -144,9 +144,12 @@ func (e *env) flush(b *testing.B) {
 	}
 }
 
+// keyspace is the Keyspace of the Centrals of e.
+func (e *env) keyspace() *syncer.Keyspace { return &syncer.Keyspace{Prefix: e.prefix} }
+
 func (e *env) central(b *testing.B) *syncer.Central {
 	b.Helper()
-	cen, err := syncer.NewCentral(syncer.CentralConfig{Client: e.client, Keyspace: syncer.Keyspace{Prefix: e.prefix}})
+	cen, err := syncer.NewCentral(syncer.CentralConfig{Client: e.client, Keyspace: *e.keyspace()})
 	if err != nil {
 		b.Fatal(err)
 	}

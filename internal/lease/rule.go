@@ -11,7 +11,7 @@ import (
 )
 
 // Params are the sync parameters a Rule's leases are sized and renewed by
-// (see syncer.SyncConfig, whose fields they copy).
+// (see hybrid.SyncConfig, whose fields they copy).
 type Params struct {
 	Interval    time.Duration // the regular sync period
 	Horizon     time.Duration // how long a lease is sized to last

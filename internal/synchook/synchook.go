@@ -8,8 +8,72 @@
 package synchook
 
 import (
+	"context"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/lease"
 )
+
+// Tuning tunes the hybrid mode's syncer: it has the fields of
+// hybrid.SyncConfig, which converts to it, and which documents each field
+// and its default. Package syncer fills the defaults in and checks it.
+type Tuning struct {
+	NodeID      string
+	Interval    time.Duration
+	Horizon     time.Duration
+	MinGap      time.Duration
+	FirstGap    time.Duration
+	PaceGap     time.Duration
+	LeaseTTL    time.Duration
+	DemandTTL   time.Duration
+	IdleRelease time.Duration
+	Safety      time.Duration
+	Epsilon     float64
+	NoColdStart bool
+	Nodes       int
+	Batch       int
+	Timeout     time.Duration
+}
+
+// Syncer exchanges leases with Redis for the keys of a hybrid limiter: it
+// reports what each node admitted and brings back new leases, driven by
+// need. It runs in its own goroutines (Start), or round by round (SyncAt,
+// SyncFirstAt) for tests and simulations. It is safe for concurrent use. R
+// is *syncer.Rule.
+type Syncer[R any] interface {
+	// Start runs the sync loop in goroutines until Close or Shutdown.
+	// Calling it again, or after Close, does nothing.
+	Start()
+	// Close stops the loop and the Syncer's own clock, and waits for them.
+	// It does not report what is unreported: Shutdown does. Idempotent.
+	Close() error
+	// Shutdown stops the loop, then, in one last round within ctx, reports
+	// every key's unreported usage and gives its leases back, and closes the
+	// Syncer. Idempotent.
+	Shutdown(ctx context.Context) error
+	// NodeID returns the node's name in Redis.
+	NodeID() string
+	// Nodes returns the number of live nodes Redis counted, and at least
+	// Tuning.Nodes.
+	Nodes() int64
+	// LeaseRule returns the hybrid form of a rule, or an error wrapping
+	// ErrNotLeasable when its limit cannot be split into leases.
+	LeaseRule(r R) (*lease.Rule, error)
+	// Digest returns the digest that names a user key in Redis.
+	Digest(key string) [lease.DigestSize]byte
+	// SyncAt runs one round at node time now (µs).
+	SyncAt(ctx context.Context, now int64) (RoundStats, error)
+	// SyncFirstAt runs a first-lease round at node time now (µs): only the
+	// keys that asked for their first lease, or for the correction of a
+	// lease granted on a guess.
+	SyncFirstAt(ctx context.Context, now int64) (RoundStats, error)
+	// Wanted reports, and clears, whether a key asked for an early round
+	// since the last call.
+	Wanted() bool
+	// WantedFirst reports, and clears, whether a key asked for a
+	// first-lease round since the last call.
+	WantedFirst() bool
+}
 
 // RoundStats are one sync round's figures: what package hybrid takes into
 // its metrics and traces, and what the module's tests and benchmarks read.
@@ -31,9 +95,24 @@ type RoundStats struct {
 	Registered bool
 }
 
-// Observer receives what a syncer does. Its methods are called from the
+// Observer receives what a Syncer does. Its methods are called from the
 // sync loop, one at a time, and must not block.
 type Observer interface {
 	// Round reports a sync round.
 	Round(RoundStats)
 }
+
+// The functions package syncer sets; internal/syncx gives their types.
+var (
+	// NewSyncer returns a Syncer, not yet running.
+	NewSyncer any
+	// ValidRuleName reports whether a name cannot name a rule.
+	ValidRuleName any
+	// Digest and Keys name a user key in Redis.
+	Digest, Keys any
+)
+
+// ErrNotLeasable, set by package syncer, is wrapped by the error of
+// Syncer.LeaseRule for a limit that cannot be split into leases. It wraps
+// syncer.ErrInvalidRule.
+var ErrNotLeasable error
