@@ -452,7 +452,7 @@ func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim localx.Li
 	if mode == Local {
 		return newLocalRule(rs, lim)
 	}
-	sr, err := syncer.NewRule(rs.name, lim)
+	sr, err := syncx.NewRule(rs.name, lim)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}

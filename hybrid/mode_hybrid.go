@@ -8,8 +8,10 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/fallback"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -290,7 +292,7 @@ func (m *hybridRule) idle(v *lease.Lease, now int64) bool {
 }
 
 func (m *hybridRule) setLimit(lim localx.Limit) error {
-	sr, err := syncer.NewRule(m.rs.name, lim)
+	sr, err := syncx.NewRule(m.rs.name, lim)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}
@@ -322,10 +324,11 @@ func (m *hybridRule) close() { m.fail.close() }
 func (m *hybridRule) remove() { m.lease.Load().Remove() }
 
 // setDigest names a new key's lease in Redis: the digest is computed once,
-// on the key's first decision.
+// on the key's first decision, under the Keyspace's Secret, as the syncer's
+// Keyspace names the key (keyname.Digest).
 func (l *Limiter) setDigest(k *lease.Lease, key string) {
-	if k.Digest == ([16]byte{}) {
-		k.Digest = l.sync.Digest(key)
+	if k.Digest == ([lease.DigestSize]byte{}) {
+		k.Digest = keyname.Digest(l.cfg.Keyspace.Secret, key)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -28,9 +27,9 @@ func ExampleNewCentral() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	login, err := syncer.NewRule("login", localx.MustLimit(local.Limit{
+	login, err := syncer.NewRule("login", local.Limit{
 		Algorithm: local.SlidingWindowLog, Quota: 5, Window: time.Minute,
-	}))
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -48,7 +47,7 @@ func ExampleNewCentral() {
 // Rule names are part of the Redis key names, so they are validated: no
 // braces (they would change the Cluster hash tag), no control characters.
 func ExampleNewRule() {
-	lim := localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 20})
+	lim := local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 20}
 	if _, err := syncer.NewRule("api:{v2}", lim); err != nil {
 		fmt.Println(errors.Is(err, syncer.ErrInvalidRule))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -87,3 +88,25 @@ func OutageNoted(s *Syncer) int64 { return s.cluster.Outage() }
 
 // ValidRuleName is validRuleName.
 func ValidRuleName(name string) error { return validRuleName(name) }
+
+// Request is request, one rule of a multi-rule decision.
+type Request = request
+
+// AllowNAt is c.allowNAt.
+func AllowNAt(ctx context.Context, c *Central, now time.Time, r *Rule, key string, n int64) (local.Decision, error) {
+	return c.allowNAt(ctx, now, r, key, n)
+}
+
+// AllowMulti is c.allowMulti: at now, or Redis's time for the zero Time.
+func AllowMulti(ctx context.Context, c *Central, now time.Time, reqs []Request, out []local.Decision) (bool, error) {
+	return c.allowMulti(ctx, now, reqs, out)
+}
+
+// Preload is c.preload.
+func Preload(ctx context.Context, c *Central) error { return c.preload(ctx) }
+
+// CentralKeyspace returns the Keyspace c names keys with.
+func CentralKeyspace(c *Central) *Keyspace { return &c.ks }
+
+// RuleLimit returns r's limit.
+func RuleLimit(r *Rule) localx.Limit { return r.limit }

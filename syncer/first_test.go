@@ -11,7 +11,6 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -31,7 +30,7 @@ func TestFirstLeaseRounds(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
-	rule, err := syncer.NewRule("first", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Minute}))
+	rule, err := syncer.NewRule("first", local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Minute})
 	require.NoError(t, err)
 	lr, err := s.LeaseRule(rule)
 	require.NoError(t, err)

@@ -1,8 +1,6 @@
 package syncer
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
-	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -20,10 +17,8 @@ import (
 const defaultPrefix = config.KeyPrefix
 
 // digestBytes is how much of the SHA-256 (or HMAC-SHA256) of a user key its
-// Redis name keeps: 128 bits, collision-resistant (about 2^64 work to find
-// any pair) and 22 characters of base64url. A lease names its key by the
-// raw digest: one size, one type ([lease.DigestSize]byte) for the module.
-const digestBytes = lease.DigestSize
+// Redis name keeps (keyname.Digest): a lease holds the same raw digest.
+const digestBytes = keyname.DigestSize
 
 // Keyspace names the Redis keys of a (rule, key) pair. Its zero value is
 // usable: prefix "hl", plain SHA-256 digests, one hash tag per rule and key.
@@ -102,15 +97,7 @@ func putDigest(enc *[digestLen]byte, d [digestBytes]byte) {
 
 // rawDigest returns the digest of a user key, raw: what digest encodes,
 // and what a lease holds.
-func (ks *Keyspace) rawDigest(key string) [digestBytes]byte {
-	if len(ks.Secret) > 0 {
-		m := hmac.New(sha256.New, ks.Secret)
-		m.Write([]byte(key))
-		return [digestBytes]byte(m.Sum(nil))
-	}
-	sum := sha256.Sum256([]byte(key)) // on the stack: no allocation
-	return [digestBytes]byte(sum[:digestBytes])
-}
+func (ks *Keyspace) rawDigest(key string) [digestBytes]byte { return keyname.Digest(ks.Secret, key) }
 
 // ruleKeys returns the names of rule and key's state (part "s") and of its
 // log list (part "l", used by the sliding window log only). The window
@@ -177,10 +164,25 @@ type Rule struct {
 // maxRuleName is the longest rule name accepted, in bytes.
 const maxRuleName = config.MaxRuleName
 
-// NewRule validates name and lim and returns the Rule. A name is 1 to 128
-// bytes of letters, digits and "-_.:/" (it becomes part of Redis key names
-// and of metrics); braces, which would break the hash tag, are rejected.
-func NewRule(name string, lim localx.Limit) (*Rule, error) {
+// NewRule validates name and lim and returns the Rule; an error wraps
+// ErrInvalidRule. A name is 1 to 128 bytes of letters, digits and "-_.:/"
+// (it becomes part of Redis key names and of metrics); braces, which would
+// break the hash tag, are rejected. The limit is validated as package local
+// validates it, and the error then wraps local.ErrInvalidConfig too.
+func NewRule(name string, lim local.Limit) (*Rule, error) {
+	if err := validRuleName(name); err != nil {
+		return nil, err
+	}
+	l, err := localx.NewLimit(lim)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rule %q: Limit: %w", ErrInvalidRule, name, err)
+	}
+	return newRule(name, l)
+}
+
+// newRule is NewRule for a limit already validated: what package hybrid
+// holds.
+func newRule(name string, lim localx.Limit) (*Rule, error) {
 	if err := validRuleName(name); err != nil {
 		return nil, err
 	}
@@ -232,9 +234,6 @@ func validRuleName(name string) error {
 
 // Name returns the rule's name.
 func (r *Rule) Name() string { return r.name }
-
-// Limit returns the rule's limit.
-func (r *Rule) Limit() localx.Limit { return r.limit }
 
 // slot returns the Redis Cluster hash slot of a key name: CRC16 (XMODEM)
 // of its hash tag, modulo 16384.

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -96,7 +96,7 @@ func benchLeaseExchange(b *testing.B, p local.Limit) {
 	srv := redistest.Start(b)
 	c := redistest.Client(b, srv.Addr)
 	ctx := context.Background()
-	rule, err := syncer.NewRule("users", localx.MustLimit(p))
+	rule, err := syncer.NewRule("users", p)
 	require.NoError(b, err)
 	clk := newClock()
 	cfg := syncer.WithDefaults(syncer.SyncConfig{
@@ -172,7 +172,7 @@ func benchLeaseExchange(b *testing.B, p local.Limit) {
 				e := n.store.Get(key, now)
 				e.Lock()
 				if e.Value.Digest == ([lease.DigestSize]byte{}) {
-					e.Value.Digest = n.s.Digest(key)
+					e.Value.Digest = keyname.Digest(nil, key) // the Keyspace has no Secret
 				}
 				if _, signal := e.Value.Decide(n.lr, now, 1); signal.Sync() {
 					n.lr.Notify(e)

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -24,7 +23,7 @@ func TestLeaseRuleNotRetained(t *testing.T) {
 	s, err := newSyncer(syncConfig{Client: c})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
-	r, err := NewRule("api", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Second}))
+	r, err := NewRule("api", local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Second})
 	require.NoError(t, err)
 	lr, err := s.LeaseRule(r)
 	require.NoError(t, err)
@@ -34,7 +33,7 @@ func TestLeaseRuleNotRetained(t *testing.T) {
 	runtime.GC()
 	assert.Nil(t, w.Value(), "the syncer keeps a lease rule its caller dropped")
 
-	log, err := NewRule("log", localx.MustLimit(local.Limit{Algorithm: local.SlidingWindowLog, Quota: 10, Window: time.Second}))
+	log, err := NewRule("log", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 10, Window: time.Second})
 	require.NoError(t, err)
 	_, err = s.LeaseRule(log)
 	assert.ErrorIs(t, err, errNotLeasable)

@@ -13,7 +13,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -39,7 +38,7 @@ func newManyKeys(t *testing.T, client redis.UniversalClient, n int, cfg syncer.S
 	m.s, err = syncer.NewSyncer(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { m.s.Close() })
-	rule, err := syncer.NewRule("many", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Hour}))
+	rule, err := syncer.NewRule("many", local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Hour})
 	require.NoError(t, err)
 	m.lr, err = m.s.LeaseRule(rule)
 	require.NoError(t, err)

@@ -210,10 +210,6 @@ func newSyncer(cfg syncConfig) (*syncer, error) {
 // NodeID returns the node's name in Redis.
 func (s *syncer) NodeID() string { return s.node }
 
-// Digest returns the digest that names key in Redis, raw: what a lease
-// holds.
-func (s *syncer) Digest(key string) [lease.DigestSize]byte { return s.ks.rawDigest(key) }
-
 // LeaseRule returns the hybrid form of r, whose leases this syncer
 // exchanges, or an error wrapping errNotLeasable when its limit cannot be
 // split into leases. The lease rule holds r (its

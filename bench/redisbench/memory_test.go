@@ -46,7 +46,7 @@ func memLog(name string, l, entries int64, n int) memTarget {
 		t0, step := time.Now().UnixMicro(), logWindow.Microseconds()/l
 		count := make([]int64, n)
 		fill(b, func(ctx context.Context, k int) (bool, error) {
-			d, err := cen.AllowNAt(ctx, time.UnixMicro(t0+count[k]*step), r, userKeys[k], 1)
+			d, err := syncx.AllowNAt(ctx, cen, time.UnixMicro(t0+count[k]*step), r, userKeys[k], 1)
 			count[k]++
 			if err == nil && !d.Allowed() {
 				err = fmt.Errorf("request %d of key %d refused", count[k], k)

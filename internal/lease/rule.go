@@ -20,7 +20,7 @@ type Params struct {
 	Safety      time.Duration // a share is dropped this long before its expiry
 	IdleRelease time.Duration // a key idle this long gives its lease back
 	Epsilon     float64       // the cold-start allowance, as a fraction of the limit; 0 for none
-	Virtual     bool          // the scripts run on the node's clock (SyncConfig.PassTime): the offset stays 0
+	Virtual     bool          // the scripts run on the node's clock (syncx.Config.PassTime): the offset stays 0
 }
 
 // Rule is a limit as the hybrid mode runs it: split into leases, with the

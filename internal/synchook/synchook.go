@@ -59,8 +59,6 @@ type Syncer[R any] interface {
 	// LeaseRule returns the hybrid form of a rule, or an error wrapping
 	// ErrNotLeasable when its limit cannot be split into leases.
 	LeaseRule(r R) (*lease.Rule, error)
-	// Digest returns the digest that names a user key in Redis.
-	Digest(key string) [lease.DigestSize]byte
 	// SyncAt runs one round at node time now (µs).
 	SyncAt(ctx context.Context, now int64) (RoundStats, error)
 	// SyncFirstAt runs a first-lease round at node time now (µs): only the
@@ -102,14 +100,38 @@ type Observer interface {
 	Round(RoundStats)
 }
 
+// Request is one rule of a central multi-rule decision. R is *syncer.Rule.
+type Request[R any] struct {
+	Rule R
+	Key  string
+	N    int64
+}
+
+// Charge is what a central multi-rule decision charged in Redis, to be
+// refunded if the caller's own decision over other rules refuses.
+type Charge interface {
+	// Refund gives back what the decision charged: each rule's cost where
+	// it is still there, as a refused multi-rule decision does.
+	Refund(ctx context.Context) error
+}
+
 // The functions package syncer sets; internal/syncx gives their types.
 var (
 	// NewSyncer returns a Syncer, not yet running.
 	NewSyncer any
 	// ValidRuleName reports whether a name cannot name a rule.
 	ValidRuleName any
+	// NewRule returns the Redis form of a limit already validated.
+	NewRule any
 	// Digest and Keys name a user key in Redis.
 	Digest, Keys any
+	// AllowNAt is a Central's AllowN at a time passed to the script.
+	AllowNAt any
+	// AllowMulti and AllowMultiCharge decide Requests as one in Redis;
+	// AllowMultiCharge also returns what it charged, for a refund.
+	AllowMulti, AllowMultiCharge any
+	// Preload loads every script into Redis.
+	Preload any
 )
 
 // ErrNotLeasable, set by package syncer, is wrapped by the error of
