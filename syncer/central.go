@@ -140,7 +140,7 @@ func (c *Central) preload(ctx context.Context) error {
 
 // Ping checks that Redis can decide, every master of a Cluster, within ctx
 // and Timeout: each answers, and takes a write (a key under the keyspace's
-// prefix that lives probeTTL), so that a server that answers but cannot
+// prefix that lives 2s, probeTTL), so that a server that answers but cannot
 // write, out of memory, after a failed save or a replica, reports
 // unavailable. The error wraps ErrUnavailable or ErrRedis.
 func (c *Central) Ping(ctx context.Context) error {

@@ -18,21 +18,21 @@ import (
 // hybrid.SyncConfig, which converts to it, and which documents each field
 // and its default. Package syncer fills the defaults in and checks it.
 type Tuning struct {
-	NodeID      string
-	Interval    time.Duration
-	Horizon     time.Duration
-	MinGap      time.Duration
-	FirstGap    time.Duration
-	PaceGap     time.Duration
-	LeaseTTL    time.Duration
-	DemandTTL   time.Duration
-	IdleRelease time.Duration
-	Safety      time.Duration
-	Epsilon     float64
-	NoColdStart bool
-	Nodes       int
-	Batch       int
-	Timeout     time.Duration
+	NodeID      string        // the node's name in Redis
+	Interval    time.Duration // the regular sync period
+	Horizon     time.Duration // how long a lease is sized to last
+	MinGap      time.Duration // the least time between two early syncs of a key
+	FirstGap    time.Duration // the least time between two first-lease rounds
+	PaceGap     time.Duration // sizes the grants of a paced key
+	LeaseTTL    time.Duration // how long a bucket share lives without renewal
+	DemandTTL   time.Duration // how long a node's reported demand counts
+	IdleRelease time.Duration // how long an idle key keeps its lease
+	Safety      time.Duration // how long before its expiry a share is dropped
+	Epsilon     float64       // the cold-start allowance, a fraction of the limit
+	NoColdStart bool          // no cold-start allowance
+	Nodes       int           // the nodes to assume, at least
+	Batch       int           // scripts per pipeline
+	Timeout     time.Duration // bounds each pipeline, and each round of the loop
 }
 
 // Syncer exchanges leases with Redis for the keys of a hybrid limiter: it
