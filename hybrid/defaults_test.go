@@ -58,7 +58,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, otel.GetTracerProvider(), c.TracerProvider)
 	assert.Same(t, slog.Default(), c.Logger)
 	assert.Same(t, c.Logger, withGossip.Gossip.Logger, "Gossip logs to Logger")
-	assert.Equal(t, SyncConfig{}, c.Sync, "Sync's defaults are package syncer's, filled in by NewSyncer")
+	assert.Equal(t, SyncConfig{}, c.Sync, "Sync's defaults are package syncer's, filled in when New starts the syncer")
 }
 
 // TestConfigValidate: withDefaults changes neither its receiver nor a field

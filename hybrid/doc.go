@@ -4,11 +4,11 @@
 // exchanges with Redis.
 //
 // The common case needs this package alone (and go-redis): it names the
-// limits (Limit and the algorithms), the decisions
-// (Decision, Reason), the Redis keyspace and the sync settings (Keyspace,
-// SyncConfig) of packages local and syncer, which stay available for a
-// limiter without Redis (local.Limiter) or central decisions alone
-// (syncer.Central).
+// limits (Limit and the algorithms) and the decisions (Decision, Reason) of
+// package local, and the Redis keyspace (Keyspace) of package syncer, which
+// stay available for a limiter without Redis (local.Limiter) or central
+// decisions without a Limiter (syncer.Central). SyncConfig tunes the syncer
+// of Hybrid rules.
 //
 // # Modes
 //

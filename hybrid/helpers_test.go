@@ -13,6 +13,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -37,7 +39,7 @@ const testInterval = 100 * time.Millisecond
 func nodeConfig(c redis.UniversalClient, prefix string, clk local.Clock, id string, nodes int) hybrid.Config {
 	return hybridsim.Virtual(hybrid.Config{
 		Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clk, Logger: quiet,
-		Sync: syncer.SyncConfig{Interval: testInterval, NodeID: id, Nodes: nodes},
+		Sync: hybrid.SyncConfig{Interval: testInterval, NodeID: id, Nodes: nodes},
 	})
 }
 
@@ -66,7 +68,7 @@ func fixed(limit int64, w time.Duration) hybrid.Limit {
 }
 
 // syncOK runs a round on l at the clock's time and fails t on an error.
-func syncOK(t testing.TB, l *hybrid.Limiter, clk local.Clock) syncer.RoundStats {
+func syncOK(t testing.TB, l *hybrid.Limiter, clk local.Clock) synchook.RoundStats {
 	t.Helper()
 	st, err := hybridsim.SyncAt(context.Background(), l, clk.Now())
 	require.NoError(t, err, "SyncAt")
@@ -109,7 +111,7 @@ func (s winState) sumU() int64 {
 // redisKeyBase is the prefix of the Redis keys of a hybrid (rule, key):
 // <prefix>:{<rule>:<digest>}: (see syncer.Keyspace).
 func redisKeyBase(ks syncer.Keyspace, rule, key string) string {
-	return ks.Prefix + ":{" + rule + ":" + ks.Digest(key) + "}:"
+	return ks.Prefix + ":{" + rule + ":" + syncx.Digest(&ks, key) + "}:"
 }
 
 // readWindow reads the window starting at wid (µs) of a fixed-window or

@@ -796,7 +796,7 @@ func TestFirstLeaseRoundLoop(t *testing.T) {
 	client := redistest.Client(t, redistest.Addr(t))
 	l := newNode(t, hybrid.Config{
 		Redis: client, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, Logger: quiet,
-		Sync: syncer.SyncConfig{Interval: 10 * time.Second, MinGap: 5 * time.Second, FirstGap: time.Millisecond,
+		Sync: hybrid.SyncConfig{Interval: 10 * time.Second, MinGap: 5 * time.Second, FirstGap: time.Millisecond,
 			NoColdStart: true, Nodes: 1},
 	})
 	r := mustRegister(t, l, hybrid.Rule{Name: "first", Limit: fixed(1000, time.Minute), Wait: hybrid.WaitFirst}, hybrid.Hybrid)

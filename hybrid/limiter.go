@@ -19,6 +19,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -129,12 +131,12 @@ type Config struct {
 	// Redis scripts read Redis's clock, which the syncer relates to this
 	// one.
 	Clock local.Clock
-	// Sync configures the syncer of hybrid rules (interval, lease sizing,
-	// cold-start allowance, …); each field documents its default, which
-	// package syncer fills in. Its Client, Keyspace and Clock are this
-	// Config's; its Observer, if set, receives every round after the
-	// Limiter. New checks it as it starts the syncer, with Redis; without
-	// Redis there is no syncer, and Sync is not used.
+	// Sync tunes the syncer of hybrid rules (interval, lease sizing,
+	// cold-start allowance, …); each field documents its default, filled in
+	// when New starts the syncer. The syncer reaches Redis through Redis,
+	// names keys by Keyspace and reads Clock. New checks Sync as it starts
+	// the syncer, with Redis; without Redis there is no syncer, and Sync is
+	// not used.
 	Sync SyncConfig
 	// Shards is the number of partitions of each rule's table of keys, a
 	// power of two from 1 to 65,536. Default 64.
@@ -261,7 +263,7 @@ type Limiter struct {
 	ownClock *coarse.Clock
 	logger   *slog.Logger
 	central  *syncer.Central
-	sync     *syncer.Syncer
+	sync     syncx.Syncer
 	metrics  *metrics
 	gossip   *gossip // nil without Config.Gossip
 	tracer   trace.Tracer
@@ -346,10 +348,11 @@ func New(cfg Config) (*Limiter, error) {
 				return fail(fmt.Errorf("hybrid: New: Redis does not answer (Config.RequireRedis): %w", err))
 			}
 		}
-		sc := cfg.Sync
-		sc.Client, sc.Keyspace, sc.Clock, sc.PassTime = cfg.Redis, cfg.Keyspace, l.clock, cfg.virtualTime
-		sc.Observer = observer{l, cfg.Sync.Observer}
-		if l.sync, err = syncer.NewSyncer(sc); err != nil {
+		sc := syncx.Config{
+			Tuning: cfg.Sync.tuning(), Client: cfg.Redis, Keyspace: cfg.Keyspace, Clock: l.clock,
+			Observer: observer{l}, PassTime: cfg.virtualTime,
+		}
+		if l.sync, err = syncx.NewSyncer(sc); err != nil {
 			return fail(fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err))
 		}
 		if !cfg.manualSync {
@@ -381,7 +384,7 @@ func (l *Limiter) nodeID() string {
 // limit is the same, and an error otherwise (use SetLimit).
 func (l *Limiter) Register(r Rule) (*Rule, error) {
 	r.state = nil
-	if err := syncer.ValidRuleName(r.Name); err != nil {
+	if err := syncx.ValidRuleName(r.Name); err != nil {
 		return nil, fmt.Errorf("%w: Name: %w", ErrInvalidRule, err)
 	}
 	lim, err := localx.NewLimit(r.Limit)
@@ -452,7 +455,7 @@ func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim localx.Li
 	if mode == Local {
 		return newLocalRule(rs, lim)
 	}
-	sr, err := syncer.NewRule(rs.name, lim)
+	sr, err := syncx.NewRule(rs.name, lim)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}
@@ -461,7 +464,7 @@ func (l *Limiter) newMode(rs *ruleState, mode Mode, explicit bool, lim localx.Li
 		switch {
 		case err == nil:
 			return m, nil
-		case !errors.Is(err, syncer.ErrNotLeasable):
+		case !errors.Is(err, syncx.ErrNotLeasable):
 			return nil, err
 		case explicit:
 			return nil, fmt.Errorf("%w: rule %q: Mode hybrid: %w", ErrInvalidRule, rs.name, err)
@@ -712,13 +715,10 @@ func (l *Limiter) Ping(ctx context.Context) error {
 }
 
 // observer takes the syncer's rounds into the Limiter (availability,
-// metrics), then hands them to the caller's Sync.Observer, if any.
-type observer struct {
-	l    *Limiter
-	next syncer.Observer
-}
+// metrics, traces).
+type observer struct{ l *Limiter }
 
-func (o observer) Round(st syncer.RoundStats) {
+func (o observer) Round(st synchook.RoundStats) {
 	switch {
 	case st.Synced > 0 || st.Registered:
 		// Redis answered, if not every pipeline of the round.
@@ -731,16 +731,13 @@ func (o observer) Round(st syncer.RoundStats) {
 	}
 	o.l.metrics.round(st)
 	o.l.traceRound(st)
-	if o.next != nil {
-		o.next.Round(st)
-	}
 }
 
 // syncAt runs one round of the syncer at the Limiter's clock time, for
 // Config.manualSync. It returns the round's figures.
-func (l *Limiter) syncAt(ctx context.Context, now time.Time) (syncer.RoundStats, error) {
+func (l *Limiter) syncAt(ctx context.Context, now time.Time) (synchook.RoundStats, error) {
 	if l.sync == nil {
-		return syncer.RoundStats{}, nil
+		return synchook.RoundStats{}, nil
 	}
 	if l.breakerOpen() && l.cfg.manualSync && l.central.Ping(ctx) == nil {
 		// The probe, which manualSync leaves to the caller's rounds.
@@ -757,10 +754,10 @@ func (l *Limiter) syncWanted() bool { return l.sync != nil && l.sync.Wanted() }
 // syncFirstAt runs a first-lease round of the syncer at the Limiter's clock
 // time, for Config.manualSync: it exchanges only the keys that asked for
 // their first lease, or for the correction of a lease granted on a guess
-// (syncer.Syncer.SyncFirstAt). It returns the round's figures.
-func (l *Limiter) syncFirstAt(ctx context.Context, now time.Time) (syncer.RoundStats, error) {
+// (syncx.Syncer.SyncFirstAt). It returns the round's figures.
+func (l *Limiter) syncFirstAt(ctx context.Context, now time.Time) (synchook.RoundStats, error) {
 	if l.sync == nil {
-		return syncer.RoundStats{}, nil
+		return synchook.RoundStats{}, nil
 	}
 	return l.sync.SyncFirstAt(ctx, now.UnixMicro())
 }

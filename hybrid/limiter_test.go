@@ -18,6 +18,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -50,19 +51,19 @@ func TestNewInvalidConfig(t *testing.T) {
 			return hybrid.Config{Redis: c, Timeout: -time.Second}
 		}, "Timeout"},
 		{"negative Sync.Interval", true, func(c redis.UniversalClient) hybrid.Config {
-			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{Interval: -time.Second}}
+			return hybrid.Config{Redis: c, Sync: hybrid.SyncConfig{Interval: -time.Second}}
 		}, "Interval"},
 		{"Sync.Epsilon above 1", true, func(c redis.UniversalClient) hybrid.Config {
-			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{Epsilon: 2}}
+			return hybrid.Config{Redis: c, Sync: hybrid.SyncConfig{Epsilon: 2}}
 		}, "Epsilon"},
 		{"Sync.PaceGap above MinGap", true, func(c redis.UniversalClient) hybrid.Config {
-			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{MinGap: 10 * time.Millisecond, PaceGap: 11 * time.Millisecond}}
+			return hybrid.Config{Redis: c, Sync: hybrid.SyncConfig{MinGap: 10 * time.Millisecond, PaceGap: 11 * time.Millisecond}}
 		}, "PaceGap"},
 		{"negative Sync.PaceGap", true, func(c redis.UniversalClient) hybrid.Config {
-			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{PaceGap: -time.Millisecond}}
+			return hybrid.Config{Redis: c, Sync: hybrid.SyncConfig{PaceGap: -time.Millisecond}}
 		}, "PaceGap"},
 		{"bad Sync.NodeID", true, func(c redis.UniversalClient) hybrid.Config {
-			return hybrid.Config{Redis: c, Sync: syncer.SyncConfig{NodeID: "a b"}}
+			return hybrid.Config{Redis: c, Sync: hybrid.SyncConfig{NodeID: "a b"}}
 		}, "NodeID"},
 		{"client without ContextTimeoutEnabled", true, func(redis.UniversalClient) hybrid.Config {
 			return hybrid.Config{Redis: noDeadlines}
@@ -105,7 +106,7 @@ func TestNewCopiesConfig(t *testing.T) {
 	cfg := hybridsim.Virtual(hybrid.Config{
 		Redis: client, Keyspace: syncer.Keyspace{Prefix: prefix, Secret: secret},
 		Clock: clk,
-		Sync:  syncer.SyncConfig{Interval: testInterval, NodeID: "a"},
+		Sync:  hybrid.SyncConfig{Interval: testInterval, NodeID: "a"},
 	})
 	before := cfg
 	before.Keyspace.Secret = bytes.Clone(secret)
@@ -244,7 +245,7 @@ func TestRegisterModes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := hybridsim.Manual(hybrid.Config{Mode: c.limiter, Logger: quiet, Sync: syncer.SyncConfig{Interval: testInterval, Nodes: c.nodes}})
+			cfg := hybridsim.Manual(hybrid.Config{Mode: c.limiter, Logger: quiet, Sync: hybrid.SyncConfig{Interval: testInterval, Nodes: c.nodes}})
 			if c.redis {
 				cfg.Redis, cfg.Keyspace = client, syncer.Keyspace{Prefix: redistest.Prefix(t)}
 			}
@@ -253,7 +254,7 @@ func TestRegisterModes(t *testing.T) {
 			r, err := l.Register(c.rule)
 			if c.want == hybrid.Mode(0) {
 				require.ErrorIs(t, err, hybrid.ErrInvalidRule)
-				assert.ErrorIs(t, err, syncer.ErrNotLeasable)
+				assert.ErrorIs(t, err, syncx.ErrNotLeasable)
 				assert.Contains(t, err.Error(), "Mode hybrid", "the error names the field")
 				return
 			}
@@ -337,7 +338,7 @@ func TestLifecycle(t *testing.T) {
 			return hybrid.Config{Clock: clocktest.Wall{}}
 		}, hybrid.Local},
 		{"Redis, sync loop, own clock", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
-			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Sync: syncer.SyncConfig{Interval: 20 * time.Millisecond}}
+			return hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Sync: hybrid.SyncConfig{Interval: 20 * time.Millisecond}}
 		}, hybrid.Hybrid},
 		{"Redis, manual sync", true, func(c redis.UniversalClient, prefix string) hybrid.Config {
 			return hybridsim.Manual(hybrid.Config{Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}})
@@ -491,26 +492,5 @@ func TestShutdownFlushes(t *testing.T) {
 			assert.Equal(t, L-usedA, gotB, "node b's admissions after a's Shutdown: the limit less a's %d", usedA)
 			assert.LessOrEqual(t, readWindow(t, client, ks, "r", "k", W, wid).R, int64(L), "R, the budget committed, within the limit")
 		})
-	}
-}
-
-type roundRecorder struct{ rounds []syncer.RoundStats }
-
-func (r *roundRecorder) Round(st syncer.RoundStats) { r.rounds = append(r.rounds, st) }
-
-// TestSyncObserverChained: the caller's Sync.Observer receives every round,
-// after the Limiter took it in.
-func TestSyncObserverChained(t *testing.T) {
-	clk := clocktest.New(epoch2030)
-	rec := &roundRecorder{}
-	cfg := nodeConfig(redistest.Client(t, redistest.Addr(t)), redistest.Prefix(t), clk, "a", 1)
-	cfg.Sync.Observer = rec
-	l := newNode(t, cfg)
-	r := mustRegister(t, l, hybrid.Rule{Name: "o", Limit: fixed(1000, time.Second)}, hybrid.Hybrid)
-	l.Allow(context.Background(), r, "k")
-	syncOK(t, l, clk)
-	if assert.Len(t, rec.rounds, 1, "the observer's rounds") {
-		assert.Equal(t, 1, rec.rounds[0].Synced, "the observer's round: the key synced")
-		assert.True(t, rec.rounds[0].Registered, "the observer's round: the node registered")
 	}
 }

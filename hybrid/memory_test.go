@@ -81,7 +81,7 @@ func memoryConfig(t testing.TB, shards int) hybrid.Config {
 	return hybridsim.Virtual(hybrid.Config{
 		Redis: redistest.Client(t, redistest.Addr(t)), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
 		Clock: clocktest.New(epoch2030), Logger: quiet, Shards: shards,
-		Sync: syncer.SyncConfig{Nodes: 1},
+		Sync: hybrid.SyncConfig{Nodes: 1},
 	})
 }
 

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
 // meterName follows the OpenTelemetry convention: the instrumented package's
@@ -230,7 +230,7 @@ func resultOf(r local.Reason) string {
 	return r.String()
 }
 
-func (m *metrics) round(st syncer.RoundStats) {
+func (m *metrics) round(st synchook.RoundStats) {
 	ctx := context.Background()
 	m.rounds.Add(ctx, 1)
 	m.roundKeys.Add(ctx, int64(st.Synced))

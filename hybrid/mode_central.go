@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -45,7 +46,7 @@ func (m *centralRule) allow(ctx context.Context, now int64, key string, n int64)
 	var d local.Decision
 	var err error
 	if l.cfg.virtualTime {
-		d, err = l.central.AllowNAt(ctx, time.UnixMicro(now), m.redis.Load(), key, n)
+		d, err = syncx.AllowNAt(ctx, l.central, time.UnixMicro(now), m.redis.Load(), key, n)
 	} else {
 		d, err = l.central.AllowN(ctx, m.redis.Load(), key, n)
 	}
@@ -97,7 +98,7 @@ func (m *centralRule) failed(now int64, key string, n int64) local.Decision {
 }
 
 func (m *centralRule) setLimit(lim localx.Limit) error {
-	sr, err := syncer.NewRule(m.rs.name, lim)
+	sr, err := syncx.NewRule(m.rs.name, lim)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}

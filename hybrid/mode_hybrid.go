@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -30,7 +32,7 @@ type hybridRule struct {
 var _ modeRule = (*hybridRule)(nil)
 
 // newHybridRule returns the hybrid form of sr, at any limit and any number
-// of nodes. Its error wraps syncer.ErrNotLeasable when the limit has no
+// of nodes. Its error wraps syncx.ErrNotLeasable when the limit has no
 // lease (the sliding window log; a bucket past the scripts' exact range).
 func newHybridRule(rs *ruleState, sr *syncer.Rule) (*hybridRule, error) {
 	l := rs.l
@@ -289,7 +291,7 @@ func (m *hybridRule) idle(v *lease.Lease, now int64) bool {
 }
 
 func (m *hybridRule) setLimit(lim localx.Limit) error {
-	sr, err := syncer.NewRule(m.rs.name, lim)
+	sr, err := syncx.NewRule(m.rs.name, lim)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}
@@ -321,10 +323,11 @@ func (m *hybridRule) close() { m.fail.close() }
 func (m *hybridRule) remove() { m.lease.Load().Remove() }
 
 // setDigest names a new key's lease in Redis: the digest is computed once,
-// on the key's first decision.
+// on the key's first decision, under the Keyspace's Secret, as the syncer's
+// Keyspace names the key (keyname.Digest).
 func (l *Limiter) setDigest(k *lease.Lease, key string) {
-	if k.Digest == ([16]byte{}) {
-		k.Digest = l.sync.Keyspace().DigestBytes(key)
+	if k.Digest == ([lease.DigestSize]byte{}) {
+		k.Digest = keyname.Digest(l.cfg.Keyspace.Secret, key)
 	}
 }
 

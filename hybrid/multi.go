@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
 // Request is one rule of a multi-rule decision.
@@ -28,10 +28,13 @@ type Request struct {
 //
 // Among local rules, and among hybrid ones, the decision is exact: the
 // keys' entries are locked in one global order, checked, and charged
-// together. Among central rules it is syncer.Central.AllowMulti's. Local
-// and hybrid rules together: the hybrid rules first wait for the leases
-// they need, then the local keys stay locked while the hybrid ones are
-// decided, and all are charged, or none. With central rules, the local and
+// together. Among central rules it is one script, exact, when their keys
+// share a Redis slot (one server, or a Cluster with Keyspace.SharedKeyTag
+// and one user key); otherwise each rule is reserved by a script of its
+// own, and the reservations are refunded if any refused. Local and hybrid
+// rules together: the hybrid rules first wait for the leases they need,
+// then the local keys stay locked while the hybrid ones are decided, and
+// all are charged, or none. With central rules, the local and
 // hybrid rules are checked, then the central ones decided in Redis, then
 // the local and hybrid ones charged; if they refuse by then (another
 // request took what was left), the central charge is refunded. A
@@ -58,7 +61,8 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 	var labuf [multiInline]int
 	var lobuf [multiInline]local.Decision
 	var hbuf [multiInline]*hybridRule
-	b, err := l.batch(reqs, multiBatch{local: lbuf[:0], localAt: labuf[:0], lout: lobuf[:], hybrid: hbuf[:]})
+	var cabuf [multiInline]centralRequest
+	b, central, err := l.batch(reqs, multiBatch{local: lbuf[:0], localAt: labuf[:0], lout: lobuf[:], hybrid: hbuf[:], centralAt: cabuf[:0]})
 	if err != nil {
 		return false, err
 	}
@@ -68,9 +72,9 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 	switch {
 	case len(b.local) == len(reqs):
 		ok = local.AllowMultiAt(time.UnixMicro(now), b.local, out)
-	case len(b.central) == 0 && len(b.local) == 0:
+	case len(central) == 0 && len(b.local) == 0:
 		ok = l.hybridMulti(ctx, now, reqs, b.hybrid, out, multiCommit|multiWait)
-	case len(b.central) == 0:
+	case len(central) == 0:
 		// Hybrid rules with local ones: the hybrid leases first, waiting
 		// for them as the rules say, then all of it as one.
 		if ok = l.hybridMulti(ctx, now, reqs, b.hybrid, out, multiWait); ok {
@@ -81,7 +85,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 			b.scatterLocal(out)
 		}
 	default:
-		ok, err = l.centralAndOthers(ctx, now, reqs, &b, out)
+		ok, err = l.centralAndOthers(ctx, now, reqs, &b, central, out)
 	}
 	if !ok {
 		refuseAll(out)
@@ -93,12 +97,12 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []Request, out []Decision
 	return ok, nil
 }
 
-// centralAndOthers decides reqs, among which central rules and others
-// (local, hybrid), as AllowMulti says, and writes their Decisions into
-// out; its error is a central decision's (wrapping ErrRedis: the failure
-// policy decided).
-func (l *Limiter) centralAndOthers(ctx context.Context, now int64, reqs []Request, b *multiBatch, out []Decision) (bool, error) {
-	cr, ci := b.central, b.centralAt
+// centralAndOthers decides reqs, among which central rules (cr, as batch
+// returned them) and others (local, hybrid), as AllowMulti says, and writes
+// their Decisions into out; its error is a central decision's (wrapping
+// ErrRedis: the failure policy decided).
+func (l *Limiter) centralAndOthers(ctx context.Context, now int64, reqs []Request, b *multiBatch, cr []syncx.Request, out []Decision) (bool, error) {
+	ci := b.centralAt
 	others := len(cr) < len(reqs)
 	cout := make([]local.Decision, len(cr))
 	if others && !l.checkMulti(ctx, now, reqs, b, out) {
@@ -122,7 +126,7 @@ func (l *Limiter) centralAndOthers(ctx context.Context, now int64, reqs []Reques
 	if others {
 		now = l.nowMicro() // the hybrid rules may have waited
 	}
-	var charge *syncer.Charge
+	var charge syncx.Charge
 	var ok, degraded bool
 	var err error
 	if degraded = l.breakerOpen(); !degraded {
@@ -235,13 +239,16 @@ func (l *Limiter) commitMulti(now int64, reqs []Request, b *multiBatch, out []De
 // multiInline is how many requests AllowMulti groups without allocating.
 const multiInline = 8
 
-// multiBatch is a multi-rule decision's requests grouped by mode.
+// multiBatch is a multi-rule decision's requests grouped by mode, but for
+// the central requests, which batch returns apart: they go to Redis through
+// a function value (internal/syncx), which escape analysis cannot see into,
+// and a slice held beside the arrays on the caller's stack would move them
+// to the heap.
 type multiBatch struct {
 	local     []local.Request
 	localAt   []int            // local[j]'s index in the requests
 	lout      []local.Decision // local[j]'s Decision, in a mixed decision
-	central   []syncer.Request
-	centralAt []centralRequest // central[j]'s rule and index in the requests
+	centralAt []centralRequest // the central requests' rules and indexes in the requests
 	// hybrid[i] is request i's rule when it is a hybrid one: hybridMulti
 	// takes the requests by index. nil without hybrid requests.
 	hybrid []*hybridRule
@@ -249,23 +256,25 @@ type multiBatch struct {
 
 // batch groups reqs by mode into b, whose slices are the caller's room
 // (hybrid as long as it is, and nil; it gets one of its own when too
-// short). It takes and returns b by value, and switches on the modes'
-// types rather than calling a method of modeRule, so that a batch on the
-// caller's stack stays there.
-func (l *Limiter) batch(reqs []Request, b multiBatch) (multiBatch, error) {
+// short), and returns the central requests apart (see multiBatch). It takes
+// and returns b by value, and switches on the modes' types rather than
+// calling a method of modeRule, so that a batch on the caller's stack stays
+// there.
+func (l *Limiter) batch(reqs []Request, b multiBatch) (multiBatch, []syncx.Request, error) {
 	room := b.hybrid
 	b.hybrid = nil
+	var central []syncx.Request
 	for i, q := range reqs {
 		rs, err := l.state(q.Rule)
 		if err != nil {
-			return b, err
+			return b, nil, err
 		}
 		switch m := rs.mode.(type) {
 		case *localRule:
 			b.local = append(b.local, local.Request{Limiter: m.lim, Key: q.Key, N: q.N})
 			b.localAt = append(b.localAt, i)
 		case *centralRule:
-			b.central = append(b.central, syncer.Request{Rule: m.redis.Load(), Key: q.Key, N: q.N})
+			central = append(central, syncx.Request{Rule: m.redis.Load(), Key: q.Key, N: q.N})
 			b.centralAt = append(b.centralAt, centralRequest{m: m, i: i})
 		case *hybridRule:
 			if b.hybrid == nil {
@@ -279,7 +288,7 @@ func (l *Limiter) batch(reqs []Request, b multiBatch) (multiBatch, error) {
 			panic("hybrid: AllowMulti: unknown mode")
 		}
 	}
-	return b, nil
+	return b, central, nil
 }
 
 // localOut returns the local requests' Decisions, len(local) long.
@@ -302,18 +311,17 @@ type centralRequest struct {
 	i int
 }
 
-func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncer.Request, out []local.Decision, refundable bool) (*syncer.Charge, bool, error) {
-	var at time.Time
+// centralMulti decides the central requests cr as one in Redis, at Redis's
+// time (the Limiter's with virtualTime), and, if refundable, returns what
+// it charged when it admitted.
+func (l *Limiter) centralMulti(ctx context.Context, now int64, cr []syncx.Request, out []local.Decision, refundable bool) (syncx.Charge, bool, error) {
+	var at time.Time // the zero Time: Redis's clock
 	if l.cfg.virtualTime {
 		at = time.UnixMicro(now)
 	}
 	if refundable {
-		return l.central.AllowMultiCharge(ctx, at, cr, out)
+		return syncx.AllowMultiCharge(ctx, l.central, at, cr, out)
 	}
-	if !at.IsZero() {
-		ok, err := l.central.AllowMultiAt(ctx, at, cr, out)
-		return nil, ok, err
-	}
-	ok, err := l.central.AllowMulti(ctx, cr, out)
+	ok, err := syncx.AllowMulti(ctx, l.central, at, cr, out)
 	return nil, ok, err
 }

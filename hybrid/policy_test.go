@@ -95,7 +95,7 @@ func TestHotPathNeverWaits(t *testing.T) {
 			for i := range nodes {
 				nodes[i] = newNode(t, hybrid.Config{
 					Redis: redistest.Client(t, srv.Addr), Keyspace: syncer.Keyspace{Prefix: prefix}, Logger: quiet,
-					Sync: syncer.SyncConfig{Interval: 50 * time.Millisecond, NodeID: fmt.Sprint("n", i), Nodes: 2},
+					Sync: hybrid.SyncConfig{Interval: 50 * time.Millisecond, NodeID: fmt.Sprint("n", i), Nodes: 2},
 				})
 				rules[i] = map[string]*hybrid.Rule{}
 				for _, p := range policyRules {
@@ -392,7 +392,7 @@ func TestCentralUnavailable(t *testing.T) {
 		l := newNode(t, hybridsim.Manual(hybrid.Config{
 			Redis: redistest.Client(t, srv.Addr), Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)},
 			Mode: hybrid.Central, Logger: quiet, Timeout: 20 * time.Millisecond,
-			Sync: syncer.SyncConfig{Nodes: 4},
+			Sync: hybrid.SyncConfig{Nodes: 4},
 		}))
 		r := mustRegister(t, l, hybrid.Rule{Name: "r", Mode: hybrid.Central, Limit: fixed(100, time.Hour), Policy: hybrid.FailLocal}, hybrid.Central)
 		srv.Kill()

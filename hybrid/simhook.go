@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/internal/simhook"
-	"github.com/hybridlimit/hybridlimit/syncer"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 )
 
 // The simulation controls, for the module's tests and benchmarks through
@@ -20,10 +20,10 @@ func init() {
 		c := cfg.(Config)
 		return c.manualSync, c.virtualTime
 	}
-	simhook.SyncAt = func(ctx context.Context, l any, now time.Time) (syncer.RoundStats, error) {
+	simhook.SyncAt = func(ctx context.Context, l any, now time.Time) (synchook.RoundStats, error) {
 		return l.(*Limiter).syncAt(ctx, now)
 	}
-	simhook.SyncFirstAt = func(ctx context.Context, l any, now time.Time) (syncer.RoundStats, error) {
+	simhook.SyncFirstAt = func(ctx context.Context, l any, now time.Time) (synchook.RoundStats, error) {
 		return l.(*Limiter).syncFirstAt(ctx, now)
 	}
 	simhook.SyncWanted = func(l any) bool { return l.(*Limiter).syncWanted() }

@@ -133,7 +133,7 @@ func simulate(t *testing.T, lim hybrid.Limit, nodes int, w workload, windows int
 			// longer than an interval of virtual time, which must not count
 			// as Redis failing.
 			Timeout: simTimeout,
-			Sync:    syncer.SyncConfig{Interval: interval, NodeID: fmt.Sprintf("n%d", i), Nodes: nodes, Timeout: simTimeout},
+			Sync:    hybrid.SyncConfig{Interval: interval, NodeID: fmt.Sprintf("n%d", i), Nodes: nodes, Timeout: simTimeout},
 		}))
 		require.NoError(t, err, "New")
 		t.Cleanup(func() { l.Close() })

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/hybridlimit/hybridlimit/syncer"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 )
 
 // traceRound records a sync round as a span, after the fact, from its
@@ -17,7 +17,7 @@ import (
 // reached Redis after an outage, the one that reports what was admitted
 // without it. Rounds are a few per second at most: never a span per
 // decision.
-func (l *Limiter) traceRound(st syncer.RoundStats) {
+func (l *Limiter) traceRound(st synchook.RoundStats) {
 	end := time.Now()
 	name := "hybridlimit.sync"
 	if st.First {

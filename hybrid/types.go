@@ -7,7 +7,7 @@ import (
 
 // The names a user of the Limiter needs, so that the common case imports
 // hybrid alone. Package local (the algorithms, a Limiter without Redis) and
-// package syncer (central decisions, the syncer) stay usable directly.
+// package syncer (central decisions without a Limiter) stay usable directly.
 type (
 	// Limit is a rule's limit (local.Limit): Quota requests per Window by
 	// an Algorithm, and for the bucket algorithms a Burst. Register and
@@ -22,9 +22,6 @@ type (
 	Decision = local.Decision
 	// Keyspace names the Redis keys (syncer.Keyspace), for Config.Keyspace.
 	Keyspace = syncer.Keyspace
-	// SyncConfig configures the hybrid mode's syncer (syncer.SyncConfig),
-	// for Config.Sync.
-	SyncConfig = syncer.SyncConfig
 )
 
 // The algorithms; see local.Algorithm for each one's semantics.

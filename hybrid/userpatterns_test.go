@@ -32,7 +32,7 @@ func liveNode(t testing.TB, c redis.UniversalClient, prefix string, clk local.Cl
 	t.Helper()
 	return newNode(t, hybridsim.Config(hybrid.Config{
 		Redis: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Clock: clk, Logger: quiet,
-		Sync: syncer.SyncConfig{Interval: testInterval, NodeID: id, Nodes: nodes},
+		Sync: hybrid.SyncConfig{Interval: testInterval, NodeID: id, Nodes: nodes},
 	}, false, true))
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -53,7 +52,7 @@ func TestUnpack(t *testing.T) {
 // BenchmarkSingleCall: what central mode does on the client before go-redis
 // (key names, arguments), per decision, for a bucket rule.
 func BenchmarkSingleCall(b *testing.B) {
-	r, err := NewRule("api", localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 1000, Window: time.Second}))
+	r, err := NewRule("api", local.Limit{Algorithm: local.GCRA, Quota: 1000, Window: time.Second})
 	require.NoError(b, err)
 	ks := Keyspace{}
 	b.ReportAllocs()

@@ -12,16 +12,13 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// Defaults of CentralConfig and SyncConfig, beside SyncConfig's own:
-// docs/operating.md#defaults lists them, and TestDefaults holds that table
-// against them.
-const (
-	defaultTimeout    = config.Timeout
-	defaultResolution = config.ClockResolution
-)
+// Defaults of CentralConfig: docs/operating.md#defaults lists them, and
+// TestDefaults holds that table against them.
+const defaultTimeout = config.Timeout
 
 // CentralConfig configures a Central. Every zero field takes the default it
 // documents (docs/operating.md#defaults lists them all).
@@ -76,8 +73,7 @@ func (c CentralConfig) validate() error {
 // Each algorithm of package local has a Lua twin that makes the same
 // decisions from the same state (the shared vectors and a randomized
 // differential test hold them equal). Scripts read Redis's clock
-// (redis.call('TIME')); the At methods pass the time instead, for tests and
-// simulations.
+// (redis.call('TIME')), so the processes' clocks need not agree.
 type Central struct {
 	client  redis.UniversalClient
 	ks      Keyspace
@@ -99,7 +95,7 @@ func NewCentral(cfg CentralConfig) (*Central, error) {
 	return &Central{client: cfg.Client, ks: ks, timeout: cfg.Timeout, cluster: !single}, nil
 }
 
-// checkRedis validates what NewCentral and NewSyncer share: a client whose
+// checkRedis validates what NewCentral and newSyncer share: a client whose
 // deadlines bound what (the calls it makes), and a keyspace.
 func checkRedis(c redis.UniversalClient, ks Keyspace, what string) error {
 	if c == nil {
@@ -128,13 +124,10 @@ func contextTimeouts(c redis.UniversalClient) (enabled, known bool) {
 	return false, false
 }
 
-// Keyspace returns the Keyspace the Central names keys with.
-func (c *Central) Keyspace() *Keyspace { return &c.ks }
-
-// Preload loads every script into Redis (every master, on a Cluster), so the
+// preload loads every script into Redis (every master, on a Cluster), so the
 // first decisions run by SHA. It is optional: a node without a script gets
 // it on first use.
-func (c *Central) Preload(ctx context.Context) error {
+func (c *Central) preload(ctx context.Context) error {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	for _, s := range scripts {
@@ -147,7 +140,7 @@ func (c *Central) Preload(ctx context.Context) error {
 
 // Ping checks that Redis can decide, every master of a Cluster, within ctx
 // and Timeout: each answers, and takes a write (a key under the keyspace's
-// prefix that lives probeTTL), so that a server that answers but cannot
+// prefix that lives 2s, probeTTL), so that a server that answers but cannot
 // write, out of memory, after a failed save or a replica, reports
 // unavailable. The error wraps ErrUnavailable or ErrRedis.
 func (c *Central) Ping(ctx context.Context) error {
@@ -207,10 +200,11 @@ func (c *Central) AllowN(ctx context.Context, rule *Rule, key string, n int64) (
 	return c.allow(ctx, "", rule, key, n)
 }
 
-// AllowNAt is AllowN with the time passed to the script instead of read
-// from Redis's clock. The state clamps it as local does: a time earlier than
-// one the key has stored counts as that time.
-func (c *Central) AllowNAt(ctx context.Context, now time.Time, rule *Rule, key string, n int64) (local.Decision, error) {
+// allowNAt is AllowN with the time passed to the script instead of read
+// from Redis's clock, for simulations on a virtual clock. The state clamps
+// it as local does: a time earlier than one the key has stored counts as
+// that time.
+func (c *Central) allowNAt(ctx context.Context, now time.Time, rule *Rule, key string, n int64) (local.Decision, error) {
 	return c.allow(ctx, timeArg(now), rule, key, n)
 }
 
@@ -301,17 +295,14 @@ func decision(r *Rule, d decisionReply) local.Decision {
 	}.Decision()
 }
 
-// Request is one rule of a multi-rule decision.
-type Request struct {
-	Rule *Rule
-	Key  string
-	N    int64
-}
+// request is one rule of a multi-rule decision.
+type request = synchook.Request[*Rule]
 
-// AllowMulti decides several requests as one, at Redis's time: all are
-// admitted and charged, or none is charged. It writes one Decision per
-// request into out (at least as long as reqs) and reports whether all were
-// admitted; the Decisions follow local.AllowMultiAt's conventions.
+// allowMulti decides several requests as one, at the time now, or Redis's
+// for the zero Time: all are admitted and charged, or none is charged. It
+// writes one Decision per request into out (at least as long as reqs) and
+// reports whether all were admitted; the Decisions follow
+// local.AllowMultiAt's conventions.
 //
 // When every key lives in one slot (one Redis server, or a Cluster with
 // Keyspace.SharedKeyTag and one user key) it is a single script and exact.
@@ -319,33 +310,34 @@ type Request struct {
 // exchange per node, and the reservations are refunded if any rule refused:
 // never more admitted than the limits allow, but a concurrent request may be
 // refused because of a reservation about to be refunded.
-func (c *Central) AllowMulti(ctx context.Context, reqs []Request, out []local.Decision) (bool, error) {
-	return c.allowMulti(ctx, "", reqs, out)
+func (c *Central) allowMulti(ctx context.Context, now time.Time, reqs []request, out []local.Decision) (bool, error) {
+	return c.allowMultiGroups(ctx, multiTime(now), reqs, out, nil)
 }
 
-// AllowMultiAt is AllowMulti at the time now.
-func (c *Central) AllowMultiAt(ctx context.Context, now time.Time, reqs []Request, out []local.Decision) (bool, error) {
-	return c.allowMulti(ctx, timeArg(now), reqs, out)
+// multiTime is now as a script's time argument, or "" (Redis's clock) for
+// the zero Time.
+func multiTime(now time.Time) string {
+	if now.IsZero() {
+		return ""
+	}
+	return timeArg(now)
 }
 
-// Charge is what a multi-rule decision charged in Redis, to be refunded if
+// charge is what a multi-rule decision charged in Redis, to be refunded if
 // the caller's own decision over other rules refuses (the hybrid limiter
 // decides central and hybrid rules as one).
-type Charge struct {
+type charge struct {
 	c      *Central
 	groups []*group
 }
 
-// AllowMultiCharge is AllowMulti that also returns what it charged when it
-// admitted: Refund gives it back. now is as AllowMultiAt's, or the zero Time
-// for Redis's clock.
-func (c *Central) AllowMultiCharge(ctx context.Context, now time.Time, reqs []Request, out []local.Decision) (*Charge, bool, error) {
-	t := ""
-	if !now.IsZero() {
-		t = timeArg(now)
-	}
-	ch := &Charge{c: c}
-	ok, err := c.allowMultiGroups(ctx, t, reqs, out, &ch.groups)
+var _ synchook.Charge = (*charge)(nil)
+
+// allowMultiCharge is allowMulti that also returns what it charged when it
+// admitted, nil otherwise: Refund gives it back.
+func (c *Central) allowMultiCharge(ctx context.Context, now time.Time, reqs []request, out []local.Decision) (synchook.Charge, bool, error) {
+	ch := &charge{c: c}
+	ok, err := c.allowMultiGroups(ctx, multiTime(now), reqs, out, &ch.groups)
 	if !ok || err != nil {
 		return nil, ok, err
 	}
@@ -354,7 +346,7 @@ func (c *Central) AllowMultiCharge(ctx context.Context, now time.Time, reqs []Re
 
 // Refund gives back what the decision charged: each rule's cost is refunded
 // where it is still there, as a refused multi-rule decision does.
-func (ch *Charge) Refund(ctx context.Context) error {
+func (ch *charge) Refund(ctx context.Context) error {
 	if ch == nil || len(ch.groups) == 0 {
 		return nil
 	}
@@ -385,16 +377,12 @@ type group struct {
 	at, z      int64 // of a reservation: the time it was decided at, the bucket's reset count
 }
 
-func (c *Central) allowMulti(ctx context.Context, now string, reqs []Request, out []local.Decision) (bool, error) {
-	return c.allowMultiGroups(ctx, now, reqs, out, nil)
-}
-
 // allowMultiGroups is allowMulti; charged, when not nil, receives the groups
 // charged by an admitted decision, with the time and reset count of each
 // charge, for a later refund.
-func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Request, out []local.Decision, charged *[]*group) (bool, error) {
+func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []request, out []local.Decision, charged *[]*group) (bool, error) {
 	if len(out) < len(reqs) {
-		panic("syncer: AllowMulti: out is shorter than reqs")
+		panic("syncer: allowMulti: out is shorter than reqs")
 	}
 	if len(reqs) == 0 {
 		return true, nil
@@ -409,7 +397,7 @@ func (c *Central) allowMultiGroups(ctx context.Context, now string, reqs []Reque
 			out[i], ok = d, false
 			continue
 		}
-		state, log := c.ks.Keys(q.Rule, q.Key)
+		state, log := c.ks.ruleKeys(q.Rule, q.Key)
 		g := byState[state]
 		if g == nil {
 			g = &group{rule: q.Rule, key: q.Key, state: state, log: log}

@@ -67,7 +67,7 @@ func TestDecodeLeaseBucket(t *testing.T) {
 // numbers packed as little-endian doubles, the rule's last.
 func TestEncodeLease(t *testing.T) {
 	c := leaseConsts{now: "99", node: "n", leaseTTL: 500, demandTTL: 600}
-	r, err := NewRule("r", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 7, Window: time.Second}))
+	r, err := NewRule("r", local.Limit{Algorithm: local.FixedWindow, Quota: 7, Window: time.Second})
 	require.NoError(t, err)
 	ruleNums := []float64{1, 7, 1e6, 0, 0, 0, 0, 0, 0, 0} // alg, L, W (µs), burst, step, ws, rl, el, tau, anchored
 	unpack := func(t *testing.T, s any) []float64 {
@@ -117,7 +117,7 @@ func TestApplyMalformedReply(t *testing.T) {
 			before := e.Value
 			e.Unlock()
 
-			s := &Syncer{}
+			s := &syncer{}
 			applied, err := s.apply(&pending{entry: e, rule: lr, req: q}, []int64{now, 1, 2}, now+100)
 			assert.False(t, applied)
 			assert.ErrorIs(t, err, ErrRedis)

@@ -13,23 +13,24 @@ import (
 )
 
 // TestDefaults holds docs/operating.md's rows for package syncer against
-// the constants and against what withDefaults fills in.
+// the constants and against what withDefaults fills in: CentralConfig's,
+// and hybrid.SyncConfig's (the Tuning of a syncConfig), whose defaults this
+// package fills in.
 func TestDefaults(t *testing.T) {
 	cc := CentralConfig{}.withDefaults()
-	sc := SyncConfig{}.withDefaults()
+	sc := syncConfig{}.withDefaults()
 	central := func(field, constant string, value, got any) doctable.Default {
 		return doctable.Default{Config: "CentralConfig", Field: field, Const: constant, Value: value, Got: got}
 	}
 	sync := func(field, constant string, value any, doc string, got any) doctable.Default {
-		return doctable.Default{Config: "SyncConfig", Field: field, Const: constant, Value: value, Doc: doc, Got: got}
+		return doctable.Default{Config: "hybrid.SyncConfig", Field: field, Const: constant, Value: value, Doc: doc, Got: got}
 	}
 	doctable.Check(t, doctable.Package{
 		Name: "syncer",
 		Defaults: []doctable.Default{
 			central("Keyspace.Prefix", "defaultPrefix", defaultPrefix, cc.Keyspace.Prefix),
 			central("Timeout", "defaultTimeout", defaultTimeout, cc.Timeout),
-			sync("Keyspace.Prefix", "defaultPrefix", defaultPrefix, "", sc.Keyspace.Prefix),
-			{Config: "SyncConfig", Field: "NodeID", Doc: "64 random bits, drawn by NewSyncer", Got: sc.NodeID, Built: true},
+			{Config: "hybrid.SyncConfig", Field: "NodeID", Doc: "64 random bits, drawn by New", Got: sc.NodeID, Built: true},
 			sync("Interval", "defaultInterval", defaultInterval, "", sc.Interval),
 			sync("Horizon", "defaultHorizonIntervals", defaultHorizonIntervals, "2 × Interval (200ms)", sc.Horizon),
 			sync("MinGap", "defaultMinGapsPerInterval", defaultMinGapsPerInterval, "Interval ÷ 10 (10ms)", sc.MinGap),
@@ -42,20 +43,19 @@ func TestDefaults(t *testing.T) {
 			sync("Epsilon", "defaultEpsilon", defaultEpsilon, "", sc.Epsilon),
 			sync("Batch", "defaultBatch", defaultBatch, "", sc.Batch),
 			sync("Timeout", "", nil, "Interval (100ms)", sc.Timeout),
-			{Config: "SyncConfig", Field: "Clock", Const: "defaultResolution", Value: defaultResolution, Doc: "a coarse clock of 1ms that NewSyncer starts and Close stops", Got: sc.Clock, Built: true},
 		},
 		Bounds: []doctable.Bound{
-			{What: "rule name, SyncConfig.NodeID", Const: "maxRuleName", Value: maxRuleName, Doc: "128 bytes"},
-			{What: "SyncConfig.Interval, at least", Const: "minInterval", Value: minInterval, Doc: "1ms"},
+			{What: "rule name, hybrid.SyncConfig.NodeID", Const: "maxRuleName", Value: maxRuleName, Doc: "128 bytes"},
+			{What: "hybrid.SyncConfig.Interval, at least", Const: "minInterval", Value: minInterval, Doc: "1ms"},
 		},
 		Filled: []doctable.Filled{
 			{Config: "CentralConfig", Zero: CentralConfig{}, With: cc},
-			{Config: "SyncConfig", Zero: SyncConfig{}, With: sc},
+			{Config: "hybrid.SyncConfig", Zero: Tuning{}, With: sc.Tuning},
 		},
 	})
 
 	// The durations follow Interval when it is set.
-	set := SyncConfig{Interval: time.Second}.withDefaults()
+	set := syncConfig{Tuning: Tuning{Interval: time.Second}}.withDefaults()
 	assert.Equal(t, 2*time.Second, set.Horizon)
 	assert.Equal(t, 100*time.Millisecond, set.MinGap)
 	assert.Equal(t, 100*time.Millisecond, set.Safety)
@@ -76,35 +76,36 @@ func client(t *testing.T) redis.UniversalClient {
 // naming the field and the range it must be in.
 func TestSyncConfigValidate(t *testing.T) {
 	c := client(t)
-	set := SyncConfig{
-		Client: c, Keyspace: Keyspace{Prefix: "p"}, NodeID: "n", Interval: time.Second, Horizon: time.Second,
-		MinGap: time.Second, FirstGap: time.Second, PaceGap: time.Second, LeaseTTL: 3 * time.Second,
-		DemandTTL: time.Second, IdleRelease: time.Second, Safety: time.Second, Epsilon: 1, Nodes: 2, Batch: 1,
-		Timeout: time.Second,
+	set := syncConfig{
+		Client: c, Keyspace: Keyspace{Prefix: "p"}, Tuning: Tuning{
+			NodeID: "n", Interval: time.Second, Horizon: time.Second, MinGap: time.Second, FirstGap: time.Second,
+			PaceGap: time.Second, LeaseTTL: 3 * time.Second, DemandTTL: time.Second, IdleRelease: time.Second,
+			Safety: time.Second, Epsilon: 1, Nodes: 2, Batch: 1, Timeout: time.Second,
+		},
 	}
 	assert.Equal(t, set, set.withDefaults(), "withDefaults changed a field that was set")
 	require.NoError(t, set.validate())
-	require.NoError(t, SyncConfig{Client: c}.withDefaults().validate())
+	require.NoError(t, syncConfig{Client: c}.withDefaults().validate())
 	bare := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { bare.Close() })
 	for _, tc := range []struct {
 		name string
-		cfg  SyncConfig
+		cfg  syncConfig
 		want string
 	}{
-		{"no client", SyncConfig{}, "syncer: invalid config: Client <nil>: required"},
-		{"client without context timeouts", SyncConfig{Client: bare}, "syncer: invalid config: Client *redis.Client: set ContextTimeoutEnabled in its options, or deadlines will not bound syncs"},
-		{"braces in the prefix", SyncConfig{Client: c, Keyspace: Keyspace{Prefix: "a{b}"}}, `syncer: invalid config: Keyspace.Prefix "a{b}": must not contain '{' or '}'`},
-		{"negative Interval", SyncConfig{Client: c, Interval: -time.Second}, "syncer: invalid config: Interval -1s: must be positive"},
-		{"short Interval", SyncConfig{Client: c, Interval: time.Microsecond, LeaseTTL: time.Second}, "syncer: invalid config: Interval 1µs: must be at least 1ms"},
-		{"negative Safety", SyncConfig{Client: c, Safety: -time.Second}, "syncer: invalid config: Safety -1s: must be positive"},
-		{"PaceGap above MinGap", SyncConfig{Client: c, PaceGap: time.Second}, "syncer: invalid config: PaceGap 1s: must not pass MinGap 10ms"},
-		{"short LeaseTTL", SyncConfig{Client: c, LeaseTTL: 200 * time.Millisecond}, "syncer: invalid config: LeaseTTL 200ms: must be more than twice Interval, or shares expire between renewals"},
-		{"negative Epsilon", SyncConfig{Client: c, Epsilon: -0.1}, "syncer: invalid config: Epsilon -0.1: must be in [0, 1] (0 takes the default)"},
-		{"Epsilon above 1", SyncConfig{Client: c, Epsilon: 1.5}, "syncer: invalid config: Epsilon 1.5: must be in [0, 1] (0 takes the default)"},
-		{"negative Batch", SyncConfig{Client: c, Batch: -1}, "syncer: invalid config: Batch -1: must be at least 1"},
-		{"negative Nodes", SyncConfig{Client: c, Nodes: -1}, "syncer: invalid config: Nodes -1: must not be negative"},
-		{"bad NodeID", SyncConfig{Client: c, NodeID: "a b"}, `syncer: invalid config: NodeID "a b": byte ' ' at 1: only letters, digits and -_.:/ are allowed`},
+		{"no client", syncConfig{}, "syncer: invalid config: Client <nil>: required"},
+		{"client without context timeouts", syncConfig{Client: bare}, "syncer: invalid config: Client *redis.Client: set ContextTimeoutEnabled in its options, or deadlines will not bound syncs"},
+		{"braces in the prefix", syncConfig{Client: c, Keyspace: Keyspace{Prefix: "a{b}"}}, `syncer: invalid config: Keyspace.Prefix "a{b}": must not contain '{' or '}'`},
+		{"negative Interval", syncConfig{Client: c, Tuning: Tuning{Interval: -time.Second}}, "syncer: invalid config: Interval -1s: must be positive"},
+		{"short Interval", syncConfig{Client: c, Tuning: Tuning{Interval: time.Microsecond, LeaseTTL: time.Second}}, "syncer: invalid config: Interval 1µs: must be at least 1ms"},
+		{"negative Safety", syncConfig{Client: c, Tuning: Tuning{Safety: -time.Second}}, "syncer: invalid config: Safety -1s: must be positive"},
+		{"PaceGap above MinGap", syncConfig{Client: c, Tuning: Tuning{PaceGap: time.Second}}, "syncer: invalid config: PaceGap 1s: must not pass MinGap 10ms"},
+		{"short LeaseTTL", syncConfig{Client: c, Tuning: Tuning{LeaseTTL: 200 * time.Millisecond}}, "syncer: invalid config: LeaseTTL 200ms: must be more than twice Interval, or shares expire between renewals"},
+		{"negative Epsilon", syncConfig{Client: c, Tuning: Tuning{Epsilon: -0.1}}, "syncer: invalid config: Epsilon -0.1: must be in [0, 1] (0 takes the default)"},
+		{"Epsilon above 1", syncConfig{Client: c, Tuning: Tuning{Epsilon: 1.5}}, "syncer: invalid config: Epsilon 1.5: must be in [0, 1] (0 takes the default)"},
+		{"negative Batch", syncConfig{Client: c, Tuning: Tuning{Batch: -1}}, "syncer: invalid config: Batch -1: must be at least 1"},
+		{"negative Nodes", syncConfig{Client: c, Tuning: Tuning{Nodes: -1}}, "syncer: invalid config: Nodes -1: must not be negative"},
+		{"bad NodeID", syncConfig{Client: c, Tuning: Tuning{NodeID: "a b"}}, `syncer: invalid config: NodeID "a b": byte ' ' at 1: only letters, digits and -_.:/ are allowed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.cfg
@@ -112,9 +113,9 @@ func TestSyncConfigValidate(t *testing.T) {
 			assert.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
 			assert.EqualError(t, err, tc.want)
 			assert.Equal(t, in, tc.cfg, "withDefaults changed its receiver")
-			s, err := NewSyncer(tc.cfg)
+			s, err := newSyncer(tc.cfg)
 			assert.Nil(t, s)
-			assert.EqualError(t, err, tc.want, "NewSyncer reports what validate does")
+			assert.EqualError(t, err, tc.want, "newSyncer reports what validate does")
 		})
 	}
 }

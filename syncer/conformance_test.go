@@ -39,7 +39,7 @@ func newCentral(t testing.TB, c redis.UniversalClient, ks syncer.Keyspace) *sync
 
 func mustRule(t testing.TB, name string, p local.Limit) *syncer.Rule {
 	t.Helper()
-	r, err := syncer.NewRule(name, localx.MustLimit(p))
+	r, err := syncer.NewRule(name, p)
 	require.NoError(t, err, "rule %s", name)
 	return r
 }
@@ -57,11 +57,11 @@ func TestVectors(t *testing.T) {
 		allow func(ctx context.Context, cen *syncer.Central, at time.Time, r *syncer.Rule, n int64) (local.Decision, error)
 	}{
 		{"single", func(ctx context.Context, cen *syncer.Central, at time.Time, r *syncer.Rule, n int64) (local.Decision, error) {
-			return cen.AllowNAt(ctx, at, r, "key", n)
+			return syncer.AllowNAt(ctx, cen, at, r, "key", n)
 		}},
 		{"multi", func(ctx context.Context, cen *syncer.Central, at time.Time, r *syncer.Rule, n int64) (local.Decision, error) {
 			out := []local.Decision{garbage}
-			_, err := cen.AllowMultiAt(ctx, at, []syncer.Request{{Rule: r, Key: "key", N: n}}, out)
+			_, err := syncer.AllowMulti(ctx, cen, at, []syncer.Request{{Rule: r, Key: "key", N: n}}, out)
 			return out[0], err
 		}},
 	}
@@ -133,28 +133,28 @@ func differential(t *testing.T, cen *syncer.Central, rng *rand.Rand, label, name
 	t.Helper()
 	ctx := context.Background()
 	rule := mustRule(t, name, p)
-	lim := newLocal(t, rule.Limit())
+	lim := newLocal(t, syncer.RuleLimit(rule))
 	now := vectors.Base + rng.Int64N(int64(time.Hour/time.Microsecond))
 	var history []string // the sequence so far, printed on a mismatch
 	for step := range steps {
 		switch r := rng.IntN(20); {
 		case r == 0: // the limit changes at runtime
 			rule = mustRule(t, name, change())
-			require.NoError(t, lim.SetLimit(rule.Limit().Params()), "%s step %d", label, step)
-			history = append(history, fmt.Sprintf("  limit now %v", rule.Limit()))
+			require.NoError(t, lim.SetLimit(syncer.RuleLimit(rule).Params()), "%s step %d", label, step)
+			history = append(history, fmt.Sprintf("  limit now %v", syncer.RuleLimit(rule)))
 		case r == 1: // time runs backwards
 			now -= rng.Int64N(int64(p.Window/time.Microsecond) + 1)
 		case r < 8:
-			now += rng.Int64N(int64(rule.Limit().Window()/time.Microsecond)/4 + 1)
+			now += rng.Int64N(int64(syncer.RuleLimit(rule).Window()/time.Microsecond)/4 + 1)
 		}
-		n := rng.Int64N(rule.Limit().MaxCost() + 2)
+		n := rng.Int64N(syncer.RuleLimit(rule).MaxCost() + 2)
 		at := time.UnixMicro(now)
 		want := lim.AllowNAt(at, "k", n)
-		got, err := cen.AllowNAt(ctx, at, rule, "k", n)
+		got, err := syncer.AllowNAt(ctx, cen, at, rule, "k", n)
 		require.NoError(t, err, "%s step %d", label, step)
 		history = append(history, fmt.Sprintf("  step %d t=%d n=%d: %+v", step, now, n, want))
 		require.Equal(t, localx.OutcomeOf(want), localx.OutcomeOf(got), "%s (%v) step %d (t=%d n=%d): redis, want local's decision\nhistory:\n%s",
-			label, rule.Limit(), step, now, n, strings.Join(history[max(len(history)-12, 0):], "\n"))
+			label, syncer.RuleLimit(rule), step, now, n, strings.Join(history[max(len(history)-12, 0):], "\n"))
 	}
 }
 
@@ -234,13 +234,13 @@ func TestSameBucketChange(t *testing.T) {
 			}{{0, 2, false}, {100_000, 0, true}, {100_000, 1, false}, {500_000, 2, false}, {700_000, 1, false}, {2_000_000, 3, false}} {
 				if step.change {
 					rule = mustRule(t, name, to)
-					require.NoError(t, lim.SetLimit(rule.Limit().Params()))
+					require.NoError(t, lim.SetLimit(syncer.RuleLimit(rule).Params()))
 				}
 				at := time.UnixMicro(t0 + step.at)
 				want := lim.AllowNAt(at, "k", step.n)
-				got, err := cen.AllowNAt(ctx, at, rule, "k", step.n)
+				got, err := syncer.AllowNAt(ctx, cen, at, rule, "k", step.n)
 				require.NoError(t, err)
-				require.Equal(t, localx.OutcomeOf(want), localx.OutcomeOf(got), "%v → %v, at +%dµs n=%d: redis, want local's decision", from, rule.Limit(), step.at, step.n)
+				require.Equal(t, localx.OutcomeOf(want), localx.OutcomeOf(got), "%v → %v, at +%dµs n=%d: redis, want local's decision", from, syncer.RuleLimit(rule), step.at, step.n)
 			}
 		}
 	})

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -28,9 +27,9 @@ func ExampleNewCentral() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	login, err := syncer.NewRule("login", localx.MustLimit(local.Limit{
+	login, err := syncer.NewRule("login", local.Limit{
 		Algorithm: local.SlidingWindowLog, Quota: 5, Window: time.Minute,
-	}))
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -48,7 +47,7 @@ func ExampleNewCentral() {
 // Rule names are part of the Redis key names, so they are validated: no
 // braces (they would change the Cluster hash tag), no control characters.
 func ExampleNewRule() {
-	lim := localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 20})
+	lim := local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second, Burst: 20}
 	if _, err := syncer.NewRule("api:{v2}", lim); err != nil {
 		fmt.Println(errors.Is(err, syncer.ErrInvalidRule))
 	}
@@ -60,26 +59,4 @@ func ExampleNewRule() {
 	// Output:
 	// true
 	// api:v2
-}
-
-// The user key never reaches Redis: only a 128-bit digest of it, so keys of
-// any bytes are safe and every process names the same key identically.
-// Under Secret the digest is an HMAC, which hides guessable keys (IPs, user
-// IDs) from whoever can read Redis.
-func ExampleKeyspace_Keys() {
-	ks := syncer.Keyspace{Prefix: "myapp"}
-	fixed, _ := syncer.NewRule("api", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 100, Window: time.Minute}))
-	gcra, _ := syncer.NewRule("api", localx.MustLimit(local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Minute}))
-	state, _ := ks.Keys(fixed, "user-42")
-	fmt.Println(state)
-	state, _ = ks.Keys(gcra, "user-42")
-	fmt.Println(state)
-
-	shared := syncer.Keyspace{Prefix: "myapp", SharedKeyTag: true}
-	state, _ = shared.Keys(fixed, "user-42")
-	fmt.Println(state)
-	// Output:
-	// myapp:{api:bYlKo-6AJUnX80Dnwc8NHA}:s
-	// myapp:{api:bYlKo-6AJUnX80Dnwc8NHA}:s
-	// myapp:{bYlKo-6AJUnX80Dnwc8NHA}:api:s
 }

@@ -34,12 +34,18 @@ func deciders(t *testing.T, addr string, ks syncer.Keyspace, timeout time.Durati
 	require.NoError(t, err)
 	a := mustRule(t, "a", local.Limit{Algorithm: local.FixedWindow, Quota: 100, Window: time.Second})
 	b := mustRule(t, "b", local.Limit{Algorithm: local.GCRA, Quota: 100, Window: time.Second})
-	reqs := []syncer.Request{{a, "k", 1}, {b, "k", 1}}
+	reqs := []syncer.Request{{Rule: a, Key: "k", N: 1}, {Rule: b, Key: "k", N: 1}}
 	out := make([]local.Decision, 2)
 	return []decider{
 		{"AllowN", func(ctx context.Context) error { _, err := single.AllowN(ctx, a, "k", 1); return err }},
-		{"AllowMulti one script", func(ctx context.Context) error { _, err := single.AllowMulti(ctx, reqs, out); return err }},
-		{"AllowMulti reserve", func(ctx context.Context) error { _, err := split.AllowMulti(ctx, reqs, out); return err }},
+		{"AllowMulti one script", func(ctx context.Context) error {
+			_, err := syncer.AllowMulti(ctx, single, time.Time{}, reqs, out)
+			return err
+		}},
+		{"AllowMulti reserve", func(ctx context.Context) error {
+			_, err := syncer.AllowMulti(ctx, split, time.Time{}, reqs, out)
+			return err
+		}},
 	}
 }
 
@@ -149,7 +155,7 @@ func TestWrongType(t *testing.T) {
 			t.Run(a.String(), func(t *testing.T) {
 				p := local.Limit{Algorithm: a, Quota: 10, Window: time.Second}
 				r := mustRule(t, "w-"+a.String(), p)
-				state, _ := cen.Keyspace().Keys(r, "k")
+				state, _ := syncer.Keys(syncer.CentralKeyspace(cen), r, "k")
 				// Short, and longer than a bucket state's 24 bytes of numbers.
 				for _, v := range []string{"not a hash", "another application's value, under the rule's name"} {
 					require.NoError(t, c.Set(ctx, state, v, time.Minute).Err())
@@ -162,7 +168,7 @@ func TestWrongType(t *testing.T) {
 				}
 				// With another rule of the same key, which must stay uncharged.
 				other := mustRule(t, "o-"+a.String(), local.Limit{Algorithm: local.FixedWindow, Quota: 10, Window: time.Hour})
-				_, err := cen.AllowMulti(ctx, []syncer.Request{{other, "k", 1}, {r, "k", 1}}, make([]local.Decision, 2))
+				_, err := syncer.AllowMulti(ctx, cen, time.Time{}, []syncer.Request{{Rule: other, Key: "k", N: 1}, {Rule: r, Key: "k", N: 1}}, make([]local.Decision, 2))
 				assert.ErrorIs(t, err, syncer.ErrRedis, "AllowMulti")
 				assert.NotErrorIs(t, err, syncer.ErrUnavailable, "AllowMulti")
 				d, err := cen.AllowN(ctx, other, "k", 0)
@@ -175,7 +181,7 @@ func TestWrongType(t *testing.T) {
 			r := mustRule(t, "wl", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 10, Window: time.Minute})
 			_, err := cen.AllowN(ctx, r, "k", 1)
 			require.NoError(t, err)
-			_, lg := cen.Keyspace().Keys(r, "k")
+			_, lg := syncer.Keys(syncer.CentralKeyspace(cen), r, "k")
 			require.NoError(t, c.Set(ctx, lg, "not a list", time.Minute).Err())
 			_, err = cen.AllowN(ctx, r, "k", 1)
 			assert.ErrorIs(t, err, syncer.ErrRedis, "AllowN")

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -26,12 +25,12 @@ func TestFirstLeaseRounds(t *testing.T) {
 	c := redistest.Client(t, redistest.Addr(t))
 	clk := newClock()
 	s, err := syncer.NewSyncer(syncer.SyncConfig{
-		Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, NodeID: "a", Nodes: 1,
+		Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, Tuning: syncer.Tuning{NodeID: "a", Nodes: 1},
 		Clock: clk, PassTime: true,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
-	rule, err := syncer.NewRule("first", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Minute}))
+	rule, err := syncer.NewRule("first", local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Minute})
 	require.NoError(t, err)
 	lr, err := s.LeaseRule(rule)
 	require.NoError(t, err)

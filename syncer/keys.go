@@ -1,8 +1,6 @@
 package syncer
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
-	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -20,12 +17,8 @@ import (
 const defaultPrefix = config.KeyPrefix
 
 // digestBytes is how much of the SHA-256 (or HMAC-SHA256) of a user key its
-// Redis name keeps: 128 bits, collision-resistant (about 2^64 work to find
-// any pair) and 22 characters of base64url.
-const digestBytes = 16
-
-// A lease names its key by the digest: the sizes must agree.
-var _ [lease.DigestSize]byte = [digestBytes]byte{}
+// Redis name keeps (keyname.Digest): a lease holds the same raw digest.
+const digestBytes = keyname.DigestSize
 
 // Keyspace names the Redis keys of a (rule, key) pair. Its zero value is
 // usable: prefix "hl", plain SHA-256 digests, one hash tag per rule and key.
@@ -75,7 +68,7 @@ func (ks *Keyspace) validate() error {
 }
 
 // prefix returns the Prefix, or the default for a Keyspace a Config did
-// not fill in (one a caller uses to name keys: Keys, Digest).
+// not fill in (one a caller uses to name keys: ruleKeys, digest).
 func (ks *Keyspace) prefix() string {
 	if ks.Prefix == "" {
 		return defaultPrefix
@@ -86,8 +79,8 @@ func (ks *Keyspace) prefix() string {
 // digestLen is the length of a digest as it appears in key names.
 const digestLen = (digestBytes*8 + 5) / 6
 
-// Digest returns the digest of a user key that names it in Redis.
-func (ks *Keyspace) Digest(key string) string { return encodeDigest(ks.DigestBytes(key)) }
+// digest returns the digest of a user key that names it in Redis.
+func (ks *Keyspace) digest(key string) string { return encodeDigest(ks.rawDigest(key)) }
 
 // encodeDigest returns a raw digest as names hold it.
 func encodeDigest(d [digestBytes]byte) string {
@@ -102,24 +95,17 @@ func putDigest(enc *[digestLen]byte, d [digestBytes]byte) {
 	base64.RawURLEncoding.Encode(enc[:], d[:])
 }
 
-// DigestBytes returns the digest of a user key, raw: what Digest encodes.
-func (ks *Keyspace) DigestBytes(key string) [digestBytes]byte {
-	if len(ks.Secret) > 0 {
-		m := hmac.New(sha256.New, ks.Secret)
-		m.Write([]byte(key))
-		return [digestBytes]byte(m.Sum(nil))
-	}
-	sum := sha256.Sum256([]byte(key)) // on the stack: no allocation
-	return [digestBytes]byte(sum[:digestBytes])
-}
+// rawDigest returns the digest of a user key, raw: what digest encodes,
+// and what a lease holds.
+func (ks *Keyspace) rawDigest(key string) [digestBytes]byte { return keyname.Digest(ks.Secret, key) }
 
-// Keys returns the names of rule and key's state (part "s") and of its log
-// list (part "l", used by the sliding window log only). The window
+// ruleKeys returns the names of rule and key's state (part "s") and of its
+// log list (part "l", used by the sliding window log only). The window
 // algorithms keep their state in a hash, the bucket algorithms in a string:
 // a rule that changes family finds a key of the other type, deletes it
 // (and the log) and starts afresh, as local.Limiter.SetLimit does.
-func (ks *Keyspace) Keys(rule *Rule, key string) (state, log string) {
-	return ks.keys(rule.name, ks.Digest(key))
+func (ks *Keyspace) ruleKeys(rule *Rule, key string) (state, log string) {
+	return ks.keys(rule.name, ks.digest(key))
 }
 
 // scriptKeys returns the names a single-rule script of r takes: its state,
@@ -127,7 +113,7 @@ func (ks *Keyspace) Keys(rule *Rule, key string) (state, log string) {
 // Redis, and allocates only what it returns.
 func (ks *Keyspace) scriptKeys(r *Rule, key string) []string {
 	var enc [digestLen]byte
-	putDigest(&enc, ks.DigestBytes(key))
+	putDigest(&enc, ks.rawDigest(key))
 	if r.limit.Algorithm() == local.SlidingWindowLog {
 		s, l := ks.keys(r.name, string(enc[:]))
 		return []string{s, l}
@@ -178,11 +164,26 @@ type Rule struct {
 // maxRuleName is the longest rule name accepted, in bytes.
 const maxRuleName = config.MaxRuleName
 
-// NewRule validates name and lim and returns the Rule. A name is 1 to 128
-// bytes of letters, digits and "-_.:/" (it becomes part of Redis key names
-// and of metrics); braces, which would break the hash tag, are rejected.
-func NewRule(name string, lim localx.Limit) (*Rule, error) {
-	if err := ValidRuleName(name); err != nil {
+// NewRule validates name and lim and returns the Rule; an error wraps
+// ErrInvalidRule. A name is 1 to 128 bytes of letters, digits and "-_.:/"
+// (it becomes part of Redis key names and of metrics); braces, which would
+// break the hash tag, are rejected. The limit is validated as package local
+// validates it, and the error then wraps local.ErrInvalidConfig too.
+func NewRule(name string, lim local.Limit) (*Rule, error) {
+	if err := validRuleName(name); err != nil {
+		return nil, err
+	}
+	l, err := localx.NewLimit(lim)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rule %q: Limit: %w", ErrInvalidRule, name, err)
+	}
+	return newRule(name, l)
+}
+
+// newRule is NewRule for a limit already validated: what package hybrid
+// holds.
+func newRule(name string, lim localx.Limit) (*Rule, error) {
+	if err := validRuleName(name); err != nil {
 		return nil, err
 	}
 	if !lim.Valid() {
@@ -221,10 +222,10 @@ func NewRule(name string, lim localx.Limit) (*Rule, error) {
 	return r, nil
 }
 
-// ValidRuleName reports, as an error wrapping ErrInvalidRule, whether name
+// validRuleName reports, as an error wrapping ErrInvalidRule, whether name
 // cannot name a rule: it must be 1 to 128 bytes of letters, digits and
 // -_.:/.
-func ValidRuleName(name string) error {
+func validRuleName(name string) error {
 	if err := keyname.CheckRule(name); err != nil {
 		return fmt.Errorf("%w: name %q: %w", ErrInvalidRule, name, err)
 	}
@@ -233,9 +234,6 @@ func ValidRuleName(name string) error {
 
 // Name returns the rule's name.
 func (r *Rule) Name() string { return r.name }
-
-// Limit returns the rule's limit.
-func (r *Rule) Limit() localx.Limit { return r.limit }
 
 // slot returns the Redis Cluster hash slot of a key name: CRC16 (XMODEM)
 // of its hash tag, modulo 16384.

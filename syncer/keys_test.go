@@ -58,11 +58,11 @@ func TestKeyNamesGolden(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, r := range []*syncer.Rule{api, api2, bucket} {
-				s, l := tt.ks.Keys(r, tt.key)
-				assert.Equal(t, tt.state, s, "Keys(%v, %q): the state's name", r.Limit(), tt.key)
-				assert.Equal(t, tt.lg, l, "Keys(%v, %q): the log's name", r.Limit(), tt.key)
+				s, l := syncer.Keys(&tt.ks, r, tt.key)
+				assert.Equal(t, tt.state, s, "Keys(%v, %q): the state's name", syncer.RuleLimit(r), tt.key)
+				assert.Equal(t, tt.lg, l, "Keys(%v, %q): the log's name", syncer.RuleLimit(r), tt.key)
 			}
-			assert.Equal(t, tt.digest, tt.ks.Digest(tt.key), "Digest(%q)", tt.key)
+			assert.Equal(t, tt.digest, syncer.Digest(&tt.ks, tt.key), "Digest(%q)", tt.key)
 		})
 	}
 	t.Run("central copies the keyspace", func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestKeyNamesGolden(t *testing.T) {
 		cen, err := syncer.NewCentral(syncer.CentralConfig{Client: c, Keyspace: ks})
 		require.NoError(t, err)
 		ks.Secret[0] = 't' // the caller's buffer changes afterwards
-		s, _ := cen.Keyspace().Keys(api, "user:42")
+		s, _ := syncer.Keys(syncer.CentralKeyspace(cen), api, "user:42")
 		assert.Equal(t, "x:{api:P1s5wR62FZZOLiLh994xvw}:s", s, "the state's name after the caller changed its Secret")
 	})
 }
@@ -115,7 +115,7 @@ func keyNameLines(t testing.TB) []string {
 	for ki, ks := range crossProcessKeyspaces {
 		for ri, r := range crossProcessRules(t) {
 			for i, k := range crossProcessKeys() {
-				s, l := ks.Keys(r, k)
+				s, l := syncer.Keys(&ks, r, k)
 				lines = append(lines, fmt.Sprintf("names %d %d %d %s %s", ki, ri, i, s, l))
 			}
 		}
@@ -278,16 +278,16 @@ func TestDigestCollisions(t *testing.T) {
 				spaces = spaces[:1]
 			}
 			for _, ks := range spaces {
-				a, b, found := findCollision(ks.Digest, f.keys)
-				assert.False(t, found, "secret %q: %q and %q share the digest %q", ks.Secret, a, b, ks.Digest(a))
+				a, b, found := findCollision(func(k string) string { return syncer.Digest(ks, k) }, f.keys)
+				assert.False(t, found, "secret %q: %q and %q share the digest %q", ks.Secret, a, b, syncer.Digest(ks, a))
 			}
 			for i, k := range f.keys {
-				require.Regexp(t, digestRe, plain.Digest(k), "Digest(%q): want 22 characters of base64url", k)
+				require.Regexp(t, digestRe, syncer.Digest(plain, k), "Digest(%q): want 22 characters of base64url", k)
 				if i > 1000 {
 					break
 				}
 			}
-			truncated := func(k string) string { return plain.Digest(k)[:2] }
+			truncated := func(k string) string { return syncer.Digest(plain, k)[:2] }
 			a, b, found := findCollision(truncated, f.keys)
 			if len(f.keys) >= 1000 {
 				assert.True(t, found, "a 12-bit digest shows no collision among %d keys: the checker is blind", len(f.keys))
@@ -313,13 +313,13 @@ func TestAnyKeyBytes(t *testing.T) {
 		now := time.Now()
 		remaining := func(k string) int64 {
 			t.Helper()
-			d, err := cen.AllowNAt(ctx, now, rule, k, 0)
+			d, err := syncer.AllowNAt(ctx, cen, now, rule, k, 0)
 			require.NoError(t, err)
 			return d.Remaining()
 		}
 		for i, k := range keys {
 			for j := range 4 {
-				d, err := cen.AllowNAt(ctx, now, rule, k, 1)
+				d, err := syncer.AllowNAt(ctx, cen, now, rule, k, 1)
 				require.NoError(t, err, "key %d (%q)", i, trunc(k))
 				require.Equal(t, j < 3, d.Allowed(), "key %d (%q), request %d: allowed", i, trunc(k), j)
 			}
@@ -335,7 +335,7 @@ func TestAnyKeyBytes(t *testing.T) {
 		require.NoError(t, err)
 		want := map[string]bool{}
 		for _, k := range keys {
-			s, l := cen.Keyspace().Keys(rule, k)
+			s, l := syncer.Keys(syncer.CentralKeyspace(cen), rule, k)
 			want[s], want[l] = true, true
 		}
 		nameRe := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `:\{r:[A-Za-z0-9_-]{22}\}:[sl]$`)
@@ -358,7 +358,7 @@ func trunc(s string) string {
 // TestRuleNames checks the rule names NewRule accepts: they become part of
 // Redis key names (a brace would move the hash tag) and of metrics.
 func TestRuleNames(t *testing.T) {
-	lim := localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Second})
+	lim := local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Second}
 	tests := []struct {
 		name string
 		ok   bool
@@ -391,7 +391,7 @@ func TestRuleNames(t *testing.T) {
 				require.NoError(t, err, "ValidRuleName")
 				require.NoError(t, nerr, "NewRule")
 				assert.Equal(t, tt.name, r.Name(), "the rule's name")
-				assert.Equal(t, lim, r.Limit(), "the rule's limit")
+				assert.Equal(t, localx.MustLimit(lim), syncer.RuleLimit(r), "the rule's limit")
 				return
 			}
 			assert.ErrorIs(t, err, syncer.ErrInvalidRule, "ValidRuleName")
@@ -400,8 +400,9 @@ func TestRuleNames(t *testing.T) {
 		})
 	}
 	t.Run("zero limit", func(t *testing.T) {
-		r, err := syncer.NewRule("ok", localx.Limit{})
+		r, err := syncer.NewRule("ok", local.Limit{})
 		assert.ErrorIs(t, err, syncer.ErrInvalidRule, "NewRule(zero Limit)")
+		assert.ErrorIs(t, err, local.ErrInvalidConfig, "NewRule(zero Limit): the limit's error")
 		assert.Nil(t, r, "NewRule(zero Limit)'s rule")
 	})
 }

@@ -16,9 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -26,7 +27,7 @@ import (
 // roundCount is an Observer counting a node's exchanges.
 type roundCount struct{ exchanges, registrations int }
 
-func (c *roundCount) Round(st syncer.RoundStats) {
+func (c *roundCount) Round(st synchook.RoundStats) {
 	c.exchanges += st.Synced + st.Failed
 	if st.Registered {
 		c.registrations++
@@ -95,10 +96,13 @@ func benchLeaseExchange(b *testing.B, p local.Limit) {
 	srv := redistest.Start(b)
 	c := redistest.Client(b, srv.Addr)
 	ctx := context.Background()
-	rule, err := syncer.NewRule("users", localx.MustLimit(p))
+	rule, err := syncer.NewRule("users", p)
 	require.NoError(b, err)
 	clk := newClock()
-	cfg := syncer.WithDefaults(syncer.SyncConfig{Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)}, Nodes: nodes, Clock: clk, PassTime: true, Timeout: 10 * time.Second})
+	cfg := syncer.WithDefaults(syncer.SyncConfig{
+		Client: c, Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(b)}, Clock: clk, PassTime: true,
+		Tuning: syncer.Tuning{Nodes: nodes, Timeout: 10 * time.Second},
+	})
 	type node struct {
 		s         *syncer.Syncer
 		lr        *lease.Rule
@@ -168,7 +172,7 @@ func benchLeaseExchange(b *testing.B, p local.Limit) {
 				e := n.store.Get(key, now)
 				e.Lock()
 				if e.Value.Digest == ([lease.DigestSize]byte{}) {
-					e.Value.Digest = n.s.Keyspace().DigestBytes(key)
+					e.Value.Digest = keyname.Digest(nil, key) // the Keyspace has no Secret
 				}
 				if _, signal := e.Value.Decide(n.lr, now, 1); signal.Sync() {
 					n.lr.Notify(e)

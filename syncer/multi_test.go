@@ -59,7 +59,7 @@ func apartRules(t testing.TB, c *redis.ClusterClient, ks syncer.Keyspace, key st
 	for i := 0; len(rules) < len(ps); i++ {
 		require.LessOrEqual(t, i, 1000, "no rule names on distinct masters")
 		r := mustRule(t, fmt.Sprintf("m%d", i), ps[len(rules)])
-		s, _ := ks.Keys(r, key)
+		s, _ := syncer.Keys(&ks, r, key)
 		slotOf(t, c, s)
 		if m := masterOf(t, c, s); !used[m] {
 			used[m] = true
@@ -145,7 +145,7 @@ func TestMultiDecisions(t *testing.T) {
 		}
 		lims := make([]*local.Limiter, len(rules))
 		for i, r := range rules {
-			lims[i] = newLocal(t, r.Limit())
+			lims[i] = newLocal(t, syncer.RuleLimit(r))
 		}
 		// A fresh minute, so the fixed windows do not roll mid-scenario.
 		start := time.Now().Truncate(time.Minute).Add(time.Minute + time.Second)
@@ -161,7 +161,7 @@ func TestMultiDecisions(t *testing.T) {
 			for j := range got {
 				got[j], want[j] = garbage, garbage
 			}
-			ok, err := cen.AllowMultiAt(ctx, now, reqs, got)
+			ok, err := syncer.AllowMulti(ctx, cen, now, reqs, got)
 			require.NoError(t, err, "step %d", i)
 			wok := local.AllowMultiAt(now, lreqs, want)
 			assert.Equal(t, s.ok, ok, "step %d %v: redis's verdict", i, s.reqs)
@@ -179,7 +179,7 @@ func TestMultiDecisions(t *testing.T) {
 			// Whatever the decision, the state is local's: nothing charged
 			// by a refusal, everything by an admission.
 			for j, q := range s.reqs {
-				d, err := cen.AllowNAt(ctx, now, rules[q.rule], q.key, 0)
+				d, err := syncer.AllowNAt(ctx, cen, now, rules[q.rule], q.key, 0)
 				require.NoError(t, err)
 				w := lims[q.rule].AllowNAt(now, q.key, 0)
 				assert.Equal(t, w.Remaining(), d.Remaining(), "step %d, after: request %d's rule's remaining in Redis, want local's", i, j)
@@ -187,11 +187,11 @@ func TestMultiDecisions(t *testing.T) {
 		}
 		t.Run("out shorter than reqs", func(t *testing.T) {
 			assert.Panics(t, func() {
-				cen.AllowMultiAt(ctx, start, []syncer.Request{{rules[0], "p", 1}, {rules[1], "p", 1}}, make([]local.Decision, 1))
+				syncer.AllowMulti(ctx, cen, start, []syncer.Request{{Rule: rules[0], Key: "p", N: 1}, {Rule: rules[1], Key: "p", N: 1}}, make([]local.Decision, 1))
 			})
 		})
 		t.Run("empty", func(t *testing.T) {
-			ok, err := cen.AllowMulti(ctx, nil, nil)
+			ok, err := syncer.AllowMulti(ctx, cen, time.Time{}, nil, nil)
 			assert.NoError(t, err, "AllowMulti(nil)")
 			assert.True(t, ok, "AllowMulti(nil)")
 		})
@@ -206,10 +206,10 @@ func TestMultiInvalidCostSameKey(t *testing.T) {
 		cen := newCentral(t, c, syncer.Keyspace{})
 		r := mustRule(t, "r", local.Limit{Algorithm: local.TokenBucket, Quota: 5, Window: time.Second})
 		o := mustRule(t, "o", local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute})
-		lr, lo := newLocal(t, r.Limit()), newLocal(t, o.Limit())
+		lr, lo := newLocal(t, syncer.RuleLimit(r)), newLocal(t, syncer.RuleLimit(o))
 		now := time.Now()
 		got, want := []local.Decision{garbage, garbage, garbage}, []local.Decision{garbage, garbage, garbage}
-		ok, err := cen.AllowMultiAt(context.Background(), now, []syncer.Request{{r, "k", -1}, {r, "k", 1}, {o, "k", 1}}, got)
+		ok, err := syncer.AllowMulti(context.Background(), cen, now, []syncer.Request{{Rule: r, Key: "k", N: -1}, {Rule: r, Key: "k", N: 1}, {Rule: o, Key: "k", N: 1}}, got)
 		require.NoError(t, err, "AllowMultiAt")
 		require.False(t, ok, "AllowMultiAt: want a refusal")
 		local.AllowMultiAt(now, []local.Request{{Limiter: lr, Key: "k", N: -1}, {Limiter: lr, Key: "k", N: 1}, {Limiter: lo, Key: "k", N: 1}}, want)
@@ -235,7 +235,7 @@ func multiHammer(t *testing.T, cen *syncer.Central, now time.Time, rules []*sync
 			defer wg.Done()
 			out := make([]local.Decision, len(reqs))
 			for range tries {
-				ok, err := cen.AllowMultiAt(context.Background(), now, reqs, out)
+				ok, err := syncer.AllowMulti(context.Background(), cen, now, reqs, out)
 				if err != nil {
 					errs <- err
 					return
@@ -260,9 +260,9 @@ func charged(t *testing.T, cen *syncer.Central, now time.Time, rules []*syncer.R
 	t.Helper()
 	used := make([]int64, len(rules))
 	for i, r := range rules {
-		d, err := cen.AllowNAt(context.Background(), now, r, key, 0)
+		d, err := syncer.AllowNAt(context.Background(), cen, now, r, key, 0)
 		require.NoError(t, err)
-		used[i] = r.Limit().MaxCost() - d.Remaining()
+		used[i] = syncer.RuleLimit(r).MaxCost() - d.Remaining()
 	}
 	return used
 }
@@ -293,18 +293,18 @@ func TestMultiClusterContention(t *testing.T) {
 			cen := newCentral(t, hc, ks)
 			rules := apartRules(t, c, ks, "hot", tt.a, tt.b)
 			now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
-			least := min(rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
+			least := min(syncer.RuleLimit(rules[0]).MaxCost(), syncer.RuleLimit(rules[1]).MaxCost())
 			admitted := multiHammer(t, cen, now, rules, "hot", 16, 8)
-			require.LessOrEqual(t, admitted, least, "multi calls admitted, limits %d and %d", rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
+			require.LessOrEqual(t, admitted, least, "multi calls admitted, limits %d and %d", syncer.RuleLimit(rules[0]).MaxCost(), syncer.RuleLimit(rules[1]).MaxCost())
 			require.Positive(t, admitted, "multi calls admitted")
 			require.Positive(t, hc.pipes.Load(), "no pipeline: the rules in different slots did not take the reserve path")
 			for i, u := range charged(t, cen, now, rules, "hot") {
-				assert.Equal(t, admitted, u, "rule %v's charge, want the multi calls admitted", rules[i].Limit())
+				assert.Equal(t, admitted, u, "rule %v's charge, want the multi calls admitted", syncer.RuleLimit(rules[i]))
 			}
 			more := multiHammer(t, cen, now, rules, "hot", 1, int(least)+3)
 			assert.Equal(t, least, admitted+more, "admitted %d under contention and %d after", admitted, more)
 			for i, u := range charged(t, cen, now, rules, "hot") {
-				assert.Equal(t, least, u, "at the end, rule %v's charge", rules[i].Limit())
+				assert.Equal(t, least, u, "at the end, rule %v's charge", syncer.RuleLimit(rules[i]))
 			}
 		})
 	}
@@ -324,7 +324,7 @@ func TestMultiSharedKeyTag(t *testing.T) {
 			for _, key := range []string{"hot", "", "{x}"} {
 				var slots []int64
 				for _, r := range rules {
-					s, l := cen.Keyspace().Keys(r, key)
+					s, l := syncer.Keys(syncer.CentralKeyspace(cen), r, key)
 					slots = append(slots, slotOf(t, c, s), slotOf(t, c, l))
 				}
 				for _, s := range slots {
@@ -333,18 +333,18 @@ func TestMultiSharedKeyTag(t *testing.T) {
 			}
 			// Without the shared tag the same rules spread over slots.
 			plain := syncer.Keyspace{Prefix: ks.Prefix}
-			sa, _ := plain.Keys(rules[0], "hot")
-			sb, _ := plain.Keys(rules[1], "hot")
+			sa, _ := syncer.Keys(&plain, rules[0], "hot")
+			sb, _ := syncer.Keys(&plain, rules[1], "hot")
 			if slotOf(t, c, sa) == slotOf(t, c, sb) {
 				t.Logf("rules a and b share a slot without SharedKeyTag too (chance)")
 			}
 			now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
-			least := min(rules[0].Limit().MaxCost(), rules[1].Limit().MaxCost())
+			least := min(syncer.RuleLimit(rules[0]).MaxCost(), syncer.RuleLimit(rules[1]).MaxCost())
 			admitted := multiHammer(t, cen, now, rules[:2], "hot", 16, 8)
 			assert.Equal(t, least, admitted, "multi calls admitted (one script: no false rejection)")
 			assert.Zero(t, hc.pipes.Load(), "pipelines: a multi-rule decision over one key under SharedKeyTag must be one script")
 			for i, u := range charged(t, cen, now, rules[:2], "hot") {
-				assert.Equal(t, admitted, u, "rule %v's charge", rules[i].Limit())
+				assert.Equal(t, admitted, u, "rule %v's charge", syncer.RuleLimit(rules[i]))
 			}
 		})
 	}
@@ -390,12 +390,12 @@ func TestMultiRefundInterleaved(t *testing.T) {
 			split, err := syncer.NewCentral(syncer.CentralConfig{Client: hc, Keyspace: ks, Timeout: 5 * time.Second})
 			require.NoError(t, err)
 			direct := newCentral(t, base, ks)
-			require.NoError(t, direct.Preload(ctx)) // no NOSCRIPT retry: one pipeline per exchange
+			require.NoError(t, syncer.Preload(ctx, direct)) // no NOSCRIPT retry: one pipeline per exchange
 			x := mustRule(t, "x", p)
 			full := mustRule(t, "full", local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Hour})
 			t0 := time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)
 			t1 := t0.Add(2 * time.Millisecond) // the one reserved token has come back
-			d, err := direct.AllowNAt(ctx, t0, full, "k", 1)
+			d, err := syncer.AllowNAt(ctx, direct, t0, full, "k", 1)
 			require.NoError(t, err, "filling the other rule")
 			require.True(t, d.Allowed(), "filling the other rule: %+v", d)
 			var admitted int64
@@ -404,21 +404,21 @@ func TestMultiRefundInterleaved(t *testing.T) {
 				if n != 2 { // 1: the reservations; 2: the refund
 					return
 				}
-				d, err := direct.AllowNAt(ctx, t1, x, "k", x.Limit().MaxCost())
+				d, err := syncer.AllowNAt(ctx, direct, t1, x, "k", syncer.RuleLimit(x).MaxCost())
 				if err != nil {
 					hookErr = err
 				} else if d.Allowed() {
-					admitted += x.Limit().MaxCost()
+					admitted += syncer.RuleLimit(x).MaxCost()
 				}
 			}
 			out := make([]local.Decision, 2)
-			ok, err := split.AllowMultiAt(ctx, t0, []syncer.Request{{x, "k", 1}, {full, "k", 1}}, out)
+			ok, err := syncer.AllowMulti(ctx, split, t0, []syncer.Request{{Rule: x, Key: "k", N: 1}, {Rule: full, Key: "k", N: 1}}, out)
 			require.NoError(t, err, "multi")
 			require.NoError(t, hookErr, "the request between reservation and refund")
 			require.False(t, ok, "multi: want a refusal")
 			require.Equal(t, int64(2), hc.pipes.Load(), "pipelines (reserve, refund)")
-			for range 2 * x.Limit().MaxCost() {
-				d, err := direct.AllowNAt(ctx, t1, x, "k", 1)
+			for range 2 * syncer.RuleLimit(x).MaxCost() {
+				d, err := syncer.AllowNAt(ctx, direct, t1, x, "k", 1)
 				require.NoError(t, err)
 				if !d.Allowed() {
 					break
@@ -426,10 +426,10 @@ func TestMultiRefundInterleaved(t *testing.T) {
 				admitted++
 			}
 			// What the rule admits at t1 when the refused call never happened.
-			lim := newLocal(t, x.Limit())
+			lim := newLocal(t, syncer.RuleLimit(x))
 			var want int64
-			if lim.AllowNAt(t1, "k", x.Limit().MaxCost()).Allowed() {
-				want += x.Limit().MaxCost()
+			if lim.AllowNAt(t1, "k", syncer.RuleLimit(x).MaxCost()).Allowed() {
+				want += syncer.RuleLimit(x).MaxCost()
 			}
 			for lim.AllowNAt(t1, "k", 1).Allowed() {
 				want++

@@ -48,7 +48,7 @@ func sameAsLocal(t *testing.T, cen *syncer.Central, now time.Time, reqs []syncer
 		lreqs[i] = local.Request{Limiter: lims[q.Rule], Key: q.Key, N: q.N}
 	}
 	got, want := make([]local.Decision, len(reqs)), make([]local.Decision, len(reqs))
-	ok, err := cen.AllowMultiAt(context.Background(), now, reqs, got)
+	ok, err := syncer.AllowMulti(context.Background(), cen, now, reqs, got)
 	require.NoError(t, err, "AllowMultiAt")
 	wok := local.AllowMultiAt(now, lreqs, want)
 	assert.Equal(t, wok, ok, "AllowMultiAt: redis, want local's verdict")
@@ -59,7 +59,7 @@ func sameAsLocal(t *testing.T, cen *syncer.Central, now time.Time, reqs []syncer
 	}
 	// And the state left behind.
 	for _, q := range reqs {
-		d, err := cen.AllowNAt(context.Background(), now, q.Rule, q.Key, 0)
+		d, err := syncer.AllowNAt(context.Background(), cen, now, q.Rule, q.Key, 0)
 		require.NoError(t, err)
 		w := lims[q.Rule].AllowNAt(now, q.Key, 0)
 		assert.Equal(t, localx.OutcomeOf(w), localx.OutcomeOf(d), "rule %s after: redis, want local's state", q.Rule.Name())
@@ -84,11 +84,11 @@ func TestNoScriptSingleServer(t *testing.T) {
 	for _, a := range localx.Algorithms() {
 		t.Run("AllowN/"+a.String(), func(t *testing.T) {
 			r := mustRule(t, "n-"+a.String(), algoParams(a))
-			lim := newLocal(t, r.Limit())
-			for i := range r.Limit().MaxCost() + 2 {
+			lim := newLocal(t, syncer.RuleLimit(r))
+			for i := range syncer.RuleLimit(r).MaxCost() + 2 {
 				scriptFlush(t, c)
 				require.False(t, scriptExists(t, c, syncer.ScriptHash(r)), "script still there after SCRIPT FLUSH")
-				got, err := cen.AllowNAt(ctx, now, r, "k", 1)
+				got, err := syncer.AllowNAt(ctx, cen, now, r, "k", 1)
 				require.NoError(t, err, "call %d after SCRIPT FLUSH", i)
 				want := lim.AllowNAt(now, "k", 1)
 				assert.Equal(t, localx.OutcomeOf(want), localx.OutcomeOf(got), "call %d: redis, want local's decision", i)
@@ -99,7 +99,7 @@ func TestNoScriptSingleServer(t *testing.T) {
 	lims := map[*syncer.Rule]*local.Limiter{}
 	rule := func(name string, p local.Limit) *syncer.Rule {
 		r := mustRule(t, name, p)
-		lims[r] = newLocal(t, r.Limit())
+		lims[r] = newLocal(t, syncer.RuleLimit(r))
 		return r
 	}
 	a := rule("a", local.Limit{Algorithm: local.FixedWindow, Quota: 5, Window: time.Hour})
@@ -107,24 +107,24 @@ func TestNoScriptSingleServer(t *testing.T) {
 	full := rule("full", local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1, Window: time.Hour})
 	t.Run("AllowMulti one script", func(t *testing.T) {
 		scriptFlush(t, c)
-		assert.True(t, sameAsLocal(t, cen, now, []syncer.Request{{a, "m", 1}, {b, "m", 1}}, lims), "refused")
+		assert.True(t, sameAsLocal(t, cen, now, []syncer.Request{{Rule: a, Key: "m", N: 1}, {Rule: b, Key: "m", N: 1}}, lims), "refused")
 		assert.True(t, scriptExists(t, c, sha["multi"]), "the multi script was not loaded again")
 	})
 	t.Run("AllowMulti reserve, pipelined", func(t *testing.T) {
 		scriptFlush(t, c)
-		assert.True(t, sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 1}}, lims), "refused")
+		assert.True(t, sameAsLocal(t, split, now, []syncer.Request{{Rule: a, Key: "p", N: 1}, {Rule: b, Key: "p", N: 1}}, lims), "refused")
 		assert.True(t, scriptExists(t, c, sha["fixed"]), "the pipelined fixed window script was not loaded again")
 		assert.True(t, scriptExists(t, c, sha["bucket"]), "the pipelined bucket script was not loaded again")
 	})
 	t.Run("AllowMulti reserve then refund, pipelined", func(t *testing.T) {
-		sameAsLocal(t, cen, now, []syncer.Request{{full, "p", 1}}, lims)
+		sameAsLocal(t, cen, now, []syncer.Request{{Rule: full, Key: "p", N: 1}}, lims)
 		scriptFlush(t, c)
-		assert.False(t, sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 1}, {full, "p", 1}}, lims), "admitted past a full rule")
+		assert.False(t, sameAsLocal(t, split, now, []syncer.Request{{Rule: a, Key: "p", N: 1}, {Rule: b, Key: "p", N: 1}, {Rule: full, Key: "p", N: 1}}, lims), "admitted past a full rule")
 		assert.True(t, scriptExists(t, c, sha["refund"]), "the refund script was not loaded")
 	})
 	t.Run("AllowMulti read only, pipelined", func(t *testing.T) {
 		scriptFlush(t, c)
-		assert.False(t, sameAsLocal(t, split, now, []syncer.Request{{a, "p", 1}, {b, "p", 4}}, lims), "admitted a cost above the burst")
+		assert.False(t, sameAsLocal(t, split, now, []syncer.Request{{Rule: a, Key: "p", N: 1}, {Rule: b, Key: "p", N: 4}}, lims), "admitted a cost above the burst")
 	})
 }
 
@@ -151,14 +151,14 @@ func TestNoScriptRestart(t *testing.T) {
 		r := mustRule(t, "r-"+a.String(), algoParams(a))
 		rules = append(rules, r)
 		calls = append(calls, call{"AllowN/" + a.String(), func() (bool, error) {
-			d, err := cen.AllowNAt(context.Background(), now, r, "k", r.Limit().MaxCost())
+			d, err := syncer.AllowNAt(context.Background(), cen, now, r, "k", syncer.RuleLimit(r).MaxCost())
 			return d.Allowed(), err
 		}})
 	}
 	multi := func(cen *syncer.Central, key string) func() (bool, error) {
-		reqs := []syncer.Request{{rules[0], key, 3}, {rules[3], key, 4}}
+		reqs := []syncer.Request{{Rule: rules[0], Key: key, N: 3}, {Rule: rules[3], Key: key, N: 4}}
 		return func() (bool, error) {
-			return cen.AllowMultiAt(context.Background(), now, reqs, make([]local.Decision, 2))
+			return syncer.AllowMulti(context.Background(), cen, now, reqs, make([]local.Decision, 2))
 		}
 	}
 	calls = append(calls, call{"AllowMulti one script", multi(cen, "m")}, call{"AllowMulti reserve", multi(split, "s")})
@@ -208,30 +208,30 @@ func TestNoScriptCluster(t *testing.T) {
 		local.Limit{Algorithm: local.SlidingWindowLog, Quota: 1, Window: time.Hour})
 	lims := map[*syncer.Rule]*local.Limiter{}
 	for _, r := range rules {
-		lims[r] = newLocal(t, r.Limit())
+		lims[r] = newLocal(t, syncer.RuleLimit(r))
 	}
 	now := time.Now().Truncate(time.Hour).Add(time.Hour + time.Minute)
 	t.Run("every master flushed", func(t *testing.T) {
 		flushAll(t)
-		assert.True(t, sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}, {rules[2], "k", 1}}, lims), "refused")
+		assert.True(t, sameAsLocal(t, cen, now, []syncer.Request{{Rule: rules[0], Key: "k", N: 1}, {Rule: rules[1], Key: "k", N: 1}, {Rule: rules[2], Key: "k", N: 1}}, lims), "refused")
 		flushAll(t) // reserve, refused by the log, refund
-		assert.False(t, sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}, {rules[2], "k", 1}}, lims), "admitted past a full rule")
+		assert.False(t, sameAsLocal(t, cen, now, []syncer.Request{{Rule: rules[0], Key: "k", N: 1}, {Rule: rules[1], Key: "k", N: 1}, {Rule: rules[2], Key: "k", N: 1}}, lims), "admitted past a full rule")
 		flushAll(t) // read only
-		assert.False(t, sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 9}}, lims), "admitted a cost above the burst")
+		assert.False(t, sameAsLocal(t, cen, now, []syncer.Request{{Rule: rules[0], Key: "k", N: 1}, {Rule: rules[1], Key: "k", N: 9}}, lims), "admitted a cost above the burst")
 	})
 	t.Run("one master flushed", func(t *testing.T) {
-		state, _ := cen.Keyspace().Keys(rules[0], "k")
+		state, _ := syncer.Keys(syncer.CentralKeyspace(cen), rules[0], "k")
 		node, err := cc.MasterForKey(ctx, state)
 		require.NoError(t, err)
 		for i := range 3 {
 			scriptFlush(t, node)
-			got, err := cen.AllowNAt(ctx, now, rules[0], "k", 1)
+			got, err := syncer.AllowNAt(ctx, cen, now, rules[0], "k", 1)
 			require.NoError(t, err, "call %d", i)
 			want := lims[rules[0]].AllowNAt(now, "k", 1)
 			assert.Equal(t, localx.OutcomeOf(want), localx.OutcomeOf(got), "call %d on %s: redis, want local's decision", i, node.Options().Addr)
 			assert.True(t, scriptExists(t, node, syncer.ScriptHash(rules[0])), "the script was not loaded on %s", node.Options().Addr)
 			scriptFlush(t, node)
-			sameAsLocal(t, cen, now, []syncer.Request{{rules[0], "k", 1}, {rules[1], "k", 1}}, lims)
+			sameAsLocal(t, cen, now, []syncer.Request{{Rule: rules[0], Key: "k", N: 1}, {Rule: rules[1], Key: "k", N: 1}}, lims)
 			assert.True(t, scriptExists(t, node, syncer.ScriptHashes()["fixed"]), "the pipelined script was not loaded on %s", node.Options().Addr)
 		}
 	})

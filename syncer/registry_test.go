@@ -10,6 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
@@ -30,14 +31,14 @@ func TestRegistry(t *testing.T) {
 	clk := newClock()
 	newSyncer := func(id string, hint int) *syncer.Syncer {
 		s, err := syncer.NewSyncer(syncer.SyncConfig{
-			Client: c, Keyspace: syncer.Keyspace{Prefix: prefix}, NodeID: id, Nodes: hint,
+			Client: c, Keyspace: syncer.Keyspace{Prefix: prefix}, Tuning: syncer.Tuning{NodeID: id, Nodes: hint},
 			Clock: clk, PassTime: true,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
-	round := func(s *syncer.Syncer) syncer.RoundStats {
+	round := func(s *syncer.Syncer) synchook.RoundStats {
 		t.Helper()
 		st, err := s.SyncAt(ctx, clk.Micros())
 		require.NoError(t, err)

@@ -13,7 +13,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -39,7 +38,7 @@ func newManyKeys(t *testing.T, client redis.UniversalClient, n int, cfg syncer.S
 	m.s, err = syncer.NewSyncer(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { m.s.Close() })
-	rule, err := syncer.NewRule("many", localx.MustLimit(local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Hour}))
+	rule, err := syncer.NewRule("many", local.Limit{Algorithm: local.FixedWindow, Quota: 1000, Window: time.Hour})
 	require.NoError(t, err)
 	m.lr, err = m.s.LeaseRule(rule)
 	require.NoError(t, err)
@@ -79,7 +78,7 @@ func (m *manyKeys) leased(i int) (leased, inFlight bool) {
 func TestRoundManyKeys(t *testing.T) {
 	const n, batch = 20000, 256
 	// Timeout, each pipeline's bound, is long enough under -race.
-	m := newManyKeys(t, redistest.Client(t, redistest.Addr(t)), n, syncer.SyncConfig{Batch: batch, Timeout: 10 * time.Second})
+	m := newManyKeys(t, redistest.Client(t, redistest.Addr(t)), n, syncer.SyncConfig{Tuning: syncer.Tuning{Batch: batch, Timeout: 10 * time.Second}})
 	ctx := context.Background()
 	synced, rounds := 0, 0
 	for synced < n {
@@ -130,7 +129,7 @@ func TestRoundFailedPipeline(t *testing.T) {
 	const n, batch = 200, 20
 	timeout := 300 * time.Millisecond
 	h := &hookClient{UniversalClient: redistest.Client(t, redistest.Addr(t))}
-	m := newManyKeys(t, h, n, syncer.SyncConfig{Batch: batch, Timeout: timeout})
+	m := newManyKeys(t, h, n, syncer.SyncConfig{Tuning: syncer.Tuning{Batch: batch, Timeout: timeout}})
 	h.before = func(p int64) {
 		if p == 2 {
 			// Exec then starts with the pipeline's deadline passed.

@@ -68,7 +68,7 @@ var lines = map[string]string{
 	"use_sub":     "local decide = decide_sub\n",
 	// A window algorithm's single-rule script decides and answers: KEYS =
 	// its state, and its log for the sliding window log (see
-	// Keyspace.Keys); ARGV[1] = now (empty for Redis's clock), ARGV[2] =
+	// Keyspace.ruleKeys); ARGV[1] = now (empty for Redis's clock), ARGV[2] =
 	// cost, ARGV[3..] = the rule's parameters. Expects params, clock,
 	// decide, answer, form.
 	"single": "return answer(form, unpack(decide(KEYS[1], KEYS[2], params(3), clock(ARGV[1]), tonumber(ARGV[2]), true)))\n",
@@ -131,7 +131,7 @@ var (
 	scriptRegistry    = compose("prelude", "params", "registry")
 )
 
-// scripts lists every script, for loading them ahead (Preload).
+// scripts lists every script, for loading them ahead (preload).
 var scripts = []*redis.Script{scriptFixed, scriptLog, scriptCounter, scriptSub, scriptBucket, scriptMulti, scriptRefund, scriptLeaseWindow, scriptLeaseBucket, scriptRegistry}
 
 func scriptFor(r *Rule) *redis.Script {

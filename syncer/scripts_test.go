@@ -18,11 +18,11 @@ import (
 // they are in lua/ and the lines as scripts.go holds them, and every part
 // is in some script.
 func TestScriptParts(t *testing.T) {
-	require.Len(t, layouts, len(scripts), "a script not made by compose, or one Preload does not load")
+	require.Len(t, layouts, len(scripts), "a script not made by compose, or one preload does not load")
 	used := map[string]bool{}
 	for _, s := range scripts {
 		names, ok := layouts[s]
-		require.True(t, ok, "a script Preload loads was not made by compose")
+		require.True(t, ok, "a script preload loads was not made by compose")
 		var src strings.Builder
 		for _, n := range names {
 			used[n] = true

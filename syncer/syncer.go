@@ -20,11 +20,13 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// Defaults of SyncConfig: docs/operating.md#defaults lists them, and
-// TestDefaults holds that table against them. The durations but Interval
+// Defaults of syncConfig, which are hybrid.SyncConfig's:
+// docs/operating.md#defaults lists them, and TestDefaults holds that table
+// against them. The durations but Interval
 // derive from it: Horizon is defaultHorizonIntervals × Interval, MinGap is
 // Interval ÷ defaultMinGapsPerInterval, and so on.
 const (
@@ -40,95 +42,25 @@ const (
 	defaultBatch                = 64
 )
 
-// minInterval bounds SyncConfig.Interval from below.
+// minInterval bounds Tuning.Interval from below.
 const minInterval = time.Millisecond
 
-// SyncConfig configures a Syncer. Every zero field takes the default it
-// documents (docs/operating.md#defaults lists them all); the durations
-// derive from Interval unless set.
-type SyncConfig struct {
+// syncConfig configures a syncer: the Tuning of hybrid.SyncConfig, which
+// documents each field and its default, and what the hybrid Limiter
+// provides. Every zero field takes its default; the durations derive from
+// Interval unless set.
+type syncConfig struct {
+	synchook.Tuning
 	// Client reaches Redis; see CentralConfig.Client. Required.
 	Client redis.UniversalClient
 	// Keyspace names the keys; every node must use the same one. Default:
 	// prefix "hl".
 	Keyspace Keyspace
-	// NodeID names this node in Redis: each node of a cluster needs its own.
-	// Default: 64 random bits, drawn by NewSyncer.
-	NodeID string
-	// Interval is the regular sync period: usage is reported and leases
-	// renewed at most this long after they are due. Default 100ms; at least
-	// 1ms. Shorter means smaller leases and more scripts; longer means
-	// coarser leases.
-	Interval time.Duration
-	// Horizon is how long a lease is sized to last at the key's current
-	// demand. Default 2 × Interval.
-	Horizon time.Duration
-	// MinGap is the least time between two syncs of one key asked for early
-	// (a lease running low, a first request), less a tenth: a key's gap is
-	// read from the Limiter's clock, which may lag the loop's timers by its
-	// resolution. It is also the retry-after of a request refused for want
-	// of a lease. Default Interval ÷ 10.
-	MinGap time.Duration
-	// FirstGap is the least time between two first-lease rounds: small
-	// rounds, run between the others, that exchange only the keys waiting
-	// for their first lease, or for the correction of a lease granted before
-	// their demand could be measured (SyncFirstAt). A busy new key spends its
-	// cold-start allowance in well under MinGap; these rounds bring its lease
-	// within about a round trip, and each key takes part in at most two of
-	// them in its life. Default MinGap ÷ 10.
-	FirstGap time.Duration
-	// PaceGap sizes the grants of a key whose grants are paced: a fixed
-	// window's key whose budget, at the demand the nodes report, will not
-	// last its window. Each node is then granted what lasts it 3 × PaceGap
-	// at its demand, and asks for more in the first-lease rounds when what
-	// it holds lasts less than 2 × PaceGap, so that the nodes run out of
-	// the budget together and admit the same requests, but for a few, as
-	// one exact limiter would. Shorter means fewer false rejections over
-	// the limit, and more scripts while the budget lasts (see
-	// docs/accuracy.md). Default MinGap ÷ 5; at most MinGap.
-	PaceGap time.Duration
-	// LeaseTTL is how long a bucket share is held without renewal. A node
-	// that stops syncing (crashed, cut off) loses its share that long after
-	// its last sync, and the others get it. Default 5 × Interval; more than
-	// 2 × Interval.
-	LeaseTTL time.Duration
-	// DemandTTL is how long a node's reported demand counts in the others'
-	// shares. Default 5 × Interval.
-	DemandTTL time.Duration
-	// IdleRelease is how long a key goes without requests before the node
-	// gives its lease back. Default 3 × Interval.
-	IdleRelease time.Duration
-	// Safety is how long before its expiry a node stops using a share, for
-	// the error of its estimate of Redis's clock. Default MinGap.
-	Safety time.Duration
-	// Epsilon is the cold-start allowance: a new key may admit ε × limit ÷
-	// nodes per node, counted as debt, while its first lease is fetched.
-	// Default 0.05; at most 1. Set NoColdStart to admit nothing before a
-	// lease.
-	Epsilon float64
-	// NoColdStart turns the cold-start allowance off.
-	NoColdStart bool
-	// Nodes is the number of nodes to assume until Redis has counted them,
-	// and the least assumed afterwards. Each node registers in Redis at its
-	// rounds; the live count sizes the cold-start allowance, the shares kept
-	// for nodes yet to ask for a new key, and the failure policy's split of
-	// a limit. Default 0: no allowance until the first round.
-	Nodes int
-	// Batch is how many scripts go in one pipeline. Default 64: enough to
-	// amortize the round trip, few enough not to block Redis for long (a
-	// lease script runs for tens of µs) and for a pipeline to come back
-	// well within Timeout on a busy machine.
-	Batch int
-	// Timeout bounds each pipelined exchange of Batch scripts, and the
-	// loop's rounds (Start): a round starts no pipeline after Timeout, and
-	// leaves the keys it did not reach to the next one, which serves the
-	// longest unsynced first. Default Interval.
-	Timeout time.Duration
-	// Clock is the node's clock. Default: a coarse clock of 1ms resolution
-	// that NewSyncer starts and Close stops.
+	// Clock is the node's clock. Default: a CoarseClock of 1ms resolution
+	// that newSyncer starts and Close stops.
 	Clock local.Clock
 	// Observer receives each round's figures. Optional.
-	Observer Observer
+	Observer synchook.Observer
 	// PassTime makes the scripts take the node's clock instead of Redis's
 	// (the node then learns no offset between the two): for simulations on
 	// a virtual clock. Default false: Redis's clock rules.
@@ -136,9 +68,9 @@ type SyncConfig struct {
 }
 
 // withDefaults returns c with each zero field that has a default set to
-// it. NodeID stays empty (NewSyncer draws a random one) and Clock nil
-// (NewSyncer starts its own).
-func (c SyncConfig) withDefaults() SyncConfig {
+// it. NodeID stays empty (newSyncer draws a random one) and Clock nil
+// (newSyncer starts its own).
+func (c syncConfig) withDefaults() syncConfig {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -166,7 +98,7 @@ func (c SyncConfig) withDefaults() SyncConfig {
 
 // validate reports c's first bad field, c having its defaults, in an error
 // wrapping ErrInvalidConfig that names it. It builds nothing.
-func (c SyncConfig) validate() error {
+func (c syncConfig) validate() error {
 	if err := checkRedis(c.Client, c.Keyspace, "syncs"); err != nil {
 		return err
 	}
@@ -204,41 +136,15 @@ func (c SyncConfig) validate() error {
 	return nil
 }
 
-// Observer receives what the Syncer does. Its methods are called from the
-// sync loop, one at a time, and must not block.
-type Observer interface {
-	// Round reports a sync round.
-	Round(RoundStats)
-}
-
-// RoundStats are one round's figures.
-type RoundStats struct {
-	Keys     int           // keys looked after (holding a lease or usage)
-	Synced   int           // keys exchanged with Redis
-	Failed   int           // keys whose exchange failed
-	Took     time.Duration // the round's duration
-	Err      error         // the round's error, wrapping ErrUnavailable or ErrRedis; nil if none
-	Pipeline int           // pipelined exchanges
-	// Carried is how many keys were due but left for the next round, the
-	// round having run Timeout.
-	Carried int
-	// First reports a first-lease round (SyncFirstAt), which looks only at
-	// the keys that asked for one.
-	First bool
-	// Registered reports that the round registered the node as live (one
-	// more script, every DemandTTL ÷ 2).
-	Registered bool
-}
-
-// Syncer exchanges leases with Redis for the keys of a hybrid limiter: it
+// syncer exchanges leases with Redis for the keys of a hybrid limiter: it
 // reports what each node admitted and brings back new leases, driven by
-// need. It runs in its own goroutine (Start), or round by round (SyncAt) for
-// tests and simulations. Close stops it. A Syncer is safe for concurrent use.
+// need. It runs in its own goroutines (Start), or round by round (SyncAt) for
+// tests and simulations. Close stops it. A syncer is safe for concurrent use.
 //
-// It serves package hybrid, whose Limiter decides from the leases: LeaseRule
-// returns a type of this module's internal packages, for that use only.
-type Syncer struct {
-	cfg      SyncConfig
+// It serves package hybrid, whose Limiter decides from the leases, through
+// internal/syncx (hook.go): its methods are synchook.Syncer's.
+type syncer struct {
+	cfg      syncConfig
 	ks       Keyspace
 	node     string
 	ownClock *coarse.Clock
@@ -267,10 +173,12 @@ type Syncer struct {
 	closed, flushed bool
 }
 
-// NewSyncer returns a Syncer for cfg, not yet running. It works on a copy
+var _ synchook.Syncer[*Rule] = (*syncer)(nil)
+
+// newSyncer returns a syncer for cfg, not yet running. It works on a copy
 // of cfg with its zero fields set to their defaults, and reports a bad
 // field with an error wrapping ErrInvalidConfig.
-func NewSyncer(cfg SyncConfig) (*Syncer, error) {
+func newSyncer(cfg syncConfig) (*syncer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -280,7 +188,7 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 		rand.Read(b)
 		cfg.NodeID = base64.RawURLEncoding.EncodeToString(b)
 	}
-	s := &Syncer{
+	s := &syncer{
 		cfg: cfg, ks: cfg.Keyspace, node: cfg.NodeID,
 		cluster: lease.NewCluster(cfg.Nodes),
 		active:  map[*keyed.Entry[lease.Lease]]*lease.Rule{},
@@ -294,62 +202,56 @@ func NewSyncer(cfg SyncConfig) (*Syncer, error) {
 	}
 	s.ks.Secret = append([]byte(nil), s.ks.Secret...)
 	if s.cfg.Clock == nil {
-		s.ownClock = coarse.New(defaultResolution)
+		s.ownClock = coarse.New(config.ClockResolution)
 		s.cfg.Clock = s.ownClock
 	}
 	return s, nil
 }
 
 // NodeID returns the node's name in Redis.
-func (s *Syncer) NodeID() string { return s.node }
+func (s *syncer) NodeID() string { return s.node }
 
-// Keyspace returns the Keyspace the Syncer names keys with.
-func (s *Syncer) Keyspace() *Keyspace { return &s.ks }
-
-// Interval returns the sync interval.
-func (s *Syncer) Interval() time.Duration { return s.cfg.Interval }
-
-// LeaseRule returns the hybrid form of r, whose leases this Syncer
-// exchanges, or an error wrapping ErrNotLeasable when its limit cannot be
-// split into leases. It is for package hybrid. The lease rule holds r (its
-// Ref), so the Syncer keeps no record of the rules it returned.
-func (s *Syncer) LeaseRule(r *Rule) (*lease.Rule, error) {
+// LeaseRule returns the hybrid form of r, whose leases this syncer
+// exchanges, or an error wrapping errNotLeasable when its limit cannot be
+// split into leases. The lease rule holds r (its
+// Ref), so the syncer keeps no record of the rules it returned.
+func (s *syncer) LeaseRule(r *Rule) (*lease.Rule, error) {
 	p := r.limit.Params()
 	switch r.limit.Algorithm() {
 	case local.FixedWindow, local.SlidingWindowCounter, local.SlidingWindowLog:
 	default:
 		if p.Window.Microseconds() > config.MaxProduct/(p.Burst+p.Quota) {
-			return nil, fmt.Errorf("%w: rule %q: window × (burst + limit) passes 2^51; use central mode", ErrNotLeasable, r.name)
+			return nil, fmt.Errorf("%w: rule %q: window × (burst + limit) passes 2^51; use central mode", errNotLeasable, r.name)
 		}
 	}
 	lr, err := lease.NewRule(r.limit, s.params, s.cluster, r)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rule %q: %w; use central mode", ErrNotLeasable, r.name, err)
+		return nil, fmt.Errorf("%w: rule %q: %w; use central mode", errNotLeasable, r.name, err)
 	}
 	return lr, nil
 }
 
-// ErrNotLeasable is returned for a rule whose limit cannot be split into
+// errNotLeasable is returned for a rule whose limit cannot be split into
 // leases: the sliding window log (no exact lease exists: it keeps every
 // request), and buckets whose window × (burst + limit) passes 2^51 (the pool's
-// arithmetic in Redis would not be exact). Run such rules in central mode.
-var ErrNotLeasable = fmt.Errorf("%w: the limit cannot be split into leases", ErrInvalidRule)
+// arithmetic in Redis would not be exact). Such rules run in central mode.
+var errNotLeasable = fmt.Errorf("%w: the limit cannot be split into leases", ErrInvalidRule)
 
 // redisRule returns the Redis form of a rule LeaseRule returned.
 func redisRule(lr *lease.Rule) *Rule { return lr.Ref().(*Rule) }
 
 // Nodes returns the number of live nodes: those whose last round Redis saw
 // within DemandTTL (a node registers every DemandTTL ÷ 2), and at least
-// SyncConfig.Nodes. It is SyncConfig.Nodes, possibly 0, before this node's
-// first round.
-func (s *Syncer) Nodes() int64 { return s.cluster.Nodes() }
+// Tuning.Nodes. It is Tuning.Nodes, possibly 0, before this node's first
+// round.
+func (s *syncer) Nodes() int64 { return s.cluster.Nodes() }
 
 // registryKey names the registry of live nodes.
-func (s *Syncer) registryKey() string { return s.ks.prefix() + ":nodes" }
+func (s *syncer) registryKey() string { return s.ks.prefix() + ":nodes" }
 
 // register is the round's registration, when one is due: every DemandTTL ÷
 // 2, and on leaving. The caller holds mu.
-func (s *Syncer) register(now int64, leave bool) (call, bool) {
+func (s *syncer) register(now int64, leave bool) (call, bool) {
 	if !leave && s.registered != 0 && now-s.registered < s.cfg.DemandTTL.Microseconds()/2 {
 		return call{}, false
 	}
@@ -362,7 +264,7 @@ func (s *Syncer) register(now int64, leave bool) (call, bool) {
 // and, in a goroutine of their own, so that no long round delays them,
 // first-lease rounds for new keys and for keys that requests wait for (at
 // most every FirstGap). Calling it again, or after Close, does nothing.
-func (s *Syncer) Start() {
+func (s *syncer) Start() {
 	s.life.Lock()
 	defer s.life.Unlock()
 	if s.closed || s.stop != nil {
@@ -374,7 +276,7 @@ func (s *Syncer) Start() {
 	go s.firstLoop()
 }
 
-func (s *Syncer) loop() {
+func (s *syncer) loop() {
 	defer s.loops.Done()
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
@@ -419,7 +321,7 @@ func (s *Syncer) loop() {
 // firstLoop runs the first-lease rounds: when a key asks, at most every
 // FirstGap; none after a round that found Redis unavailable, until the
 // loop's next round finds it again.
-func (s *Syncer) firstLoop() {
+func (s *syncer) firstLoop() {
 	defer s.loops.Done()
 	var first gapTimer
 	defer first.stop()
@@ -495,7 +397,7 @@ func (g *gapTimer) stop() {
 }
 
 // stopLoop stops the loop, if it runs, and waits for it.
-func (s *Syncer) stopLoop() {
+func (s *syncer) stopLoop() {
 	s.life.Lock()
 	defer s.life.Unlock()
 	if s.stop != nil && !s.closed {
@@ -505,10 +407,10 @@ func (s *Syncer) stopLoop() {
 	s.closed = true
 }
 
-// Close stops the loop and the Syncer's own clock, and waits for them. It
+// Close stops the loop and the syncer's own clock, and waits for them. It
 // does not report what is unreported: Shutdown does. Idempotent; always
 // returns nil.
-func (s *Syncer) Close() error {
+func (s *syncer) Close() error {
 	s.stopLoop()
 	if s.ownClock != nil {
 		s.ownClock.Close()
@@ -518,8 +420,8 @@ func (s *Syncer) Close() error {
 
 // Shutdown stops the loop, then, in one last round within ctx, reports
 // every key's unreported usage and gives its leases back, and closes the
-// Syncer. Idempotent, like Close; the last round runs once.
-func (s *Syncer) Shutdown(ctx context.Context) error {
+// syncer. Idempotent, like Close; the last round runs once.
+func (s *syncer) Shutdown(ctx context.Context) error {
 	s.life.Lock()
 	flushed := s.flushed
 	s.flushed = true
@@ -536,17 +438,17 @@ func (s *Syncer) Shutdown(ctx context.Context) error {
 // Wanted reports, and clears, whether a key asked for an early round since
 // the last call: the signal the loop wakes on, for callers that run the
 // rounds themselves (simulations).
-func (s *Syncer) Wanted() bool { return s.cluster.Wanted() }
+func (s *syncer) Wanted() bool { return s.cluster.Wanted() }
 
 // WantedFirst reports, and clears, whether a key asked for a first-lease
 // round since the last call: for callers that run the rounds themselves,
 // who then run one (SyncFirstAt) at once, or FirstGap after the last.
-func (s *Syncer) WantedFirst() bool { return s.cluster.WantedFirst() }
+func (s *syncer) WantedFirst() bool { return s.cluster.WantedFirst() }
 
 // SyncAt runs one round at node time now (µs): it takes the keys handed
 // over since the last round, and exchanges with Redis those that need it,
 // in pipelines of Batch scripts, each within Timeout and ctx.
-func (s *Syncer) SyncAt(ctx context.Context, now int64) (RoundStats, error) {
+func (s *syncer) SyncAt(ctx context.Context, now int64) (synchook.RoundStats, error) {
 	return s.round(ctx, now, false, 0)
 }
 
@@ -562,12 +464,12 @@ type pending struct {
 // for the correction of a lease granted on a guess (before their demand
 // could be measured). Such a key need not wait MinGap after the node's
 // last round: a busy new key spends its cold-start allowance in far less.
-func (s *Syncer) SyncFirstAt(ctx context.Context, now int64) (RoundStats, error) {
+func (s *syncer) SyncFirstAt(ctx context.Context, now int64) (synchook.RoundStats, error) {
 	return s.firstRound(ctx, now, 0)
 }
 
 // firstRound is SyncFirstAt, within budget (see batch).
-func (s *Syncer) firstRound(ctx context.Context, now int64, budget time.Duration) (RoundStats, error) {
+func (s *syncer) firstRound(ctx context.Context, now int64, budget time.Duration) (synchook.RoundStats, error) {
 	start := time.Now()
 	s.firstMu.Lock()
 	defer s.firstMu.Unlock()
@@ -582,7 +484,7 @@ func (s *Syncer) firstRound(ctx context.Context, now int64, budget time.Duration
 		}
 		e.Unlock()
 	}
-	return s.exchange(ctx, &b, now, RoundStats{Keys: int(s.nactive.Load()), First: true}, start)
+	return s.exchange(ctx, &b, now, synchook.RoundStats{Keys: int(s.nactive.Load()), First: true}, start)
 }
 
 // batch is a round's work: the registration, if due, and the keys due,
@@ -619,14 +521,14 @@ func (b *batch) add(c call, p pending) {
 
 // send adds e's exchange at node time now to b; the lease marks itself in
 // flight. The caller holds e's lock.
-func (s *Syncer) send(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now int64, final bool) {
+func (s *syncer) send(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now int64, final bool) {
 	q := e.Value.Request(r, now, final)
 	b.add(s.leaseCall(r, e.Value.Digest, &q), pending{entry: e, rule: r, req: q})
 }
 
 // round runs a round (SyncAt), the last one if final, within budget (see
 // batch).
-func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.Duration) (RoundStats, error) {
+func (s *syncer) round(ctx context.Context, now int64, final bool, budget time.Duration) (synchook.RoundStats, error) {
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -677,7 +579,7 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.D
 		e.Unlock()
 	}
 	s.nactive.Store(int64(len(s.active)))
-	return s.exchange(ctx, &b, now, RoundStats{Keys: len(s.active)}, start)
+	return s.exchange(ctx, &b, now, synchook.RoundStats{Keys: len(s.active)}, start)
 }
 
 // exchange sends a round's work (b) in pipelines of Batch, the registration
@@ -688,7 +590,7 @@ func (s *Syncer) round(ctx context.Context, now int64, final bool, budget time.D
 // to the Observer. A reply that does not decode counts as a failed
 // exchange. now is the round's node time. The caller holds mu (a
 // first-lease round, firstMu).
-func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStats, start time.Time) (RoundStats, error) {
+func (s *syncer) exchange(ctx context.Context, b *batch, now int64, st synchook.RoundStats, start time.Time) (synchook.RoundStats, error) {
 	var roundErr error
 	fail := func(err error) {
 		if roundErr == nil {
@@ -751,7 +653,7 @@ func (s *Syncer) exchange(ctx context.Context, b *batch, now int64, st RoundStat
 // pipeline sends b's current pipeline within Timeout (and ctx), applies its
 // replies, counts them in st and reports each failure to fail; it returns
 // the pipeline's own error, wrapped. The caller holds mu.
-func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail func(error)) error {
+func (s *syncer) pipeline(ctx context.Context, b *batch, st *synchook.RoundStats, fail func(error)) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	// Each reply's Redis clock is read against the midpoint of send and
@@ -809,7 +711,7 @@ func (s *Syncer) pipeline(ctx context.Context, b *batch, st *RoundStats, fail fu
 // answered records that p's exchange failed: its lease is left as it was,
 // but for its request no longer in flight, and for the fault when Redis
 // answered it with an error (lease.Lease.Fault).
-func (s *Syncer) answered(p *pending, fault bool) {
+func (s *syncer) answered(p *pending, fault bool) {
 	p.entry.Lock()
 	p.entry.Value.Answered()
 	if fault {
@@ -823,7 +725,7 @@ func (s *Syncer) answered(p *pending, fault bool) {
 // dropped. recv is the node time it arrived. A reply that does not decode
 // returns an error wrapping ErrRedis and leaves the lease as answered, with
 // the fault.
-func (s *Syncer) apply(p *pending, vals []int64, recv int64) (bool, error) {
+func (s *syncer) apply(p *pending, vals []int64, recv int64) (bool, error) {
 	e := p.entry
 	e.Lock()
 	defer e.Unlock()
@@ -852,7 +754,7 @@ func (s *Syncer) apply(p *pending, vals []int64, recv int64) (bool, error) {
 
 // scriptNow is the time argument of a script: empty for Redis's clock, or
 // the node's estimate of it under PassTime.
-func (s *Syncer) scriptNow(rnow int64) string {
+func (s *syncer) scriptNow(rnow int64) string {
 	if !s.cfg.PassTime {
 		return ""
 	}
@@ -861,7 +763,7 @@ func (s *Syncer) scriptNow(rnow int64) string {
 
 // leaseCall is the lease script call of request q for the key of digest d
 // under lr.
-func (s *Syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Request) call {
+func (s *syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Request) call {
 	r, digest := redisRule(lr), encodeDigest(d)
 	c := leaseConsts{now: s.scriptNow(q.Now), node: s.node, leaseTTL: s.cfg.LeaseTTL.Microseconds(), demandTTL: s.cfg.DemandTTL.Microseconds()}
 	if q.Bucket {

@@ -79,7 +79,7 @@ func TestTTL(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				r := mustRule(t, name, tc.p)
 				now := time.Now()
-				d, err := cen.AllowNAt(ctx, now, r, "k", tc.n)
+				d, err := syncer.AllowNAt(ctx, cen, now, r, "k", tc.n)
 				require.NoError(t, err)
 				require.True(t, d.Allowed(), "%+v", d)
 				life := time.Duration(tc.life(now.UnixMicro())) * time.Microsecond
@@ -122,7 +122,7 @@ func TestTTLNotExtended(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				r := mustRule(t, name, tc.p)
 				now := time.Now()
-				d, err := cen.AllowNAt(ctx, now, r, "k", r.Limit().MaxCost())
+				d, err := syncer.AllowNAt(ctx, cen, now, r, "k", syncer.RuleLimit(r).MaxCost())
 				require.NoError(t, err)
 				require.True(t, d.Allowed(), "%+v", d)
 				keys := ruleKeys(t, c, prefix, name)
@@ -134,10 +134,10 @@ func TestTTLNotExtended(t *testing.T) {
 				time.Sleep(wait)
 				// At the same time as the charge: a write would set the
 				// TTL the charge set, back up by the wait.
-				d, err = cen.AllowNAt(ctx, now, r, "k", 1)
+				d, err = syncer.AllowNAt(ctx, cen, now, r, "k", 1)
 				require.NoError(t, err)
 				require.False(t, d.Allowed(), "%+v, want a refusal", d)
-				_, err = cen.AllowNAt(ctx, now, r, "k", 0)
+				_, err = syncer.AllowNAt(ctx, cen, now, r, "k", 0)
 				require.NoError(t, err)
 				for _, k := range keys {
 					assert.LessOrEqual(t, pttl(t, c, k), before[k]-wait+10*time.Millisecond, "%s: PTTL, %v earlier: a refusal or a query extended it", k, before[k])

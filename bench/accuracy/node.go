@@ -366,7 +366,7 @@ func RunNode(spec Spec, node int, out string) error {
 func newLimiter(spec Spec, node int, client *redis.Client, prefix string, rs *rounds) (*hybrid.Limiter, error) {
 	cfg := hybrid.Config{
 		Keyspace:      syncer.Keyspace{Prefix: prefix},
-		Sync:          syncer.SyncConfig{Interval: spec.Interval, NodeID: fmt.Sprintf("n%d", node), Nodes: spec.Nodes, NoColdStart: spec.NoColdStart},
+		Sync:          hybrid.SyncConfig{Interval: spec.Interval, NodeID: fmt.Sprintf("n%d", node), Nodes: spec.Nodes, NoColdStart: spec.NoColdStart},
 		MeterProvider: roundMeterProvider{r: rs},
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}

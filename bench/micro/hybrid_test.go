@@ -32,7 +32,7 @@ func benchLimiter(b *testing.B) (*hybrid.Limiter, *clocktest.Clock) {
 	l, err := hybrid.New(hybridsim.Virtual(hybrid.Config{
 		Redis: client, Clock: clock,
 		Keyspace: syncer.Keyspace{Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano())},
-		Sync:     syncer.SyncConfig{Nodes: 1},
+		Sync:     hybrid.SyncConfig{Nodes: 1},
 	}))
 	if err != nil {
 		b.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -32,7 +33,7 @@ func memCentral(a local.Algorithm) memTarget {
 			d, err := cen.AllowN(ctx, r, userKeys[k], 1)
 			return d.Allowed(), err
 		}, n, 1)
-		return names(n, func(k int) []string { s, _ := cen.Keyspace().Keys(r, userKeys[k]); return []string{s} })
+		return names(n, func(k int) []string { s, _ := syncx.Keys(e.keyspace(), r, userKeys[k]); return []string{s} })
 	}}
 }
 
@@ -45,14 +46,14 @@ func memLog(name string, l, entries int64, n int) memTarget {
 		t0, step := time.Now().UnixMicro(), logWindow.Microseconds()/l
 		count := make([]int64, n)
 		fill(b, func(ctx context.Context, k int) (bool, error) {
-			d, err := cen.AllowNAt(ctx, time.UnixMicro(t0+count[k]*step), r, userKeys[k], 1)
+			d, err := syncx.AllowNAt(ctx, cen, time.UnixMicro(t0+count[k]*step), r, userKeys[k], 1)
 			count[k]++
 			if err == nil && !d.Allowed() {
 				err = fmt.Errorf("request %d of key %d refused", count[k], k)
 			}
 			return d.Allowed(), err
 		}, n, int(entries))
-		return names(n, func(k int) []string { s, l := cen.Keyspace().Keys(r, userKeys[k]); return []string{s, l} })
+		return names(n, func(k int) []string { s, l := syncx.Keys(e.keyspace(), r, userKeys[k]); return []string{s, l} })
 	}}
 }
 

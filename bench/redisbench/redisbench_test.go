@@ -30,12 +30,13 @@
 //	          before: every request is rejected.
 //
 // The sliding window log runs at limits 10, 100 and 1,000 (window 10s) with
-// its window kept full: its time is passed in (AllowNAt), each key's log is
-// filled with L entries first, and each request comes one window/L after the
-// key's previous one, so every request lets exactly one entry leave and adds
-// one (admitted), or, in the rejected workload, comes at the key's last time
-// and finds the window full. It uses 50,000/L keys, at least 64 (5,000, 500,
-// 64), so that filling them takes 50,000 to 64,000 calls.
+// its window kept full: its time is passed in (syncx.AllowNAt), each key's
+// log is filled with L entries first, and each request comes one window/L
+// after the key's previous one, so every request lets exactly one entry
+// leave and adds one (admitted), or, in the rejected workload, comes at the
+// key's last time and finds the window full. It uses 50,000/L keys, at
+// least 64 (5,000, 500, 64), so that filling them takes 50,000 to 64,000
+// calls.
 //
 // In the 64-goroutine phases each goroutine owns every 64th key, so one key
 // never has two requests in flight. All phases share one client (a pool of 64
@@ -69,8 +70,8 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -144,13 +145,16 @@ func (e *env) flush(b *testing.B) {
 	}
 }
 
+// keyspace is the Keyspace of the Centrals of e.
+func (e *env) keyspace() *syncer.Keyspace { return &syncer.Keyspace{Prefix: e.prefix} }
+
 func (e *env) central(b *testing.B) *syncer.Central {
 	b.Helper()
-	cen, err := syncer.NewCentral(syncer.CentralConfig{Client: e.client, Keyspace: syncer.Keyspace{Prefix: e.prefix}})
+	cen, err := syncer.NewCentral(syncer.CentralConfig{Client: e.client, Keyspace: *e.keyspace()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := cen.Preload(context.Background()); err != nil {
+	if err := syncx.Preload(context.Background(), cen); err != nil {
 		b.Fatal(err)
 	}
 	return cen
@@ -158,7 +162,7 @@ func (e *env) central(b *testing.B) *syncer.Central {
 
 func rule(b *testing.B, name string, p local.Limit) *syncer.Rule {
 	b.Helper()
-	r, err := syncer.NewRule(name, localx.MustLimit(p))
+	r, err := syncer.NewRule(name, p)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -215,7 +219,7 @@ func logTarget(l int64) target {
 		count []int64 // requests made per key: key k's next time is t0 + count[k]·step
 	)
 	at := func(ctx context.Context, k int, t int64) (local.Decision, error) {
-		return cen.AllowNAt(ctx, time.UnixMicro(t), r, userKeys[k], 1)
+		return syncx.AllowNAt(ctx, cen, time.UnixMicro(t), r, userKeys[k], 1)
 	}
 	return target{
 		name: fmt.Sprintf("sliding_window_log-L%d", l), keys: keys, cost: scriptCost, calls: "evalsha",

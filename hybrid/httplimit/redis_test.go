@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 )
 
 // redisLimiter returns a Limiter of srv whose rules run in mode, closed
@@ -206,7 +207,7 @@ func TestRedisErrorAnswers(t *testing.T) {
 		ts := serve(t, m, okHandler)
 		// Another application's list where the client's state would be.
 		ks := hybrid.Keyspace{Prefix: prefix}
-		key := prefix + ":{closed:" + ks.Digest("127.0.0.1") + "}:s"
+		key := prefix + ":{closed:" + syncx.Digest(&ks, "127.0.0.1") + "}:s"
 		rc := redistest.Client(t, srv.Addr)
 		require.NoError(t, rc.RPush(t.Context(), key, "x").Err())
 		served := 0

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/simhook"
-	"github.com/hybridlimit/hybridlimit/syncer"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 )
 
 // Config returns cfg with the syncer's rounds left to the caller (manual:
@@ -32,14 +32,14 @@ func Simulated(cfg hybrid.Config) (manual, virtual bool) { return simhook.Simula
 
 // SyncAt runs one round of l's syncer at its clock's time now and returns
 // the round's figures.
-func SyncAt(ctx context.Context, l *hybrid.Limiter, now time.Time) (syncer.RoundStats, error) {
+func SyncAt(ctx context.Context, l *hybrid.Limiter, now time.Time) (synchook.RoundStats, error) {
 	return simhook.SyncAt(ctx, l, now)
 }
 
 // SyncFirstAt runs a first-lease round of l's syncer at its clock's time
 // now: only the keys that asked for their first lease, or for the
 // correction of a lease granted on a guess.
-func SyncFirstAt(ctx context.Context, l *hybrid.Limiter, now time.Time) (syncer.RoundStats, error) {
+func SyncFirstAt(ctx context.Context, l *hybrid.Limiter, now time.Time) (synchook.RoundStats, error) {
 	return simhook.SyncFirstAt(ctx, l, now)
 }
 

@@ -1,7 +1,8 @@
-// Package keyname checks what a rule name, which goes into the hash tag of
-// the module's Redis key names, may hold. syncer checks the names of its
-// rules with it; httplimit, which sees syncer only through hybrid, checks
-// its rule IDs with it.
+// Package keyname holds what goes into the hash tag of the module's Redis
+// key names: what a rule name may hold, and the digest of a user key.
+// syncer checks the names of its rules with it; httplimit, which sees
+// syncer only through hybrid, checks its rule IDs with it; syncer names
+// keys by the digest, and hybrid's leases hold it.
 package keyname
 
 import (

@@ -3,13 +3,14 @@ package lease
 import (
 	"math/bits"
 
+	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/usec"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
-// DigestSize is the size of a key's digest (Lease.Digest), which names it in
-// Redis.
-const DigestSize = 16
+// DigestSize is the size of a key's digest (Lease.Digest, keyname.Digest),
+// which names it in Redis.
+const DigestSize = keyname.DigestSize
 
 // Lease is one key's state on a node in hybrid mode: the lease Redis granted
 // it and what the node admitted against it. A hybrid limiter keeps one per
@@ -106,7 +107,7 @@ const (
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease
-// round (syncer.Syncer.SyncFirstAt): requests wait for it (Await); it has
+// round (synchook.Syncer.SyncFirstAt): requests wait for it (Await); it has
 // had none yet; or its lease was granted
 // on a guess, before its demand could be measured, and runs low; or its
 // grant was paced and lasts less than two PaceGaps at its demand (a paced

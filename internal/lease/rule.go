@@ -11,7 +11,7 @@ import (
 )
 
 // Params are the sync parameters a Rule's leases are sized and renewed by
-// (see syncer.SyncConfig, whose fields they copy).
+// (see hybrid.SyncConfig, whose fields they copy).
 type Params struct {
 	Interval    time.Duration // the regular sync period
 	Horizon     time.Duration // how long a lease is sized to last
@@ -20,7 +20,7 @@ type Params struct {
 	Safety      time.Duration // a share is dropped this long before its expiry
 	IdleRelease time.Duration // a key idle this long gives its lease back
 	Epsilon     float64       // the cold-start allowance, as a fraction of the limit; 0 for none
-	Virtual     bool          // the scripts run on the node's clock (SyncConfig.PassTime): the offset stays 0
+	Virtual     bool          // the scripts run on the node's clock (syncx.Config.PassTime): the offset stays 0
 }
 
 // Rule is a limit as the hybrid mode runs it: split into leases, with the

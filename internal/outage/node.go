@@ -110,7 +110,7 @@ func RunNode(spec Spec, out io.Writer) error {
 			cfg.Redis = redis.NewClient(&redis.Options{Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1,
 				DialTimeout: 100 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 			cfg.Keyspace = syncer.Keyspace{Prefix: spec.Prefix + ":" + mode}
-			cfg.Sync = syncer.SyncConfig{NodeID: spec.Name, Nodes: spec.Nodes}
+			cfg.Sync = hybrid.SyncConfig{NodeID: spec.Name, Nodes: spec.Nodes}
 			rule.Mode = hybrid.Hybrid
 		}
 		switch mode {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/outage"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
@@ -222,7 +223,7 @@ func redisUsed(t *testing.T, addr string, ks syncer.Keyspace, wid int64, w time.
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	h := redistest.WindowLease(t, c, ks.Prefix+":{r:"+ks.Digest("k")+"}:m")["w"+strconv.FormatInt(wid%3, 10)]
+	h := redistest.WindowLease(t, c, ks.Prefix+":{r:"+syncx.Digest(&ks, "k")+"}:m")["w"+strconv.FormatInt(wid%3, 10)]
 	require.Equal(t, strconv.FormatInt(wid*w.Microseconds(), 10), h["id"], "Redis still holds window %d", wid)
 	var sum int64
 	for f, v := range h {

@@ -9,7 +9,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/syncer"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 )
 
 // The controls, set by package hybrid; l is a *hybrid.Limiter and cfg a
@@ -21,9 +21,9 @@ var (
 	// Simulated reports cfg's two settings of Configure.
 	Simulated func(cfg any) (manual, virtual bool)
 	// SyncAt runs one sync round at the Limiter's clock time now.
-	SyncAt func(ctx context.Context, l any, now time.Time) (syncer.RoundStats, error)
+	SyncAt func(ctx context.Context, l any, now time.Time) (synchook.RoundStats, error)
 	// SyncFirstAt runs one first-lease round at the Limiter's clock time now.
-	SyncFirstAt func(ctx context.Context, l any, now time.Time) (syncer.RoundStats, error)
+	SyncFirstAt func(ctx context.Context, l any, now time.Time) (synchook.RoundStats, error)
 	// SyncWanted reports, and clears, whether a key asked for an early round.
 	SyncWanted func(l any) bool
 	// SyncFirstWanted reports, and clears, whether a key asked for a
