@@ -184,7 +184,7 @@ func (m *hybridRule) waitLease(ctx context.Context, e *keyed.Entry[lease.Lease],
 			d := m.degraded(e, lr, now, key, n, true)
 			e.Unlock()
 			m.countWait(start, d)
-			return localx.Waited(d), nil
+			return localx.MarkWaited(d), nil
 		case !wait:
 			e.Unlock()
 			return m.waited(start, v, lr), nil
@@ -201,7 +201,7 @@ func (m *hybridRule) waited(start time.Time, v lease.Verdict, lr *lease.Rule) lo
 	v = refusal(lr, v)
 	d := dress(v, lr.MaxCost())
 	m.countWait(start, d)
-	return localx.Waited(d)
+	return localx.MarkWaited(d)
 }
 
 // countWait counts d, a decision that waited since start for its key's

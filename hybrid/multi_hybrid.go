@@ -262,7 +262,7 @@ func (w *multiWaiter) done(reqs []Request, hrs []*hybridRule, out []local.Decisi
 		if m == nil {
 			continue
 		}
-		out[i] = localx.Waited(out[i])
+		out[i] = localx.MarkWaited(out[i])
 		if w.has[i] {
 			w.l.metrics.waited(m.rs, took, out[i])
 		}

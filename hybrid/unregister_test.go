@@ -13,6 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clocktest"
 	"github.com/hybridlimit/hybridlimit/internal/hybridsim"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -169,7 +170,7 @@ func TestUnregisterMetrics(t *testing.T) {
 	}
 	_, err := hybridsim.SyncFirstAt(ctx, l, clk.Now())
 	require.NoError(t, err)
-	require.True(t, (<-done).Waited())
+	require.True(t, localx.Waited(<-done))
 	for _, r := range append(gone, kept...) {
 		_, err := l.Allow(ctx, r, "k")
 		require.NoError(t, err)

@@ -30,16 +30,6 @@ const (
 	OverflowShared
 )
 
-var overflowNames = [...]string{OverflowReject: "reject", OverflowAllow: "allow", OverflowShared: "shared"}
-
-// String returns the policy's name.
-func (o Overflow) String() string {
-	if int(o) < len(overflowNames) {
-		return overflowNames[o]
-	}
-	return fmt.Sprintf("Overflow(%d)", uint8(o))
-}
-
 // Defaults of Config: docs/operating.md#defaults lists them, and
 // TestDefaults holds that table against them.
 const (

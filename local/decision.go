@@ -84,11 +84,11 @@ func (d Decision) Capacity() int64 { return decision.Decision(d).Capacity() }
 // error; Degraded is for metrics and logs.
 func (d Decision) Degraded() bool { return decision.Decision(d).Degraded() }
 
-// Waited reports whether the decision waited for the shared store: a
+// waited reports whether the decision waited for the shared store: a
 // hybrid request that only an exchange with Redis could decide (its key's
 // lease used up or not there yet) and that waited for it, about one round
 // trip. Such decisions are counted apart; a local decision never waits.
-func (d Decision) Waited() bool { return decision.Decision(d).Waited() }
+func (d Decision) waited() bool { return decision.Decision(d).Waited() }
 
 // Remaining is how much more could be admitted now, after this request. For
 // the sliding window counter it is rounded down from the weighted estimate.
@@ -115,7 +115,7 @@ func (d Decision) String() string {
 		verb = "allowed"
 	}
 	deg := ""
-	if d.Waited() {
+	if d.waited() {
 		deg = " waited"
 	}
 	if d.Degraded() {

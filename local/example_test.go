@@ -193,18 +193,21 @@ func ExampleLimiter_SetLimit() {
 func ExampleConfig() {
 	lim := local.Limit{Algorithm: local.FixedWindow, Quota: 1, Window: time.Minute}
 	now := time.Date(2023, time.November, 15, 0, 0, 0, 0, time.UTC)
-	for _, policy := range []local.Overflow{local.OverflowReject, local.OverflowAllow, local.OverflowShared} {
+	for _, policy := range []struct {
+		name string
+		o    local.Overflow
+	}{{"reject", local.OverflowReject}, {"allow", local.OverflowAllow}, {"shared", local.OverflowShared}} {
 		l, err := local.New(lim, local.Config{
 			Shards:            1,
 			MaxKeys:           1,
-			Overflow:          policy,
+			Overflow:          policy.o,
 			Clock:             wallClock{},
 			NoBackgroundSweep: true,
 		})
 		if err != nil {
 			panic(err)
 		}
-		fmt.Printf("%-6s", policy)
+		fmt.Printf("%-6s", policy.name)
 		for _, key := range []string{"alice", "bob", "carol"} {
 			d := l.AllowNAt(now, key, 1)
 			fmt.Printf("  %s: %-5t %-8s", key, d.Allowed(), d.Reason())

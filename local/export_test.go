@@ -1,5 +1,7 @@
 package local
 
+import "time"
+
 // Bounds and defaults, for the tests of package local_test.
 const (
 	MaxLogLimit       = maxLogLimit
@@ -20,3 +22,7 @@ func mustCompile(p Limit) compiled {
 // allAlgorithms lists every algorithm, for the in-package tests (which
 // cannot import internal/localx).
 var allAlgorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, GCRA, SubWindowCounter}
+
+// CancelAt gives r back as Cancel does, at now: for the tests, whose
+// times are their own.
+func CancelAt(r *Reservation, now time.Time) { r.cancelAt(now) }

@@ -514,7 +514,7 @@ func checkShaper(t *testing.T, data []byte) {
 				continue
 			}
 			e := held[int(b[3])%len(held)]
-			e.r.CancelAt(at)
+			e.r.cancelAt(at)
 			ref.cancel(now, e)
 		case 3:
 			next := shaperLimit(algo, b[2:5])

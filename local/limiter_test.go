@@ -114,7 +114,7 @@ func TestEvictsOnlyInitialState(t *testing.T) {
 // never evicts a live key, so it cannot reset anybody's budget.
 func TestFullTableKeepsVictimsBudget(t *testing.T) {
 	for _, policy := range []local.Overflow{local.OverflowReject, local.OverflowAllow, local.OverflowShared} {
-		t.Run(policy.String(), func(t *testing.T) {
+		t.Run(fmt.Sprint("overflow-", uint8(policy)), func(t *testing.T) {
 			lim := local.Limit{Algorithm: local.FixedWindow, Quota: 3, Window: time.Minute}
 			l := newLimiter(t, lim, local.Config{Shards: 1, MaxKeys: 64, Overflow: policy})
 			for range 3 {
@@ -354,7 +354,7 @@ func TestOverflowReasonsAgree(t *testing.T) {
 		{local.OverflowAllow, true, true, true},
 		{local.OverflowShared, true, true, false},
 	} {
-		t.Run(c.policy.String(), func(t *testing.T) {
+		t.Run(fmt.Sprint("overflow-", uint8(c.policy)), func(t *testing.T) {
 			l := newLimiter(t, lim, local.Config{Shards: 1, MaxKeys: 1, Overflow: c.policy})
 			l.AllowNAt(t0, "held", 1)
 			d := l.AllowNAt(t0, "new", 1)

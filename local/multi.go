@@ -15,14 +15,6 @@ type Request struct {
 	N       int64
 }
 
-// AllowMulti is AllowMultiAt with the time of reqs[0].Limiter's clock.
-func AllowMulti(reqs []Request, out []Decision) bool {
-	if len(reqs) == 0 {
-		return true
-	}
-	return allowMulti(reqs[0].Limiter.nowMicro(), reqs, out, nil)
-}
-
 // AllowMultiAt decides several requests as one: it admits them all, charging
 // each, or none, charging nothing. It writes one Decision per request into
 // out, which must be at least as long as reqs, and reports whether all were

@@ -57,7 +57,7 @@ func TestAllowMultiBadCostChargesNothing(t *testing.T) {
 	assert.False(t, out[0].Allowed(), "the good request, refused with the others: %+v", out[0])
 	assert.Equal(t, int64(5), a.AllowNAt(t0, "k", 0).Remaining(), "remaining: charged")
 	assert.True(t, local.AllowMultiAt(t0, nil, nil), "no requests must be admitted")
-	assert.True(t, local.AllowMulti(nil, nil), "no requests must be admitted")
+	assert.True(t, local.AllowMultiAt(t0, nil, nil), "no requests must be admitted")
 	assert.Panics(t, func() { local.AllowMultiAt(t0, []local.Request{{a, "k", 1}}, nil) }, "short out did not panic")
 }
 

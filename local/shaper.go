@@ -180,20 +180,21 @@ func (l *compiled) noteQueue(q int64) {
 	}
 }
 
-// Cancel is CancelAt with the time of the Limiter the reservation came from.
+// Cancel gives the reservation back at the time of the Limiter's clock (see
+// cancelAt).
 func (r *Reservation) Cancel() {
 	if r.e != nil {
-		r.CancelAt(time.UnixMicro(r.l.nowMicro()))
+		r.cancelAt(time.UnixMicro(r.l.nowMicro()))
 	}
 }
 
-// CancelAt gives the reservation back, if it can be given back exactly: when
+// cancelAt gives the reservation back, if it can be given back exactly: when
 // its time to act is still ahead and no later reservation or admission for
 // the key has been queued behind it. The key's state is then as if it had
 // never been made. A reservation with others behind it keeps its slot, which
 // stays unused: moving the later ones is impossible, since their times were
 // promised, and reusing the slot would break the spacing. Cancel at most once.
-func (r *Reservation) CancelAt(now time.Time) {
+func (r *Reservation) cancelAt(now time.Time) {
 	e := r.e
 	if e == nil {
 		return
@@ -254,7 +255,7 @@ func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		r.CancelAt(time.UnixMicro(l.nowMicro()))
+		r.cancelAt(time.UnixMicro(l.nowMicro()))
 		return ctx.Err()
 	}
 }

@@ -54,16 +54,16 @@ func TestReserveCancel(t *testing.T) {
 	third, _ := l.ReserveAt(t0, "k", 1, time.Minute)
 	require.Equal(t, 2*time.Second, third.Delay, "third %+v", third)
 	// The last one is given back exactly: the next takes its slot.
-	third.CancelAt(t0)
+	local.CancelAt(&third, t0)
 	again, _ := l.ReserveAt(t0, "k", 1, time.Minute)
 	assert.Equal(t, 2*time.Second, again.Delay, "after cancelling the last: %+v", again)
 	// One with others behind it keeps its slot (reusing it would break the
 	// spacing promised to the later ones).
-	second.CancelAt(t0)
+	local.CancelAt(&second, t0)
 	next, _ := l.ReserveAt(t0, "k", 1, time.Minute)
 	assert.Equal(t, 3*time.Second, next.Delay, "after cancelling a middle one: %+v", next)
 	// Past its time to act, a reservation is spent.
-	first.CancelAt(t0)
+	local.CancelAt(&first, t0)
 	d := l.AllowNAt(t0.Add(4*time.Second), "k", 1)
 	assert.True(t, d.Allowed(), "4s on, after cancelling a spent one: %+v", d)
 }

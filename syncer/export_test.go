@@ -110,3 +110,6 @@ func CentralKeyspace(c *Central) *Keyspace { return &c.ks }
 
 // RuleLimit returns r's limit.
 func RuleLimit(r *Rule) localx.Limit { return r.limit }
+
+// RuleName returns r's name.
+func RuleName(r *Rule) string { return r.name }

@@ -232,9 +232,6 @@ func validRuleName(name string) error {
 	return nil
 }
 
-// Name returns the rule's name.
-func (r *Rule) Name() string { return r.name }
-
 // slot returns the Redis Cluster hash slot of a key name: CRC16 (XMODEM)
 // of its hash tag, modulo 16384.
 func slot(key string) int {

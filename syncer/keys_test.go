@@ -390,7 +390,7 @@ func TestRuleNames(t *testing.T) {
 			if tt.ok {
 				require.NoError(t, err, "ValidRuleName")
 				require.NoError(t, nerr, "NewRule")
-				assert.Equal(t, tt.name, r.Name(), "the rule's name")
+				assert.Equal(t, tt.name, syncer.RuleName(r), "the rule's name")
 				assert.Equal(t, localx.MustLimit(lim), syncer.RuleLimit(r), "the rule's limit")
 				return
 			}

@@ -62,7 +62,7 @@ func sameAsLocal(t *testing.T, cen *syncer.Central, now time.Time, reqs []syncer
 		d, err := syncer.AllowNAt(context.Background(), cen, now, q.Rule, q.Key, 0)
 		require.NoError(t, err)
 		w := lims[q.Rule].AllowNAt(now, q.Key, 0)
-		assert.Equal(t, localx.OutcomeOf(w), localx.OutcomeOf(d), "rule %s after: redis, want local's state", q.Rule.Name())
+		assert.Equal(t, localx.OutcomeOf(w), localx.OutcomeOf(d), "rule %s after: redis, want local's state", syncer.RuleName(q.Rule))
 	}
 	return ok
 }

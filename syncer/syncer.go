@@ -56,7 +56,7 @@ type syncConfig struct {
 	// Keyspace names the keys; every node must use the same one. Default:
 	// prefix "hl".
 	Keyspace Keyspace
-	// Clock is the node's clock. Default: a CoarseClock of 1ms resolution
+	// Clock is the node's clock. Default: a coarse clock of 1ms resolution
 	// that newSyncer starts and Close stops.
 	Clock local.Clock
 	// Observer receives each round's figures. Optional.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/localx"
 )
 
 // The values of Spec.Wait (the -api-wait flag): how long a hybrid rule's
@@ -44,4 +45,4 @@ func CheckWait(wait string) error {
 }
 
 // waited reports whether d waited for a lease.
-func waited(d hybrid.Decision) bool { return d.Waited() }
+func waited(d hybrid.Decision) bool { return localx.Waited(d) }

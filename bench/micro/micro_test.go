@@ -160,18 +160,18 @@ func (k *keyedTime) reachedNow() { k.reached(time.Now().Round(0)) }
 //	hot-at            one key, time passed in (AllowNAt)
 //	hot-at-flood      the same at 100 times the limit: 99 requests in
 //	                  100 rejected, as for a key under attack
-//	hot-allow         one key, the Limiter's clock (Allow; a 1ms CoarseClock)
+//	hot-allow         one key, the Limiter's clock (Allow; a 1ms coarse clock)
 //	hot-at-par        one key, AllowNAt under RunParallel
 //	hot-allow-par     one key, Allow under RunParallel
 //	1k-at, 1k-at-par  1,000 hot keys in turn
-//	1k-allow          the same with Allow (a 1ms CoarseClock)
+//	1k-allow          the same with Allow (a 1ms coarse clock)
 //	1m-at, 1m-at-par  1,048,576 pre-built keys, drawn uniformly
-//	1m-allow          the same with Allow (a 1ms CoarseClock)
+//	1m-allow          the same with Allow (a 1ms coarse clock)
 func BenchmarkLocal(b *testing.B) {
 	for _, a := range localx.Algorithms() {
 		// The keyed limiters are built once per algorithm, not once per
 		// round of b.N, and closed when its cases are done. They read a
-		// CoarseClock in the Allow cases (AllowNAt does not read it), made
+		// coarse clock in the Allow cases (AllowNAt does not read it), made
 		// with the first of them, so that its goroutine does not run
 		// during the hot-key cases.
 		var many, thousand *local.Limiter

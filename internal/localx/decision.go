@@ -26,9 +26,9 @@ func Degraded(d local.Decision) local.Decision {
 	return local.Decision(decision.Decision(d).AsDegraded())
 }
 
-// Waited returns d marked as having waited for the shared store
-// (Decision.Waited), its figures unchanged.
-func Waited(d local.Decision) local.Decision {
+// MarkWaited returns d marked as having waited for the shared store
+// (Decision.MarkWaited), its figures unchanged.
+func MarkWaited(d local.Decision) local.Decision {
 	return local.Decision(decision.Decision(d).AsWaited())
 }
 
@@ -71,6 +71,11 @@ func OutcomeOf(d local.Decision) Outcome {
 	return Outcome{
 		Allowed: d.Allowed(), Reason: d.Reason(), Capacity: d.Capacity(),
 		Remaining: d.Remaining(), ResetAfter: d.ResetAfter(), RetryAfter: d.RetryAfter(),
-		Degraded: d.Degraded(), Waited: d.Waited(),
+		Degraded: d.Degraded(), Waited: Waited(d),
 	}
 }
+
+// Waited reports whether d waited for the shared store: a hybrid request
+// that only its key's exchange with Redis could decide (what the
+// hybridlimit.lease.waits metric counts).
+func Waited(d local.Decision) bool { return decision.Decision(d).Waited() }

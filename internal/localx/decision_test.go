@@ -36,12 +36,12 @@ func TestDecisionOutcome(t *testing.T) {
 			nd = localx.Degraded(nd)
 		}
 		if o.Waited {
-			nd = localx.Waited(nd)
+			nd = localx.MarkWaited(nd)
 		}
 		assert.Equal(t, d, nd, "Outcome %+v: NewDecision, want what Outcome.Decision gives", o)
 		methods := localx.Outcome{
 			Allowed: d.Allowed(), Reason: d.Reason(), Capacity: d.Capacity(), Remaining: d.Remaining(),
-			ResetAfter: d.ResetAfter(), RetryAfter: d.RetryAfter(), Degraded: d.Degraded(), Waited: d.Waited(),
+			ResetAfter: d.ResetAfter(), RetryAfter: d.RetryAfter(), Degraded: d.Degraded(), Waited: localx.Waited(d),
 		}
 		assert.Equal(t, o, methods, "Outcome %+v: what the methods give", o)
 	}

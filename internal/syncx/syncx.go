@@ -36,7 +36,7 @@ type Config struct {
 	Client redis.UniversalClient
 	// Keyspace names the keys; every node must use the same one.
 	Keyspace syncer.Keyspace
-	// Clock is the node's clock. Default: a CoarseClock of 1ms resolution
+	// Clock is the node's clock. Default: a coarse clock of 1ms resolution
 	// that NewSyncer starts and Close stops.
 	Clock local.Clock
 	// Observer receives each round's figures. Optional.
