@@ -59,12 +59,7 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, Signa
 	}
 	// No share, or it expired.
 	if k.rate > 0 || k.burst > 0 || k.tokens > 0 {
-		// It just expired: what it held unused at its end counts, with the
-		// pool the last reply told of, as the room the key has.
-		k.refill(r, min(rnow, k.expiry-r.safety))
-		k.others = max(k.others, 0) + k.tokens
-		k.lost += k.tokens*r.w + k.rem
-		k.tokens, k.rem, k.rate, k.burst = 0, 0, 0, 0
+		k.endShare(r, rnow)
 	}
 	// The allowance: a new key, or one without a share whose pool had room
 	// at the last reply (a quiet node, given no share, or one whose share
@@ -94,8 +89,27 @@ func (k *Lease) decideBucket(r *Rule, now, n int64, charge bool) (Verdict, Signa
 		}
 		return Verdict{Remaining: min(max(pool-out-n, 0), r.burst)}, SignalSync
 	}
+	return k.refuseUnshared(r, rnow, n, out, pool)
+}
+
+// endShare ends a share that just expired, at Redis time rnow: what it held
+// unused at its end counts, with the pool the last reply told of, as the
+// room the key has, and its remainder goes back (lost). Once per share, so
+// out of decideBucket's body.
+func (k *Lease) endShare(r *Rule, rnow int64) {
+	k.refill(r, min(rnow, k.expiry-r.safety))
+	k.others = max(k.others, 0) + k.tokens
+	k.lost += k.tokens*r.w + k.rem
+	k.tokens, k.rem, k.rate, k.burst = 0, 0, 0, 0
+}
+
+// refuseUnshared refuses a request of cost n of a key without a share,
+// beyond its prepaid tokens and allowance, at Redis time rnow: out is its
+// debt not yet reported, pool the pool's tokens as poolNow estimates them.
+// A slow path, which asks for an exchange: out of decideBucket's body.
+func (k *Lease) refuseUnshared(r *Rule, rnow, n, out, pool int64) (Verdict, Signal) {
 	k.flags |= flagUrgent
-	if synced && pool-out < n && rnow-k.pat < r.interval {
+	if k.flags&flagSynced != 0 && pool-out < n && rnow-k.pat < r.interval {
 		// The pool, by a recent reply, has not the tokens: no exchange is
 		// waited for, and the refusal holds until the pool refills them, at
 		// the rate nobody held then. (An older reply says little: the
