@@ -261,26 +261,12 @@ var (
 	same    = regexp.MustCompile(`^([A-Z][\w.]*)(?: \((.*)\))?$`)
 )
 
+// checkDefaults holds p's defaults against rows, the rows of p's package in
+// the table of defaults, and consts, the constants p's source declares.
 func checkDefaults(t testing.TB, p Package, rows []row, consts map[string]bool) {
 	t.Helper()
-	byKey := map[string]row{}
-	for _, r := range rows {
-		k := r.cells["Config"] + "." + r.cells["field"]
-		if _, dup := byKey[k]; dup {
-			t.Errorf("docs/operating.md:%d: a second row for %s %s", r.line, p.Name, k)
-		}
-		byKey[k] = r
-	}
+	byKey := rowsByField(t, p.Name, rows)
 	declared := map[string]bool{}
-	find := func(config, field, when string) *Default {
-		for i := range p.Defaults {
-			d := &p.Defaults[i]
-			if d.Config == config && d.Field == field && (d.When == when || d.When == "") {
-				return d
-			}
-		}
-		return nil
-	}
 	for _, d := range p.Defaults {
 		name := p.Name + "." + d.Config + "." + d.fieldCell()
 		k := d.Config + "." + d.fieldCell()
@@ -303,59 +289,105 @@ func checkDefaults(t testing.TB, p Package, rows []row, consts map[string]bool) 
 				t.Errorf("docs/operating.md:%d: %s: the table names constant %q, the code %q", r.line, name, got, constCell(d.Const))
 			}
 		}
-		if d.Built {
-			if !isZero(d.Got) {
-				t.Errorf("%s: built by New, but withDefaults filled in %v", name, d.Got)
-			}
-			if d.Const != "" && !strings.Contains(d.doc(), Format(d.Value)) {
-				t.Errorf("%s: the default %q does not give %s's value %s", name, d.doc(), d.Const, Format(d.Value))
-			}
-			continue
+		checkDefaultValue(t, p, name, d)
+	}
+	checkUndeclared(t, p, rows, consts, declared)
+}
+
+// rowsByField returns the rows of package pkg by "Config.field", and
+// reports a field with two.
+func rowsByField(t testing.TB, pkg string, rows []row) map[string]row {
+	t.Helper()
+	byKey := map[string]row{}
+	for _, r := range rows {
+		k := r.cells["Config"] + "." + r.cells["field"]
+		if _, dup := byKey[k]; dup {
+			t.Errorf("docs/operating.md:%d: a second row for %s %s", r.line, pkg, k)
 		}
-		if isZero(d.Got) {
-			t.Errorf("%s: withDefaults leaves it zero", name)
-			continue
-		}
-		base := func(field string) *Default {
-			b := find(d.Config, field, d.When)
-			if b == nil {
-				t.Errorf("%s: derived from %s, which declares no default", name, field)
-			}
-			return b
-		}
-		shown := func(v string) {
-			if v != "" && v != Format(d.Got) {
-				t.Errorf("%s: the table gives %q for its value at the defaults, withDefaults %s", name, v, Format(d.Got))
-			}
-		}
-		doc := d.doc()
-		if m := times.FindStringSubmatch(doc); m != nil {
-			checkFactor(t, name, d, m[1])
-			if b := base(m[2]); b != nil && asInt(d.Got) != mustAtoi(m[1])*asInt(b.Got) {
-				t.Errorf("%s: withDefaults fills in %s, not %s × %s (%s)", name, Format(d.Got), m[1], m[2], Format(b.Got))
-			}
-			shown(m[3])
-			continue
-		}
-		if m := divided.FindStringSubmatch(doc); m != nil {
-			checkFactor(t, name, d, m[2])
-			if b := base(m[1]); b != nil && asInt(d.Got) != asInt(b.Got)/mustAtoi(m[2]) {
-				t.Errorf("%s: withDefaults fills in %s, not %s ÷ %s (%s)", name, Format(d.Got), m[1], m[2], Format(b.Got))
-			}
-			shown(m[3])
-			continue
-		}
-		if m := same.FindStringSubmatch(doc); m != nil && d.Const == "" && find(d.Config, m[1], d.When) != nil {
-			if b := base(m[1]); !reflect.DeepEqual(d.Got, b.Got) {
-				t.Errorf("%s: withDefaults fills in %s, not %s (%s)", name, Format(d.Got), m[1], Format(b.Got))
-			}
-			shown(m[2])
-			continue
-		}
-		if d.Const != "" && !equal(d.Got, d.Value) {
-			t.Errorf("%s: withDefaults fills in %s (%T), constant %s is %s (%T)", name, Format(d.Got), d.Got, d.Const, Format(d.Value), d.Value)
+		byKey[k] = r
+	}
+	return byKey
+}
+
+// find returns p's default for field of config under when, or one that
+// holds whatever the use (When ""), or nil.
+func (p Package) find(config, field, when string) *Default {
+	for i := range p.Defaults {
+		d := &p.Defaults[i]
+		if d.Config == config && d.Field == field && (d.When == when || d.When == "") {
+			return d
 		}
 	}
+	return nil
+}
+
+// checkDefaultValue holds what withDefaults fills in for d, named name in
+// the errors, against d's cell: a default New builds is left zero; one
+// derived from another field ("N × Field", "Field ÷ N", "Field") is that
+// field's default so derived; any other is its constant's value.
+func checkDefaultValue(t testing.TB, p Package, name string, d Default) {
+	t.Helper()
+	if d.Built {
+		if !isZero(d.Got) {
+			t.Errorf("%s: built by New, but withDefaults filled in %v", name, d.Got)
+		}
+		if d.Const != "" && !strings.Contains(d.doc(), Format(d.Value)) {
+			t.Errorf("%s: the default %q does not give %s's value %s", name, d.doc(), d.Const, Format(d.Value))
+		}
+		return
+	}
+	if isZero(d.Got) {
+		t.Errorf("%s: withDefaults leaves it zero", name)
+		return
+	}
+	base := func(field string) *Default {
+		b := p.find(d.Config, field, d.When)
+		if b == nil {
+			t.Errorf("%s: derived from %s, which declares no default", name, field)
+		}
+		return b
+	}
+	shown := func(v string) {
+		if v != "" && v != Format(d.Got) {
+			t.Errorf("%s: the table gives %q for its value at the defaults, withDefaults %s", name, v, Format(d.Got))
+		}
+	}
+	doc := d.doc()
+	if m := times.FindStringSubmatch(doc); m != nil {
+		checkFactor(t, name, d, m[1])
+		if b := base(m[2]); b != nil && asInt(d.Got) != mustAtoi(m[1])*asInt(b.Got) {
+			t.Errorf("%s: withDefaults fills in %s, not %s × %s (%s)", name, Format(d.Got), m[1], m[2], Format(b.Got))
+		}
+		shown(m[3])
+		return
+	}
+	if m := divided.FindStringSubmatch(doc); m != nil {
+		checkFactor(t, name, d, m[2])
+		if b := base(m[1]); b != nil && asInt(d.Got) != asInt(b.Got)/mustAtoi(m[2]) {
+			t.Errorf("%s: withDefaults fills in %s, not %s ÷ %s (%s)", name, Format(d.Got), m[1], m[2], Format(b.Got))
+		}
+		shown(m[3])
+		return
+	}
+	if m := same.FindStringSubmatch(doc); m != nil && d.Const == "" && p.find(d.Config, m[1], d.When) != nil {
+		if b := base(m[1]); !reflect.DeepEqual(d.Got, b.Got) {
+			t.Errorf("%s: withDefaults fills in %s, not %s (%s)", name, Format(d.Got), m[1], Format(b.Got))
+		}
+		shown(m[2])
+		return
+	}
+	if d.Const != "" && !equal(d.Got, d.Value) {
+		t.Errorf("%s: withDefaults fills in %s (%T), constant %s is %s (%T)", name, Format(d.Got), d.Got, d.Const, Format(d.Value), d.Value)
+	}
+}
+
+// checkUndeclared reports what the table or the code has that p does not
+// declare: a row naming no default, a constant named default… that is no
+// declared default's, a field withDefaults fills in (Filled) that no
+// Default names. declared holds the "Config.field" and "const Name" of
+// p's defaults.
+func checkUndeclared(t testing.TB, p Package, rows []row, consts, declared map[string]bool) {
+	t.Helper()
 	for _, r := range rows {
 		if !declared[r.cells["Config"]+"."+r.cells["field"]] {
 			t.Errorf("docs/operating.md:%d: the row for %s %s.%s names no default of the code", r.line, p.Name, r.cells["Config"], r.cells["field"])

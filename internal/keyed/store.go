@@ -1,15 +1,11 @@
 package keyed
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math/bits"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 )
 
 // Store is a sharded table of per-key values: the key table of a
@@ -209,81 +205,6 @@ func (s *Store[V]) shardOf(h uint64) *shard[V] {
 	return &s.shards[h>>1>>(s.shift&63)]
 }
 
-// keyer identifies and places keys (see Store); its seeds and keys are
-// secret and random.
-type keyer struct {
-	seed1, seed2 maphash.Seed // of a long key's hash (seed1) and identity (seed2)
-	mix          [3]uint64    // the keys of a short key's hash
-}
-
-func newKeyer() keyer {
-	return keyer{
-		seed1: maphash.MakeSeed(),
-		seed2: maphash.MakeSeed(),
-		mix:   [3]uint64{rand.Uint64() | 1, rand.Uint64() | 1, rand.Uint64() | 1},
-	}
-}
-
-// place returns key's identity, which an entry holds, and the hash that
-// places it: one call per lookup.
-//
-// The identity: id1 is at least 1<<56 (a smaller one marks an entry that is
-// not a key's; see standaloneID). A key of up to 15 bytes is its bytes and its
-// length, packed without loss (the bytes are read as words, overlapping
-// where the length is not a multiple of one; with the length, that
-// determines them), and its hash is a keyed mix of that identity. A longer
-// key is a hash of its bytes and a mark no short key's length byte takes,
-// and its hash is another hash of its bytes, under an independent seed.
-func (k *keyer) place(key string) (id0, id1, h uint64) {
-	n := len(key)
-	switch {
-	case n > 15:
-		return maphash.String(k.seed2, key), 0xff << 56, maphash.String(k.seed1, key)
-	case n >= 8:
-		id0, id1 = ident8(key)
-	case n >= 4: // bytes 0-3 and n-4 to n-1
-		id0, id1 = uint64(le32(key))|uint64(le32(key[n-4:]))<<32, uint64(n+1)<<56
-	case n > 0: // bytes 0, n/2 and n-1: all of them
-		id0, id1 = uint64(key[0])|uint64(key[n/2])<<8|uint64(key[n-1])<<16, uint64(n+1)<<56
-	default:
-		id0, id1 = 0, 1<<56
-	}
-	return id0, id1, k.hash(id0, id1)
-}
-
-// ident8 is the identity of a key of 8 to 15 bytes: bytes 0-7, then 8 to
-// n-1 from the word ending at n-1, and the length. The word is shifted by
-// 8·(16−n) bits, 64 for an 8-byte key, which must leave nothing: the shift
-// is split in two so that neither part reaches 64.
-func ident8(key string) (id0, id1 uint64) {
-	n := len(key)
-	return le64(key), le64(key[n-8:])>>1>>((8*(16-n)-1)&63) | uint64(n+1)<<56
-}
-
-// hash is the hash of a short key's identity.
-func (k *keyer) hash(id0, id1 uint64) uint64 {
-	return mix(mix(id0^k.mix[0], id1^k.mix[1]), k.mix[2])
-}
-
-// mix folds the 128-bit product of a and b into 64 bits.
-func mix(a, b uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	return hi ^ lo
-}
-
-// le64 is the little-endian word of s's first 8 bytes, which s must have.
-// It reads them in place, in one load where the target allows it, and is
-// cheap enough to inline where a short key is placed.
-func le64(s string) uint64 {
-	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s), 8))
-}
-
-// le32 is the little-endian word of s's first 4 bytes (one load).
-func le32(s string) uint32 {
-	_ = s[3]
-	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
-}
-
 // Sweep evicts every entry whose value is idle at now and returns how many
 // it evicted.
 func (s *Store[V]) Sweep(now int64) int {
@@ -318,125 +239,6 @@ func (s *Store[V]) Range(f func(e *Entry[V]) bool) {
 					return
 				}
 			}
-		}
-	}
-}
-
-// Stats are a Store's counters.
-type Stats struct {
-	Keys      int    // keys held now
-	Evictions uint64 // keys evicted since New, idle
-	Overflows uint64 // new keys refused because the store was full
-	// Bytes estimates the heap the store holds: itself, its shards, their
-	// tables and an entry per key, each rounded up to the allocator's size
-	// class; what a value allocates beyond its entry is not counted.
-	Bytes int64
-}
-
-// Stats returns the counters. It locks each shard in turn: for monitoring,
-// not per request.
-func (s *Store[V]) Stats() Stats {
-	var (
-		slotSize  = unsafe.Sizeof(slot[V]{})
-		entrySize = AllocSize(unsafe.Sizeof(Entry[V]{}))
-		tableSize = AllocSize(unsafe.Sizeof(table[V]{}))
-	)
-	// The Store, the tombstone, the empty table and the shards.
-	st := Stats{Bytes: AllocSize(unsafe.Sizeof(*s)) + entrySize + tableSize}
-	st.Bytes += AllocSize(uintptr(len(s.shards)) * unsafe.Sizeof(shard[V]{}))
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		st.Keys += sh.live
-		st.Evictions += sh.evictions
-		st.Overflows += sh.overflows
-		if t := sh.tab.Load(); t != s.empty {
-			st.Bytes += tableSize + AllocSize(uintptr(len(t.slots))*slotSize)
-		}
-		sh.mu.Unlock()
-	}
-	st.Bytes += int64(st.Keys) * entrySize
-	return st
-}
-
-// sizeClasses are the Go allocator's object sizes (internal/runtime/gc);
-// a small object takes the first that holds it.
-var sizeClasses = [...]uintptr{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256,
-	288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048,
-	2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880,
-	12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
-
-// AllocSize estimates what the Go allocator takes for an object of n bytes
-// that holds pointers, as every object of a Store does: its size class,
-// after the 8-byte header such an object carries past 512 bytes (the
-// default 64 shards, 8 KiB, take 9.25 KiB); past 32 KiB, whole 8 KiB pages.
-func AllocSize(n uintptr) int64 {
-	switch {
-	case n > sizeClasses[len(sizeClasses)-1]-8:
-		return int64((n + 8191) &^ 8191)
-	case n > 512:
-		n += 8
-	}
-	for _, c := range sizeClasses {
-		if n <= c {
-			return int64(c)
-		}
-	}
-	return int64(n) // not reached
-}
-
-// slot is a table cell. A writer stores hash before ent; a reader loads ent
-// first, so a non-nil ent always comes with its hash.
-type slot[V any] struct {
-	hash atomic.Uint64
-	ent  atomic.Pointer[Entry[V]]
-}
-
-// table is an open-addressing hash table with linear probing. Its length is
-// a power of two and at least one slot is always empty, so every probe ends;
-// or it has no slot at all (Store.empty), and nothing is put in it.
-type table[V any] struct {
-	slots []slot[V]
-	mask  uint64
-}
-
-func newTable[V any](size int) *table[V] {
-	return &table[V]{slots: make([]slot[V], size), mask: uint64(size - 1)}
-}
-
-// find returns the entry of the key whose hash is h1 and identity id0, id1,
-// or nil. It takes no lock.
-//
-// A tombstone never matches: its identity is zero, and no key's is (a key's
-// id1 is at least 1<<56).
-func (t *table[V]) find(h1, id0, id1 uint64) *Entry[V] {
-	slots := t.slots
-	if len(slots) == 0 {
-		return nil // the store's empty table: the shard holds no key
-	}
-	for i := h1; ; i++ {
-		s := &slots[i&uint64(len(slots)-1)]
-		e := s.ent.Load()
-		if e == nil {
-			return nil
-		}
-		if s.hash.Load() == h1 && e.id0 == id0 && e.id1 == id1 {
-			return e
-		}
-	}
-}
-
-// put stores e for a key known to be absent, in the first empty or
-// tombstone slot of its probe chain. It reports whether it filled an empty
-// slot (rather than reusing a tombstone). The caller holds the shard's lock.
-func (t *table[V]) put(h1 uint64, e, tomb *Entry[V]) (filledEmpty bool) {
-	for i := h1 & t.mask; ; i = (i + 1) & t.mask {
-		s := &t.slots[i]
-		old := s.ent.Load()
-		if old == nil || old == tomb {
-			s.hash.Store(h1)
-			s.ent.Store(e)
-			return old == nil
 		}
 	}
 }

@@ -200,8 +200,38 @@ func elapsed(gap, want int64) bool { return gap >= want-want/10 }
 // keys: Rule.Remove), and marks k in flight: the caller sends it, then
 // calls Answered, and applies the reply if one came.
 func (k *Lease) Request(r *Rule, now int64, final bool) Request {
-	// Demand: requests per window, from those decided since the last sync.
-	unknown, guess := false, false
+	unknown, guess := k.measureDemand(r, now)
+	idle := now-k.lastUse > r.idleRelease
+	release := final || idle || r.Removed()
+	demand := k.demand
+	k.flags &^= flagGuess
+	if release {
+		demand = 0
+	} else if guess {
+		if unknown {
+			demand = DemandUnknown
+		}
+		k.flags |= flagGuess
+	}
+	k.lastSync = now
+	k.sent++
+	k.flags = k.flags&^(flagUrgent|flagNext) | flagSent | flagInFlight
+	rnow := now + k.offset
+	q := Request{SentAt: now, Now: rnow, Release: release, Demand: demand, Nodes: r.Nodes(), Horizon: r.horizon}
+	if r.buckets {
+		k.bucketRequest(r, &q)
+	} else {
+		k.windowRequest(r, &q)
+	}
+	return q
+}
+
+// measureDemand updates k's demand, requests per window, from those
+// decided since its last sync, at node time now, and starts the count
+// afresh. It reports whether the demand could not be measured (unknown: a
+// new key's exchange too soon after its first request) and whether the
+// lease to come is a guess (guess: any new key's first measure).
+func (k *Lease) measureDemand(r *Rule, now int64) (unknown, guess bool) {
 	if k.lastSync > 0 && (now > k.lastSync || k.flags&flagSynced == 0) {
 		hits, elapsed := k.hits, now-k.lastSync
 		if k.flags&flagSynced == 0 {
@@ -238,53 +268,48 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 		k.demand = max(k.demand, k.hits)
 	}
 	k.hits = 0
-	idle := now-k.lastUse > r.idleRelease
-	release := final || idle || r.Removed()
-	demand := k.demand
-	k.flags &^= flagGuess
-	if release {
-		demand = 0
-	} else if guess {
-		if unknown {
-			demand = DemandUnknown
-		}
-		k.flags |= flagGuess
+	return unknown, guess
+}
+
+// bucketRequest fills in q, built by Request, with what a bucket rule's
+// exchange reports: the debt, the tokens and share held (all handed back
+// on a release), and what the requests waiting for it want.
+func (k *Lease) bucketRequest(r *Rule, q *Request) {
+	rnow := q.Now
+	k.seq++
+	q.Bucket, q.Seq = true, k.seq
+	q.Debt = k.debt - k.debtSent
+	if q.Release {
+		// The node stops using its share now and hands back the tokens
+		// it holds, which the pool takes: a quiet key's tokens would
+		// otherwise be lost at its share's expiry, and the pool, drained
+		// by the grants of nodes that each used a few, would leave the
+		// key short of what it may admit. It sends no share as held:
+		// nothing is to stay committed.
+		k.refill(r, min(rnow, k.expiry-r.safety))
+		q.Tokens = k.tokens
+		k.lost += k.rem
+		k.tokens, k.rem, k.rate, k.burst, k.expiry = 0, 0, 0, 0, 0
+	} else {
+		k.refill(r, rnow)
+		q.Tokens = k.tokens
 	}
-	k.lastSync = now
-	k.sent++
-	k.flags = k.flags&^(flagUrgent|flagNext) | flagSent | flagInFlight
-	rnow := now + k.offset
-	q := Request{SentAt: now, Now: rnow, Release: release, Demand: demand, Nodes: r.Nodes(), Horizon: r.horizon}
-	if r.buckets {
-		k.seq++
-		q.Bucket, q.Seq = true, k.seq
-		q.Debt = k.debt - k.debtSent
-		if release {
-			// The node stops using its share now and hands back the tokens
-			// it holds, which the pool takes: a quiet key's tokens would
-			// otherwise be lost at its share's expiry, and the pool, drained
-			// by the grants of nodes that each used a few, would leave the
-			// key short of what it may admit. It sends no share as held:
-			// nothing is to stay committed.
-			k.refill(r, min(rnow, k.expiry-r.safety))
-			q.Tokens = k.tokens
-			k.lost += k.rem
-			k.tokens, k.rem, k.rate, k.burst, k.expiry = 0, 0, 0, 0, 0
-		} else {
-			k.refill(r, rnow)
-			q.Tokens = k.tokens
-		}
-		q.Rate, q.Burst, q.Expiry, q.Allowance, q.Want = k.rate, k.burst, k.expiry, r.allowance(), max(k.wait, k.short)
-		k.short = 0
-		// Prepaid tokens still unused go back to the pool: their requests
-		// were decided (or gave up) since the reply that brought them; and
-		// so do the whole tokens the share made that the node lost.
-		q.Return, k.prepaid = k.prepaid+k.lost/r.w, 0
-		k.lost %= r.w
-		return q
-	}
+	q.Rate, q.Burst, q.Expiry, q.Allowance, q.Want = k.rate, k.burst, k.expiry, r.allowance(), max(k.wait, k.short)
+	k.short = 0
+	// Prepaid tokens still unused go back to the pool: their requests
+	// were decided (or gave up) since the reply that brought them; and
+	// so do the whole tokens the share made that the node lost.
+	q.Return, k.prepaid = k.prepaid+k.lost/r.w, 0
+	k.lost %= r.w
+}
+
+// windowRequest fills in q, built by Request, with what a window rule's
+// exchange asks and reports: the grants it wants in the current window and
+// the next, sized on q.Demand, and its use in both.
+func (k *Lease) windowRequest(r *Rule, q *Request) {
+	rnow := q.Now
 	k.roll(r, rnow-rnow%r.w)
-	needFor := func(span int64) int64 { return max(usec.CeilDiv(max(demand, 0)*span, r.w), 1) } // the demand over span
+	needFor := func(span int64) int64 { return max(usec.CeilDiv(max(q.Demand, 0)*span, r.w), 1) } // the demand over span
 	need := needFor(r.horizon)
 	needNext := need
 	if left := k.wid + r.w - rnow; r.sub && left < r.horizon {
@@ -305,14 +330,13 @@ func (k *Lease) Request(r *Rule, now int64, final bool) Request {
 	}
 	q.WantCur = k.used + max(k.wait, k.short) + need
 	k.short = 0
-	if release {
+	if q.Release {
 		q.WantCur = 0
 	} else if rnow >= k.wid+r.w-r.horizon {
 		q.WantNext = needNext
 	}
 	q.Prev, q.Cur = Report{k.wid - r.w, k.pused}, Report{k.wid, k.used}
 	q.GuessTTL, q.PaceSpan = 2*r.minGap, 3*r.paceGap
-	return q
 }
 
 // sync takes the clock of a reply at Redis time redisNow to a request sent

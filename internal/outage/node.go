@@ -70,6 +70,8 @@ type Line struct {
 	Members int `json:",omitempty"`
 }
 
+// runner is one mode's Limiter and rule on a node, and the line of the
+// window it is counting.
 type runner struct {
 	mode string
 	l    *hybrid.Limiter
@@ -95,7 +97,6 @@ func RunNode(spec Spec, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var runners []*runner
 	defer func() {
 		for _, r := range runners {
@@ -103,55 +104,91 @@ func RunNode(spec Spec, out io.Writer) error {
 		}
 	}()
 	var gossipAddr string
+	runners, gossipAddr, err = startRunners(spec, lim)
+	if err != nil {
+		return err
+	}
+	emit(Line{Ready: true, Gossip: gossipAddr, Node: spec.Name})
+	offer(spec, runners, emit)
+	for _, r := range runners {
+		r.l.Close()
+	}
+	runners = nil
+	emit(Line{Done: true, Node: spec.Name})
+	return nil
+}
+
+// startRunners builds a Limiter and registers lim's rule for each of
+// spec's modes, and returns them with the gossip's address (if a mode
+// gossips). On an error it returns those it built, for the caller to close.
+func startRunners(spec Spec, lim hybrid.Limit) (runners []*runner, gossipAddr string, err error) {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for _, mode := range spec.Modes {
-		cfg := hybrid.Config{Logger: logger}
-		rule := hybrid.Rule{Name: "r", Limit: lim}
-		if mode != ModeAlone {
-			cfg.Redis = redis.NewClient(&redis.Options{Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1,
-				DialTimeout: 100 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
-			cfg.Keyspace = syncer.Keyspace{Prefix: spec.Prefix + ":" + mode}
-			cfg.Sync = hybrid.SyncConfig{NodeID: spec.Name, Nodes: spec.Nodes}
-			rule.Mode = hybrid.Hybrid
-		}
-		switch mode {
-		case ModeFallback:
-			ml := memberlist.DefaultLANConfig()
-			ml.Name, ml.BindAddr, ml.BindPort, ml.AdvertiseAddr = spec.Name, "127.0.0.1", 0, ""
-			if spec.ProbeInterval > 0 {
-				ml.ProbeInterval, ml.ProbeTimeout = spec.ProbeInterval, spec.ProbeInterval/2
-			}
-			if spec.SuspicionMult > 0 {
-				ml.SuspicionMult = spec.SuspicionMult
-			}
-			ml.GossipInterval = 20 * time.Millisecond
-			cfg.Gossip = &hybrid.GossipConfig{Memberlist: ml, Seeds: spec.Seeds, Keys: [][]byte{spec.Key}, Label: "outage",
-				Interval: 50 * time.Millisecond, DemandHalfLife: time.Second, RejoinInterval: time.Second}
-			rule.Policy = hybrid.Gossip
-		case ModeFailLocal:
-			rule.Policy = hybrid.FailLocal
-		case ModeFailClosed:
-			rule.Policy = hybrid.FailClosed
-		case ModeAlone:
-			rule.Mode = hybrid.Local
-		default:
-			return fmt.Errorf("outage: unknown mode %q", mode)
+		cfg, rule, err := modeConfig(spec, mode, lim, logger)
+		if err != nil {
+			return runners, "", err
 		}
 		l, err := hybrid.New(cfg)
 		if err != nil {
-			return fmt.Errorf("outage: %s: %w", mode, err)
+			return runners, "", fmt.Errorf("outage: %s: %w", mode, err)
 		}
 		r, err := l.Register(rule)
 		if err != nil {
 			l.Close()
-			return fmt.Errorf("outage: %s: %w", mode, err)
+			return runners, "", fmt.Errorf("outage: %s: %w", mode, err)
 		}
 		if mode == ModeFallback {
 			gossipAddr = l.Stats().GossipAddr
 		}
 		runners = append(runners, &runner{mode: mode, l: l, r: r})
 	}
-	emit(Line{Ready: true, Gossip: gossipAddr, Node: spec.Name})
+	return runners, gossipAddr, nil
+}
 
+// modeConfig returns the Limiter's Config and the rule of lim that mode
+// runs on spec's node: every mode but ModeAlone through Redis, under a
+// prefix of its own, and ModeFallback over gossip.
+func modeConfig(spec Spec, mode string, lim hybrid.Limit, logger *slog.Logger) (hybrid.Config, hybrid.Rule, error) {
+	cfg := hybrid.Config{Logger: logger}
+	rule := hybrid.Rule{Name: "r", Limit: lim}
+	if mode != ModeAlone {
+		cfg.Redis = redis.NewClient(&redis.Options{Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1,
+			DialTimeout: 100 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		cfg.Keyspace = syncer.Keyspace{Prefix: spec.Prefix + ":" + mode}
+		cfg.Sync = hybrid.SyncConfig{NodeID: spec.Name, Nodes: spec.Nodes}
+		rule.Mode = hybrid.Hybrid
+	}
+	switch mode {
+	case ModeFallback:
+		ml := memberlist.DefaultLANConfig()
+		ml.Name, ml.BindAddr, ml.BindPort, ml.AdvertiseAddr = spec.Name, "127.0.0.1", 0, ""
+		if spec.ProbeInterval > 0 {
+			ml.ProbeInterval, ml.ProbeTimeout = spec.ProbeInterval, spec.ProbeInterval/2
+		}
+		if spec.SuspicionMult > 0 {
+			ml.SuspicionMult = spec.SuspicionMult
+		}
+		ml.GossipInterval = 20 * time.Millisecond
+		cfg.Gossip = &hybrid.GossipConfig{Memberlist: ml, Seeds: spec.Seeds, Keys: [][]byte{spec.Key}, Label: "outage",
+			Interval: 50 * time.Millisecond, DemandHalfLife: time.Second, RejoinInterval: time.Second}
+		rule.Policy = hybrid.Gossip
+	case ModeFailLocal:
+		rule.Policy = hybrid.FailLocal
+	case ModeFailClosed:
+		rule.Policy = hybrid.FailClosed
+	case ModeAlone:
+		rule.Mode = hybrid.Local
+	default:
+		return cfg, rule, fmt.Errorf("outage: unknown mode %q", mode)
+	}
+	return cfg, rule, nil
+}
+
+// offer offers spec's arrivals, Rate per second evenly spaced for
+// Duration, to every runner, and emits each runner's Window line as its
+// window ends, and the last ones at the end. Without arrivals it waits out
+// Duration: the node only takes part in the gossip.
+func offer(spec Spec, runners []*runner, emit func(Line)) {
 	ctx := context.Background()
 	wus := spec.Window.Microseconds()
 	start := time.Now()
@@ -164,14 +201,6 @@ func RunNode(spec Spec, out io.Writer) error {
 		next = end
 		time.Sleep(spec.Duration)
 	}
-	flush := func(r *runner) {
-		if r.cur.Window != 0 {
-			if r.mode == ModeFallback {
-				r.cur.Members = r.l.Stats().GossipMembers
-			}
-			emit(r.cur)
-		}
-	}
 	for next.Before(end) {
 		if d := time.Until(next); d > 0 {
 			time.Sleep(d)
@@ -183,33 +212,45 @@ func RunNode(spec Spec, out io.Writer) error {
 			// the limiters count them in.
 			wid := time.Now().UnixMicro() / wus
 			for _, r := range runners {
-				if r.cur.Window != wid {
-					flush(r)
-					r.cur = Line{Node: spec.Name, Mode: r.mode, Window: wid}
-				}
-				t0 := time.Now()
-				d, err := r.l.Allow(ctx, r.r, "k")
-				lat := time.Since(t0).Nanoseconds()
-				r.cur.MaxLatency = max(r.cur.MaxLatency, lat)
-				r.cur.Offered++
-				if err != nil && !errors.Is(err, hybrid.ErrUnavailable) {
-					r.cur.Failed++
-				}
-				if d.Allowed() {
-					r.cur.Admitted++
-				}
+				r.decide(ctx, spec.Name, wid, emit)
 			}
 		}
 	}
 	for _, r := range runners {
-		flush(r)
+		r.flush(emit)
 	}
-	for _, r := range runners {
-		r.l.Close()
+}
+
+// decide offers one request to r's Limiter in window wid of node's, and
+// counts it; it first emits r's line of the window before, if wid is a
+// new one.
+func (r *runner) decide(ctx context.Context, node string, wid int64, emit func(Line)) {
+	if r.cur.Window != wid {
+		r.flush(emit)
+		r.cur = Line{Node: node, Mode: r.mode, Window: wid}
 	}
-	runners = nil
-	emit(Line{Done: true, Node: spec.Name})
-	return nil
+	t0 := time.Now()
+	d, err := r.l.Allow(ctx, r.r, "k")
+	lat := time.Since(t0).Nanoseconds()
+	r.cur.MaxLatency = max(r.cur.MaxLatency, lat)
+	r.cur.Offered++
+	if err != nil && !errors.Is(err, hybrid.ErrUnavailable) {
+		r.cur.Failed++
+	}
+	if d.Allowed() {
+		r.cur.Admitted++
+	}
+}
+
+// flush emits r's line of its current window, if it has one, with the
+// gossip's member count at its end.
+func (r *runner) flush(emit func(Line)) {
+	if r.cur.Window != 0 {
+		if r.mode == ModeFallback {
+			r.cur.Members = r.l.Stats().GossipMembers
+		}
+		emit(r.cur)
+	}
 }
 
 // limitOf is spec's limit: a fixed window, or a token bucket of burst
