@@ -1,0 +1,154 @@
+package fallback
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// broadcast is one record in memberlist's queue, named by origin and key so
+// a newer record replaces the older one still queued.
+type broadcast struct {
+	name string
+	msg  []byte
+}
+
+var _ memberlist.NamedBroadcast = (*broadcast)(nil)
+
+// Name returns origin and key: the record's identity in the queue.
+func (b *broadcast) Name() string { return b.name }
+
+// Invalidates reports whether o is an older record of the same origin and
+// key.
+func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
+	nb, ok := o.(memberlist.NamedBroadcast)
+	return ok && nb.Name() == b.name
+}
+
+// Message returns the encoded record.
+func (b *broadcast) Message() []byte { return b.msg }
+
+// Finished is called when the record leaves the queue; nothing to do.
+func (b *broadcast) Finished() {}
+
+// delegate is memberlist's view of a node. Its methods run on memberlist's
+// goroutines and must not block: each takes n.mu at most briefly.
+type delegate struct{ n *node }
+
+var _ memberlist.Delegate = delegate{}
+
+func (d delegate) NodeMeta(int) []byte { return nil }
+
+// NotifyMsg takes a peer's record; a newer one is stored and passed on once,
+// so it reaches every member and not only those its origin picked.
+func (d delegate) NotifyMsg(b []byte) {
+	n := d.n
+	r, err := decodeRecord(b)
+	if n.arrived(len(b), err) != nil {
+		return
+	}
+	if n.receive(r, time.Now().UnixNano()) {
+		n.enqueue(r.key, r.origin, appendRecord(make([]byte, 0, maxRecordLen), &r))
+		n.prune()
+	}
+}
+
+// arrived counts a message of size bytes, and a malformed one, and returns
+// err.
+func (n *node) arrived(size int, err error) error {
+	n.stats.bytesReceived.Add(uint64(size))
+	if err != nil {
+		n.stats.malformed.Add(1)
+		n.stats.recordsDropped.Add(1)
+	}
+	return err
+}
+
+func (d delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	msgs := d.n.queue.GetBroadcasts(overhead, limit)
+	for _, m := range msgs {
+		d.n.stats.bytesSent.Add(uint64(len(m)))
+	}
+	d.n.stats.recordsSent.Add(uint64(len(msgs)))
+	return msgs
+}
+
+// LocalState sends this node's records and its peers', hottest first, at
+// most MaxStateRecords: the repair path for lost packets.
+func (d delegate) LocalState(bool) []byte {
+	n := d.n
+	var recs []*record
+	if own := n.own.Load(); own != nil {
+		for i := range *own {
+			recs = append(recs, &(*own)[i])
+		}
+	}
+	n.mu.Lock()
+	for _, peers := range n.remote {
+		for _, p := range peers {
+			r := p.record
+			recs = append(recs, &r)
+		}
+	}
+	n.mu.Unlock()
+	slices.SortFunc(recs, func(a, b *record) int { return cmp.Compare(b.demand, a.demand) })
+	recs = recs[:min(len(recs), n.cfg.MaxStateRecords)]
+	b := appendState(nil, recs)
+	n.stats.bytesSent.Add(uint64(len(b)))
+	n.stats.recordsSent.Add(uint64(len(recs)))
+	return b
+}
+
+func (d delegate) MergeRemoteState(b []byte, _ bool) {
+	n := d.n
+	recs, err := decodeState(b)
+	n.arrived(len(b), err)
+	now := time.Now().UnixNano()
+	for _, r := range recs {
+		n.receive(r, now)
+	}
+}
+
+// events keeps the member list from memberlist's notifications, which it
+// makes under its own lock (reading memberlist's Members outside that lock
+// races with its updates), and passes them on to the caller's delegate.
+// It must not block.
+type events struct {
+	n    *node
+	next memberlist.EventDelegate
+}
+
+var _ memberlist.EventDelegate = events{}
+
+func (e events) NotifyJoin(m *memberlist.Node) {
+	e.set(m.Name, m.Address())
+	if e.next != nil {
+		e.next.NotifyJoin(m)
+	}
+}
+
+func (e events) NotifyUpdate(m *memberlist.Node) {
+	e.set(m.Name, m.Address())
+	if e.next != nil {
+		e.next.NotifyUpdate(m)
+	}
+}
+
+func (e events) NotifyLeave(m *memberlist.Node) {
+	e.n.memMu.Lock()
+	delete(e.n.mem, m.Name)
+	e.n.memMu.Unlock()
+	e.n.stale.Store(true)
+	if e.next != nil {
+		e.next.NotifyLeave(m)
+	}
+}
+
+func (e events) set(name, addr string) {
+	e.n.memMu.Lock()
+	e.n.mem[name] = addr
+	e.n.memMu.Unlock()
+	e.n.stale.Store(true)
+}

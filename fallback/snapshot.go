@@ -1,0 +1,182 @@
+package fallback
+
+import (
+	"time"
+)
+
+// rebuild recomputes every key's estimate from this node's last records
+// and its peers', and publishes the snapshot.
+func (n *node) rebuild(now time.Time) {
+	members := n.liveMembers()
+	split := len(members)
+	n.stats.members.Store(int64(split))
+	acc := accs{}
+	n.addOwn(acc, now)
+	n.mu.Lock()
+	for _, peers := range n.remote {
+		for _, p := range peers {
+			acc.count(&p.record, false)
+			if members[p.origin] {
+				acc.demand(&p.record, false)
+			}
+		}
+	}
+	n.mu.Unlock()
+
+	s := &snapshot{keys: make(map[digest]estimate, len(acc)), members: split}
+	for k, a := range acc {
+		s.keys[k] = estimate{
+			Known:   true,
+			Window:  a.window,
+			Own:     a.own,
+			Total:   a.total,
+			Share:   share(a.ownDemand, a.sum, split, n.cfg.Reserve),
+			Members: split,
+		}
+	}
+	n.snap.Store(s)
+}
+
+// liveMembers returns the members the estimates split among, this node
+// included. memberlist keeps a suspected member among Members until it
+// declares it dead, so the count does not drop while members are only
+// suspected (a partition must not hand each side the whole limit), and
+// drops once they are dead or have left. It exposes no suspect state to
+// count apart.
+func (n *node) liveMembers() map[string]bool {
+	members := map[string]bool{n.name: true}
+	n.memMu.Lock()
+	for name := range n.mem {
+		members[name] = true
+	}
+	n.memMu.Unlock()
+	return members
+}
+
+// addOwn adds this node's records to acc. Its counts are taken as old as
+// the peers' latest are now (peerAge), and its demands as old as the
+// peers' took to arrive (lag): a count fresher than the peers' would take
+// a share of what they have admitted since, while the demands, moving
+// averages, change little while a record waits for the snapshot.
+func (n *node) addOwn(acc accs, now time.Time) {
+	nowNs := now.UnixNano()
+	n.mu.Lock()
+	lag, age := int64(n.lag), n.peerAge(nowNs)
+	n.mu.Unlock()
+	older := n.ownAsOf(nowNs - max(lag, age)) // first: ownAsOf forgets what is older than its time
+	newer := n.ownAsOf(nowNs - min(lag, age))
+	counts, demands := older, newer
+	if age < lag {
+		counts, demands = newer, older
+	}
+	if counts != nil {
+		for i := range *counts {
+			acc.count(&(*counts)[i], true)
+		}
+	}
+	if demands != nil {
+		for i := range *demands {
+			acc.demand(&(*demands)[i], true)
+		}
+	}
+}
+
+// keyAcc is one key's counts and demands, summed for a snapshot.
+type keyAcc struct {
+	window, own, total int64
+	ownDemand, sum     float64
+}
+
+// accs sums a snapshot's records by key. Counts are of the latest window
+// any record names; demand counts only for members (the caller's choice),
+// so a dead node's share goes to the living while what it admitted in the
+// window still counts.
+type accs map[digest]*keyAcc
+
+func (m accs) of(r *record) *keyAcc {
+	a := m[r.key]
+	if a == nil {
+		a = &keyAcc{window: r.window}
+		m[r.key] = a
+	}
+	return a
+}
+
+// count adds r's count; self marks this node's own record.
+func (m accs) count(r *record, self bool) {
+	a := m.of(r)
+	if r.window > a.window {
+		a.window, a.total, a.own = r.window, 0, 0
+	}
+	if r.window == a.window {
+		a.total += r.consumed
+		if self {
+			a.own = r.consumed
+		}
+	}
+}
+
+// demand adds r's demand; self marks this node's own record.
+func (m accs) demand(r *record, self bool) {
+	a := m.of(r)
+	a.sum += r.demand
+	if self {
+		a.ownDemand = r.demand
+	}
+}
+
+// peerAge returns how old, on average, the latest record of each peer that
+// is sending is at now (unix ns): the age of the peers' counts this
+// snapshot sums, which this node's own count must match. It is more than
+// the records' delay in transit (lag): a record waits for the next
+// snapshot after it arrives, and peers queue theirs on their own ticks. A
+// peer whose latest record is older than two intervals past the delay is
+// idle (its count has not moved) and not counted; with none sending, it is
+// lag. The caller holds n.mu.
+func (n *node) peerAge(now int64) int64 {
+	latest := map[string]int64{}
+	for _, peers := range n.remote {
+		for _, p := range peers {
+			latest[p.origin] = max(latest[p.origin], int64(p.seq))
+		}
+	}
+	idle := int64(n.lag) + 2*int64(n.cfg.Interval)
+	var sum, cnt int64
+	for _, seq := range latest {
+		if a := now - seq; a >= 0 && a <= idle {
+			sum += a
+			cnt++
+		}
+	}
+	if cnt == 0 {
+		return int64(n.lag)
+	}
+	return sum / cnt
+}
+
+// maxLag bounds the delay of peers' records that the lag average takes in,
+// and how far back this node's own records are kept.
+const maxLag = 2 * time.Second
+
+// ownAsOf returns this node's record set as queued at or before t (unix
+// ns), or the oldest one kept, and forgets the ones before it. A snapshot
+// counts this node's records as old as its peers' (peerAge): were its own
+// fresher, each node would take its share of a remainder that the others
+// have already eaten into since their records left, and the cluster would
+// admit about (1 − share) × rate × that delay over the limit.
+func (n *node) ownAsOf(t int64) *[]record {
+	past := n.ownPast
+	i := 0
+	for i+1 < len(past) && past[i+1].at <= t {
+		i++
+	}
+	if len(past) == 0 {
+		return n.own.Load()
+	}
+	clear(past[:i])
+	n.ownPast = past[i:]
+	if cut := len(n.ownPast) - int(maxLag/n.cfg.Interval) - 1; cut > 0 {
+		n.ownPast = n.ownPast[cut:]
+	}
+	return n.ownPast[0].recs
+}

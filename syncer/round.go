@@ -1,0 +1,343 @@
+package syncer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/lease"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
+)
+
+// SyncAt runs one round at node time now (µs): it takes the keys handed
+// over since the last round, and exchanges with Redis those that need it,
+// in pipelines of Batch scripts, each within Timeout and ctx.
+func (s *syncer) SyncAt(ctx context.Context, now int64) (synchook.RoundStats, error) {
+	return s.round(ctx, now, false, 0)
+}
+
+// pending is a request out for one key, or the registration (entry nil).
+type pending struct {
+	entry *keyed.Entry[lease.Lease]
+	rule  *lease.Rule
+	req   lease.Request
+}
+
+// SyncFirstAt runs a first-lease round at node time now: it exchanges only
+// the keys that asked, since the last such round, for their first lease or
+// for the correction of a lease granted on a guess (before their demand
+// could be measured). Such a key need not wait MinGap after the node's
+// last round: a busy new key spends its cold-start allowance in far less.
+func (s *syncer) SyncFirstAt(ctx context.Context, now int64) (synchook.RoundStats, error) {
+	return s.firstRound(ctx, now, 0)
+}
+
+// firstRound is SyncFirstAt, within budget (see batch).
+func (s *syncer) firstRound(ctx context.Context, now int64, budget time.Duration) (synchook.RoundStats, error) {
+	start := time.Now()
+	s.firstMu.Lock()
+	defer s.firstMu.Unlock()
+	b := batch{budget: budget}
+	for _, it := range s.cluster.TakeFirst() {
+		e, r := it.Entry, it.Rule.Latest()
+		e.Lock()
+		k := &e.Value
+		k.TakeFirst()
+		if !e.Evicted() && !k.InFlight() && k.WantsFirst(r) {
+			b.due(e, r)
+		}
+		e.Unlock()
+	}
+	return s.exchange(ctx, &b, now, synchook.RoundStats{Keys: int(s.nactive.Load()), First: true}, start)
+}
+
+// batch is a round's work: the registration, if due, and the keys due,
+// whose requests are built pipeline by pipeline as they are sent, so that a
+// key the round does not reach is left as it was. A round starts no
+// pipeline once it has run budget (0: no bound but ctx): the keys left are
+// the next round's (RoundStats.Carried). calls and outs are the pipeline
+// being sent, and for each what was sent.
+type batch struct {
+	reg    *call
+	keys   []dueKey
+	final  bool
+	budget time.Duration
+	calls  []call
+	outs   []pending
+}
+
+// dueKey is a key due for an exchange, and the node time of its last one
+// (or of its first request), which orders the keys of a round.
+type dueKey struct {
+	entry *keyed.Entry[lease.Lease]
+	rule  *lease.Rule
+	since int64
+}
+
+// due adds e to b's keys. The caller holds e's lock.
+func (b *batch) due(e *keyed.Entry[lease.Lease], r *lease.Rule) {
+	b.keys = append(b.keys, dueKey{e, r, e.Value.LastSync()})
+}
+
+func (b *batch) add(c call, p pending) {
+	b.calls, b.outs = append(b.calls, c), append(b.outs, p)
+}
+
+// send adds e's exchange at node time now to b; the lease marks itself in
+// flight. The caller holds e's lock.
+func (s *syncer) send(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now int64, final bool) {
+	q := e.Value.Request(r, now, final)
+	b.add(s.leaseCall(r, e.Value.Digest, &q), pending{entry: e, rule: r, req: q})
+}
+
+// round runs a round (SyncAt), the last one if final, within budget (see
+// batch).
+func (s *syncer) round(ctx context.Context, now int64, final bool, budget time.Duration) (synchook.RoundStats, error) {
+	start := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The keys waiting for a first-lease round are looked after in this
+	// one, if due: a round asks for them again at their next decision. (While
+	// Redis is out, the loop runs no first-lease round, and its list would
+	// otherwise grow with every new key.)
+	for _, it := range s.cluster.TakeFirst() {
+		it.Entry.Lock()
+		it.Entry.Value.TakeFirst()
+		it.Entry.Unlock()
+	}
+	s.cluster.TakeHanded(func(it lease.Handed) {
+		it.Entry.Lock()
+		if !it.Entry.Evicted() {
+			it.Entry.Value.Activate()
+			s.active[it.Entry] = it.Rule
+		}
+		it.Entry.Unlock()
+	})
+	b := batch{final: final, budget: budget}
+	if c, ok := s.register(now, final); ok {
+		b.reg = &c
+	}
+	for e, r := range s.active {
+		if l := r.Latest(); l != r { // the limit changed: exchange under the new one
+			r = l
+			s.active[e] = r
+		}
+		e.Lock()
+		k := &e.Value
+		if e.Evicted() {
+			e.Unlock()
+			delete(s.active, e)
+			continue
+		}
+		k.Tapped(r, now)
+		switch {
+		case k.InFlight():
+		case final || k.Due(r, now):
+			b.due(e, r)
+		case k.Dormant():
+			// Nothing held, nothing to report: the key needs no looking
+			// after until its next request hands it over again.
+			k.Deactivate()
+			delete(s.active, e)
+		}
+		e.Unlock()
+	}
+	s.nactive.Store(int64(len(s.active)))
+	return s.exchange(ctx, &b, now, synchook.RoundStats{Keys: len(s.active)}, start)
+}
+
+// exchange sends a round's work (b) in pipelines of Batch, the registration
+// first, each pipeline within Timeout (and ctx): a failed pipeline fails its
+// own keys only. Within a budget, it serves the keys longest unsynced
+// first, starts no pipeline once the round has run b.budget, and counts the
+// keys left as carried. It applies the replies and reports the round (st)
+// to the Observer. A reply that does not decode counts as a failed
+// exchange. now is the round's node time. The caller holds mu (a
+// first-lease round, firstMu).
+func (s *syncer) exchange(ctx context.Context, b *batch, now int64, st synchook.RoundStats, start time.Time) (synchook.RoundStats, error) {
+	var roundErr error
+	fail := func(err error) {
+		if roundErr == nil {
+			roundErr = err
+		}
+	}
+	if len(b.keys) > s.cfg.Batch && b.budget > 0 {
+		slices.SortFunc(b.keys, func(x, y dueKey) int { return cmp.Compare(x.since, y.since) })
+	}
+	next := 0 // b.keys[next:] are yet to be sent
+	// A later pipeline's requests are built at now plus the time since.
+	now0, clk0 := now, s.cfg.Clock.Now().UnixMicro()
+	for first := true; first || next < len(b.keys); first = false {
+		if !first {
+			if b.budget > 0 && time.Since(start) >= b.budget {
+				st.Carried = len(b.keys) - next
+				break
+			}
+			now = now0 + max(s.cfg.Clock.Now().UnixMicro()-clk0, 0)
+		}
+		b.calls, b.outs = b.calls[:0], b.outs[:0]
+		if first && b.reg != nil {
+			b.add(*b.reg, pending{req: lease.Request{SentAt: now}}) // no entry: the registry's
+		}
+		for ; next < len(b.keys) && len(b.calls) < s.cfg.Batch; next++ {
+			d := &b.keys[next]
+			d.entry.Lock()
+			if !d.entry.Evicted() && !d.entry.Value.InFlight() {
+				s.send(b, d.entry, d.rule, now, b.final)
+			}
+			d.entry.Unlock()
+		}
+		if len(b.calls) == 0 {
+			continue
+		}
+		err := s.pipeline(ctx, b, &st, fail)
+		if err != nil {
+			fail(err)
+		}
+	}
+	st.Took, st.Err = time.Since(start), roundErr
+	if errors.Is(roundErr, ErrUnavailable) && st.Synced == 0 {
+		// Replies in a window this touched grant nothing on top of use
+		// (lease.Rule.SetOutage). Not after a round Redis answered in
+		// part (a pipeline past its deadline on a busy server): Redis was
+		// up and lost nothing, and the hand-back would give its keys to
+		// the failure policy, whose admissions come on top of Redis's
+		// counts.
+		s.cluster.NoteOutage(s.cfg.Clock.Now().UnixMicro() + s.cluster.Offset())
+	}
+	if s.cfg.Observer != nil {
+		s.obsMu.Lock()
+		s.cfg.Observer.Round(st)
+		s.obsMu.Unlock()
+	}
+	s.cluster.RoundDone() // after the Observer: a waiter wakes to what it learned
+	return st, roundErr
+}
+
+// pipeline sends b's current pipeline within Timeout (and ctx), applies its
+// replies, counts them in st and reports each failure to fail; it returns
+// the pipeline's own error, wrapped. The caller holds mu.
+func (s *syncer) pipeline(ctx context.Context, b *batch, st *synchook.RoundStats, fail func(error)) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	// Each reply's Redis clock is read against the midpoint of send and
+	// receipt: the send is now, not when the round began (a round that
+	// looked over many keys first would put every node's clock ahead).
+	sent := s.cfg.Clock.Now().UnixMicro()
+	for i := range b.outs {
+		b.outs[i].req.SentAt = sent
+	}
+	cmds, err := runPipelined(ctx, s.cfg.Client, s.cfg.Client.Pipeline, b.calls)
+	st.Pipeline++
+	recv := s.cfg.Clock.Now().UnixMicro()
+	for i, cmd := range cmds {
+		p := &b.outs[i]
+		vals, cerr := cmd.Int64Slice()
+		if p.entry == nil { // the registration
+			var v registryReply
+			if cerr == nil {
+				v, cerr = decodeRegistry(vals)
+				if cerr != nil {
+					fail(cerr)
+				}
+			} else {
+				fail(wrap(ctx, "register", cerr))
+			}
+			if cerr == nil {
+				s.cluster.SetNodes(v.Live)
+				if !s.cfg.PassTime {
+					s.cluster.Measure(v.Now-(p.req.SentAt+recv)/2, max(recv-p.req.SentAt, 0)/2, recv)
+				}
+				st.Registered = true
+			} else {
+				s.registered = 0 // again at the next round
+			}
+			continue
+		}
+		applied := false
+		if cerr != nil {
+			cerr = wrap(ctx, "sync", cerr)
+			s.answered(p, errors.Is(cerr, ErrRedis))
+		} else {
+			applied, cerr = s.apply(p, vals, recv)
+		}
+		switch {
+		case cerr != nil:
+			st.Failed++
+			fail(cerr)
+		case applied:
+			st.Synced++
+		}
+	}
+	return wrap(ctx, "sync", err)
+}
+
+// answered records that p's exchange failed: its lease is left as it was,
+// but for its request no longer in flight, and for the fault when Redis
+// answered it with an error (lease.Lease.Fault).
+func (s *syncer) answered(p *pending, fault bool) {
+	p.entry.Lock()
+	p.entry.Value.Answered()
+	if fault {
+		p.entry.Value.Fault()
+	}
+	p.entry.Unlock()
+}
+
+// apply decodes the reply vals to p and takes it into p's lease, under the
+// entry's lock, and reports whether it did: an evicted entry's reply is
+// dropped. recv is the node time it arrived. A reply that does not decode
+// returns an error wrapping ErrRedis and leaves the lease as answered, with
+// the fault.
+func (s *syncer) apply(p *pending, vals []int64, recv int64) (bool, error) {
+	e := p.entry
+	e.Lock()
+	defer e.Unlock()
+	e.Value.Answered()
+	if p.req.Bucket {
+		v, err := decodeLeaseBucket(vals)
+		if err != nil {
+			e.Value.Fault()
+		}
+		if err != nil || e.Evicted() {
+			return false, err
+		}
+		e.Value.ApplyBucket(p.rule, &p.req, &v, recv)
+		return true, nil
+	}
+	v, err := decodeLeaseWindow(vals)
+	if err != nil {
+		e.Value.Fault()
+	}
+	if err != nil || e.Evicted() {
+		return false, err
+	}
+	e.Value.ApplyWindow(p.rule, &p.req, &v, recv)
+	return true, nil
+}
+
+// scriptNow is the time argument of a script: empty for Redis's clock, or
+// the node's estimate of it under PassTime.
+func (s *syncer) scriptNow(rnow int64) string {
+	if !s.cfg.PassTime {
+		return ""
+	}
+	return strconv.FormatInt(rnow, 10)
+}
+
+// leaseCall is the lease script call of request q for the key of digest d
+// under lr.
+func (s *syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Request) call {
+	r, digest := redisRule(lr), encodeDigest(d)
+	c := leaseConsts{now: s.scriptNow(q.Now), node: s.node, leaseTTL: s.cfg.LeaseTTL.Microseconds(), demandTTL: s.cfg.DemandTTL.Microseconds()}
+	if q.Bucket {
+		return call{scriptLeaseBucket, []string{s.ks.name(r.name, digest, "s")}, encodeLeaseBucket(q, c, r)}
+	}
+	n := r.name
+	keys := []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
+	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r)}
+}
