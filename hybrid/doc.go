@@ -4,11 +4,16 @@
 // exchanges with Redis.
 //
 // The common case needs this package alone (and go-redis): it names the
-// limits (Limit and the algorithms) and the decisions (Decision, Reason) of
-// package local, and the Redis keyspace (Keyspace) of package syncer, which
-// stay available for a limiter without Redis (local.Limiter) or central
+// limits (Limit and the algorithms) and the decisions (Decision) of package
+// local, and the Redis keyspace (Keyspace) of package syncer, which stay
+// available for a limiter without Redis (local.Limiter) or central
 // decisions without a Limiter (syncer.Central). SyncConfig tunes the syncer
-// of Hybrid rules.
+// of Hybrid rules and GossipConfig the gossip.
+//
+// It does not export the syncer, the leases, the gossip node or the
+// simulation controls its tests use: they are the module's plumbing, in its
+// internal packages. A decision's Reason is a local.Reason; Allowed,
+// RetryAfter and Degraded are what a caller usually reads.
 //
 // # Modes
 //

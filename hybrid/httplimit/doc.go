@@ -15,11 +15,15 @@
 // from Redis (PublishRules; WatchRedis applies each new version on every
 // node). A Rule's struct tags are its keys in a file; whatever its source,
 // a rule is validated in one place, and a bad one is refused with a
-// *RuleError naming it and the field. See
-// docs/rules.md.
+// *RuleError naming it and the field. See docs/rules.md.
 //
 // The client IP has no spoofable default: it is the socket's peer unless
 // Config names trusted proxies or a number of trusted hops. Redis failures
 // follow the rules' failure policies; the middleware never answers 500
 // because Redis is down. See docs/http.md.
+//
+// It exports the middleware, its rules and their watchers, and nothing of
+// how it decides: rules become hybrid.Rules registered on the Limiter, and
+// the headers and problem bodies are documented in docs/http.md rather than
+// exported as constants.
 package httplimit
