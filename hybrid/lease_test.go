@@ -297,7 +297,11 @@ func TestRetriedSync(t *testing.T) {
 			if dup {
 				c.AddHook(dupPipelines{})
 			}
-			l := newNode(t, nodeConfig(c, prefix, clk, id, 2))
+			// The two runs must see the same rounds: no round may time out
+			// on a loaded machine, which would change one run alone.
+			cfg := nodeConfig(c, prefix, clk, id, 2)
+			cfg.Timeout, cfg.Sync.Timeout = 10*time.Second, 10*time.Second
+			l := newNode(t, cfg)
 			nodes = append(nodes, l)
 			rules = append(rules, mustRegister(t, l, hybrid.Rule{Name: "r", Limit: fixed(L, W)}, hybrid.Hybrid))
 		}
