@@ -102,7 +102,7 @@ type Result struct {
 	// (nil for the other workloads).
 	Patterns []*PatternResult `json:",omitempty"`
 	// Waited counts the decisions that waited for a lease
-	// (Decision.Waited).
+	// (those hybridlimit.lease.waits counts).
 	Waited int64 `json:",omitempty"`
 	// Lost counts the api-patterns retry requests that never reached the
 	// node they were for.

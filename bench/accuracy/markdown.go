@@ -305,7 +305,7 @@ func usersText(results []*Result) string {
 		"so users keep arriving cold; each request goes to one of N = %d node processes at random. One warm-up window, then %d measured windows; offered about %s requests per second in total "+
 		"(the rate central mode serves on time here, two rules per request). "+
 		"Latency: each decision's, measured around the Allow call in the node (it includes one clock read), over the decisions that did not wait for a lease; "+
-		"waited: the decisions that did (Decision.Waited, where the library offers it), and their wait; on-CPU: the same decisions' time on a CPU, by the deciding thread's CPU clock, "+
+		"waited: the decisions that did (the decisions hybridlimit.lease.waits counts, where the library has them), and their wait; on-CPU: the same decisions' time on a CPU, by the deciding thread's CPU clock, "+
 		"which leaves out the time the thread waited for a core while the machine's other processes (the other nodes, Redis, the driver) ran. Under the limit: the requests of users under their limit in the measured windows; "+
 		"false rejections are those the exact replay admits. Over-admission: per user over the limit and window, admitted ÷ L − 1 (fixed window), or the largest excess of an interval "+
 		"ending in the window over the arrival curve (burst + rate × interval) ÷ L (GCRA); first window: the window the user's session starts in (the node holds no lease for it yet); later: the others. "+

@@ -47,7 +47,7 @@ type Event struct {
 // The bits of Event.Flags.
 const (
 	evAllowed  = 1 << iota // admitted
-	evWaited               // the decision waited for a lease (Decision.Waited)
+	evWaited               // the decision waited for a lease (those hybridlimit.lease.waits counts)
 	evDegraded             // decided by a failure policy without Redis
 )
 

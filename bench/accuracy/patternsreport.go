@@ -282,7 +282,7 @@ of the same retries the exact limiter refuses.
 (GCRA); two rules, users' and IPs' keys each against their rule; across a limit change, L is the largest limit
 a key's requests in the window were decided under, and GCRA's curve starts afresh at the change.
 
-**Waited**: decisions that waited for a lease (Decision.Waited, where the library offers it), and the wait's
+**Waited**: decisions that waited for a lease (the decisions hybridlimit.lease.waits counts, where the library has them), and the wait's
 p50 and p99. Each node decides with 16 goroutines in both modes, so that requests waiting for a lease wait
 side by side, as a server's would.
 `

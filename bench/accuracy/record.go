@@ -125,7 +125,7 @@ type NodeSummary struct {
 	// after the schedule (hybrid and local modes): warm caches.
 	Warm Slices
 	// Waits holds the latencies of the decisions that waited for a lease
-	// (Decision.Waited), Waited their number; Latency holds the others.
+	// (those hybridlimit.lease.waits counts), Waited their number; Latency holds the others.
 	Waits  Slices `json:",omitempty"`
 	Waited int64  `json:",omitempty"`
 	// Changes are the times (µs since T0) at which the api-patterns node

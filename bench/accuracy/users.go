@@ -293,7 +293,7 @@ type LatencyStats struct {
 	// in the same nodes after the schedule, caches warm (NaN when none).
 	WarmP50, WarmP99 Float
 	// Waited counts the decisions that waited for a lease
-	// (Decision.Waited), and WaitP50 and WaitP99 are their latencies (NaN
+	// (those hybridlimit.lease.waits counts), and WaitP50 and WaitP99 are their latencies (NaN
 	// when none waited); the figures above are over the other decisions.
 	Waited           int64
 	WaitP50, WaitP99 Float
