@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -25,9 +27,11 @@ const (
 	ModeFailLocal  = "fail_local"  // hybrid, FailLocal: the limit split evenly over the nodes last seen
 	ModeAlone      = "alone"       // local: each node admits the whole limit
 	ModeFailClosed = "fail_closed" // hybrid, FailClosed
+	ModeFailOpen   = "fail_open"   // hybrid, FailOpen: admits everything while Redis is out of reach
 )
 
-// Modes lists every mode, in the order tables show them.
+// Modes lists the modes a node runs by default, in the order tables show
+// them.
 var Modes = []string{ModeFallback, ModeFailLocal, ModeAlone, ModeFailClosed}
 
 // Spec is one node's run.
@@ -46,6 +50,14 @@ type Spec struct {
 
 	Rate     float64       // offered requests per second at this node
 	Duration time.Duration // how long to offer them
+	// Poisson draws the arrivals as a Poisson process of Rate (seeded by
+	// Seed and Name) rather than evenly spaced.
+	Poisson bool
+	Seed    int64
+	// Tuned gossips faster than the defaults (memberlist's gossip every
+	// 20ms, records every 50ms, a demand half-life of 1s); else the
+	// library's and memberlist's defaults, what a user gets.
+	Tuned bool
 	// ProbeInterval and SuspicionMult tune how soon memberlist declares a
 	// killed node dead. Default memberlist's LAN values.
 	ProbeInterval time.Duration
@@ -168,14 +180,19 @@ func modeConfig(spec Spec, mode string, lim hybrid.Limit, logger *slog.Logger) (
 		if spec.SuspicionMult > 0 {
 			ml.SuspicionMult = spec.SuspicionMult
 		}
-		ml.GossipInterval = 20 * time.Millisecond
 		cfg.Gossip = &hybrid.GossipConfig{Memberlist: ml, Seeds: spec.Seeds, Keys: [][]byte{spec.Key}, Label: "outage",
-			Interval: 50 * time.Millisecond, DemandHalfLife: time.Second, RejoinInterval: time.Second}
+			RejoinInterval: time.Second}
+		if spec.Tuned {
+			ml.GossipInterval = 20 * time.Millisecond
+			cfg.Gossip.Interval, cfg.Gossip.DemandHalfLife = 50*time.Millisecond, time.Second
+		}
 		rule.Policy = hybrid.Gossip
 	case ModeFailLocal:
 		rule.Policy = hybrid.FailLocal
 	case ModeFailClosed:
 		rule.Policy = hybrid.FailClosed
+	case ModeFailOpen:
+		rule.Policy = hybrid.FailOpen
 	case ModeAlone:
 		rule.Mode = hybrid.Local
 	default:
@@ -184,8 +201,8 @@ func modeConfig(spec Spec, mode string, lim hybrid.Limit, logger *slog.Logger) (
 	return cfg, rule, nil
 }
 
-// offer offers spec's arrivals, Rate per second evenly spaced for
-// Duration, to every runner, and emits each runner's Window line as its
+// offer offers spec's arrivals, Rate per second evenly spaced (or a
+// Poisson process) for Duration, to every runner, and emits each runner's Window line as its
 // window ends, and the last ones at the end. Without arrivals it waits out
 // Duration: the node only takes part in the gossip.
 func offer(spec Spec, runners []*runner, emit func(Line)) {
@@ -194,10 +211,15 @@ func offer(spec Spec, runners []*runner, emit func(Line)) {
 	start := time.Now()
 	end := start.Add(spec.Duration)
 	next := start
-	gap := spec.Duration // no arrivals: the node only takes part in the gossip
-	if spec.Rate > 0 {
-		gap = time.Duration(float64(time.Second) / spec.Rate)
-	} else {
+	mean := float64(time.Second) / spec.Rate
+	gap := func() time.Duration { return time.Duration(mean) }
+	if spec.Poisson {
+		h := fnv.New64a()
+		h.Write([]byte(spec.Name))
+		rng := rand.New(rand.NewPCG(uint64(spec.Seed), h.Sum64()))
+		gap = func() time.Duration { return time.Duration(rng.ExpFloat64() * mean) }
+	}
+	if spec.Rate <= 0 { // no arrivals: the node only takes part in the gossip
 		next = end
 		time.Sleep(spec.Duration)
 	}
@@ -206,7 +228,7 @@ func offer(spec Spec, runners []*runner, emit func(Line)) {
 			time.Sleep(d)
 		}
 		now := time.Now()
-		for ; !next.After(now) && next.Before(end); next = next.Add(gap) {
+		for ; !next.After(now) && next.Before(end); next = next.Add(gap()) {
 			// Arrivals due while the process was descheduled are decided
 			// late, and counted in the window they are decided in: the one
 			// the limiters count them in.

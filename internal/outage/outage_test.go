@@ -84,7 +84,7 @@ func TestOutageProcesses(t *testing.T) {
 	W := time.Second
 	c := &cluster{t: t, exe: exe, redis: rd, base: outage.Spec{
 		Redis: rd.Addr, Prefix: "po", Key: key, Nodes: 3, Limit: L, Window: W,
-		Modes: []string{outage.ModeFallback, outage.ModeFailLocal}, ProbeInterval: 200 * time.Millisecond, SuspicionMult: 2,
+		Modes: []string{outage.ModeFallback, outage.ModeFailLocal}, ProbeInterval: 200 * time.Millisecond, SuspicionMult: 2, Tuned: true,
 	}}
 	// Start so that windows begin 0.5s after the nodes are up.
 	t0 := time.Now().Truncate(W).Add(W + W/2)
@@ -174,7 +174,7 @@ func TestPausedRedisProcesses(t *testing.T) {
 	const L = 600
 	W := time.Second
 	c := &cluster{t: t, exe: exe, redis: rd, base: outage.Spec{
-		Redis: rd.Addr, Prefix: "pp", Key: key, Nodes: 3, Limit: L, Window: W, Modes: []string{outage.ModeFallback},
+		Redis: rd.Addr, Prefix: "pp", Key: key, Nodes: 3, Limit: L, Window: W, Modes: []string{outage.ModeFallback}, Tuned: true,
 	}}
 	total := 7 * W
 	for i, r := range []float64{1000, 500, 500} {

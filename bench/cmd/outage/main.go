@@ -26,8 +26,10 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/outage"
 )
 
+// nodes is how many node processes a workload starts (-nodes).
+var nodes = 5
+
 const (
-	nodes   = 5
 	warm    = 3  // windows before the fault
 	outageW = 10 // windows of the fault
 	after   = 4  // windows after Redis returns
@@ -44,19 +46,27 @@ func rates(wl string, offered float64) (base []float64, joiner float64) {
 	case "90% on one":
 		base[0] = 0.9 * offered
 		for i := 1; i < nodes; i++ {
-			base[i] = 0.1 * offered / (nodes - 1)
+			base[i] = 0.1 * offered / float64(nodes-1)
 		}
 	case "all on one":
 		base[0] = offered
 	default:
 		for i := range base {
-			base[i] = offered / nodes
+			base[i] = offered / float64(nodes)
 		}
 	}
 	if wl == "6th joins" {
-		joiner = offered / nodes
+		joiner = offered / float64(nodes)
 	}
 	return base, joiner
+}
+
+// opts are the run's flags that every node's Spec carries.
+var opts struct {
+	modes   []string
+	poisson bool
+	seed    int64
+	tuned   bool
 }
 
 type scenario struct {
@@ -77,7 +87,21 @@ func main() {
 	onlyLoad := flag.Float64("load", 0, "run only this load (1.5, 5)")
 	onlyWorkload := flag.String("workload", "", "run only this workload (uniform, 90% on one, all on one, 6th joins, 1 killed)")
 	verbose := flag.Bool("v", false, "print every window's admitted ÷ L, mode by mode")
+	flag.IntVar(&nodes, "nodes", nodes, "node processes per workload")
+	arrivals := flag.String("arrivals", "steady", "arrivals at each node: steady (evenly spaced) or poisson")
+	seed := flag.Int64("seed", 1, "the Poisson arrivals' seed")
+	flag.BoolVar(&opts.tuned, "tuned", false, "gossip faster than the defaults (records every 50ms, memberlist's gossip every 20ms)")
+	modes := flag.String("modes", strings.Join(outage.Modes, ","), "the modes each node runs, comma-separated ("+strings.Join(append(outage.Modes, outage.ModeFailOpen), ", ")+")")
 	flag.Parse()
+	opts.modes = strings.Split(*modes, ",")
+	switch *arrivals {
+	case "steady":
+	case "poisson":
+		opts.poisson, opts.seed = true, *seed
+	default:
+		fmt.Fprintf(os.Stderr, "outage: -arrivals %q: want steady or poisson\n", *arrivals)
+		os.Exit(2)
+	}
 	if *node == "" {
 		fmt.Fprintln(os.Stderr, "outage: need -node")
 		os.Exit(2)
@@ -176,7 +200,8 @@ func runGroup(exe string, group []*scenario, limit int64, W time.Duration) error
 	for gi, s := range group {
 		base, joiner := rates(s.wl, s.load*float64(limit))
 		spec := outage.Spec{Redis: rd.Addr, Prefix: fmt.Sprintf("g%d", gi), Key: key, Nodes: nodes, Limit: limit, Window: W,
-			Bucket: s.algo == "token bucket", ProbeInterval: 200 * time.Millisecond, SuspicionMult: 2}
+			Bucket: s.algo == "token bucket", ProbeInterval: 200 * time.Millisecond, SuspicionMult: 2,
+			Modes: opts.modes, Poisson: opts.poisson, Seed: opts.seed, Tuned: opts.tuned}
 		r := &live{s: s, joiner: joiner}
 		runs = append(runs, r)
 		for i, rate := range base {
@@ -287,7 +312,7 @@ func summarize(s *scenario, mode string, limit int64) summary {
 func row(s *scenario, limit int64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| %s | %s | %.1f × L | %s |", s.fault, s.algo, s.load, s.wl)
-	for _, m := range outage.Modes {
+	for _, m := range opts.modes {
 		sm := summarize(s, m, limit)
 		fmt.Fprintf(&b, " %.2f [%.2f–%.2f] |", sm.mean, sm.lo, sm.hi)
 	}
@@ -297,7 +322,7 @@ func row(s *scenario, limit int64) string {
 		ev = fmt.Sprintf("%.2f", fb.ev)
 	}
 	var failed int64
-	for _, m := range outage.Modes {
+	for _, m := range opts.modes {
 		failed += summarize(s, m, limit).failed
 	}
 	fmt.Fprintf(&b, " %.2f / %s / %.2f / %.2f | %d |", fb.first, ev, fb.ret, fb.mx, failed)
@@ -310,7 +335,7 @@ func windows(s *scenario, limit int64) string {
 	var b strings.Builder
 	for i := int64(0); i < warm+outageW+after; i++ {
 		fmt.Fprintf(&b, "  %2d %-7s", i, phase(i))
-		for _, m := range outage.Modes {
+		for _, m := range opts.modes {
 			l := s.wins[m][s.w0+i]
 			fmt.Fprintf(&b, " %s %.2f (%v)", m, float64(l.Admitted)/float64(limit), time.Duration(l.MaxLatency).Round(time.Microsecond))
 		}
@@ -337,7 +362,7 @@ func plot(s *scenario, limit int64) string {
 		XLabel: fmt.Sprintf("window (1 s); Redis down in windows %d–%d", warm, warm+outageW-1),
 		YLabel: "admitted ÷ L", LinearX: true,
 	}
-	for _, m := range outage.Modes {
+	for _, m := range opts.modes {
 		ser := accuracy.Series{Name: m, Color: colors[m], Radius: 3}
 		ids := make([]int64, 0, len(s.wins[m]))
 		for id := range s.wins[m] {
