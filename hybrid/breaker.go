@@ -21,6 +21,18 @@ func (l *Limiter) roundFailed(now int64, err error) {
 	}
 }
 
+// noteOutage tells the leases, while the breaker is open, that the failure
+// policies decide at now: once Redis answers again, replies in a window
+// this touched grant nothing on top of use until every node has reported
+// what it admitted without Redis (lease.Rule.SetOutage). A round that
+// merely timed out, the breaker closed, decided nothing by policy and
+// notes nothing.
+func (l *Limiter) noteOutage(now int64) {
+	if l.sync != nil && l.breakerOpen() && !l.shut.Load() {
+		l.sync.NoteOutage(now)
+	}
+}
+
 // markUnavailable opens the circuit breaker: failure policies decide for
 // central rules, and for hybrid keys without a lease, until a probe, a sync
 // round or Ping finds Redis again.
@@ -34,6 +46,7 @@ func (l *Limiter) markUnavailable(now int64, err error) {
 		l.logger.Warn("hybridlimit: redis unavailable; failure policies apply", "err", err)
 		l.metrics.modeChanged(false)
 	}
+	l.noteOutage(now)
 	l.startProbe()
 }
 

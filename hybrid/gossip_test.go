@@ -221,19 +221,32 @@ func count(ss []string, s string) int {
 }
 
 // TestNoGrantOnUnknownUse: Redis restarts empty in a window where both
-// nodes admitted by their failure policy. The first node back reports its
-// use and would be granted the rest of the window before the second one
-// reports its own; it takes no grant on top of its use there, and its
-// policy goes on deciding until the window ends.
+// nodes admitted by their failure policy, whichever it is. The first node
+// back reports its use and would be granted the rest of the window before
+// the second one reports its own; it takes no grant on top of its use
+// there, and decides on its part of the limit until the window ends.
 func TestNoGrantOnUnknownUse(t *testing.T) {
+	for _, c := range []struct {
+		policy hybrid.Policy
+		outage int64 // what the two nodes admit without Redis
+	}{
+		{hybrid.Gossip, 800}, // without gossip: FailLocal's even split, L/2 each
+		{hybrid.FailLocal, 800},
+		{hybrid.FailOpen, 800},
+		{hybrid.FailClosed, 0},
+	} {
+		t.Run(c.policy.String(), func(t *testing.T) { noGrantOnUnknownUse(t, c.policy, c.outage) })
+	}
+}
+
+func noGrantOnUnknownUse(t *testing.T, policy hybrid.Policy, outage int64) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	prefix := redistest.Prefix(t)
 	const L = 1000
 	W := time.Second
 	clk := clocktest.New(epoch2030.Add(100 * time.Millisecond))
-	// Gossip without gossip: FailLocal's even split, and the hand-back.
-	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, fixed(L, W), hybrid.Gossip)
+	nodes, rules := twoNodes(t, srv.Addr, prefix, clk, fixed(L, W), policy)
 	var tl tally
 	allow := func(i int) bool { return tl.allow(t, nodes[i], rules[i]) }
 	for range 10 {
@@ -252,7 +265,7 @@ func TestNoGrantOnUnknownUse(t *testing.T) {
 			allow(i)
 		}
 	}
-	require.Equal(t, int64(800), tl.total, "each node admits 400 by the even split (L/2 each)")
+	require.Equal(t, outage, tl.total, "what the nodes admit by the policy")
 	srv.Restart()
 	syncBack(t, nodes[0], clk)
 	// Node a alone for a while: Redis knows only its 400.

@@ -225,25 +225,24 @@ func badCost(lr *lease.Rule, n int64) (lease.Verdict, bool) {
 // degraded decides for a key without a lease while Redis is out of reach,
 // back in a window the outage touched (lease.Lease.Recovering), or after
 // Shutdown: by the Gossip policy's estimate (on a window rule's lease, or a
-// bucket rule's demand share) or FailLocal's part on a window rule's lease,
-// else by the rule's failure policy, recording in the lease what the policy
-// admitted. charge false decides without charging (a multi-rule
+// bucket rule's demand share) or FailLocal's part on a window rule's lease
+// (every policy's, back from an outage), else by the rule's failure
+// policy, recording in the lease what the policy admitted. charge false decides without charging (a multi-rule
 // decision's check). e is key's entry, which the caller holds locked. The
 // decision is not counted: the caller counts it.
 func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64, charge bool) local.Decision {
-	// The nodes: as the last lease exchange counted them, or as the Config
-	// says until one did.
-	nodes := m.l.expectedNodes()
-	if c := lr.Nodes(); c > 0 {
-		nodes = c
-	}
+	nodes := m.nodes(lr)
 	shut := m.l.shut.Load()
 	gossip := m.fail.policy == Gossip && m.l.gossip != nil && !shut
+	// Back from an outage in a window it touched, every policy decides on
+	// the key's part: FailOpen's admissions are already counted there, and
+	// FailClosed's refusals would refuse what the window has room for.
+	back := !m.l.breakerOpen() && e.Value.Recovering(lr, now)
 	if gossip {
 		if d, ok := m.gossipLease(e, lr, now, n, charge); ok {
 			return d
 		}
-	} else if m.fail.policy == FailLocal || m.fail.policy == Gossip || shut {
+	} else if m.fail.policy == FailLocal || m.fail.policy == Gossip || shut || back {
 		part := max(m.rs.limit.Load().Params().Quota/nodes, 1)
 		if v, ok := e.Value.Fallback(lr, now, n, part, charge); ok {
 			return m.fallbackLease(e, lr, v, charge)
@@ -261,6 +260,15 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 		lr.Notify(e)
 	}
 	return d
+}
+
+// nodes is how many nodes share lr's limit: as the last lease exchange
+// counted them, or as the Config says until one did.
+func (m *hybridRule) nodes(lr *lease.Rule) int64 {
+	if c := lr.Nodes(); c > 0 {
+		return c
+	}
+	return m.l.expectedNodes()
 }
 
 // lockedEntry returns key's entry, locked and with its digest set; nil when

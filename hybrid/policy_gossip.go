@@ -213,23 +213,28 @@ func gossipDigest(d, salt *[lease.DigestSize]byte) gossiphook.Digest {
 	return out
 }
 
-// setOutage sets what lr's leases do around an outage: under Gossip with
-// gossip, each key's figures go to the gossip node at every sync round (off
-// the hot path), and for a while after an outage a bucket key's share is no
-// more than its gossip share, as nodes that have not reached Redis again go
-// on admitting theirs; under Gossip, no grant is taken on top of use in a
-// window an outage touched, and the policy decides there. FailLocal keeps
-// its leases as they come: a round that merely timed out would otherwise
-// hand its node's decisions to the even split while the others hold leases.
+// setOutage sets what lr's leases do around an outage, whatever the
+// policy: once Redis answers again after the breaker opened, no grant is
+// taken on top of use in a window the outage touched, and the key is
+// decided on its part of the limit there (degraded), so that what a node
+// admitted without Redis is never counted beside a lease granted before
+// the others reported theirs; and for a while a bucket key's share of the
+// rate is no more than the policy's part, as nodes that have not reached
+// Redis again go on admitting theirs. Under Gossip with gossip, that part
+// is the key's gossip share, and each key's figures go to the gossip node
+// at every sync round (off the hot path); under FailLocal, the even split.
 func (m *hybridRule) setOutage(lr *lease.Rule) {
 	var tap lease.Tap
-	if g := m.l.gossip; g != nil && m.fail.policy == Gossip {
+	switch g := m.l.gossip; {
+	case g != nil && m.fail.policy == Gossip:
 		tap = func(k *lease.Lease, window, asked, used int64) {
 			g.node.Report(gossipDigest(&k.Digest, &m.salt), window, asked, used)
 		}
 		lr.SetShare(func(k *lease.Lease) float64 { return m.estimate(k).Share })
+	case m.fail.policy == FailLocal || m.fail.policy == Gossip:
+		lr.SetShare(func(*lease.Lease) float64 { return 1 / float64(m.nodes(lr)) })
 	}
-	lr.SetOutage(tap, m.fail.policy == Gossip)
+	lr.SetOutage(tap, true)
 }
 
 // gossipLease decides by the gossip estimate on a window rule's lease, in

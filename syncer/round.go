@@ -200,15 +200,6 @@ func (s *syncer) exchange(ctx context.Context, b *batch, now int64, st synchook.
 		}
 	}
 	st.Took, st.Err = time.Since(start), roundErr
-	if errors.Is(roundErr, ErrUnavailable) && st.Synced == 0 {
-		// Replies in a window this touched grant nothing on top of use
-		// (lease.Rule.SetOutage). Not after a round Redis answered in
-		// part (a pipeline past its deadline on a busy server): Redis was
-		// up and lost nothing, and the hand-back would give its keys to
-		// the failure policy, whose admissions come on top of Redis's
-		// counts.
-		s.cluster.NoteOutage(s.cfg.Clock.Now().UnixMicro() + s.cluster.Offset())
-	}
 	if s.cfg.Observer != nil {
 		s.obsMu.Lock()
 		s.cfg.Observer.Round(st)

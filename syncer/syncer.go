@@ -93,6 +93,11 @@ func newSyncer(cfg syncConfig) (*syncer, error) {
 // NodeID returns the node's name in Redis.
 func (s *syncer) NodeID() string { return s.node }
 
+// NoteOutage records that Redis is out of reach at node time now: replies
+// in a window this touches grant nothing on top of use for a while
+// (lease.Rule.SetOutage).
+func (s *syncer) NoteOutage(now int64) { s.cluster.NoteOutage(now + s.cluster.Offset()) }
+
 // LeaseRule returns the hybrid form of r, whose leases this syncer
 // exchanges, or an error wrapping errNotLeasable when its limit cannot be
 // split into leases. The lease rule holds r (its

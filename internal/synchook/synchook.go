@@ -53,6 +53,10 @@ type Syncer[R any] interface {
 	Shutdown(ctx context.Context) error
 	// NodeID returns the node's name in Redis.
 	NodeID() string
+	// NoteOutage records that Redis is out of reach at node time now (µs),
+	// the failure policy deciding: for a while after the last one, replies
+	// in a window it touched grant nothing on top of use.
+	NoteOutage(now int64)
 	// Nodes returns the number of live nodes Redis counted, and at least
 	// Tuning.Nodes.
 	Nodes() int64
