@@ -127,6 +127,13 @@ func contextTimeouts(c redis.UniversalClient) (enabled, known bool) {
 // preload loads every script into Redis (every master, on a Cluster), so the
 // first decisions run by SHA. It is optional: a node without a script gets
 // it on first use.
+// failed returns err, a failed call's, having the client reload a
+// Cluster's slots if Redis was out of reach.
+func (c *Central) failed(err error) error {
+	reloadSlots(c.client, err)
+	return err
+}
+
 func (c *Central) preload(ctx context.Context) error {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
@@ -168,7 +175,7 @@ func (c *Central) Ping(ctx context.Context) error {
 		}
 		return nil
 	})
-	return wrap(ctx, "ping", err)
+	return c.failed(wrap(ctx, "ping", err))
 }
 
 // probeTTL is how long Ping's probe keys live.
@@ -242,7 +249,7 @@ func (c *Central) decide(ctx context.Context, now string, r *Rule, key string, n
 		return err
 	})
 	if err != nil {
-		return local.Decision{}, 0, wrap(ctx, "decide", err)
+		return local.Decision{}, 0, c.failed(wrap(ctx, "decide", err))
 	}
 	d, err := decodePacked(packed)
 	if err != nil {
@@ -474,7 +481,7 @@ func (c *Central) multiScript(ctx context.Context, now string, groups []*group, 
 		return err
 	})
 	if err != nil {
-		return false, wrap(ctx, "decide", err)
+		return false, c.failed(wrap(ctx, "decide", err))
 	}
 	admitted, ds, err := decodeMulti(res, len(groups))
 	if err != nil {
@@ -512,7 +519,7 @@ func (c *Central) eachScript(ctx context.Context, now string, groups []*group, o
 		return nil
 	})
 	if err != nil {
-		return nil, wrap(ctx, "decide", err)
+		return nil, c.failed(wrap(ctx, "decide", err))
 	}
 	for i, g := range groups {
 		if vals[i] != nil {
@@ -520,7 +527,7 @@ func (c *Central) eachScript(ctx context.Context, now string, groups []*group, o
 		}
 	}
 	if perr != nil && !errors.Is(perr, ErrRedis) {
-		perr = wrap(ctx, "decide", perr)
+		perr = c.failed(wrap(ctx, "decide", perr))
 	}
 	if perr != nil {
 		return vals, perr

@@ -66,6 +66,17 @@ func wrap(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("syncer: %s: %w: %w", op, ErrUnavailable, err)
 }
 
+// reloadSlots has a Cluster client reload its map of slots after err, a
+// failure to reach Redis: go-redis reloads it on a redirect, or once a
+// minute, but not when a master stops answering, so after a failover it
+// would go on sending the dead master's slots to it. The reload runs in
+// the background, at most one at a time.
+func reloadSlots(c redis.UniversalClient, err error) {
+	if cc, ok := c.(*redis.ClusterClient); ok && errors.Is(err, ErrUnavailable) {
+		cc.ReloadState(context.Background())
+	}
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()

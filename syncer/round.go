@@ -200,6 +200,7 @@ func (s *syncer) exchange(ctx context.Context, b *batch, now int64, st synchook.
 		}
 	}
 	st.Took, st.Err = time.Since(start), roundErr
+	reloadSlots(s.cfg.Client, roundErr)
 	if s.cfg.Observer != nil {
 		s.obsMu.Lock()
 		s.cfg.Observer.Round(st)
