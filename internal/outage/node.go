@@ -37,7 +37,12 @@ var Modes = []string{ModeFallback, ModeFailLocal, ModeAlone, ModeFailClosed}
 // Spec is one node's run.
 type Spec struct {
 	Name   string   // the node's name, in Redis and in the gossip
-	Redis  string   // Redis's host:port
+	Redis  string   // Redis's host:port, unless Sentinels or Cluster is set
+	// Sentinels and Master name a master with replicas behind Sentinels
+	// (a failover client); Cluster, a Redis Cluster's nodes.
+	Sentinels []string
+	Master    string
+	Cluster   []string
 	Prefix string   // the Redis key prefix; each mode appends its name
 	Seeds  []string // gossip peers to join
 	Key    []byte   // the gossip's encryption key
@@ -164,8 +169,7 @@ func modeConfig(spec Spec, mode string, lim hybrid.Limit, logger *slog.Logger) (
 	cfg := hybrid.Config{Logger: logger}
 	rule := hybrid.Rule{Name: "r", Limit: lim}
 	if mode != ModeAlone {
-		cfg.Redis = redis.NewClient(&redis.Options{Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1,
-			DialTimeout: 100 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		cfg.Redis = client(spec)
 		cfg.Keyspace = syncer.Keyspace{Prefix: spec.Prefix + ":" + mode}
 		cfg.Sync = hybrid.SyncConfig{NodeID: spec.Name, Nodes: spec.Nodes}
 		rule.Mode = hybrid.Hybrid
@@ -199,6 +203,23 @@ func modeConfig(spec Spec, mode string, lim hybrid.Limit, logger *slog.Logger) (
 		return cfg, rule, fmt.Errorf("outage: unknown mode %q", mode)
 	}
 	return cfg, rule, nil
+}
+
+// client is a client of spec's Redis: a server, a master behind
+// Sentinels, or a Cluster. Dials and calls are bounded: a node decides
+// without waiting on a Redis gone.
+func client(spec Spec) redis.UniversalClient {
+	const dial, rw = 100 * time.Millisecond, 200 * time.Millisecond
+	switch {
+	case len(spec.Sentinels) > 0:
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: spec.Master, SentinelAddrs: spec.Sentinels,
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw})
+	case len(spec.Cluster) > 0:
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: spec.Cluster,
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw})
+	}
+	return redis.NewClient(&redis.Options{Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw})
 }
 
 // offer offers spec's arrivals, Rate per second evenly spaced (or a

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -26,9 +27,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/outage"
 )
 
-// nodes is how many node processes a workload starts (-nodes).
-var nodes = 5
-
 const (
 	warm    = 3  // windows before the fault
 	outageW = 10 // windows of the fault
@@ -36,11 +34,27 @@ const (
 	eventAt = 3  // windows into the outage, a node joins or dies
 )
 
-var workloads = []string{"uniform", "90% on one", "all on one", "6th joins", "1 killed"}
+// faults are what happens to Redis: killed and restarted empty, stopped
+// (SIGSTOP) and resumed, or the master of a Sentinel group or of the keys'
+// Cluster slot killed (SIGKILL), its replica promoted, and the old master
+// restarted as a replica when the others return.
+var faults = []string{"kill", "stop", "sentinel", "cluster"}
 
-// rates returns the workload's per-node offered rates for a load of
-// offered requests per second in all, and the joiner's rate (0: none).
-func rates(wl string, offered float64) (base []float64, joiner float64) {
+var workloads = []string{"uniform", "90% on one", "all on one", "one joins", "one killed"}
+
+// setup is how a run's arrivals come: evenly spaced at 5 nodes, or a
+// Poisson process at each of 4 nodes (what the estimate's bound must hold
+// beyond its own workload).
+type setup struct {
+	arrivals string
+	nodes    int
+}
+
+var setups = []setup{{"steady", 5}, {"poisson", 4}}
+
+// rates returns the workload's per-node offered rates at nodes for a load
+// of offered requests per second in all, and the joiner's rate (0: none).
+func rates(wl string, offered float64, nodes int) (base []float64, joiner float64) {
 	base = make([]float64, nodes)
 	switch wl {
 	case "90% on one":
@@ -55,7 +69,7 @@ func rates(wl string, offered float64) (base []float64, joiner float64) {
 			base[i] = offered / float64(nodes)
 		}
 	}
-	if wl == "6th joins" {
+	if wl == "one joins" {
 		joiner = offered / float64(nodes)
 	}
 	return base, joiner
@@ -63,18 +77,18 @@ func rates(wl string, offered float64) (base []float64, joiner float64) {
 
 // opts are the run's flags that every node's Spec carries.
 var opts struct {
-	modes   []string
-	poisson bool
-	seed    int64
-	tuned   bool
+	modes []string
+	seed  int64
+	tuned bool
 }
 
 type scenario struct {
 	fault, algo string
-	load        float64
-	wl          string
-	wins        map[string]map[int64]outage.Line
-	w0          int64 // the first warm window's id
+	setup
+	load float64
+	wl   string
+	wins map[string]map[int64]outage.Line
+	w0   int64 // the first warm window's id
 }
 
 func main() {
@@ -87,19 +101,24 @@ func main() {
 	onlyLoad := flag.Float64("load", 0, "run only this load (1.5, 5)")
 	onlyWorkload := flag.String("workload", "", "run only this workload (uniform, 90% on one, all on one, 6th joins, 1 killed)")
 	verbose := flag.Bool("v", false, "print every window's admitted ÷ L, mode by mode")
-	flag.IntVar(&nodes, "nodes", nodes, "node processes per workload")
-	arrivals := flag.String("arrivals", "steady", "arrivals at each node: steady (evenly spaced) or poisson")
-	seed := flag.Int64("seed", 1, "the Poisson arrivals' seed")
+	nodes := flag.Int("nodes", 0, "node processes per workload (default 5 steady, 4 Poisson)")
+	onlyArrivals := flag.String("arrivals", "", "run only these arrivals: steady (evenly spaced) or poisson")
+	flag.Int64Var(&opts.seed, "seed", 1, "the Poisson arrivals' seed")
 	flag.BoolVar(&opts.tuned, "tuned", false, "gossip faster than the defaults (records every 50ms, memberlist's gossip every 20ms)")
 	modes := flag.String("modes", strings.Join(outage.Modes, ","), "the modes each node runs, comma-separated ("+strings.Join(append(outage.Modes, outage.ModeFailOpen), ", ")+")")
 	flag.Parse()
 	opts.modes = strings.Split(*modes, ",")
-	switch *arrivals {
-	case "steady":
-	case "poisson":
-		opts.poisson, opts.seed = true, *seed
-	default:
-		fmt.Fprintf(os.Stderr, "outage: -arrivals %q: want steady or poisson\n", *arrivals)
+	var sets []setup
+	for _, st := range setups {
+		if *nodes > 0 {
+			st.nodes = *nodes
+		}
+		if *onlyArrivals == "" || *onlyArrivals == st.arrivals {
+			sets = append(sets, st)
+		}
+	}
+	if len(sets) == 0 {
+		fmt.Fprintf(os.Stderr, "outage: -arrivals %q: want steady or poisson\n", *onlyArrivals)
 		os.Exit(2)
 	}
 	if *node == "" {
@@ -110,35 +129,41 @@ func main() {
 	started := time.Now()
 	loadBefore := loadavg()
 	var all []*scenario
-	for _, fault := range []string{"kill", "stop"} {
+	var groups [][]*scenario
+	for _, fault := range faults {
 		for _, algo := range []string{"fixed window", "token bucket"} {
 			for _, load := range []float64{1.5, 5} {
-				if *onlyFault != "" && *onlyFault != fault || *onlyAlgo != "" && !strings.Contains(algo, *onlyAlgo) || *onlyLoad != 0 && *onlyLoad != load {
-					continue
-				}
-				var group []*scenario
-				for _, wl := range workloads {
-					if *onlyWorkload == "" || *onlyWorkload == wl {
-						group = append(group, &scenario{fault: fault, algo: algo, load: load, wl: wl})
+				for _, st := range sets {
+					if *onlyFault != "" && *onlyFault != fault || *onlyAlgo != "" && !strings.Contains(algo, *onlyAlgo) || *onlyLoad != 0 && *onlyLoad != load {
+						continue
 					}
-				}
-				if len(group) == 0 {
-					fmt.Fprintf(os.Stderr, "outage: no workload %q\n", *onlyWorkload)
-					os.Exit(2)
-				}
-				if err := runGroup(*node, group, *limit, W); err != nil {
-					fmt.Fprintln(os.Stderr, "outage:", err)
-					os.Exit(1)
-				}
-				for _, s := range group {
-					fmt.Fprintln(os.Stderr, row(s, *limit))
-					if *verbose {
-						fmt.Fprint(os.Stderr, windows(s, *limit))
+					var group []*scenario
+					for _, wl := range workloads {
+						if *onlyWorkload == "" || *onlyWorkload == wl {
+							group = append(group, &scenario{fault: fault, algo: algo, setup: st, load: load, wl: wl})
+						}
 					}
+					if len(group) == 0 {
+						fmt.Fprintf(os.Stderr, "outage: no workload %q\n", *onlyWorkload)
+						os.Exit(2)
+					}
+					groups = append(groups, group)
 				}
-				all = append(all, group...)
 			}
 		}
+	}
+	for _, group := range groups {
+		if err := runGroup(*node, group, *limit, W); err != nil {
+			fmt.Fprintln(os.Stderr, "outage:", err)
+			os.Exit(1)
+		}
+		for _, s := range group {
+			fmt.Fprintln(os.Stderr, row(s, *limit))
+			if *verbose {
+				fmt.Fprint(os.Stderr, windows(s, *limit))
+			}
+		}
+		all = append(all, group...)
 	}
 	table := report(all, *limit) + fmt.Sprintf("\n%d runs in %v; load average %s at the start, %s at the end (%d CPUs).\n",
 		len(all), time.Since(started).Round(time.Second), loadBefore, loadavg(), runtime.NumCPU())
@@ -179,11 +204,11 @@ func runGroup(exe string, group []*scenario, limit int64, W time.Duration) error
 		return err
 	}
 	defer os.RemoveAll(dir)
-	rd, err := outage.StartRedis(dir)
+	tg, err := startTarget(group[0].fault, dir)
 	if err != nil {
 		return err
 	}
-	defer rd.Close()
+	defer tg.close()
 	key := []byte("0123456789abcdef0123456789abcdef")
 	// The timeline, in windows from start: warm, fault, event, return, end.
 	start := time.Now().Truncate(W).Add(4 * W)
@@ -198,10 +223,11 @@ func runGroup(exe string, group []*scenario, limit int64, W time.Duration) error
 	}
 	var runs []*live
 	for gi, s := range group {
-		base, joiner := rates(s.wl, s.load*float64(limit))
-		spec := outage.Spec{Redis: rd.Addr, Prefix: fmt.Sprintf("g%d", gi), Key: key, Nodes: nodes, Limit: limit, Window: W,
+		base, joiner := rates(s.wl, s.load*float64(limit), s.nodes)
+		spec := outage.Spec{Prefix: fmt.Sprintf("g%d", gi), Key: key, Nodes: s.nodes, Limit: limit, Window: W,
 			Bucket: s.algo == "token bucket", ProbeInterval: 200 * time.Millisecond, SuspicionMult: 2,
-			Modes: opts.modes, Poisson: opts.poisson, Seed: opts.seed, Tuned: opts.tuned}
+			Modes: opts.modes, Poisson: s.arrivals == "poisson", Seed: opts.seed, Tuned: opts.tuned}
+		tg.point(&spec)
 		r := &live{s: s, joiner: joiner}
 		runs = append(runs, r)
 		for i, rate := range base {
@@ -221,33 +247,27 @@ func runGroup(exe string, group []*scenario, limit int64, W time.Duration) error
 		r.s.w0 = start.UnixMicro() / W.Microseconds()
 	}
 	time.Sleep(time.Until(fault))
-	if group[0].fault == "kill" {
-		rd.Kill()
-	} else {
-		rd.Pause()
+	if err := tg.fault(); err != nil {
+		return err
 	}
 	time.Sleep(time.Until(event))
 	for _, r := range runs {
 		switch r.s.wl {
-		case "6th joins":
+		case "one joins":
 			sp := r.procs[0].Spec
-			sp.Name, sp.Rate, sp.Duration, sp.Seeds = "n5", r.joiner, time.Until(end), []string{r.procs[0].Gossip}
+			sp.Name, sp.Rate, sp.Duration, sp.Seeds = fmt.Sprintf("n%d", len(r.procs)), r.joiner, time.Until(end), []string{r.procs[0].Gossip}
 			p, err := outage.Start(exe, sp)
 			if err != nil {
 				return err
 			}
 			r.procs = append(r.procs, p)
-		case "1 killed":
-			r.procs[nodes-1].Kill()
+		case "one killed":
+			r.procs[len(r.procs)-1].Kill()
 		}
 	}
 	time.Sleep(time.Until(back))
-	if group[0].fault == "kill" {
-		if err := rd.Restart(); err != nil {
-			return err
-		}
-	} else {
-		rd.Resume()
+	if err := tg.back(); err != nil {
+		return err
 	}
 	for _, r := range runs {
 		for _, p := range r.procs {
@@ -256,6 +276,91 @@ func runGroup(exe string, group []*scenario, limit int64, W time.Duration) error
 		r.s.wins = outage.Windows(r.procs...)
 	}
 	return nil
+}
+
+// target is the Redis a group runs against, and its fault.
+type target struct {
+	kind     string
+	single   *outage.Redis
+	sentinel *outage.Sentinel
+	cluster  *outage.Cluster
+}
+
+func startTarget(kind, dir string) (*target, error) {
+	t := &target{kind: kind}
+	var err error
+	switch kind {
+	case "sentinel":
+		t.sentinel, err = outage.StartSentinel(dir)
+	case "cluster":
+		t.cluster, err = outage.StartCluster(dir)
+	default:
+		t.single, err = outage.StartRedis(dir)
+	}
+	return t, err
+}
+
+// point has spec's nodes use t.
+func (t *target) point(spec *outage.Spec) {
+	switch {
+	case t.sentinel != nil:
+		spec.Sentinels, spec.Master = t.sentinel.Addrs, t.sentinel.Master
+	case t.cluster != nil:
+		spec.Cluster = t.cluster.Addrs
+	default:
+		spec.Redis = t.single.Addr
+	}
+}
+
+// fault kills the server (kill), stops it (stop), or kills the master the
+// keys are on (sentinel, cluster: a replica is promoted).
+func (t *target) fault() error {
+	switch t.kind {
+	case "kill":
+		t.single.Kill()
+	case "stop":
+		t.single.Pause()
+	case "sentinel":
+		m, err := t.sentinel.CurrentMaster()
+		if err != nil {
+			return err
+		}
+		m.Kill()
+	case "cluster":
+		m, err := t.cluster.MasterWith("*{r:*")
+		if err != nil {
+			return err
+		}
+		m.Kill()
+	}
+	return nil
+}
+
+// back restarts the server empty (kill), resumes it (stop), or restarts
+// the killed master, which rejoins as a replica (sentinel, cluster).
+func (t *target) back() error {
+	switch t.kind {
+	case "kill":
+		return t.single.Restart()
+	case "stop":
+		t.single.Resume()
+	case "sentinel":
+		return t.sentinel.Heal()
+	case "cluster":
+		return t.cluster.Heal()
+	}
+	return nil
+}
+
+func (t *target) close() {
+	switch {
+	case t.sentinel != nil:
+		t.sentinel.Close()
+	case t.cluster != nil:
+		t.cluster.Close()
+	default:
+		t.single.Close()
+	}
 }
 
 // phase names window i (from the first warm one) of the timeline.
@@ -309,23 +414,27 @@ func summarize(s *scenario, mode string, limit int64) summary {
 	return sm
 }
 
+// row is s's line of the table: per mode, the outage's mean [lowest–highest]
+// and the return window / the most after it; the Gossip mode's fault
+// window and the window after the event; the failed decisions.
 func row(s *scenario, limit int64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| %s | %s | %.1f × L | %s |", s.fault, s.algo, s.load, s.wl)
-	for _, m := range opts.modes {
-		sm := summarize(s, m, limit)
-		fmt.Fprintf(&b, " %.2f [%.2f–%.2f] |", sm.mean, sm.lo, sm.hi)
-	}
-	fb := summarize(s, outage.ModeFallback, limit)
-	ev := "–"
-	if s.wl == "6th joins" || s.wl == "1 killed" {
-		ev = fmt.Sprintf("%.2f", fb.ev)
-	}
+	fmt.Fprintf(&b, "| %s | %s | %s | %.1f × L | %s |", s.fault, s.algo, s.arrivals, s.load, s.wl)
 	var failed int64
 	for _, m := range opts.modes {
-		failed += summarize(s, m, limit).failed
+		sm := summarize(s, m, limit)
+		fmt.Fprintf(&b, " %.2f [%.2f–%.2f] · %.2f / %.2f |", sm.mean, sm.lo, sm.hi, sm.ret, sm.mx)
+		failed += sm.failed
 	}
-	fmt.Fprintf(&b, " %.2f / %s / %.2f / %.2f | %d |", fb.first, ev, fb.ret, fb.mx, failed)
+	if slices.Contains(opts.modes, outage.ModeFallback) {
+		fb := summarize(s, outage.ModeFallback, limit)
+		ev := "–"
+		if s.wl == "one joins" || s.wl == "one killed" {
+			ev = fmt.Sprintf("%.2f", fb.ev)
+		}
+		fmt.Fprintf(&b, " %.2f / %s |", fb.first, ev)
+	}
+	fmt.Fprintf(&b, " %d |", failed)
 	return b.String()
 }
 
@@ -346,15 +455,29 @@ func windows(s *scenario, limit int64) string {
 
 func report(all []*scenario, limit int64) string {
 	var b strings.Builder
-	b.WriteString("| Redis | algorithm | offered | workload | Gossip | FailLocal | alone | FailClosed | Gossip: fault window / after the event / return window / max after | failed |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| Redis | algorithm | arrivals | offered | workload |")
+	sep := "|---|---|---|---|---|"
+	for _, m := range opts.modes {
+		b.WriteString(" " + modeNames[m] + " |")
+		sep += "---|"
+	}
+	if slices.Contains(opts.modes, outage.ModeFallback) {
+		b.WriteString(" Gossip: fault window / after the event |")
+		sep += "---|"
+	}
+	b.WriteString(" failed |\n" + sep + "---|\n")
 	for _, s := range all {
 		b.WriteString(row(s, limit) + "\n")
 	}
 	return b.String()
 }
 
-var colors = map[string]string{outage.ModeFallback: "#1b9e77", outage.ModeFailLocal: "#d95f02", outage.ModeAlone: "#7570b3", outage.ModeFailClosed: "#e7298a"}
+// modeNames are the modes' names in the table.
+var modeNames = map[string]string{outage.ModeFallback: "Gossip", outage.ModeFailLocal: "FailLocal", outage.ModeAlone: "alone",
+	outage.ModeFailClosed: "FailClosed", outage.ModeFailOpen: "FailOpen"}
+
+var colors = map[string]string{outage.ModeFallback: "#1b9e77", outage.ModeFailLocal: "#d95f02", outage.ModeAlone: "#7570b3",
+	outage.ModeFailClosed: "#e7298a", outage.ModeFailOpen: "#66a61e"}
 
 func plot(s *scenario, limit int64) string {
 	c := accuracy.Chart{
