@@ -36,18 +36,18 @@ var Modes = []string{ModeFallback, ModeFailLocal, ModeAlone, ModeFailClosed}
 
 // Spec is one node's run.
 type Spec struct {
-	Name   string   // the node's name, in Redis and in the gossip
-	Redis  string   // Redis's host:port, unless Sentinels or Cluster is set
+	Name  string // the node's name, in Redis and in the gossip
+	Redis string // Redis's host:port, unless Sentinels or Cluster is set
 	// Sentinels and Master name a master with replicas behind Sentinels
 	// (a failover client); Cluster, a Redis Cluster's nodes.
 	Sentinels []string
 	Master    string
 	Cluster   []string
-	Prefix string   // the Redis key prefix; each mode appends its name
-	Seeds  []string // gossip peers to join
-	Key    []byte   // the gossip's encryption key
-	Nodes  int      // the nodes expected (SyncConfig.Nodes)
-	Modes  []string // the modes to run; default all
+	Prefix    string   // the Redis key prefix; each mode appends its name
+	Seeds     []string // gossip peers to join
+	Key       []byte   // the gossip's encryption key
+	Nodes     int      // the nodes expected (SyncConfig.Nodes)
+	Modes     []string // the modes to run; default all
 
 	Bucket bool          // a token bucket (burst Limit/10) rather than a fixed window
 	Limit  int64         // requests per Window
