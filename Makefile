@@ -135,12 +135,16 @@ bench-accuracy-run:
 bench-accuracy-short:
 	$(MAKE) --no-print-directory bench-accuracy-run ACCURACY_DOC= ACCURACY_FLAGS='-short $(ACCURACY_FLAGS)'
 
-## bench-outage: the outage benchmark: five node processes per workload
-## against a redis-server it kills (or stops) for ten windows; every failure
-## mode side by side on the same arrivals. Prints the table and writes
-## docs/outage.md and docs/img/outage-*.svg. About 5 minutes.
+## bench-outage: the outage benchmark: node processes (5 with steady
+## arrivals, 4 with Poisson ones) per workload against a redis-server it
+## kills (or stops) for ten windows, and a Sentinel group and a Cluster with
+## replicas whose master it kills; every failure policy side by side on the
+## same arrivals. Prints the table and writes docs/outage.md and
+## docs/img/outage-*.svg. About 15 minutes. OUTAGE_FLAGS passes flags to
+## bench/cmd/outage (e.g. OUTAGE_FLAGS='-fault sentinel -v').
 bench-outage:
+	bash scripts/redis.sh ensure >&2
 	mkdir -p .run/outage
 	$(GO) build -o .run/outage/gossipnode ./internal/cmd/gossipnode
 	cd bench && $(GO) build -o ../.run/outage/outage ./cmd/outage
-	.run/outage/outage -node .run/outage/gossipnode -doc docs/outage.md -img docs/img
+	.run/outage/outage -node .run/outage/gossipnode -doc docs/outage.md -img docs/img $(OUTAGE_FLAGS)

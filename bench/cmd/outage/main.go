@@ -105,7 +105,8 @@ func main() {
 	onlyArrivals := flag.String("arrivals", "", "run only these arrivals: steady (evenly spaced) or poisson")
 	flag.Int64Var(&opts.seed, "seed", 1, "the Poisson arrivals' seed")
 	flag.BoolVar(&opts.tuned, "tuned", false, "gossip faster than the defaults (records every 50ms, memberlist's gossip every 20ms)")
-	modes := flag.String("modes", strings.Join(outage.Modes, ","), "the modes each node runs, comma-separated ("+strings.Join(append(outage.Modes, outage.ModeFailOpen), ", ")+")")
+	everyMode := []string{outage.ModeFallback, outage.ModeFailLocal, outage.ModeFailClosed, outage.ModeFailOpen, outage.ModeAlone}
+	modes := flag.String("modes", strings.Join(everyMode, ","), "the modes each node runs, comma-separated")
 	flag.Parse()
 	opts.modes = strings.Split(*modes, ",")
 	var sets []setup
@@ -136,6 +137,9 @@ func main() {
 				for _, st := range sets {
 					if *onlyFault != "" && *onlyFault != fault || *onlyAlgo != "" && !strings.Contains(algo, *onlyAlgo) || *onlyLoad != 0 && *onlyLoad != load {
 						continue
+					}
+					if *onlyFault == "" && (fault == "sentinel" || fault == "cluster") && load != 5 {
+						continue // a failover at the higher load is enough
 					}
 					var group []*scenario
 					for _, wl := range workloads {
@@ -170,8 +174,14 @@ func main() {
 	fmt.Print(table)
 	if *img != "" {
 		for _, s := range all {
-			if s.fault == "kill" && s.algo == "fixed window" && s.load == 5 && (s.wl == "90% on one" || s.wl == "uniform") {
-				name := "outage-" + strings.ReplaceAll(strings.ReplaceAll(s.wl, "% on one", ""), " ", "-") + ".svg"
+			name := ""
+			switch {
+			case s.fault == "kill" && s.algo == "fixed window" && s.load == 5 && s.arrivals == "steady" && (s.wl == "90% on one" || s.wl == "uniform"):
+				name = "outage-" + strings.ReplaceAll(strings.ReplaceAll(s.wl, "% on one", ""), " ", "-") + ".svg"
+			case (s.fault == "sentinel" || s.fault == "cluster") && s.algo == "fixed window" && s.arrivals == "poisson" && s.wl == "uniform":
+				name = "outage-" + s.fault + ".svg"
+			}
+			if name != "" {
 				if err := os.WriteFile(filepath.Join(*img, name), []byte(plot(s, *limit)), 0o644); err != nil {
 					fmt.Fprintln(os.Stderr, "outage:", err)
 				}
@@ -485,7 +495,14 @@ func plot(s *scenario, limit int64) string {
 		XLabel: fmt.Sprintf("window (1 s); Redis down in windows %d–%d", warm, warm+outageW-1),
 		YLabel: "admitted ÷ L", LinearX: true,
 	}
+	if s.fault == "sentinel" || s.fault == "cluster" {
+		c.Title = fmt.Sprintf("%s failover: %s, %s, %.0f × L offered", s.fault, s.wl, s.algo, s.load)
+		c.XLabel = fmt.Sprintf("window (1 s); the master killed in window %d", warm)
+	}
 	for _, m := range opts.modes {
+		if m == outage.ModeAlone || m == outage.ModeFailOpen {
+			continue // off the scale
+		}
 		ser := accuracy.Series{Name: m, Color: colors[m], Radius: 3}
 		ids := make([]int64, 0, len(s.wins[m]))
 		for id := range s.wins[m] {
@@ -503,22 +520,29 @@ func plot(s *scenario, limit int64) string {
 	return c.SVG()
 }
 
-const docIntro = `Measured by ` + "`make bench-outage`" + ` (bench/cmd/outage): five node processes
+const docIntro = `Measured by ` + "`make bench-outage`" + ` (bench/cmd/outage): node processes
 (internal/cmd/gossipnode, GOMAXPROCS=1 each) on one machine, a fixed window of L = 1,000 per
 second or a token bucket of 1,000 per second (burst 100), offered 1.5 × L or 5 × L in all,
-against one redis-server killed (SIGKILL, then restarted empty) or stopped (SIGSTOP, then
-resumed) for ten windows. Every node runs each mode side by side on the same arrivals, each
-with its own Redis keys: **Gossip** (the gossip estimate), **FailLocal** (the limit split
-evenly over the nodes last seen), **alone** (each node a local limiter of the whole limit, what
-a fallback to local limits gives) and **FailClosed**. The five workloads of one load and
-algorithm run at once, against the same Redis.
+evenly spaced at each of 5 nodes (steady) or as a Poisson process at each of 4 (poisson). The
+faults: one redis-server killed (SIGKILL, then restarted empty) or stopped (SIGSTOP, then
+resumed) for ten windows; a master with a replica and three Sentinels, or a Cluster of three
+masters with a replica each, whose master of the keys is killed (its replica promoted, the
+old master restarted as a replica ten windows later). Every node runs each mode side by side
+on the same arrivals, each with its own Redis keys: **Gossip** (the gossip estimate),
+**FailLocal** (the limit split evenly over the nodes last seen), **FailClosed**, **FailOpen**
+and, for the kill and stop faults, **alone** (each node a local limiter of the whole limit,
+what a fallback to local limits gives). The five workloads of one load, algorithm and setup
+run at once, against the same Redis.
 
-Cells are admitted ÷ L per window: the mean over the outage's whole windows but the first,
-with the lowest and highest in brackets; the Gossip column set gives the window Redis died
-in, the window after the sixth node joined or a node was killed (mid-outage), the window Redis
-came back in, and the most admitted in the three windows after it. "failed" counts decisions
-that came with an error, in every mode: a policy's decision is an ordinary one (nil error,
-Decision.Degraded).
+Cells are admitted ÷ L per window: the mean over the fault's whole windows but the first
+(ten windows; after a failover, the promoted replica serves from the second or third), with
+the lowest and highest in brackets, then the window Redis came back in (the killed master
+restarted, after a failover) and the most admitted in the three windows after it. The last
+columns give Gossip's window Redis died in and the window after a node joined or was killed
+(mid-outage), and "failed" counts decisions that came with an error, in every mode: a policy's
+decision is an ordinary one (nil error, Decision.Degraded). A node decides its modes one
+after the other on one core, so a decision that waits for Redis (up to Config.Timeout, before
+the breaker opens) delays the others' arrivals: the fault window's figures are low for it.
 `
 
 const docNotes = `
@@ -546,20 +570,30 @@ const docNotes = `
   the part of the rate the reserve leaves idle nodes is not split again as the outage goes
   on: with all the traffic on one node the cluster keeps (1 − reserve × (N − 1) ÷ N) × L,
   0.96 × L here.
-- When Redis returns, replies in a window the outage touched grant nothing on top of what
-  each node held for ten sync intervals, while every node reports what it admitted without
-  Redis (absolute per-window reports: once, whatever the retries); the process test
-  internal/outage checks that Redis's count of that window equals what the nodes admitted.
+- When Redis returns, under every policy, replies in a window the outage touched grant
+  nothing on top of what each node held for ten sync intervals, and the node decides that
+  window on its part of the limit (FailLocal's even split, or Gossip's estimate), while every
+  node reports what it admitted without Redis (absolute per-window reports: once, whatever
+  the retries); the process test internal/outage checks that Redis's count of that window
+  equals what the nodes admitted. So FailOpen, which admits everything while the breaker is
+  open, adds nothing once it closes, and FailClosed admits the window's rest on its part.
+  The outage counts from the breaker opening (three failed sync rounds): a round that merely
+  timed out hands nothing to the policy.
   Bucket rules take no tokens from Redis's pool for those ten intervals, only their share of
   the rate: Redis, restarted full or not yet told every node's debt, would hand out again a
   burst the nodes spent without it. That share is no more than the policy's part (the
-  node's gossip share of the rate and burst) for those ten intervals too: nodes reach Redis
-  again at different moments, up to about a second apart (after failed dials, go-redis
-  tries a server again about once a second), and Redis splits the rate among the nodes it
-  has heard from, as if the others wanted none, while those go on admitting their part by
-  the policy. A node that joined during the outage, never known to Redis, is one of them:
-  were the others' shares not cut, their 1/5 of the rate each would come on top of its 1/6
-  (about 1.1 × L in the return window).
+  node's gossip share of the rate and burst, or FailLocal's even split) for those ten
+  intervals too: nodes reach Redis again at different moments, up to about a second apart
+  (after failed dials, go-redis tries a server again about once a second), and Redis splits
+  the rate among the nodes it has heard from, as if the others wanted none, while those go
+  on admitting their part by the policy. A node that joined during the outage, never known
+  to Redis, is one of them: were the others' shares not cut, their 1/5 of the rate each
+  would come on top of its 1/6 (about 1.1 × L in the return window).
+- A failover is an outage of a second or two, and a Redis that comes back with most of the
+  state: the promoted replica holds every write it had received. After a Cluster failover,
+  go-redis's ClusterClient would keep sending the dead master's slots to it (it reloads its
+  slot map on a redirect, or once a minute); the Limiter has it reload them when Redis is out
+  of reach.
 - "alone" admits N × L throughout: no coordination at all.
 `
 
@@ -574,4 +608,11 @@ offered):
 ![90% of the traffic on one node](img/outage-90.svg)
 
 ![uniform traffic](img/outage-uniform.svg)
+
+A failover, mode by mode (fixed window, 5 × L offered, Poisson arrivals at 4 nodes; the
+master killed at the start of window 3):
+
+![Sentinel failover](img/outage-sentinel.svg)
+
+![Cluster failover](img/outage-cluster.svg)
 `
