@@ -14,9 +14,11 @@ import (
 const roundStrikes = 3
 
 // roundFailed takes the error of a sync round in which Redis answered
-// nothing: the third in a row opens the breaker.
+// nothing: the third in a row opens the breaker, unless, on a Cluster,
+// some master answers (the round's keys were all a dead master's: the
+// masters' own breakers see to them).
 func (l *Limiter) roundFailed(now int64, err error) {
-	if l.strikes.Add(1) >= roundStrikes {
+	if l.strikes.Add(1) >= roundStrikes && !l.shards.someAnswer(l.cfg.Timeout) {
 		l.markUnavailable(now, err)
 	}
 }

@@ -59,6 +59,7 @@ type Limiter struct {
 	ownClock *coarse.Clock
 	logger   *slog.Logger
 	central  *syncer.Central
+	shards   *shards // a Cluster's breakers, one per master, for central rules
 	sync     syncx.Syncer
 	metrics  *metrics
 	gossip   *gossip // nil without Config.Gossip
@@ -139,6 +140,7 @@ func New(cfg Config) (*Limiter, error) {
 			return fail(fmt.Errorf("%w: Redis, Keyspace or Timeout: %w", ErrInvalidConfig, err))
 		}
 		routeRedisLog(cfg.Logger)
+		l.shards = newShards(cfg.Redis, &l.cfg.Keyspace, l.logger)
 		if cfg.RequireRedis {
 			if err := l.central.Ping(context.Background()); err != nil {
 				return fail(fmt.Errorf("hybrid: New: Redis does not answer (Config.RequireRedis): %w", err))

@@ -43,34 +43,54 @@ func (m *centralRule) allow(ctx context.Context, now int64, key string, n int64)
 		m.rs.counts.decision(d)
 		return d, nil
 	}
+	sr := m.redis.Load()
+	// On a Cluster, the master of the key's slot: its breaker alone sends
+	// the key to the policy.
+	addr := l.shards.master(sr, key)
+	if l.shards.skip(addr, now) {
+		if d, bad := m.badCost(n); bad {
+			m.rs.counts.count(d.Reason())
+			return d, nil
+		}
+		d := m.failed(now, key, n)
+		m.rs.counts.decision(d)
+		return d, nil
+	}
 	var d local.Decision
 	var err error
 	if l.cfg.virtualTime {
-		d, err = syncx.AllowNAt(ctx, l.central, time.UnixMicro(now), m.redis.Load(), key, n)
+		d, err = syncx.AllowNAt(ctx, l.central, time.UnixMicro(now), sr, key, n)
 	} else {
-		d, err = l.central.AllowN(ctx, m.redis.Load(), key, n)
+		d, err = l.central.AllowN(ctx, sr, key, n)
 	}
 	if err != nil {
 		d := m.failed(now, key, n)
 		m.rs.counts.decision(d)
-		return d, l.centralFailed(ctx, now, err)
+		return d, l.centralFailed(ctx, now, addr, err)
 	}
+	l.shards.ok(addr)
 	m.rs.counts.count(d.Reason())
 	return d, nil
 }
 
-// centralFailed takes the error of a central call: it opens the breaker
-// when Redis is unavailable (not when the caller cancelled ctx), and
-// returns the error the decision comes with: nil, or one wrapping ErrRedis.
-func (l *Limiter) centralFailed(ctx context.Context, now int64, err error) error {
+// centralFailed takes the error of a central call for a key of the Cluster
+// master at addr ("" outside a Cluster): it opens the breaker when Redis
+// is unavailable (not when the caller cancelled ctx), that master's alone
+// on a Cluster, and returns the error the decision comes with: nil, or one
+// wrapping ErrRedis.
+func (l *Limiter) centralFailed(ctx context.Context, now int64, addr string, err error) error {
 	if !errors.Is(ctx.Err(), context.Canceled) {
 		l.redisErrs.failed(l, err)
 	}
 	switch {
 	case errors.Is(err, syncer.ErrRedis):
+		l.shards.ok(addr) // it answered
 		return fmt.Errorf("hybrid: redis answered with an error; the failure policy decided: %w", err)
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller gave up: that says nothing of Redis.
+		l.shards.released(addr)
+	case addr != "":
+		l.shards.failed(addr, now, err)
 	default:
 		l.markUnavailable(now, err)
 	}

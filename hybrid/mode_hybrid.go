@@ -100,7 +100,7 @@ func (m *hybridRule) refuseCost(lr *lease.Rule, n int64) local.Decision {
 // which the caller holds locked, and undecided unlocks.
 func (m *hybridRule) undecided(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64, v lease.Verdict, wait bool) (local.Decision, error) {
 	switch {
-	case m.byPolicy(e, lr, now, v):
+	case m.byPolicy(e, lr, now, v) || v.Reason == local.ReasonNoLease && (m.unreachedIn(e) || m.masterDown(lr, key, now)):
 		d := m.degraded(e, lr, now, key, n, true)
 		e.Unlock()
 		m.counts.decision(d)
@@ -121,6 +121,46 @@ func (m *hybridRule) undecided(ctx context.Context, e *keyed.Entry[lease.Lease],
 // or the key recovers from an outage in its current window.
 func (m *hybridRule) byPolicy(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, v lease.Verdict) bool {
 	return v.Reason == local.ReasonNoLease && (m.l.breakerOpen() || e.Value.Faulted() || e.Value.Recovering(lr, now))
+}
+
+// masterDown reports whether key, without a lease, goes to the failure
+// policy at now rather than waiting for its exchange: on a Cluster, a
+// central call found its master out of reach (shards.waiting). It costs
+// nothing while every master answers.
+func (m *hybridRule) masterDown(lr *lease.Rule, key string, now int64) bool {
+	s := m.l.shards
+	if s == nil || s.open.Load() == 0 {
+		return false
+	}
+	if !s.waiting(s.master(lr.Ref().(*syncer.Rule), key), now) {
+		return false
+	}
+	m.l.sync.NotePartial(now) // the policy decides: the key recovers once its master is back
+	return true
+}
+
+// unreachedIn reports whether e's key, on a Cluster, found its master out
+// of reach at its last exchange: it goes to the failure policy without
+// waiting until an exchange succeeds (the syncer goes on trying).
+func (m *hybridRule) unreachedIn(e *keyed.Entry[lease.Lease]) bool {
+	return e.Value.Unreached() && m.l.shards != nil && m.l.shards.cc != nil
+}
+
+// noAnswer reports whether a request that waited for e's exchange goes to
+// the failure policy: the wait ended late (no answer within
+// Config.Timeout), or, on a Cluster whose other masters answer (the
+// Limiter's breaker closed), the exchange found Redis out of reach. The
+// key recovers once its master is back (NotePartial). Its master's breaker
+// stays as it was: go-redis fails some exchanges of the live masters' keys
+// in a pipeline that reaches a dead one, so the failure says nothing sure
+// of which master is down.
+func (m *hybridRule) noAnswer(e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, late bool) bool {
+	s := m.l.shards
+	unreached := s != nil && s.cc != nil && e.Value.Unreached()
+	if unreached && !m.l.breakerOpen() {
+		m.l.sync.NotePartial(now)
+	}
+	return late || unreached
 }
 
 // refusal names a refusal for want of a lease: ReasonNoLease only for a
@@ -179,8 +219,9 @@ func (m *hybridRule) waitLease(ctx context.Context, e *keyed.Entry[lease.Lease],
 				v = lease.Verdict{Reason: local.ReasonNoLease, Remaining: v.Remaining, Reset: v.Reset, Retry: lr.MinGap()}
 			}
 			return m.waited(start, v, lr), nil
-		case m.byPolicy(e, lr, now, v) || late && wait && v.Reason == local.ReasonNoLease:
-			// Redis is out of reach, or did not answer in time.
+		case m.byPolicy(e, lr, now, v) || wait && v.Reason == local.ReasonNoLease && m.noAnswer(e, lr, now, late):
+			// Redis is out of reach, or did not answer in time, or the
+			// key's Cluster master did not.
 			d := m.degraded(e, lr, now, key, n, true)
 			e.Unlock()
 			m.countWait(start, d)

@@ -136,7 +136,7 @@ func (l *Limiter) centralAndOthers(ctx context.Context, now int64, reqs []Reques
 			out[c.i] = cout[j]
 		}
 		if err != nil {
-			degraded, err = true, l.centralFailed(ctx, now, err)
+			degraded, err = true, l.centralFailed(ctx, now, "", err)
 		}
 	}
 	if degraded {
@@ -155,7 +155,7 @@ func (l *Limiter) centralAndOthers(ctx context.Context, now int64, reqs []Reques
 		// the window ends, never over-admission.
 		if charge != nil {
 			if rerr := charge.Refund(ctx); rerr != nil && err == nil {
-				err = l.centralFailed(ctx, now, rerr)
+				err = l.centralFailed(ctx, now, "", rerr)
 			}
 		}
 		ok = false

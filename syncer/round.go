@@ -11,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/synchook"
+	"github.com/redis/go-redis/v9"
 )
 
 // SyncAt runs one round at node time now (µs): it takes the keys handed
@@ -223,11 +224,25 @@ func (s *syncer) pipeline(ctx context.Context, b *batch, st *synchook.RoundStats
 	for i := range b.outs {
 		b.outs[i].req.SentAt = sent
 	}
-	cmds, err := runPipelined(ctx, s.cfg.Client, s.cfg.Client.Pipeline, b.calls)
+	err := s.runByMaster(ctx, b.calls, func(idx []int, cmds []*redis.Cmd, last bool) {
+		s.replies(ctx, b, idx, cmds, st, fail)
+		if !last {
+			// A master's replies are in: wake the requests waiting for
+			// them rather than hold them for a slower master (dead, and
+			// being dialled again until the deadline).
+			s.cluster.RoundDone()
+		}
+	})
 	st.Pipeline++
+	return wrap(ctx, "sync", err)
+}
+
+// replies applies the replies cmds to b's calls idx, counts them in st and
+// reports each failure to fail.
+func (s *syncer) replies(ctx context.Context, b *batch, idx []int, cmds []*redis.Cmd, st *synchook.RoundStats, fail func(error)) {
 	recv := s.cfg.Clock.Now().UnixMicro()
-	for i, cmd := range cmds {
-		p := &b.outs[i]
+	for j, cmd := range cmds {
+		p := &b.outs[idx[j]]
 		vals, cerr := cmd.Int64Slice()
 		if p.entry == nil { // the registration
 			var v registryReply
@@ -253,7 +268,7 @@ func (s *syncer) pipeline(ctx context.Context, b *batch, st *synchook.RoundStats
 		applied := false
 		if cerr != nil {
 			cerr = wrap(ctx, "sync", cerr)
-			s.answered(p, errors.Is(cerr, ErrRedis))
+			s.answered(p, cerr)
 		} else {
 			applied, cerr = s.apply(p, vals, recv)
 		}
@@ -265,17 +280,20 @@ func (s *syncer) pipeline(ctx context.Context, b *batch, st *synchook.RoundStats
 			st.Synced++
 		}
 	}
-	return wrap(ctx, "sync", err)
 }
 
-// answered records that p's exchange failed: its lease is left as it was,
-// but for its request no longer in flight, and for the fault when Redis
-// answered it with an error (lease.Lease.Fault).
-func (s *syncer) answered(p *pending, fault bool) {
+// answered records that p's exchange failed with err: its lease is left
+// as it was, but for its request no longer in flight, and for the fault
+// when Redis answered it with an error (lease.Lease.Fault), or Redis out
+// of reach (lease.Lease.Unreach).
+func (s *syncer) answered(p *pending, err error) {
 	p.entry.Lock()
 	p.entry.Value.Answered()
-	if fault {
+	switch {
+	case errors.Is(err, ErrRedis):
 		p.entry.Value.Fault()
+	case errors.Is(err, ErrUnavailable):
+		p.entry.Value.Unreach()
 	}
 	p.entry.Unlock()
 }

@@ -3,7 +3,10 @@ package syncer
 import (
 	"context"
 	"embed"
+	"errors"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -154,6 +157,94 @@ type call struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+}
+
+// runByMaster runs calls as runPipelined does, but on a Cluster one
+// pipeline per master, at once, and hands each pipeline's results to done
+// (the indexes of its calls in calls, their commands, whether it is the
+// last), one at a time, as it completes. go-redis runs a Cluster
+// pipeline's nodes at once too, but waits for the slowest, and when one
+// node fails (a dead master dialled again until the deadline) it gives
+// every command of the pipeline the deadline's error, the others' answers
+// too: a master down would fail the exchanges of every key. The error is
+// the first failed pipeline's.
+func (s *syncer) runByMaster(ctx context.Context, calls []call, done func(idx []int, cmds []*redis.Cmd, last bool)) error {
+	c := s.cfg.Client
+	var groups [][]int
+	var addrs []string
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		byAddr := map[string]int{}
+		for i, cl := range calls {
+			addr := ""
+			if m, err := cc.MasterForKey(ctx, cl.keys[0]); err == nil {
+				addr = m.Options().Addr
+			}
+			g, seen := byAddr[addr]
+			if !seen {
+				g = len(groups)
+				byAddr[addr] = g
+				groups = append(groups, nil)
+				addrs = append(addrs, addr)
+			}
+			groups[g] = append(groups[g], i)
+		}
+	}
+	if len(groups) == 0 {
+		cmds, err := runPipelined(ctx, c, c.Pipeline, calls)
+		idx := make([]int, len(calls))
+		for i := range idx {
+			idx[i] = i
+		}
+		done(idx, cmds, true)
+		return err
+	}
+	var mu sync.Mutex
+	var first error
+	left := len(groups)
+	var wg sync.WaitGroup
+	for g, idx := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmds, err := s.runMaster(ctx, addrs[g], calls, idx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			left--
+			done(idx, cmds, left == 0)
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// runMaster runs the calls idx of calls, whose keys are the Cluster master
+// addr's, in one pipeline, or fails them at once while addr is in its
+// backoff (masters).
+func (s *syncer) runMaster(ctx context.Context, addr string, calls []call, idx []int) ([]*redis.Cmd, error) {
+	c := s.cfg.Client
+	if s.masters.skip(addr, time.Now()) {
+		cmds := make([]*redis.Cmd, len(idx))
+		for j := range cmds {
+			cmds[j] = redis.NewCmd(ctx)
+			cmds[j].SetErr(errMasterDown)
+		}
+		return cmds, errMasterDown
+	}
+	part := make([]call, len(idx))
+	for j, i := range idx {
+		part[j] = calls[i]
+	}
+	cmds, err := runPipelined(ctx, c, c.Pipeline, part)
+	switch {
+	case err == nil:
+		s.masters.ok(addr)
+	case errors.Is(wrap(ctx, "", err), ErrUnavailable) && !errors.Is(err, context.Canceled):
+		s.masters.failed(addr, time.Now())
+	}
+	return cmds, err
 }
 
 // runPipelined runs calls by SHA in one pipeline (per node, on a Cluster),

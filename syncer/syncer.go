@@ -48,6 +48,8 @@ type syncer struct {
 	// failed reports that the last round found Redis unavailable: the
 	// loops wait for the next tick rather than answer keys that ask.
 	failed atomic.Bool
+	// masters are a Cluster's masters out of reach (runByMaster).
+	masters masters
 
 	life            sync.Mutex // guards the fields below
 	stop            chan struct{}
@@ -97,6 +99,10 @@ func (s *syncer) NodeID() string { return s.node }
 // in a window this touches grant nothing on top of use for a while
 // (lease.Rule.SetOutage).
 func (s *syncer) NoteOutage(now int64) { s.cluster.NoteOutage(now + s.cluster.Offset()) }
+
+// NotePartial records that a Cluster master is out of reach at node time
+// now while the others answer (lease.Cluster.NotePartial).
+func (s *syncer) NotePartial(now int64) { s.cluster.NotePartial(now + s.cluster.Offset()) }
 
 // LeaseRule returns the hybrid form of r, whose leases this syncer
 // exchanges, or an error wrapping errNotLeasable when its limit cannot be
@@ -176,7 +182,7 @@ func (s *syncer) loop() {
 		// next one get an early round, MinGap on.
 		for {
 			st, err := s.round(context.Background(), s.cfg.Clock.Now().UnixMicro(), false, s.cfg.Timeout)
-			failed := errors.Is(err, ErrUnavailable)
+			failed := unanswered(st, err)
 			s.failed.Store(failed)
 			if failed || st.Carried == 0 || !early.due(s.cfg.MinGap) {
 				return
@@ -205,6 +211,13 @@ func (s *syncer) loop() {
 	}
 }
 
+// unanswered reports whether a round, st, with error err found Redis out
+// of reach with nothing answered: a Cluster with a master down answers
+// the others' keys, and their early rounds go on.
+func unanswered(st synchook.RoundStats, err error) bool {
+	return errors.Is(err, ErrUnavailable) && st.Synced == 0 && !st.Registered
+}
+
 // firstLoop runs the first-lease rounds: when a key asks, at most every
 // FirstGap; none after a round that found Redis unavailable, until the
 // loop's next round finds it again.
@@ -213,8 +226,8 @@ func (s *syncer) firstLoop() {
 	var first gapTimer
 	defer first.stop()
 	run := func() {
-		_, err := s.firstRound(context.Background(), s.cfg.Clock.Now().UnixMicro(), s.cfg.Timeout)
-		if errors.Is(err, ErrUnavailable) {
+		st, err := s.firstRound(context.Background(), s.cfg.Clock.Now().UnixMicro(), s.cfg.Timeout)
+		if unanswered(st, err) {
 			s.failed.Store(true)
 		}
 	}

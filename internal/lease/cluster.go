@@ -25,8 +25,10 @@ type Cluster struct {
 		offset, unc, at int64 // the best measure, its uncertainty, and the node time it was made at
 	}
 	// outage is the Redis time (µs, estimated) of the last round that
-	// found Redis unreachable; 0 before any.
-	outage atomic.Int64
+	// found Redis unreachable; 0 before any. partial is that of the last
+	// exchange that found a Cluster master unreachable while the others
+	// answered: it touches only the keys whose exchanges failed.
+	outage, partial atomic.Int64
 
 	// round is closed when a round's replies are applied (RoundDone), for
 	// the requests that wait for a lease; nil until one waits.

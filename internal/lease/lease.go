@@ -101,6 +101,7 @@ const (
 	flagRationed                  // the last bucket reply said the nodes' demand reaches the rate (ApplyBucket)
 	flagFault                     // Redis answered the last exchange with an error, not a lease (Faulted)
 	flagScaled                    // a bucket share rescaled to a changed limit, until the exchange under it (rescale)
+	flagUnreached                 // the last exchange found Redis out of reach (Unreached)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease

@@ -54,7 +54,7 @@ func (k *Lease) Window(r *Rule, now int64) (id int64, ok bool) {
 // takes no new grant there, and the failure policy decides what its lease
 // does not cover.
 func (k *Lease) Recovering(r *Rule, now int64) bool {
-	return k.flags&flagRecover != 0 && now+k.offset < r.cluster.Outage()+recoverSpan*r.interval
+	return k.flags&flagRecover != 0 && now+k.offset < max(r.cluster.Outage(), r.cluster.partial.Load())+recoverSpan*r.interval
 }
 
 // recoverSpan is how long, in sync intervals after the last round that
@@ -69,9 +69,11 @@ const recoverSpan = 10
 // what the key held before it (held: its grant or its use, whichever was
 // larger). Redis, restarted empty or not, knows only the use reported so
 // far; the other nodes report theirs at their next rounds, and a grant made
-// before they do would come on top of it.
-func (k *Lease) capAfterOutage(r *Rule, held, rnow int64) {
-	if k.wid == 0 || r.handingBack(rnow) < k.wid {
+// before they do would come on top of it. unreached is whether the key's
+// exchange before this one failed: only such keys recover from a Cluster
+// master's outage (NotePartial).
+func (k *Lease) capAfterOutage(r *Rule, held, rnow int64, unreached bool) {
+	if k.wid == 0 || r.handingBack(rnow, unreached) < k.wid {
 		return
 	}
 	k.granted = min(k.granted, held)
@@ -81,6 +83,11 @@ func (k *Lease) capAfterOutage(r *Rule, held, rnow int64) {
 // NoteOutage records that a round found Redis unreachable at Redis time
 // rnow (estimated).
 func (c *Cluster) NoteOutage(rnow int64) { c.outage.Store(max(rnow, 1)) }
+
+// NotePartial records that an exchange found a Cluster master unreachable
+// at Redis time rnow (estimated) while the others answered: the keys whose
+// exchanges failed recover as from an outage, the others go on as before.
+func (c *Cluster) NotePartial(rnow int64) { c.partial.Store(max(rnow, 1)) }
 
 // Outage returns the Redis time of the last round that found Redis
 // unreachable, 0 before any.
@@ -108,10 +115,10 @@ func (r *Rule) SetShare(share Share) { r.share = share }
 // pool adds nothing, since Redis, restarted full or not yet told of every
 // node's debt, would hand out a burst the nodes already spent without it
 // (the share's rate still refills the key).
-func (k *Lease) afterOutage(r *Rule, v *BucketReply) (rate, burst, grant int64) {
+func (k *Lease) afterOutage(r *Rule, v *BucketReply, unreached bool) (rate, burst, grant int64) {
 	k.flags &^= flagCut
 	rate, burst = v.Rate, v.Burst
-	if r.handingBack(v.Now) == 0 {
+	if r.handingBack(v.Now, unreached) == 0 {
 		return rate, burst, v.Grant
 	}
 	if r.share != nil {
@@ -127,12 +134,17 @@ func (k *Lease) afterOutage(r *Rule, v *BucketReply) (rate, burst, grant int64) 
 
 // handingBack returns the Redis time of the outage whose hand-back a reply
 // at Redis time rnow falls in (handBack set, within recoverSpan intervals
-// of the last round that found Redis unreachable), or 0.
-func (r *Rule) handingBack(rnow int64) int64 {
+// of the last round that found Redis unreachable, or, for a key whose last
+// exchange failed, of a Cluster master's outage), or 0.
+func (r *Rule) handingBack(rnow int64, unreached bool) int64 {
 	if !r.handBack {
 		return 0
 	}
-	if out := r.cluster.Outage(); out != 0 && rnow < out+recoverSpan*r.interval {
+	out := r.cluster.Outage()
+	if unreached {
+		out = max(out, r.cluster.partial.Load())
+	}
+	if out != 0 && rnow < out+recoverSpan*r.interval {
 		return out
 	}
 	return 0

@@ -112,6 +112,14 @@ func (k *Lease) Fault() {
 	k.got = k.sent
 }
 
+// Unreach records that the key's exchange found Redis out of reach: on a
+// Cluster, its master may be down while the others answer.
+func (k *Lease) Unreach() { k.flags |= flagUnreached }
+
+// Unreached reports whether the key's last exchange found Redis out of
+// reach (Unreach).
+func (k *Lease) Unreached() bool { return k.flags&flagUnreached != 0 }
+
 // Faulted reports whether Redis answered the key's last exchange with an
 // error (Fault).
 func (k *Lease) Faulted() bool { return k.flags&flagFault != 0 }
@@ -153,7 +161,7 @@ func (k *Lease) Due(r *Rule, now int64) bool {
 		switch {
 		// Debt to report, a shrunk share to confirm, or a hand-back that is
 		// over (the whole share again).
-		case k.debt > k.debtSent, k.prepaid > 0, k.lost >= r.w, k.flags&flagNext != 0, k.flags&flagCut != 0 && r.handingBack(rnow) == 0:
+		case k.debt > k.debtSent, k.prepaid > 0, k.lost >= r.w, k.flags&flagNext != 0, k.flags&flagCut != 0 && r.handingBack(rnow, true) == 0:
 			return regular || urgent
 		case idle:
 			return regular && (k.rate > 0 || k.burst > 0)
@@ -340,8 +348,10 @@ func (k *Lease) windowRequest(r *Rule, q *Request) {
 }
 
 // sync takes the clock of a reply at Redis time redisNow to a request sent
-// at q.SentAt and received at node time recv.
-func (k *Lease) sync(r *Rule, q *Request, redisNow, recv int64) {
+// at q.SentAt and received at node time recv, and reports whether the
+// key's exchange before it found Redis out of reach (Unreach).
+func (k *Lease) sync(r *Rule, q *Request, redisNow, recv int64) (unreached bool) {
+	unreached = k.flags&flagUnreached != 0
 	k.rule = r
 	if !r.virtual { // the scripts ran on the node's clock: nothing to learn
 		k.offset = r.cluster.Measure(redisNow-(q.SentAt+recv)/2, max(recv-q.SentAt, 0)/2, recv)
@@ -350,14 +360,15 @@ func (k *Lease) sync(r *Rule, q *Request, redisNow, recv int64) {
 	// the next decision asks again if the new lease runs low too. (A lease
 	// granted on a guess would otherwise be corrected at once, on a handful
 	// of requests, by a first-request flag set before the reply.)
-	k.flags = k.flags&^(flagUrgent|flagFault|flagScaled) | flagSynced
+	k.flags = k.flags&^(flagUrgent|flagFault|flagScaled|flagUnreached) | flagSynced
 	k.got = k.sent
+	return unreached
 }
 
 // ApplyWindow takes the reply v to the window request q, made under r, into
 // k. recv is the node time it arrived.
 func (k *Lease) ApplyWindow(r *Rule, q *Request, v *WindowReply, recv int64) {
-	k.sync(r, q, v.Now, recv)
+	unreached := k.sync(r, q, v.Now, recv)
 	held := max(k.granted, k.used)
 	wt := v.Window
 	k.epoch = v.Epoch
@@ -405,14 +416,14 @@ func (k *Lease) ApplyWindow(r *Rule, q *Request, v *WindowReply, recv int64) {
 	if v.Revoked {
 		k.granted, k.next = min(k.granted, k.used), 0
 	}
-	k.capAfterOutage(r, held, v.Now)
+	k.capAfterOutage(r, held, v.Now, unreached)
 	k.prevR = v.PrevCommitted
 }
 
 // ApplyBucket takes the reply v to the bucket request q, made under r, into
 // k. recv is the node time it arrived.
 func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
-	k.sync(r, q, v.Now, recv)
+	unreached := k.sync(r, q, v.Now, recv)
 	k.refill(r, v.Now)
 	if v.Rate < k.rate || v.Burst < k.burst {
 		// The share shrank: Redis keeps the old one committed, idle for
@@ -427,7 +438,7 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 	}
 	k.epoch = v.Epoch
 	k.debtSent += q.Debt
-	rate, burst, grant := k.afterOutage(r, v)
+	rate, burst, grant := k.afterOutage(r, v, unreached)
 	// A reply that neither grew the share nor granted tokens tells the key
 	// its next early exchange would bring nothing more, unless the pool
 	// refills (decideBucket).

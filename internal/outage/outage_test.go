@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/outage"
+	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/syncer"
@@ -35,9 +36,9 @@ func build(t *testing.T) string {
 	return exe
 }
 
-func startRedis(t *testing.T) *outage.Redis {
+func startRedis(t *testing.T) *redisproc.Redis {
 	t.Helper()
-	r, err := outage.StartRedis(t.TempDir())
+	r, err := redisproc.Start(t.TempDir())
 	require.NoError(t, err, "start redis-server")
 	t.Cleanup(r.Close)
 	return r
@@ -47,7 +48,7 @@ func startRedis(t *testing.T) *outage.Redis {
 type cluster struct {
 	t     *testing.T
 	exe   string
-	redis *outage.Redis
+	redis *redisproc.Redis
 	base  outage.Spec
 	procs []*outage.Proc
 }

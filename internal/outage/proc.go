@@ -2,18 +2,13 @@ package outage
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Proc is a node process started by Start.
@@ -118,77 +113,3 @@ func Windows(procs ...*Proc) map[string]map[int64]Line {
 	}
 	return out
 }
-
-// Redis is a redis-server process of the driver's, on a free loopback
-// port, persistence off: killed, restarted empty, paused and resumed.
-type Redis struct {
-	Addr string
-	bin  string
-	args []string
-	cmd  *exec.Cmd
-}
-
-// StartRedis starts a redis-server on a free loopback port.
-func StartRedis(dir string) (*Redis, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin,
-		args: []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"}}
-	return r, r.start()
-}
-
-func (r *Redis) start() error {
-	r.cmd = exec.Command(r.bin, r.args...)
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := r.cmd.Start(); err != nil {
-		return err
-	}
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("outage: redis-server on %s not answering: %w", r.Addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// Kill kills the server (SIGKILL) and waits for it.
-func (r *Redis) Kill() {
-	if r.cmd == nil {
-		return
-	}
-	r.cmd.Process.Signal(syscall.SIGCONT)
-	r.cmd.Process.Signal(syscall.SIGKILL)
-	r.cmd.Wait()
-	r.cmd = nil
-}
-
-// Restart starts the server again, empty, on the same port.
-func (r *Redis) Restart() error {
-	r.Kill()
-	return r.start()
-}
-
-// Pause stops the server (SIGSTOP): connections stay open, nothing answers.
-func (r *Redis) Pause() { r.cmd.Process.Signal(syscall.SIGSTOP) }
-
-// Resume continues a paused server (SIGCONT).
-func (r *Redis) Resume() { r.cmd.Process.Signal(syscall.SIGCONT) }
-
-// Close stops the server.
-func (r *Redis) Close() { r.Kill() }

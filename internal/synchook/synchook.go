@@ -57,6 +57,11 @@ type Syncer[R any] interface {
 	// the failure policy deciding: for a while after the last one, replies
 	// in a window it touched grant nothing on top of use.
 	NoteOutage(now int64)
+	// NotePartial records that a Cluster master is out of reach at node
+	// time now (µs) while the others answer, the failure policy deciding
+	// its keys: for a while after the last one, replies to keys whose
+	// exchange failed grant nothing on top of use in a window it touched.
+	NotePartial(now int64)
 	// Nodes returns the number of live nodes Redis counted, and at least
 	// Tuning.Nodes.
 	Nodes() int64

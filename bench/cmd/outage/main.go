@@ -25,6 +25,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/bench/accuracy"
 	"github.com/hybridlimit/hybridlimit/internal/outage"
+	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 )
 
 const (
@@ -291,9 +292,9 @@ func runGroup(exe string, group []*scenario, limit int64, W time.Duration) error
 // target is the Redis a group runs against, and its fault.
 type target struct {
 	kind     string
-	single   *outage.Redis
-	sentinel *outage.Sentinel
-	cluster  *outage.Cluster
+	single   *redisproc.Redis
+	sentinel *redisproc.Sentinel
+	cluster  *redisproc.Cluster
 }
 
 func startTarget(kind, dir string) (*target, error) {
@@ -301,11 +302,11 @@ func startTarget(kind, dir string) (*target, error) {
 	var err error
 	switch kind {
 	case "sentinel":
-		t.sentinel, err = outage.StartSentinel(dir)
+		t.sentinel, err = redisproc.StartSentinel(dir)
 	case "cluster":
-		t.cluster, err = outage.StartCluster(dir)
+		t.cluster, err = redisproc.StartCluster(dir, 1)
 	default:
-		t.single, err = outage.StartRedis(dir)
+		t.single, err = redisproc.Start(dir)
 	}
 	return t, err
 }

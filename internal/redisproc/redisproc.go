@@ -1,4 +1,8 @@
-package outage
+// Package redisproc runs redis-server processes for tests and benchmarks:
+// a single server, a master with a replica behind three Sentinels, a
+// Cluster with or without replicas; each killed, stopped or restarted by
+// PID. Every server listens on loopback, persistence off.
+package redisproc
 
 import (
 	"context"
@@ -33,7 +37,7 @@ func freePort() (int, error) {
 			return port, nil
 		}
 	}
-	return 0, fmt.Errorf("outage: no free port pair")
+	return 0, fmt.Errorf("redisproc: no free port pair")
 }
 
 // startServer starts a redis-server in dir on a free port with extra
@@ -140,7 +144,7 @@ func (s *Sentinel) MasterAddr() (string, error) {
 		}
 		last = err
 	}
-	return "", fmt.Errorf("outage: no Sentinel names the master: %v", last)
+	return "", fmt.Errorf("redisproc: no Sentinel names the master: %v", last)
 }
 
 // CurrentMaster returns the server the Sentinels name the master.
@@ -154,7 +158,7 @@ func (s *Sentinel) CurrentMaster() (*Redis, error) {
 			return r, nil
 		}
 	}
-	return nil, fmt.Errorf("outage: the Sentinels name %s, none of ours", addr)
+	return nil, fmt.Errorf("redisproc: the Sentinels name %s, none of ours", addr)
 }
 
 // waitHealthy waits until every Sentinel knows the master, one replica
@@ -167,7 +171,7 @@ func (s *Sentinel) waitHealthy(d time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("outage: Sentinel topology not healthy after %v: %w", d, err)
+			return fmt.Errorf("redisproc: Sentinel topology not healthy after %v: %w", d, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -228,20 +232,23 @@ func (s *Sentinel) Close() {
 	}
 }
 
-// Cluster is a Redis Cluster of three masters with a replica each.
+// Cluster is a Redis Cluster of three masters, with a replica each or
+// none.
 type Cluster struct {
-	Addrs   []string // the masters at start
-	Servers []*Redis
+	Addrs    []string // the masters at start
+	Servers  []*Redis
+	replicas int
 }
 
-// StartCluster starts six Cluster nodes in dir, creates a Cluster of three
-// masters with one replica each, and waits until it is ok everywhere.
-func StartCluster(dir string) (*Cluster, error) {
-	c := &Cluster{}
+// StartCluster starts the nodes of a Cluster of three masters in dir, with
+// replicas replicas each (0 or 1), passing extra to every redis-server,
+// and waits until it is ok everywhere.
+func StartCluster(dir string, replicas int, extra ...string) (*Cluster, error) {
+	c := &Cluster{replicas: replicas}
 	var all []string
-	for i := range 6 {
-		r, err := startServer(filepath.Join(dir, fmt.Sprintf("node-%d", i)),
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000")
+	for i := range 3 * (1 + replicas) {
+		r, err := startServer(filepath.Join(dir, fmt.Sprintf("node-%d", i)), append([]string{
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"}, extra...)...)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -252,10 +259,10 @@ func StartCluster(dir string) (*Cluster, error) {
 	c.Addrs = all[:3]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "redis-cli", append(append([]string{"--cluster", "create"}, all...), "--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "redis-cli", append(append([]string{"--cluster", "create"}, all...), "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")...).CombinedOutput()
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("outage: redis-cli --cluster create: %v\n%s", err, out)
+		return nil, fmt.Errorf("redisproc: redis-cli --cluster create: %v\n%s", err, out)
 	}
 	if err := c.waitHealthy(60 * time.Second); err != nil {
 		c.Close()
@@ -280,7 +287,7 @@ func (c *Cluster) MasterWith(pattern string) (*Redis, error) {
 			return r, nil
 		}
 	}
-	return nil, fmt.Errorf("outage: no master holds a key matching %q", pattern)
+	return nil, fmt.Errorf("redisproc: no master holds a key matching %q", pattern)
 }
 
 func (c *Cluster) live() []string {
@@ -293,8 +300,8 @@ func (c *Cluster) live() []string {
 	return out
 }
 
-// waitHealthy waits until every live node says cluster_state:ok and
-// knows six nodes, and three masters have a linked replica.
+// waitHealthy waits until every live node says cluster_state:ok and knows
+// every node, and each master has its linked replica.
 func (c *Cluster) waitHealthy(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
@@ -303,7 +310,7 @@ func (c *Cluster) waitHealthy(d time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("outage: Cluster not healthy after %v: %w", d, err)
+			return fmt.Errorf("redisproc: Cluster not healthy after %v: %w", d, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -316,7 +323,7 @@ func (c *Cluster) healthy() error {
 	for _, r := range c.Servers {
 		cl := redis.NewClient(&redis.Options{Addr: r.Addr, DialTimeout: 200 * time.Millisecond})
 		info, err := cl.ClusterInfo(ctx).Result()
-		if err == nil && (!strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:6")) {
+		if err == nil && (!strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(c.Servers)))) {
 			err = fmt.Errorf("%s: %s", r.Addr, info)
 		}
 		if err == nil {
@@ -331,8 +338,8 @@ func (c *Cluster) healthy() error {
 			return err
 		}
 	}
-	if linked != 3 {
-		return fmt.Errorf("%d replicas linked, want 3", linked)
+	if linked != 3*c.replicas {
+		return fmt.Errorf("%d replicas linked, want %d", linked, 3*c.replicas)
 	}
 	return nil
 }
@@ -356,3 +363,77 @@ func (c *Cluster) Close() {
 		r.Kill()
 	}
 }
+
+// Redis is a redis-server process of the driver's, on a free loopback
+// port, persistence off: killed, restarted empty, paused and resumed.
+type Redis struct {
+	Addr string
+	bin  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// Start starts a redis-server on a free loopback port.
+func Start(dir string) (*Redis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin,
+		args: []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"}}
+	return r, r.start()
+}
+
+func (r *Redis) start() error {
+	r.cmd = exec.Command(r.bin, r.args...)
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := r.cmd.Start(); err != nil {
+		return err
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redisproc: redis-server on %s not answering: %w", r.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill kills the server (SIGKILL) and waits for it.
+func (r *Redis) Kill() {
+	if r.cmd == nil {
+		return
+	}
+	r.cmd.Process.Signal(syscall.SIGCONT)
+	r.cmd.Process.Signal(syscall.SIGKILL)
+	r.cmd.Wait()
+	r.cmd = nil
+}
+
+// Restart starts the server again, empty, on the same port.
+func (r *Redis) Restart() error {
+	r.Kill()
+	return r.start()
+}
+
+// Pause stops the server (SIGSTOP): connections stay open, nothing answers.
+func (r *Redis) Pause() { r.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (r *Redis) Resume() { r.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Close stops the server.
+func (r *Redis) Close() { r.Kill() }
