@@ -225,7 +225,11 @@ func (m *hybridRule) setOutage(lr *lease.Rule) {
 	var tap lease.Tap
 	if g := m.l.gossip; g != nil && m.fail.policy == Gossip {
 		tap = func(k *lease.Lease, window, asked, used int64) {
-			g.node.Report(gossipDigest(&k.Digest, &m.salt), window, asked, used)
+			var limit int64
+			if window != 0 { // a window rule: its quota is the window's limit
+				limit = m.rs.limit.Load().Params().Quota
+			}
+			g.node.Report(gossipDigest(&k.Digest, &m.salt), window, asked, used, limit)
 		}
 		lr.SetShare(func(k *lease.Lease) float64 { return m.estimate(k).Share })
 	}

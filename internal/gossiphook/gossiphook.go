@@ -57,9 +57,10 @@ type Node interface {
 	// Report records that key was asked for asked requests (refused ones
 	// included) and that this node admitted consumed in all in window (the
 	// caller's window id, the same on every node; 0 for the bucket
-	// algorithms). A report for an earlier window than the key's latest
-	// counts as demand only.
-	Report(key Digest, window, asked, consumed int64)
+	// algorithms) of limit per window (0 for the bucket algorithms). A
+	// report for an earlier window than the key's latest counts as demand
+	// only.
+	Report(key Digest, window, asked, consumed, limit int64)
 	// Estimate returns this node's share of key's budget from the last
 	// snapshot, without allocating or locking.
 	Estimate(key Digest) Estimate
