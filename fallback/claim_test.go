@@ -109,3 +109,27 @@ func TestClaimsHeld(t *testing.T) {
 		assert.Greater(t, e.Share, 0.95)
 	})
 }
+
+// TestClaimWithinRoom: a node's claim on its share of the limit goes no
+// further than the others' counts and claims leave, as when a peer
+// admitted past its share under an earlier, larger one.
+func TestClaimWithinRoom(t *testing.T) {
+	const limit, w = 1000, 50
+	k := digest{8}
+	b := bare(t, "b", nil)
+	b.mem["a"] = ""
+	now := time.Unix(1000, 0)
+	for range 3 {
+		now = now.Add(b.cfg.Interval)
+		b.Report(k, w, 10, 0, limit)
+		b.publish(now, b.cfg.Interval.Seconds())
+	}
+	own := (*b.own.Load())[0]
+	require.Positive(t, own.demand)
+	a := record{origin: "a", key: k, window: w, seq: uint64(now.UnixNano()), consumed: 850, demand: 4 * own.demand}
+	require.True(t, b.receive(a, now.UnixNano()))
+	b.rebuild(now)
+	e := b.Estimate(k)
+	require.Greater(t, e.Share*limit, float64(limit-850), "b's share of the limit is more than a leaves")
+	assert.Equal(t, int64(limit-850), e.AllowanceIn(w, limit), "b may admit what a leaves")
+}

@@ -39,15 +39,17 @@ func (n *node) rebuild(now time.Time) {
 	s := &snapshot{keys: make(map[digest]estimate, len(acc)), members: split}
 	for k, a := range acc {
 		sh := share(a.ownDemand, a.sum, split, n.cfg.Reserve)
-		own := a.own
+		own, others := a.own, a.total-a.own+a.held
 		if a.limit > 0 && a.ownDemand > 0 {
-			own = max(own, int64(sh*float64(a.limit)))
+			// Its own claim, as far as the others' leave room for it: the
+			// shares each node gives itself need not sum to 1.
+			own = max(own, min(int64(sh*float64(a.limit)), a.limit-others))
 		}
 		s.keys[k] = estimate{
 			Known:   true,
 			Window:  a.window,
 			Own:     own,
-			Total:   a.total - a.own + own + a.held,
+			Total:   own + others,
 			Share:   sh,
 			Members: split,
 		}
