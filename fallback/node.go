@@ -162,10 +162,12 @@ func (n *node) Observe(key digest, window, asked, admitted int64) {
 
 // Report is Observe with the count absolute: consumed is all this node
 // admitted for key in window, as the caller counts it (hybrid's leases do,
-// at each sync round, so that nothing is added on the hot path). A report
-// for an earlier window than the key's latest is counted as demand only.
-func (n *node) Report(key digest, window, asked, consumed int64) {
-	n.table.report(&key, window, asked, consumed)
+// at each sync round, so that nothing is added on the hot path), and limit
+// the key's limit per window (0 for the bucket algorithms), which the
+// estimate holds the others' claims on (rebuild). A report for an earlier
+// window than the key's latest is counted as demand only.
+func (n *node) Report(key digest, window, asked, consumed, limit int64) {
+	n.table.report(&key, window, asked, consumed, limit)
 }
 
 // Members returns the count of members the estimates assume, this node and

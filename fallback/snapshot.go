@@ -5,7 +5,9 @@ import (
 )
 
 // rebuild recomputes every key's estimate from this node's last records
-// and its peers', and publishes the snapshot.
+// and its peers', and publishes the snapshot. Of a window rule's key, whose
+// limit this node knows, each member with demand holds at least its share
+// of the limit (claim).
 func (n *node) rebuild(now time.Time) {
 	members := n.liveMembers()
 	split := len(members)
@@ -21,16 +23,34 @@ func (n *node) rebuild(now time.Time) {
 			}
 		}
 	}
+	for k, peers := range n.remote {
+		a := acc[k]
+		if a.limit = n.table.limitOf(&k); a.limit <= 0 {
+			continue
+		}
+		for _, p := range peers {
+			if members[p.origin] {
+				a.held += a.claim(&p.record, split, n.cfg.Reserve)
+			}
+		}
+	}
 	n.mu.Unlock()
 
 	s := &snapshot{keys: make(map[digest]estimate, len(acc)), members: split}
 	for k, a := range acc {
+		sh := share(a.ownDemand, a.sum, split, n.cfg.Reserve)
+		own, others := a.own, a.total-a.own+a.held
+		if a.limit > 0 && a.ownDemand > 0 {
+			// Its own claim, as far as the others' leave room for it: the
+			// shares each node gives itself need not sum to 1.
+			own = max(own, min(int64(sh*float64(a.limit)), a.limit-others))
+		}
 		s.keys[k] = estimate{
 			Known:   true,
 			Window:  a.window,
-			Own:     a.own,
-			Total:   a.total,
-			Share:   share(a.ownDemand, a.sum, split, n.cfg.Reserve),
+			Own:     own,
+			Total:   own + others,
+			Share:   sh,
 			Members: split,
 		}
 	}
@@ -81,10 +101,32 @@ func (n *node) addOwn(acc accs, now time.Time) {
 	}
 }
 
-// keyAcc is one key's counts and demands, summed for a snapshot.
+// keyAcc is one key's counts and demands, summed for a snapshot, with the
+// key's limit per window (0 when this node knows none) and what the peers'
+// claims hold beyond their counts.
 type keyAcc struct {
 	window, own, total int64
+	limit, held        int64
 	ownDemand, sum     float64
+}
+
+// claim returns what the member whose record is r holds in a's window
+// beyond r's count: the rest of its share of the limit. Every node, until
+// it hears of the others' counts in a window (and its own estimate sees to
+// it after), may admit its share of the whole limit, not of what the
+// window has left; were the others to split the remainder as if it had
+// only admitted its count so far, the cluster would admit that claim
+// twice. Past its share a member takes its share of the remainder, as this
+// node does. A member with no demand holds nothing.
+func (a *keyAcc) claim(r *record, members int, reserve float64) int64 {
+	if a.limit <= 0 || r.window > a.window || !(r.demand > 0) {
+		return 0
+	}
+	var count int64
+	if r.window == a.window {
+		count = r.consumed
+	}
+	return max(int64(share(r.demand, a.sum, members, reserve)*float64(a.limit))-count, 0)
 }
 
 // accs sums a snapshot's records by key. Counts are of the latest window

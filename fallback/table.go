@@ -32,6 +32,7 @@ type entry struct {
 	// a new window resets the count in the same compare-and-swap.
 	word  atomic.Uint64
 	asked atomic.Int64 // requests asked for, ever, refused ones included
+	limit atomic.Int64 // the key's limit per window, as last reported; 0 when unknown
 	// window is the last full window id observed.
 	window atomic.Int64
 
@@ -77,23 +78,38 @@ func (t *table) observe(key *digest, window, asked, admitted int64) {
 	t.count(key, window, asked, admitted, false)
 }
 
-// report records asked requests for key, and consumed as its whole count in
-// window.
-func (t *table) report(key *digest, window, asked, consumed int64) {
-	t.count(key, window, asked, max(consumed, 0), true)
+// report records asked requests for key, consumed as its whole count in
+// window, and its limit per window.
+func (t *table) report(key *digest, window, asked, consumed, limit int64) {
+	if e := t.count(key, window, asked, max(consumed, 0), true); e != nil {
+		e.limit.Store(limit)
+	}
+}
+
+// limitOf returns key's limit per window as last reported, or 0.
+func (t *table) limitOf(key *digest) int64 {
+	s := t.shard(key)
+	s.mu.RLock()
+	e := s.m[*key]
+	s.mu.RUnlock()
+	if e == nil {
+		return 0
+	}
+	return e.limit.Load()
 }
 
 // count adds asked to key's demand, and n to its count in window (or sets
 // the count to n, if absolute); a report for an earlier window than the
-// key's latest counts as demand only.
-func (t *table) count(key *digest, window, asked, n int64, absolute bool) {
+// key's latest counts as demand only. It returns the key's entry, or nil
+// when the table is full or the report is late.
+func (t *table) count(key *digest, window, asked, n int64, absolute bool) *entry {
 	s := t.shard(key)
 	s.mu.RLock()
 	e := s.m[*key]
 	s.mu.RUnlock()
 	if e == nil {
 		if e = t.insert(s, key, window); e == nil {
-			return
+			return nil
 		}
 	}
 	e.asked.Add(asked)
@@ -108,13 +124,13 @@ func (t *table) count(key *digest, window, asked, n int64, absolute bool) {
 		case ow == w || (w-ow)&winMask < 1<<(winBits-1): // this window, or a later one
 			nw = w | uint64(n)<<cntShift
 		default: // a late report for an earlier window: it is gone
-			return
+			return nil
 		}
 		if e.word.CompareAndSwap(old, nw) {
 			if ow != w {
 				e.window.Store(window)
 			}
-			return
+			return e
 		}
 	}
 }

@@ -134,8 +134,8 @@ func BenchmarkEstimate(b *testing.B) {
 func TestTableReport(t *testing.T) {
 	tb := newTable(10)
 	k := digest{2}
-	tb.report(&k, 100, 3, 7)
-	tb.report(&k, 100, 2, 5) // absolute: the later report replaces the count
+	tb.report(&k, 100, 3, 7, 0)
+	tb.report(&k, 100, 2, 5, 0) // absolute: the later report replaces the count
 	e := tb.shard(&k).m[k]
 	require.NotNil(t, e)
 	w, c := e.counts()
@@ -143,8 +143,8 @@ func TestTableReport(t *testing.T) {
 	assert.Equal(t, int64(5), c)
 	assert.Equal(t, int64(5), e.asked.Load(), "asked adds up")
 
-	tb.report(&k, 101, 1, 9)
-	tb.report(&k, 100, 1, 50) // a late report for the old window: demand only
+	tb.report(&k, 101, 1, 9, 0)
+	tb.report(&k, 100, 1, 50, 0) // a late report for the old window: demand only
 	w, c = e.counts()
 	assert.Equal(t, int64(101), w)
 	assert.Equal(t, int64(9), c)

@@ -228,7 +228,11 @@ func (m *hybridRule) setOutage(lr *lease.Rule) {
 	switch g := m.l.gossip; {
 	case g != nil && m.fail.policy == Gossip:
 		tap = func(k *lease.Lease, window, asked, used int64) {
-			g.node.Report(gossipDigest(&k.Digest, &m.salt), window, asked, used)
+			var limit int64
+			if window != 0 { // a window rule: its quota is the window's limit
+				limit = m.rs.limit.Load().Params().Quota
+			}
+			g.node.Report(gossipDigest(&k.Digest, &m.salt), window, asked, used, limit)
 		}
 		lr.SetShare(func(k *lease.Lease) float64 { return m.estimate(k).Share })
 	case m.fail.policy == FailLocal || m.fail.policy == Gossip:

@@ -57,9 +57,10 @@ type Node interface {
 	// Report records that key was asked for asked requests (refused ones
 	// included) and that this node admitted consumed in all in window (the
 	// caller's window id, the same on every node; 0 for the bucket
-	// algorithms). A report for an earlier window than the key's latest
-	// counts as demand only.
-	Report(key Digest, window, asked, consumed int64)
+	// algorithms) of limit per window (0 for the bucket algorithms). A
+	// report for an earlier window than the key's latest counts as demand
+	// only.
+	Report(key Digest, window, asked, consumed, limit int64)
 	// Estimate returns this node's share of key's budget from the last
 	// snapshot, without allocating or locking.
 	Estimate(key Digest) Estimate
@@ -103,10 +104,14 @@ type Estimate struct {
 	Window int64
 	// Own is this node's count in Window as it gossiped it as long ago as
 	// the peers' latest records were queued, on average, so that Own and
-	// the others' counts in Total are of about the same time.
+	// the others' counts in Total are of about the same time. For a window
+	// rule's key with demand it is at least the node's claim: its share of
+	// the limit, which it may admit before it hears of the others' counts,
+	// as far as the others' counts and claims leave room.
 	Own int64
 	// Total is the sum of every node's count in Window in the snapshot, Own
-	// included, and the counts of nodes that have died since.
+	// included, and the counts of nodes that have died since; for a window
+	// rule, each member with demand counts at least its claim.
 	Total int64
 	// Share is this node's demand-weighted share, in [0, 1], of what the
 	// window has left (and of a bucket's rate and burst).

@@ -553,14 +553,37 @@ const docNotes = `
   window has left, from the counts and demand the nodes gossip (memberlist, records fed at
   every sync round, not per decision). With skewed traffic it keeps about L where FailLocal
   admits about L ÷ N plus the idle nodes' small demand.
-- The estimate lags. Were a node's own count fresher than the others' (which arrive a gossip
-  round and a snapshot rebuild later), each node would take its share of a remainder the
-  others have already eaten into: about (1 − share) × rate × that delay over L, which grows
-  with the offered rate and with the delay (a loaded machine delays gossip). A snapshot
-  therefore counts the node's own count as old as the peers' latest records are at that
-  moment (their mean age by the senders' clocks, so skewed clocks across hosts bias it):
-  a record waits in transit, then for the next snapshot, and peers queue theirs on their
-  own ticks. What remains is the spread of those ages.
+- Until a node hears of the others' counts in a window it may admit its share s of the whole
+  limit, and it goes on admitting on that claim while the others hear of its first counts
+  there. An estimate therefore counts every member with demand at least at its share of the
+  limit, and the node itself too, as far as the others leave room: it may admit
+  max(own, s × L) + s × (L − the sum of those).
+  Were a peer counted at its count alone (0 while its latest record is of the window before),
+  each node would take its share of a remainder the peer has already claimed. Records are
+  queued every Interval and gossiped every GossipInterval (200 ms each by default), so a
+  record is 0.1–0.6 s old when a snapshot sums it, and for the first half of a 1 s window a
+  node sees some of its peers' previous window: on the defaults, Poisson arrivals at 5 × L,
+  seeds 1–4, windows reached 1.17 × L at 4 nodes and 1.12 × L at 5 (1.01–1.06 × L on average
+  per seed).
+- Past its share, a member takes its share of what the window has left, and that part lags:
+  were a node's own count fresher than the others', it would take its share of a remainder
+  they have eaten into since their records left. A snapshot counts the node's own count as
+  old as the peers' latest records are at that moment (their mean age by the senders'
+  clocks, so skewed clocks across hosts bias it). With ε the excess over 1 of the shares the
+  nodes give themselves (each weighs its own demand against the others' as gossiped), the
+  window admits at most
+
+      L × (1 + ε) + Σ_i s_i × Σ_j [R_j × (a_ij − ā_i)⁺ + s_j × L for a member j whose record
+                                  of the key i has not had yet]
+
+  where R_j is the rate member j admits at past its share of the limit, a_ij the age of its
+  record at node i's snapshot (up to Interval + the gossip's delay) and ā_i the age node i
+  takes its own count at; the reserve only sets how small an idle member's share s_j is
+  (Reserve ÷ N). Spread traffic stops near each node's share (R ≈ 0), and a node's claim
+  goes no further than the others leave, so what is left is the demands' noise: on the
+  defaults, Poisson arrivals at 5 × L, seeds 1–4, 1.00 × L on average and 0.99–1.01 × L in
+  every outage window, at 4 nodes and at 5. A member whose traffic stops holds its share for
+  the rest of the window, and its share shrinks with its demand (DemandHalfLife).
 - A node joining during the outage counts in every node's member count once memberlist has
   gossiped its join, and its demand once its first record arrives; a killed node's share goes
   to the others once memberlist declares it dead (suspected members still count, so a
