@@ -31,6 +31,13 @@ import (
 const (
 	EnvAddr    = "HYBRIDLIMIT_REDIS_ADDR"          // host:port of a single server
 	EnvCluster = "HYBRIDLIMIT_REDIS_CLUSTER_ADDRS" // comma-separated masters of a Cluster
+
+	// The failover topologies: a master with a replica and three Sentinels,
+	// and a Cluster whose masters have a replica each.
+	EnvSentinel        = "HYBRIDLIMIT_REDIS_SENTINEL_ADDRS"         // comma-separated Sentinels
+	EnvSentinelMaster  = "HYBRIDLIMIT_REDIS_SENTINEL_MASTER"        // the master's name at the Sentinels
+	EnvClusterReplicas = "HYBRIDLIMIT_REDIS_CLUSTER_REPLICAS_ADDRS" // comma-separated masters, as started
+	EnvRun             = "HYBRIDLIMIT_REDIS_RUN"                    // scripts/redis.sh's .run directory
 )
 
 // missing skips t, or fails it under CI.
