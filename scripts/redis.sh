@@ -476,7 +476,7 @@ sentinel parallel-syncs $SENTINEL_MASTER 1"
 # cluster node reads its nodes.conf and a Sentinel its rewritten config, so
 # they rejoin as what the topology now says they are.
 cmd_restart() {
-	local name=${1:-} dir argv=()
+	local name=${1:-} dir a argv=()
 	[[ -n $name && $name != */* ]] || die "restart: give the name of a directory under $RUN"
 	dir="$RUN/$name"
 	[[ -f $dir/args && -f $dir/port ]] || die "restart: $dir has no args or port file"
@@ -485,7 +485,7 @@ cmd_restart() {
 	fi
 	need_redis
 	while IFS= read -r -d '' a; do argv+=("$a"); done <"$dir/args"
-	launch "$name" "${argv[@]}" || die "$name: $argv exited at restart; log tail:
+	launch "$name" "${argv[@]}" || die "$name: ${argv[0]} exited at restart; log tail:
 $(tail -n 20 "$dir/redis.log" 2>/dev/null)"
 	echo "127.0.0.1:$(<"$dir/port") $PID"
 }
