@@ -1,6 +1,10 @@
 // Package redistest gives tests real Redis servers: the shared ones that
 // `make test` starts (scripts/redis.sh), and private ones a test starts, and
-// may kill, pause or restart by PID.
+// may kill, pause or restart by PID. Among the shared ones, a master with a
+// replica watched by Sentinels and a Cluster whose masters have replicas are
+// there to fail over: a test may kill or pause one of their servers
+// (FindShared) and waits until the topology is healthy again before it ends
+// (WaitSentinel, WaitCluster), as other tests use them after it.
 //
 // A test that needs Redis is skipped when no server is configured, unless
 // the CI environment variable is set: under CI it fails instead, so a CI run
