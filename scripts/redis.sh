@@ -275,6 +275,28 @@ $(tail -n 20 "$dir/redis.log" 2>/dev/null)"
 	die "$name: could not bind a port after $START_TRIES tries"
 }
 
+# start_servers MODE NAMES... [-- EXTRA ARGS...]: start_server each of NAMES
+# at once, each in a subshell of its own (on a loaded machine a server takes a
+# second or more to start and answer). Dies if any failed; their ports are in
+# .run/NAME/port.
+start_servers() {
+	local mode=$1 names=() pids=() i failed=0
+	shift
+	while (($#)) && [[ $1 != -- ]]; do
+		names+=("$1")
+		shift
+	done
+	(($#)) && shift
+	for i in "${names[@]}"; do
+		start_server "$i" "$mode" "$@" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || { log "${names[$i]} failed to start"; failed=1; }
+	done
+	((failed == 0)) || die "starting ${names[*]} failed"
+}
+
 # --- commands ---------------------------------------------------------------
 
 need_redis() {
@@ -342,11 +364,13 @@ PORTS=()
 create_cluster() {
 	local name=$1 count=$2 replicas=$3 addrs=() extra=() i
 	((replicas == 0)) || extra=("${REPLICATED[@]}")
+	local names=()
+	for ((i = 1; i <= count; i++)); do names+=("$name-$i"); done
+	start_servers cluster "${names[@]}" -- "${extra[@]}"
 	PORTS=()
-	for ((i = 1; i <= count; i++)); do
-		start_server "$name-$i" cluster "${extra[@]}"
-		PORTS+=("$PORT")
-		addrs+=("127.0.0.1:$PORT")
+	for i in "${names[@]}"; do
+		PORTS+=("$(<"$RUN/$i/port")")
+		addrs+=("127.0.0.1:${PORTS[-1]}")
 	done
 	log "creating $name: ${addrs[*]}"
 	if ! timeout 120 redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes \
@@ -445,16 +469,16 @@ cmd_start_sentinel() {
 	local mport rport sports=() i
 	start_server sentinel-redis-1 plain "${REPLICATED[@]}"
 	mport=$PORT
-	start_server sentinel-redis-2 plain "${REPLICATED[@]}" --replicaof 127.0.0.1 "$mport"
-	rport=$PORT
 	SENTINEL_CONF="sentinel monitor $SENTINEL_MASTER 127.0.0.1 $mport 2
 sentinel down-after-milliseconds $SENTINEL_MASTER 1000
 sentinel failover-timeout $SENTINEL_MASTER 3000
 sentinel parallel-syncs $SENTINEL_MASTER 1"
-	for i in 1 2 3; do
-		start_server "sentinel-$i" sentinel
-		sports+=("$PORT")
-	done
+	start_server sentinel-redis-2 plain "${REPLICATED[@]}" --replicaof 127.0.0.1 "$mport" &
+	local replica=$!
+	start_servers sentinel sentinel-1 sentinel-2 sentinel-3
+	wait "$replica" || die "sentinel-redis-2 failed to start"
+	rport=$(<"$RUN/sentinel-redis-2/port")
+	for i in 1 2 3; do sports+=("$(<"$RUN/sentinel-$i/port")"); done
 	local deadline=$((SECONDS + SENTINEL_WAIT_SECS))
 	until sentinel_ok "$mport" "$rport" "${sports[@]}"; do
 		if ((SECONDS >= deadline)); then
