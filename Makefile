@@ -15,7 +15,7 @@ MODULES := . $(if $(wildcard bench/go.mod),bench)
 
 .PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage
 
-## test: start a Redis server and a 3-master Cluster, vet and test every module with -race, stop them.
+## test: start a Redis server, a 3-master Cluster, a Sentinel topology and a replicated Cluster, vet and test every module with -race, stop them.
 test:
 	bash scripts/with-redis.sh $(MAKE) --no-print-directory test-go
 

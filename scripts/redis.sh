@@ -4,15 +4,29 @@
 #   scripts/redis.sh ensure          install redis-server with apt-get if missing
 #   scripts/redis.sh start-single    one server         -> .run/redis.addr
 #   scripts/redis.sh start-cluster   three-master Cluster -> .run/cluster.addrs
+#   scripts/redis.sh start-sentinel  master, replica, three Sentinels
+#                                    (master name hlmaster) -> .run/sentinel.addrs
+#   scripts/redis.sh start-cluster-replicas
+#                                    three masters with a replica each, a Cluster
+#                                    apart from start-cluster's
+#                                    -> .run/cluster-replicas.addrs (masters)
+#   scripts/redis.sh restart NAME    start .run/NAME's server again, with the
+#                                    arguments and port it had (after a SIGKILL)
 #   scripts/redis.sh stop            stop every server started here (by PID)
 #   scripts/redis.sh env             export lines for whatever is running
 #   scripts/redis.sh status          what is recorded; exit 0 if any runs
 #
 # Every server listens on 127.0.0.1 only, on a port found free at start (a
 # cluster node also needs port+10000 free for its bus), with persistence off.
-# State lives in .run/ of this checkout, one directory per server, so two
-# checkouts never share state or ports. Starting a kind of server that is
-# already running in this checkout is refused: run `stop` first.
+# State lives in .run/ of this checkout, one directory per server (redis.pid,
+# port, args: its command line, NUL-separated, for a restart; a cluster node's
+# nodes.conf and a Sentinel's config, which they rewrite, are kept there too),
+# so two checkouts never share state or ports. Starting a kind of server that
+# is already running in this checkout is refused: run `stop` first.
+#
+# The failover topologies fail over fast: Sentinel's down-after-milliseconds
+# is 1000 and its failover-timeout 3000 (a second failover of the same master
+# may start 6 s after the first), Cluster's node timeout is 2000 ms.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,6 +40,19 @@ PORT_MAX=22000
 START_TRIES=8      # a port taken between the check and the bind: try another
 WAIT_SECS=15       # for a server to answer PING
 CLUSTER_WAIT_SECS=60
+SENTINEL_WAIT_SECS=30
+# Servers with replicas send a replica the data at once instead of waiting
+# 5 s for more replicas to ask (diskless sync's default delay): a replica,
+# and an old master back as one, is linked in milliseconds.
+REPLICATED=(--repl-diskless-sync-delay 0)
+SENTINEL_MASTER=hlmaster
+# Sentinel's own periods (SENTINEL DEBUG, not kept in its config; a restart
+# reads them from .run/NAME/debug): INFO to replicas every second instead of
+# ten, hello messages every 500 ms instead of two seconds (so Sentinels find
+# each other sooner and a returning old master is made a replica after 2 s
+# instead of 8), and a TILT that lasts 5 s instead of 30 should a loaded
+# machine delay Sentinel's timer.
+SENTINEL_DEBUG=(info-period 1000 publish-period 500 tilt-period 5000)
 STOP_WAIT_SECS=10  # between SIGTERM and SIGKILL
 
 log() { echo "redis.sh: $*" >&2; }
@@ -115,14 +142,14 @@ alive() {
 	[[ -n $stat && $stat != Z* ]]
 }
 
-# is_redis_pid PID: PID is alive and is a redis-server (guards against a
-# stale pidfile whose PID now belongs to something else).
+# is_redis_pid PID: PID is alive and is a redis-server or redis-sentinel
+# (guards against a stale pidfile whose PID now belongs to something else).
 is_redis_pid() {
 	local pid=$1 comm
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
 	alive "$pid" || return 1
 	comm=$(ps -o comm= -p "$pid" 2>/dev/null) || return 1
-	[[ $comm == redis-server* ]]
+	[[ $comm == redis-server* || $comm == redis-sentinel* ]]
 }
 
 cli() { # cli PORT ARGS...: redis-cli with a bound on how long it may hang
@@ -148,61 +175,96 @@ refuse_if_running() {
 	done
 }
 
-# start_server NAME BUS [EXTRA ARGS...]: start one redis-server recorded under
-# .run/NAME, retrying on another port if ours was taken meanwhile. Sets PORT.
+# launch NAME ARGV...: run ARGV (a redis-server command line) as .run/NAME's
+# server, record its PID, and wait until it answers PING with that PID. Sets
+# PID. Returns 1 if it exited (its log says why), and dies if it never
+# answered.
+PID=
+launch() {
+	local name=$1
+	shift
+	local dir="$RUN/$name" port pid i
+	port=$(<"$dir/port")
+	# $! is redis-server itself (setsid execs it without forking, since a
+	# background job of this shell never leads a process group). In a
+	# session of its own it does not get the terminal's Ctrl-C: it stops
+	# when `stop` says so. Its stdio goes to the log so it never holds our
+	# caller's pipes open.
+	if command -v setsid >/dev/null 2>&1; then
+		setsid "$@" </dev/null >>"$dir/redis.log" 2>&1 &
+	else
+		"$@" </dev/null >>"$dir/redis.log" 2>&1 &
+	fi
+	pid=$!
+	echo "$pid" >"$dir/redis.pid"
+	for ((i = 0; i < WAIT_SECS * 10; i++)); do
+		if ! alive "$pid"; then
+			break
+		fi
+		# PONG from our own process, not from someone else's on that port.
+		if [[ $(cli "$port" ping 2>/dev/null) == PONG ]] &&
+			[[ $(cli "$port" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p') == "$pid" ]]; then
+			PID=$pid
+			if [[ -f $dir/debug ]]; then
+				local debug
+				read -ra debug <"$dir/debug"
+				cli "$port" sentinel debug "${debug[@]}" >/dev/null || die "$name: SENTINEL DEBUG ${debug[*]} failed"
+			fi
+			log "$name: $1 pid $pid on 127.0.0.1:$port"
+			return 0
+		fi
+		sleep 0.1
+	done
+	if alive "$pid"; then
+		kill -KILL "$pid" 2>/dev/null || true
+		rm -f "$dir/redis.pid"
+		die "$name: $1 (pid $pid, port $port) did not answer PING within ${WAIT_SECS}s; log tail:
+$(tail -n 20 "$dir/redis.log" 2>/dev/null)"
+	fi
+	wait "$pid" 2>/dev/null || true
+	rm -f "$dir/redis.pid"
+	return 1
+}
+
+# start_server NAME MODE [EXTRA ARGS...]: start one server recorded under
+# .run/NAME, retrying on another port if ours was taken meanwhile. MODE is
+# plain, cluster (a Cluster node; its port+10000 must be free too) or sentinel
+# (a Sentinel whose config starts as SENTINEL_CONF). Sets PORT.
 PORT=
+SENTINEL_CONF=
 start_server() {
-	local name=$1 bus=$2
+	local name=$1 mode=$2
 	shift 2
-	local dir="$RUN/$name" try port pid i
+	local dir="$RUN/$name" try port bus=0
+	[[ $mode == cluster ]] && bus=1
 	for ((try = 1; try <= START_TRIES; try++)); do
 		pick_port "$bus"
 		port=$PICKED
 		rm -rf "$dir"
 		mkdir -p "$dir"
-		local args=(
+		local args=(redis-server)
+		if [[ $mode == sentinel ]]; then
+			# Sentinel rewrites its config as it learns the topology.
+			printf '%s\n' "$SENTINEL_CONF" >"$dir/sentinel.conf"
+			args+=("$dir/sentinel.conf" --sentinel)
+			echo "${SENTINEL_DEBUG[*]}" >"$dir/debug"
+		fi
+		args+=(
 			--port "$port" --bind 127.0.0.1 --protected-mode no
 			--save '' --appendonly no
 			--dir "$dir" --logfile "$dir/redis.log" --daemonize no
 			--enable-debug-command local
 		)
-		if [[ $bus == 1 ]]; then
+		if [[ $mode == cluster ]]; then
 			args+=(--cluster-enabled yes --cluster-config-file "$dir/nodes-$port.conf" --cluster-node-timeout 2000)
 		fi
-		# $! is redis-server itself (setsid execs it without forking, since a
-		# background job of this shell never leads a process group). In a
-		# session of its own it does not get the terminal's Ctrl-C: it stops
-		# when `stop` says so. Its stdio goes to the log so it never holds our
-		# caller's pipes open.
-		if command -v setsid >/dev/null 2>&1; then
-			setsid redis-server "${args[@]}" "$@" </dev/null >>"$dir/redis.log" 2>&1 &
-		else
-			redis-server "${args[@]}" "$@" </dev/null >>"$dir/redis.log" 2>&1 &
-		fi
-		pid=$!
-		echo "$pid" >"$dir/redis.pid"
+		args+=("$@")
 		echo "$port" >"$dir/port"
-		for ((i = 0; i < WAIT_SECS * 10; i++)); do
-			if ! alive "$pid"; then
-				break
-			fi
-			# PONG from our own process, not from someone else's on that port.
-			if [[ $(cli "$port" ping 2>/dev/null) == PONG ]] &&
-				[[ $(cli "$port" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p') == "$pid" ]]; then
-				PORT=$port
-				log "$name: redis-server pid $pid on 127.0.0.1:$port"
-				return 0
-			fi
-			sleep 0.1
-		done
-		if alive "$pid"; then
-			kill -KILL "$pid" 2>/dev/null || true
-			rm -f "$dir/redis.pid"
-			die "$name: redis-server (pid $pid, port $port) did not answer PING within ${WAIT_SECS}s; log tail:
-$(tail -n 20 "$dir/redis.log" 2>/dev/null)"
+		printf '%s\0' "${args[@]}" >"$dir/args"
+		if launch "$name" "${args[@]}"; then
+			PORT=$port
+			return 0
 		fi
-		wait "$pid" 2>/dev/null || true
-		rm -f "$dir/redis.pid"
 		if grep -qi 'address already in use' "$dir/redis.log" 2>/dev/null; then
 			log "$name: port $port was taken meanwhile, trying another"
 			continue
@@ -211,6 +273,28 @@ $(tail -n 20 "$dir/redis.log" 2>/dev/null)"
 $(tail -n 20 "$dir/redis.log" 2>/dev/null)"
 	done
 	die "$name: could not bind a port after $START_TRIES tries"
+}
+
+# start_servers MODE NAMES... [-- EXTRA ARGS...]: start_server each of NAMES
+# at once, each in a subshell of its own (on a loaded machine a server takes a
+# second or more to start and answer). Dies if any failed; their ports are in
+# .run/NAME/port.
+start_servers() {
+	local mode=$1 names=() pids=() i failed=0
+	shift
+	while (($#)) && [[ $1 != -- ]]; do
+		names+=("$1")
+		shift
+	done
+	(($#)) && shift
+	for i in "${names[@]}"; do
+		start_server "$i" "$mode" "$@" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || { log "${names[$i]} failed to start"; failed=1; }
+	done
+	((failed == 0)) || die "starting ${names[*]} failed"
 }
 
 # --- commands ---------------------------------------------------------------
@@ -225,15 +309,82 @@ cmd_start_single() {
 	refuse_if_running single
 	mkdir -p "$RUN"
 	rm -f "$RUN/redis.addr"
-	start_server single 0
+	start_server single plain
 	echo "127.0.0.1:$PORT" >"$RUN/redis.addr"
 	echo "127.0.0.1:$PORT"
 }
 
-stop_cluster_on_failure() {
+# A topology that fails to come up is not left half-running: its start arms
+# this trap with the prefix of its servers' names.
+STOP_PREFIX=
+stop_on_failure() {
 	local rc=$?
-	if [[ $rc != 0 ]]; then cmd_stop cluster-; fi
+	if [[ $rc != 0 ]]; then cmd_stop "$STOP_PREFIX"; fi
 	exit "$rc"
+}
+
+# cluster_ok REPLICAS PORT...: every node of the Cluster on PORTs says
+# cluster_state:ok, all slots assigned and every node known; with REPLICAS
+# per master, there are as many masters as there should be and every replica's
+# link to its master is up. Sets WHY when not ok.
+WHY=
+cluster_ok() {
+	local replicas=$1
+	shift
+	local n=$# p info masters=0
+	for p in "$@"; do
+		info=$(cli "$p" cluster info 2>/dev/null | tr -d '\r') || true
+		if ! grep -qx 'cluster_state:ok' <<<"$info" ||
+			! grep -qx 'cluster_slots_assigned:16384' <<<"$info" ||
+			! grep -qx "cluster_known_nodes:$n" <<<"$info"; then
+			WHY="CLUSTER INFO of 127.0.0.1:$p:
+$info"
+			return 1
+		fi
+		((replicas > 0)) || continue
+		info=$(cli "$p" info replication 2>/dev/null | tr -d '\r') || true
+		if grep -qx 'role:master' <<<"$info"; then
+			masters=$((masters + 1))
+		elif ! grep -qx 'master_link_status:up' <<<"$info"; then
+			WHY="replica 127.0.0.1:$p not linked to its master:
+$info"
+			return 1
+		fi
+	done
+	if ((replicas > 0 && masters != n / (replicas + 1))); then
+		WHY="$masters masters among $n nodes, not $((n / (replicas + 1)))"
+		return 1
+	fi
+}
+
+# create_cluster NAME COUNT REPLICAS: start COUNT nodes .run/NAME-1...COUNT and
+# make them a Cluster with REPLICAS replicas per master; wait until it is ok.
+# Sets PORTS.
+PORTS=()
+create_cluster() {
+	local name=$1 count=$2 replicas=$3 addrs=() extra=() i
+	((replicas == 0)) || extra=("${REPLICATED[@]}")
+	local names=()
+	for ((i = 1; i <= count; i++)); do names+=("$name-$i"); done
+	start_servers cluster "${names[@]}" -- "${extra[@]}"
+	PORTS=()
+	for i in "${names[@]}"; do
+		PORTS+=("$(<"$RUN/$i/port")")
+		addrs+=("127.0.0.1:${PORTS[-1]}")
+	done
+	log "creating $name: ${addrs[*]}"
+	if ! timeout 120 redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes \
+		>"$RUN/$name-create.log" 2>&1; then
+		die "redis-cli --cluster create failed:
+$(tail -n 30 "$RUN/$name-create.log")"
+	fi
+	local deadline=$((SECONDS + CLUSTER_WAIT_SECS))
+	until cluster_ok "$replicas" "${PORTS[@]}"; do
+		if ((SECONDS >= deadline)); then
+			die "$name not ok after ${CLUSTER_WAIT_SECS}s; $WHY"
+		fi
+		sleep 0.2
+	done
 }
 
 cmd_start_cluster() {
@@ -241,45 +392,137 @@ cmd_start_cluster() {
 	refuse_if_running cluster-
 	mkdir -p "$RUN"
 	rm -f "$RUN/cluster.addrs"
-	# A cluster that fails to come up is not left half-running.
-	trap stop_cluster_on_failure EXIT
-	local ports=() addrs=() i p
-	for i in 1 2 3; do
-		start_server "cluster-$i" 1
-		ports+=("$PORT")
-		addrs+=("127.0.0.1:$PORT")
-	done
-	log "creating the cluster: ${addrs[*]}"
-	if ! timeout 120 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
-		>"$RUN/cluster-create.log" 2>&1; then
-		die "redis-cli --cluster create failed:
-$(tail -n 30 "$RUN/cluster-create.log")"
-	fi
-	local deadline=$((SECONDS + CLUSTER_WAIT_SECS)) ok info
-	while :; do
-		ok=1
-		for p in "${ports[@]}"; do
-			info=$(cli "$p" cluster info 2>/dev/null | tr -d '\r') || true
-			if ! grep -qx 'cluster_state:ok' <<<"$info" ||
-				! grep -qx 'cluster_slots_assigned:16384' <<<"$info" ||
-				! grep -qx 'cluster_known_nodes:3' <<<"$info"; then
-				ok=0
-				break
-			fi
-		done
-		[[ $ok == 1 ]] && break
-		if ((SECONDS >= deadline)); then
-			die "cluster not ok after ${CLUSTER_WAIT_SECS}s; CLUSTER INFO of 127.0.0.1:$p:
-$info"
-		fi
-		sleep 0.2
-	done
+	STOP_PREFIX=cluster-
+	trap stop_on_failure EXIT
+	create_cluster cluster 3 0
 	local joined
-	joined=$(IFS=,; echo "${addrs[*]}")
+	joined=$(printf '127.0.0.1:%s,' "${PORTS[@]}")
+	joined=${joined%,}
 	echo "$joined" >"$RUN/cluster.addrs"
 	log "cluster ok: $joined"
 	trap - EXIT
 	echo "$joined"
+}
+
+# The replicated Cluster's nodes are rcluster-N: a name apart from cluster-N,
+# so that `stop cluster-` and the replica-less Cluster's checks never see them.
+cmd_start_cluster_replicas() {
+	need_redis
+	refuse_if_running rcluster-
+	mkdir -p "$RUN"
+	rm -f "$RUN/cluster-replicas.addrs"
+	STOP_PREFIX=rcluster-
+	trap stop_on_failure EXIT
+	create_cluster rcluster 6 1
+	local joined
+	joined=$(cli "${PORTS[0]}" cluster nodes | tr -d '\r' |
+		awk '$3 ~ /(^|,)master(,|$)/ { sub(/@.*/, "", $2); print $2 }' | sort | paste -sd,)
+	[[ -n $joined ]] || die "rcluster: CLUSTER NODES lists no master"
+	echo "$joined" >"$RUN/cluster-replicas.addrs"
+	log "replicated cluster ok; masters: $joined"
+	trap - EXIT
+	echo "$joined"
+}
+
+# sentinel_ok MASTERPORT REPLICAPORT SENTINELPORT...: the replica's link to
+# the master is up and every Sentinel knows the master (as a master, neither
+# down nor failing over), its one replica (linked, not down) and the other
+# Sentinels. Sets WHY when not ok.
+sentinel_ok() {
+	local mport=$1 rport=$2
+	shift 2
+	local others=$(($# - 1)) p info
+	info=$(cli "$rport" info replication 2>/dev/null | tr -d '\r') || true
+	if ! grep -qx 'master_link_status:up' <<<"$info"; then
+		WHY="replica 127.0.0.1:$rport not linked to its master:
+$info"
+		return 1
+	fi
+	for p in "$@"; do
+		# SENTINEL MASTER and REPLICAS answer field and value on alternate lines.
+		info=$(cli "$p" sentinel master "$SENTINEL_MASTER" 2>/dev/null | tr -d '\r' | paste -d= - -) || true
+		if ! grep -qx "port=$mport" <<<"$info" || ! grep -qx 'flags=master' <<<"$info" ||
+			! grep -qx 'num-slaves=1' <<<"$info" || ! grep -qx "num-other-sentinels=$others" <<<"$info"; then
+			WHY="Sentinel 127.0.0.1:$p: SENTINEL MASTER $SENTINEL_MASTER:
+$info"
+			return 1
+		fi
+		info=$(cli "$p" sentinel replicas "$SENTINEL_MASTER" 2>/dev/null | tr -d '\r' | paste -d= - -) || true
+		if ! grep -qx "port=$rport" <<<"$info" || ! grep -qx 'flags=slave' <<<"$info" ||
+			! grep -qx 'master-link-status=ok' <<<"$info"; then
+			WHY="Sentinel 127.0.0.1:$p: SENTINEL REPLICAS $SENTINEL_MASTER:
+$info"
+			return 1
+		fi
+	done
+}
+
+# The Sentinel topology's servers are sentinel-redis-1 (the master at start),
+# sentinel-redis-2 (its replica) and sentinel-1..3.
+cmd_start_sentinel() {
+	need_redis
+	refuse_if_running sentinel-
+	mkdir -p "$RUN"
+	rm -f "$RUN/sentinel.addrs"
+	STOP_PREFIX=sentinel-
+	trap stop_on_failure EXIT
+	local mport rport sports=() i
+	start_server sentinel-redis-1 plain "${REPLICATED[@]}"
+	mport=$PORT
+	SENTINEL_CONF="sentinel monitor $SENTINEL_MASTER 127.0.0.1 $mport 2
+sentinel down-after-milliseconds $SENTINEL_MASTER 1000
+sentinel failover-timeout $SENTINEL_MASTER 3000
+sentinel parallel-syncs $SENTINEL_MASTER 1"
+	start_server sentinel-redis-2 plain "${REPLICATED[@]}" --replicaof 127.0.0.1 "$mport" &
+	local replica=$!
+	start_servers sentinel sentinel-1 sentinel-2 sentinel-3
+	wait "$replica" || die "sentinel-redis-2 failed to start"
+	rport=$(<"$RUN/sentinel-redis-2/port")
+	for i in 1 2 3; do sports+=("$(<"$RUN/sentinel-$i/port")"); done
+	local deadline=$((SECONDS + SENTINEL_WAIT_SECS))
+	until sentinel_ok "$mport" "$rport" "${sports[@]}"; do
+		if ((SECONDS >= deadline)); then
+			die "Sentinel topology not ok after ${SENTINEL_WAIT_SECS}s; $WHY"
+		fi
+		sleep 0.2
+	done
+	local joined
+	joined=$(printf '127.0.0.1:%s,' "${sports[@]}")
+	joined=${joined%,}
+	echo "$joined" >"$RUN/sentinel.addrs"
+	log "sentinel ok: master 127.0.0.1:$mport, replica 127.0.0.1:$rport, Sentinels $joined"
+	trap - EXIT
+	echo "$joined"
+}
+
+# restart NAME: start .run/NAME's server again with the command line it was
+# started with (its args file), on its port: for a server a test SIGKILLed. A
+# cluster node reads its nodes.conf and a Sentinel its rewritten config, so
+# they rejoin as what the topology now says they are.
+cmd_restart() {
+	local name=${1:-} dir a argv=()
+	[[ -n $name && $name != */* ]] || die "restart: give the name of a directory under $RUN"
+	dir="$RUN/$name"
+	[[ -f $dir/args && -f $dir/port ]] || die "restart: $dir has no args or port file"
+	if running "$name"; then
+		die "$name is running (pid $(<"$dir/redis.pid")): stop or kill it first"
+	fi
+	need_redis
+	while IFS= read -r -d '' a; do argv+=("$a"); done <"$dir/args"
+	launch "$name" "${argv[@]}" || die "$name: ${argv[0]} exited at restart; log tail:
+$(tail -n 20 "$dir/redis.log" 2>/dev/null)"
+	echo "127.0.0.1:$(<"$dir/port") $PID"
+}
+
+# all_running PREFIX: servers are recorded under .run/PREFIX* and all run.
+all_running() {
+	local d any=1
+	for d in "$RUN"/"$1"*/; do
+		[[ -f $d/port ]] || continue
+		running "$(basename "$d")" || return 1
+		any=0
+	done
+	return "$any"
 }
 
 # stop [PREFIX]: stop the recorded servers whose name starts with PREFIX (all
@@ -320,9 +563,11 @@ cmd_stop() {
 		rm -f "$RUN/${names[$i]}/redis.pid"
 	done
 	case $prefix in
-	"") rm -f "$RUN/redis.addr" "$RUN/cluster.addrs" ;;
+	"") rm -f "$RUN/redis.addr" "$RUN/cluster.addrs" "$RUN/sentinel.addrs" "$RUN/cluster-replicas.addrs" ;;
 	single) rm -f "$RUN/redis.addr" ;;
 	cluster-) rm -f "$RUN/cluster.addrs" ;;
+	sentinel-) rm -f "$RUN/sentinel.addrs" ;;
+	rcluster-) rm -f "$RUN/cluster-replicas.addrs" ;;
 	esac
 }
 
@@ -332,6 +577,20 @@ cmd_env() {
 	fi
 	if [[ -f $RUN/cluster.addrs ]] && running cluster-1 && running cluster-2 && running cluster-3; then
 		echo "export HYBRIDLIMIT_REDIS_CLUSTER_ADDRS=$(<"$RUN/cluster.addrs")"
+	fi
+	local replicated=0
+	if [[ -f $RUN/sentinel.addrs ]] && all_running sentinel-; then
+		echo "export HYBRIDLIMIT_REDIS_SENTINEL_ADDRS=$(<"$RUN/sentinel.addrs")"
+		echo "export HYBRIDLIMIT_REDIS_SENTINEL_MASTER=$SENTINEL_MASTER"
+		replicated=1
+	fi
+	if [[ -f $RUN/cluster-replicas.addrs ]] && all_running rcluster-; then
+		echo "export HYBRIDLIMIT_REDIS_CLUSTER_REPLICAS_ADDRS=$(<"$RUN/cluster-replicas.addrs")"
+		replicated=1
+	fi
+	# Failover tests find the servers' records (to restart one) here.
+	if [[ $replicated == 1 ]]; then
+		echo "export HYBRIDLIMIT_REDIS_RUN=$(printf '%q' "$RUN")"
 	fi
 }
 
@@ -361,6 +620,9 @@ case "${1:-}" in
 ensure) cmd_ensure ;;
 start-single) cmd_start_single ;;
 start-cluster) cmd_start_cluster ;;
+start-cluster-replicas) cmd_start_cluster_replicas ;;
+start-sentinel) cmd_start_sentinel ;;
+restart) cmd_restart "${2:-}" ;;
 stop) cmd_stop "" ;;
 env) cmd_env ;;
 status) cmd_status ;;

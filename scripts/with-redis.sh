@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# with-redis.sh CMD [ARG...]: run CMD with a Redis server and a three-master
-# Redis Cluster started for it, then stop them.
+# with-redis.sh CMD [ARG...]: run CMD with a Redis server, a three-master
+# Redis Cluster, a master with a replica watched by three Sentinels and a
+# Cluster of three masters with a replica each started for it, then stop them.
 #
-# CMD sees HYBRIDLIMIT_REDIS_ADDR and HYBRIDLIMIT_REDIS_CLUSTER_ADDRS. The
-# servers are stopped by PID when CMD ends, when anything here fails and when
-# this script is interrupted (INT, TERM, HUP; CMD's process group gets SIGTERM
-# first). The exit status is CMD's, or 128+signal when interrupted.
+# CMD sees HYBRIDLIMIT_REDIS_ADDR, HYBRIDLIMIT_REDIS_CLUSTER_ADDRS,
+# HYBRIDLIMIT_REDIS_SENTINEL_ADDRS, HYBRIDLIMIT_REDIS_SENTINEL_MASTER,
+# HYBRIDLIMIT_REDIS_CLUSTER_REPLICAS_ADDRS and HYBRIDLIMIT_REDIS_RUN (see
+# redis.sh). The servers are stopped by PID when CMD ends, when anything here
+# fails and when this script is interrupted (INT, TERM, HUP; CMD's process
+# group gets SIGTERM first). The exit status is CMD's, or 128+signal when
+# interrupted.
 # shellcheck disable=SC2317 # the functions below run from traps
 set -euo pipefail
 
@@ -19,6 +23,17 @@ redis() { bash "$here/redis.sh" "$@"; }
 
 child=
 own_group=0
+starters=()
+
+# wait_starters: wait for the background starts; fail if any failed.
+wait_starters() {
+	local p rc=0
+	for p in "${starters[@]}"; do
+		wait "$p" || rc=1
+	done
+	starters=()
+	return "$rc"
+}
 
 # child_running: CMD has not exited (an exited, unreaped child is a zombie).
 child_running() {
@@ -48,6 +63,8 @@ cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM HUP
 	stop_child
+	# A start still under way would record servers after the stop: let it end.
+	wait_starters || true
 	redis stop || echo "with-redis.sh: stopping redis failed" >&2
 	exit "$rc"
 }
@@ -73,12 +90,30 @@ trap 'interrupted TERM 143' TERM
 trap 'interrupted HUP 129' HUP
 
 redis ensure >&2
+started=$SECONDS
 redis start-single >/dev/null
-redis start-cluster >/dev/null
+# The rest start side by side: each waits mostly on Redis (nodes joining,
+# replicas syncing, Sentinels finding each other).
+redis start-cluster >/dev/null &
+starters+=($!)
+redis start-sentinel >/dev/null &
+starters+=($!)
+redis start-cluster-replicas >/dev/null &
+starters+=($!)
+wait_starters || { echo "with-redis.sh: starting Redis failed" >&2; exit 1; }
 eval "$(redis env)"
 : "${HYBRIDLIMIT_REDIS_ADDR:?redis.sh env gave no single-node address}"
 : "${HYBRIDLIMIT_REDIS_CLUSTER_ADDRS:?redis.sh env gave no cluster addresses}"
-echo "with-redis.sh: HYBRIDLIMIT_REDIS_ADDR=$HYBRIDLIMIT_REDIS_ADDR HYBRIDLIMIT_REDIS_CLUSTER_ADDRS=$HYBRIDLIMIT_REDIS_CLUSTER_ADDRS" >&2
+: "${HYBRIDLIMIT_REDIS_SENTINEL_ADDRS:?redis.sh env gave no Sentinel addresses}"
+: "${HYBRIDLIMIT_REDIS_SENTINEL_MASTER:?redis.sh env gave no Sentinel master name}"
+: "${HYBRIDLIMIT_REDIS_CLUSTER_REPLICAS_ADDRS:?redis.sh env gave no replicated cluster addresses}"
+: "${HYBRIDLIMIT_REDIS_RUN:?redis.sh env gave no .run directory}"
+echo "with-redis.sh: up in $((SECONDS - started)) s:" \
+	"HYBRIDLIMIT_REDIS_ADDR=$HYBRIDLIMIT_REDIS_ADDR" \
+	"HYBRIDLIMIT_REDIS_CLUSTER_ADDRS=$HYBRIDLIMIT_REDIS_CLUSTER_ADDRS" \
+	"HYBRIDLIMIT_REDIS_SENTINEL_ADDRS=$HYBRIDLIMIT_REDIS_SENTINEL_ADDRS" \
+	"HYBRIDLIMIT_REDIS_SENTINEL_MASTER=$HYBRIDLIMIT_REDIS_SENTINEL_MASTER" \
+	"HYBRIDLIMIT_REDIS_CLUSTER_REPLICAS_ADDRS=$HYBRIDLIMIT_REDIS_CLUSTER_REPLICAS_ADDRS" >&2
 
 # CMD runs in the background so that a signal reaches our traps at once (bash
 # runs traps only after a foreground command returns), in a process group of

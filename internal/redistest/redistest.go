@@ -1,6 +1,10 @@
 // Package redistest gives tests real Redis servers: the shared ones that
 // `make test` starts (scripts/redis.sh), and private ones a test starts, and
-// may kill, pause or restart by PID.
+// may kill, pause or restart by PID. Among the shared ones, a master with a
+// replica watched by Sentinels and a Cluster whose masters have replicas are
+// there to fail over: a test may kill or pause one of their servers
+// (FindShared) and waits until the topology is healthy again before it ends
+// (WaitSentinel, WaitCluster), as other tests use them after it.
 //
 // A test that needs Redis is skipped when no server is configured, unless
 // the CI environment variable is set: under CI it fails instead, so a CI run
@@ -31,6 +35,13 @@ import (
 const (
 	EnvAddr    = "HYBRIDLIMIT_REDIS_ADDR"          // host:port of a single server
 	EnvCluster = "HYBRIDLIMIT_REDIS_CLUSTER_ADDRS" // comma-separated masters of a Cluster
+
+	// The failover topologies: a master with a replica and three Sentinels,
+	// and a Cluster whose masters have a replica each.
+	EnvSentinel        = "HYBRIDLIMIT_REDIS_SENTINEL_ADDRS"         // comma-separated Sentinels
+	EnvSentinelMaster  = "HYBRIDLIMIT_REDIS_SENTINEL_MASTER"        // the master's name at the Sentinels
+	EnvClusterReplicas = "HYBRIDLIMIT_REDIS_CLUSTER_REPLICAS_ADDRS" // comma-separated masters, as started
+	EnvRun             = "HYBRIDLIMIT_REDIS_RUN"                    // scripts/redis.sh's .run directory
 )
 
 // missing skips t, or fails it under CI.
