@@ -100,7 +100,7 @@ func (m *hybridRule) refuseCost(lr *lease.Rule, n int64) local.Decision {
 // which the caller holds locked, and undecided unlocks.
 func (m *hybridRule) undecided(ctx context.Context, e *keyed.Entry[lease.Lease], lr *lease.Rule, now int64, key string, n int64, v lease.Verdict, wait bool) (local.Decision, error) {
 	switch {
-	case m.byPolicy(e, lr, now, v) || v.Reason == local.ReasonNoLease && (m.unreachedIn(e) || m.masterDown(lr, key, now)):
+	case m.byPolicy(e, lr, now, v) || v.Reason == local.ReasonNoLease && (m.unreachedIn(e, now) || m.masterDown(lr, key, now)):
 		d := m.degraded(e, lr, now, key, n, true)
 		e.Unlock()
 		m.counts.decision(d)
@@ -141,9 +141,14 @@ func (m *hybridRule) masterDown(lr *lease.Rule, key string, now int64) bool {
 
 // unreachedIn reports whether e's key, on a Cluster, found its master out
 // of reach at its last exchange: it goes to the failure policy without
-// waiting until an exchange succeeds (the syncer goes on trying).
-func (m *hybridRule) unreachedIn(e *keyed.Entry[lease.Lease]) bool {
-	return e.Value.Unreached() && m.l.shards != nil && m.l.shards.cc != nil
+// waiting until an exchange succeeds (the syncer goes on trying), and the
+// window recovers as from an outage once the master is back.
+func (m *hybridRule) unreachedIn(e *keyed.Entry[lease.Lease], now int64) bool {
+	if !e.Value.Unreached() || m.l.shards == nil || m.l.shards.cc == nil {
+		return false
+	}
+	m.l.sync.NotePartial(now) // the policy decides: the key recovers once its master is back
+	return true
 }
 
 // noAnswer reports whether a request that waited for e's exchange goes to

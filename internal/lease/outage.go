@@ -73,6 +73,9 @@ const recoverSpan = 10
 // exchange before this one failed: only such keys recover from a Cluster
 // master's outage (NotePartial).
 func (k *Lease) capAfterOutage(r *Rule, held, rnow int64, unreached bool) {
+	// A key already recovering goes on until the hand-back ends, its
+	// later replies included.
+	unreached = unreached || k.flags&flagRecover != 0
 	if k.wid == 0 || r.handingBack(rnow, unreached) < k.wid {
 		return
 	}
@@ -116,6 +119,7 @@ func (r *Rule) SetShare(share Share) { r.share = share }
 // node's debt, would hand out a burst the nodes already spent without it
 // (the share's rate still refills the key).
 func (k *Lease) afterOutage(r *Rule, v *BucketReply, unreached bool) (rate, burst, grant int64) {
+	unreached = unreached || k.flags&flagCut != 0 // a key already cut goes on until the hand-back ends
 	k.flags &^= flagCut
 	rate, burst = v.Rate, v.Burst
 	if r.handingBack(v.Now, unreached) == 0 {

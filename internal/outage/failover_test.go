@@ -107,9 +107,12 @@ func failover(t *testing.T, exe, topo, fault string) {
 			t.Logf("%-11s window %+d: offered %4d admitted %4d (%.2f × L) failed %d max latency %v", mode, id-w0, l.Offered, l.Admitted, float64(l.Admitted)/L, l.Failed, time.Duration(l.MaxLatency).Round(time.Millisecond))
 			assert.Zero(t, l.Failed, "%s window %+d: no request fails because of Redis", mode, id-w0)
 			assert.LessOrEqual(t, time.Duration(l.MaxLatency), bound, "%s window %+d: no decision waits past Timeout and three sync intervals", mode, id-w0)
-			over := int64(L * 110 / 100) // 1.05 × L, and the writes the replica may have lost
+			if id == w0 {
+				continue // the key's first window: the nodes' cold-start allowance (docs/accuracy.md)
+			}
+			over := int64(L * 108 / 100) // 1.05 × L, and the few grants the replica may have lost
 			if mode == outage.ModeFallback {
-				over = L * 115 / 100 // and the gossip estimate's error
+				over = L * 110 / 100 // the gossip estimate's ±5% in place of the even split
 			}
 			assert.LessOrEqual(t, l.Admitted, over, "%s window %+d", mode, id-w0)
 		}
