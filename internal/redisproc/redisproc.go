@@ -290,16 +290,6 @@ func (c *Cluster) MasterWith(pattern string) (*Redis, error) {
 	return nil, fmt.Errorf("redisproc: no master holds a key matching %q", pattern)
 }
 
-func (c *Cluster) live() []string {
-	var out []string
-	for _, r := range c.Servers {
-		if r.cmd != nil {
-			out = append(out, r.Addr)
-		}
-	}
-	return out
-}
-
 // waitHealthy waits until every live node says cluster_state:ok and knows
 // every node, and each master has its linked replica.
 func (c *Cluster) waitHealthy(d time.Duration) error {
