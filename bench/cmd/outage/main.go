@@ -617,7 +617,9 @@ const docNotes = `
   state: the promoted replica holds every write it had received. After a Cluster failover,
   go-redis's ClusterClient would keep sending the dead master's slots to it (it reloads its
   slot map on a redirect, or once a minute); the Limiter has it reload them when Redis is out
-  of reach.
+  of reach. On a Cluster the outage is the dead master's alone: its keys go to the policy
+  and are handed back once its replica answers, every reply of the window included, while
+  the other masters' keys are decided as before (docs/redis.md).
 - "alone" admits N × L throughout: no coordination at all.
 `
 
