@@ -131,6 +131,17 @@ func runDriver(ctx context.Context, o driverOptions, w io.Writer) (*summary, err
 			records: filepath.Join(o.out, fmt.Sprintf("decisions-n%d.txt", i))}
 		logPath := filepath.Join(o.out, fmt.Sprintf("node%d.log", i))
 		n, err := startNode(ctx, no, logPath)
+		for try := 0; err != nil && try < 3 && ctx.Err() == nil; try++ {
+			// Its gossip port may have been taken since it was found free
+			// (the machine's other servers come and go): another one. It
+			// joins through its seeds, and the others learn it by gossip.
+			p, perr := freePort()
+			if perr != nil {
+				return nil, perr
+			}
+			gossipPorts[i-1], gossip[i-1], no.gossipPort = p, "127.0.0.1:"+strconv.Itoa(p), p
+			n, err = startNode(ctx, no, logPath)
+		}
 		if err != nil {
 			return nil, err
 		}
