@@ -153,8 +153,9 @@ func (s *shards) someAnswer(timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var any atomic.Bool
-	s.cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) // the reload alone
-	s.cc.ForEachMaster(context.Background(), func(_ context.Context, c *redis.Client) error {
+	// ctx bounds the reload; each PING has a timeout of its own, the
+	// reload having perhaps spent ctx.
+	s.cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if c.Ping(ctx).Err() == nil {

@@ -237,12 +237,16 @@ func (s *syncer) pipeline(ctx context.Context, b *batch, st *synchook.RoundStats
 	return wrap(ctx, "sync", err)
 }
 
-// replies applies the replies cmds to b's calls idx, counts them in st and
+// replies applies the replies cmds to b's calls idx (nil: all, in order), counts them in st and
 // reports each failure to fail.
 func (s *syncer) replies(ctx context.Context, b *batch, idx []int, cmds []*redis.Cmd, st *synchook.RoundStats, fail func(error)) {
 	recv := s.cfg.Clock.Now().UnixMicro()
 	for j, cmd := range cmds {
-		p := &b.outs[idx[j]]
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
+		p := &b.outs[i]
 		vals, cerr := cmd.Int64Slice()
 		if p.entry == nil { // the registration
 			var v registryReply

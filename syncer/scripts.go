@@ -161,8 +161,8 @@ type call struct {
 
 // runByMaster runs calls as runPipelined does, but on a Cluster one
 // pipeline per master, at once, and hands each pipeline's results to done
-// (the indexes of its calls in calls, their commands, whether it is the
-// last), one at a time, as it completes. go-redis runs a Cluster
+// (the indexes of its calls in calls, nil for all of them in order; their
+// commands; whether it is the last), one at a time, as it completes. go-redis runs a Cluster
 // pipeline's nodes at once too, but waits for the slowest, and when one
 // node fails (a dead master dialled again until the deadline) it gives
 // every command of the pipeline the deadline's error, the others' answers
@@ -191,11 +191,7 @@ func (s *syncer) runByMaster(ctx context.Context, calls []call, done func(idx []
 	}
 	if len(groups) == 0 {
 		cmds, err := runPipelined(ctx, c, c.Pipeline, calls)
-		idx := make([]int, len(calls))
-		for i := range idx {
-			idx[i] = i
-		}
-		done(idx, cmds, true)
+		done(nil, cmds, true) // nil: every call, in order
 		return err
 	}
 	var mu sync.Mutex

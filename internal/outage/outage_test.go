@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,8 +14,6 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/outage"
 	"github.com/hybridlimit/hybridlimit/internal/redisproc"
-	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/internal/syncx"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
@@ -219,20 +216,10 @@ func sorted[V any](m map[int64]V) []int64 {
 }
 
 // redisUsed sums the nodes' reported use of window wid (an id: start ÷ W)
-// of the fixed-window key "k" of rule "r".
+// of the fixed-window key "k" of rule "r", on the server at addr.
 func redisUsed(t *testing.T, addr string, ks syncer.Keyspace, wid int64, w time.Duration) int64 {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	h := redistest.WindowLease(t, c, ks.Prefix+":{r:"+syncx.Digest(&ks, "k")+"}:m")["w"+strconv.FormatInt(wid%3, 10)]
-	require.Equal(t, strconv.FormatInt(wid*w.Microseconds(), 10), h["id"], "Redis still holds window %d", wid)
-	var sum int64
-	for f, v := range h {
-		if len(f) > 2 && f[:2] == "u." {
-			n, err := strconv.ParseInt(v, 10, 64)
-			require.NoError(t, err)
-			sum += n
-		}
-	}
-	return sum
+	return usedIn(t, c, ks, wid, w)
 }
