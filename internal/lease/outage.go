@@ -2,8 +2,9 @@ package lease
 
 // What a lease does around a Redis outage: it feeds the gossip fallback
 // with the key's figures at each sync round, and, once Redis answers again,
-// takes no new grant in a window the outage touched, nor a bucket's burst,
-// since Redis does not yet know what every node admitted without it.
+// takes no new grant for a while (in a window the outage touched, or one
+// begun since), nor a bucket's burst, since Redis does not yet know what
+// every node admitted without it.
 
 // Tap receives a key's figures at each sync round that looks after it:
 // window is the id of the key's current window (its start ÷ the window; 0
@@ -15,10 +16,10 @@ type Tap func(k *Lease, window, asked, used int64)
 
 // SetOutage sets what r's leases do around an outage: tap, if not nil,
 // receives each key's figures at every round; handBack makes a window
-// rule's keys take no new grant, once Redis answers again, in a window an
-// outage touched (Recovering): the failure policy goes on deciding them
-// until the window ends; and a bucket rule's keys take no tokens out of
-// the pool for a while (afterOutage). Call it before r is used.
+// rule's keys take no new grant for recoverSpan intervals once Redis
+// answers again (Recovering): the failure policy goes on deciding them
+// meanwhile; and a bucket rule's keys take no tokens out of the pool for as
+// long (afterOutage). Call it before r is used.
 func (r *Rule) SetOutage(tap Tap, handBack bool) { r.tap, r.handBack = tap, handBack }
 
 // Tapped hands k's figures at node time now to r's Tap, if r has one. The
@@ -50,9 +51,8 @@ func (k *Lease) Window(r *Rule, now int64) (id int64, ok bool) {
 }
 
 // Recovering reports whether Redis answered again, at most recoverSpan
-// ago, in the key's current window after an outage touched it: the key
-// takes no new grant there, and the failure policy decides what its lease
-// does not cover.
+// ago, after an outage: the key takes no new grant in its current window
+// meanwhile, and the failure policy decides what its lease does not cover.
 func (k *Lease) Recovering(r *Rule, now int64) bool {
 	return k.flags&flagRecover != 0 && now+k.offset < max(r.cluster.Outage(), r.cluster.partial.Load())+recoverSpan*r.interval
 }
@@ -64,19 +64,22 @@ func (k *Lease) Recovering(r *Rule, now int64) bool {
 // again), short enough that a long window does not stay with the policy.
 const recoverSpan = 10
 
-// capAfterOutage keeps a reply at Redis time rnow, in a window an outage
-// touched and within recoverSpan intervals of it, from granting on top of
-// what the key held before it (held: its grant or its use, whichever was
-// larger). Redis, restarted empty or not, knows only the use reported so
-// far; the other nodes report theirs at their next rounds, and a grant made
-// before they do would come on top of it. unreached is whether the key's
-// exchange before this one failed: only such keys recover from a Cluster
-// master's outage (NotePartial).
+// capAfterOutage keeps a reply at Redis time rnow, within recoverSpan
+// intervals of an outage, from granting on top of what the key held before
+// it (held: its grant or its use, whichever was larger), in the window the
+// outage touched and in one that began since. Redis, restarted empty or
+// not, knows only the use reported so far; the other nodes report theirs at
+// their next rounds, and a grant made before they do would come on top of
+// it. A node whose connection comes back later (a Cluster slot map
+// reloaded after the others', a backoff running out) goes on admitting its
+// part by the policy in the next window too, unknown to Redis. unreached
+// is whether the key's exchange before this one failed: only such keys
+// recover from a Cluster master's outage (NotePartial).
 func (k *Lease) capAfterOutage(r *Rule, held, rnow int64, unreached bool) {
 	// A key already recovering goes on until the hand-back ends, its
 	// later replies included.
 	unreached = unreached || k.flags&flagRecover != 0
-	if k.wid == 0 || r.handingBack(rnow, unreached) < k.wid {
+	if k.wid == 0 || r.handingBack(rnow, unreached) == 0 {
 		return
 	}
 	k.granted = min(k.granted, held)

@@ -81,6 +81,8 @@ type Line struct {
 	// Offered and Admitted count the window's requests; Failed those that
 	// came with an error other than ErrUnavailable.
 	Offered, Admitted, Failed int64 `json:",omitempty"`
+	// Degraded counts the admissions the failure policy made.
+	Degraded int64 `json:",omitempty"`
 	// MaxLatency is the slowest decision in the window (ns).
 	MaxLatency int64 `json:",omitempty"`
 	// Members is the gossip's member count at the window's end (Gossip).
@@ -206,19 +208,20 @@ func modeConfig(spec Spec, mode string, lim hybrid.Limit, logger *slog.Logger) (
 }
 
 // client is a client of spec's Redis: a server, a master behind
-// Sentinels, or a Cluster. Dials and calls are bounded: a node decides
-// without waiting on a Redis gone.
+// Sentinels, or a Cluster. Dials and calls are bounded, and a refused dial
+// is not tried again at once (DialerRetries, as docs/redis.md advises): a
+// node decides without waiting on a Redis gone.
 func client(spec Spec) redis.UniversalClient {
 	const dial, rw = 100 * time.Millisecond, 200 * time.Millisecond
 	switch {
 	case len(spec.Sentinels) > 0:
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: spec.Master, SentinelAddrs: spec.Sentinels,
-			ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw})
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw})
 	case len(spec.Cluster) > 0:
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: spec.Cluster,
-			ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw})
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw})
 	}
-	return redis.NewClient(&redis.Options{Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1,
+	return redis.NewClient(&redis.Options{Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		DialTimeout: dial, ReadTimeout: rw, WriteTimeout: rw})
 }
 
@@ -282,6 +285,9 @@ func (r *runner) decide(ctx context.Context, node string, wid int64, emit func(L
 	}
 	if d.Allowed() {
 		r.cur.Admitted++
+		if d.Degraded() {
+			r.cur.Degraded++
+		}
 	}
 }
 

@@ -107,6 +107,7 @@ func Windows(procs ...*Proc) map[string]map[int64]Line {
 			s.Offered += l.Offered
 			s.Admitted += l.Admitted
 			s.Failed += l.Failed
+			s.Degraded += l.Degraded
 			s.MaxLatency = max(s.MaxLatency, l.MaxLatency)
 			m[l.Window] = s
 		}

@@ -594,9 +594,10 @@ const docNotes = `
   the part of the rate the reserve leaves idle nodes is not split again as the outage goes
   on: with all the traffic on one node the cluster keeps (1 − reserve × (N − 1) ÷ N) × L,
   0.96 × L here.
-- When Redis returns, under every policy, replies in a window the outage touched grant
-  nothing on top of what each node held for ten sync intervals, and the node decides that
-  window on its part of the limit (FailLocal's even split, or Gossip's estimate), while every
+- When Redis returns, under every policy, replies grant nothing on top of what each node
+  held for ten sync intervals (in the window the outage touched, or one begun since, where
+  a node that came back later still decides by its policy), and the node decides meanwhile
+  on its part of the limit (FailLocal's even split, or Gossip's estimate), while every
   node reports what it admitted without Redis (absolute per-window reports: once, whatever
   the retries); the process test internal/outage checks that Redis's count of that window
   equals what the nodes admitted. So FailOpen, which admits everything while the breaker is
