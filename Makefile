@@ -13,7 +13,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 # so comparison peers never reach users' dependency graphs) once it exists.
 MODULES := . $(if $(wildcard bench/go.mod),bench)
 
-.PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage
+.PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle
 
 ## test: start a Redis server, a 3-master Cluster, a Sentinel topology and a replicated Cluster, vet and test every module with -race, stop them.
 test:
@@ -134,6 +134,17 @@ bench-accuracy-run:
 ## shorter runs); prints the tables, writes nothing into docs/.
 bench-accuracy-short:
 	$(MAKE) --no-print-directory bench-accuracy-run ACCURACY_DOC= ACCURACY_FLAGS='-short $(ACCURACY_FLAGS)'
+
+## bench-idle: what a Limiter costs a process that asks little of it: the
+## CPU of child processes holding an idle Limiter (without Redis, with a
+## private redis-server it starts, with gossip), and one rule asked once a
+## second, beside a Go process that does nothing; 10 s each, 3 repetitions
+## side by side (about 40 s). IDLE_FLAGS passes flags (e.g. -d 30s -count 5).
+bench-idle:
+	bash scripts/redis.sh ensure >&2
+	mkdir -p .run/idle
+	cd bench && $(GO) build -o ../.run/idle/idle ./cmd/idle
+	.run/idle/idle -dir .run/idle $(IDLE_FLAGS)
 
 ## bench-outage: the outage benchmark: node processes (5 with steady
 ## arrivals, 4 with Poisson ones) per workload against a redis-server it

@@ -93,8 +93,8 @@ type Config struct {
 	Gossip *GossipConfig
 	// Clock tells the time: any type with a Now() time.Time method.
 	// Default: a coarse clock of 1ms resolution that New starts and Shutdown
-	// stops. Hybrid and local decisions read it;
-	// Redis scripts read Redis's clock, which the syncer relates to this
+	// stops, asleep while nothing reads it. Hybrid and local decisions read
+	// it; Redis scripts read Redis's clock, which the syncer relates to this
 	// one.
 	Clock local.Clock
 	// Sync tunes the syncer of hybrid rules (interval, lease sizing,

@@ -9,8 +9,10 @@ import (
 // Clock tells the time. Implementations must be safe for concurrent use and
 // should be fast: a Limiter reads its clock once per decision. A Limiter
 // given none starts a coarse clock of its own, a goroutine refreshing the
-// time every millisecond; one given a Clock that calls time.Now runs no
-// goroutine but its sweeper (see Config.NoBackgroundSweep).
+// time every millisecond while decisions read it, and asleep after a
+// millisecond without one (the next read wakes it); one given a Clock that
+// calls time.Now runs no goroutine but its sweeper (see
+// Config.NoBackgroundSweep).
 type Clock interface {
 	Now() time.Time
 }

@@ -57,8 +57,9 @@ type Config struct {
 	Overflow Overflow
 	// Clock tells the time for the methods without an At suffix and for the
 	// background sweeper. Default: a coarse clock, refreshed every 1ms by a
-	// goroutine that New starts and Close stops. Many limiters can share
-	// one Clock of the caller's: one that calls time.Now runs no goroutine.
+	// goroutine that New starts and Close stops, and that sleeps while
+	// nothing reads it. Many limiters can share one Clock of the caller's:
+	// one that calls time.Now runs no goroutine.
 	//
 	// Eviction compares a key's state with a time, so all times a Limiter
 	// sees must be on one timeline: the times passed to the At methods must
