@@ -280,3 +280,29 @@ func TestSpliceSection(t *testing.T) {
 	twice := SpliceSection(once, "p", "## S\n\ntwo\n")
 	assert.Equal(t, strings.Replace(once, "one", "two", 1), twice)
 }
+
+// TestNodeCPUAgainstLocal: the api-users table gives each run's node CPU
+// per decision and its ratio to Local mode's on the same arrivals, and the
+// targets judge the distributed modes by it, not Local itself.
+func TestNodeCPUAgainstLocal(t *testing.T) {
+	run := func(mode string, cpuSeconds float64) *Result {
+		s := NewUsersSpec(mode, 100, 1)
+		r := &Result{Spec: s, ModeRun: mode, Valid: true, Decided: 1000, Users: &UsersResult{}}
+		r.NodeCPUusPerDecision = perDecision(cpuSeconds, r.Decided, s)
+		return r
+	}
+	hybrid, local := run(ModeHybrid, 0.06), run(ModeLocal, 0.02)
+	results := []*Result{hybrid, local}
+	assert.InDelta(t, 30, hybrid.NodeCPUusPerDecision, 1e-9, "0.06 s over 1,000 requests of two rules")
+	cells := hybrid.usersCells(results)
+	assert.Contains(t, cells, "3.00×", "hybrid against local: %v", cells)
+	var judged []string
+	for _, c := range UsersTargets(results) {
+		if strings.HasPrefix(c.Target, "node CPU") {
+			judged = append(judged, c.Target)
+			assert.False(t, c.Pass, "3× Local's misses %.1f×", TargetNodeCPUvsLocal)
+		}
+	}
+	assert.Equal(t, []string{"node CPU ≤ 1.5× Local mode's on the same arrivals: api-users, hybrid, fixed"}, judged)
+	assert.True(t, math.IsNaN(perDecision(1, 0, hybrid.Spec)), "no decision, no figure")
+}

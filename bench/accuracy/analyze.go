@@ -95,6 +95,10 @@ type Result struct {
 	// LoadAvg the machine's 1-minute load average as the run ended (other
 	// work on the machine shows there).
 	NodeCPUPct, LoadAvg float64
+	// NodeCPUusPerDecision is the node processes' CPU (user + system, over
+	// the measured part) per decision, as Redis's: every rule's decision
+	// counts.
+	NodeCPUusPerDecision float64
 
 	// Users: the api-users figures (nil for the other workloads).
 	Users *UsersResult `json:",omitempty"`
@@ -197,6 +201,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		res.ModeRun = strings.Trim(res.ModeRun+"+"+m, "+")
 	}
 	secs := spec.Duration().Seconds()
+	res.NodeCPUusPerDecision = perDecision(res.NodeCPUPct, res.Decided, spec)
 	res.NodeCPUPct = 100 * res.NodeCPUPct / secs / float64(spec.Nodes)
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		res.LoadAvg, _ = strconv.ParseFloat(strings.Fields(string(b))[0], 64)
@@ -327,7 +332,7 @@ func Analyze(spec Spec, dir string, rst RedisStats, wall time.Duration) (*Result
 		res.ServerScripts = rst.EvalshaCalls + rst.EvalCalls
 		res.ServerScriptsPerDecision = float64(res.ServerScripts) / d
 		res.ScriptUsecPerDecision = float64(rst.EvalshaUsec) / d
-		res.RedisCPUusPerDecision = rst.CPU * 1e6 / d
+		res.RedisCPUusPerDecision = perDecision(rst.CPU, res.Decided, spec)
 	}
 	res.RedisCPUPct = 100 * rst.CPU / wall.Seconds()
 
@@ -462,4 +467,13 @@ func (d *Dist) UnmarshalJSON(b []byte) error {
 	}
 	d.P50, d.P99, d.Max = g(v.P50), g(v.P99), g(v.Max)
 	return nil
+}
+
+// perDecision is cpu (seconds) in µs per decision of every rule the run
+// decided: decided requests, each decided by spec's every rule.
+func perDecision(cpu float64, decided int, spec Spec) float64 {
+	if decided == 0 {
+		return math.NaN()
+	}
+	return cpu * 1e6 / float64(decided*len(spec.RuleAlgos()))
 }

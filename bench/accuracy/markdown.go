@@ -309,7 +309,9 @@ func usersText(results []*Result) string {
 		"which leaves out the time the thread waited for a core while the machine's other processes (the other nodes, Redis, the driver) ran. Under the limit: the requests of users under their limit in the measured windows; "+
 		"false rejections are those the exact replay admits. Over-admission: per user over the limit and window, admitted ÷ L − 1 (fixed window), or the largest excess of an interval "+
 		"ending in the window over the arrival curve (burst + rate × interval) ÷ L (GCRA); first window: the window the user's session starts in (the node holds no lease for it yet); later: the others. "+
-		"Redis CPU µs/dec: the server's CPU time per decision; vs central: that against central's.",
+		"Redis CPU µs/dec: the server's CPU time per decision; vs central: that against central's. "+
+		"Node CPU µs/dec: the node processes' CPU (user + system, over the measured part, the harness's own work included) per decision; "+
+		"vs local: that against Local mode's on the same arrivals, where each node decides alone (the floor; its over-admission is N × L by design).",
 		group(float64(s.Keys)), s.Limit, s.Window, s.Burst, UsersMinRate, UsersMaxRate, UsersAlpha, UsersMinRate, UsersAbuse, UsersSession,
 		s.Nodes, s.Windows, group(s.UsersRate()))
 }

@@ -144,7 +144,7 @@ var columns = []string{
 	"mode", "workload", "algo", "L", "N", "win",
 	"over p50", "over p99", "over max", "derived",
 	"false rej", "cap. lost", "no lease",
-	"scripts/dec", "srv scripts/dec", "Redis CPU", "node CPU",
+	"scripts/dec", "srv scripts/dec", "Redis CPU", "node CPU · µs/dec",
 	"sync p50/p99 ms", "achieved/s", "rate off", "late p99 ms", "verdict",
 }
 
@@ -159,7 +159,7 @@ func (r *Result) cells() []string {
 		r.ran(), s.Workload, s.Algo, fmt.Sprint(s.Limit), fmt.Sprint(s.Nodes), fmt.Sprint(s.Windows),
 		Pct(r.Over.P50), Pct(r.Over.P99), Pct(r.Over.Max), Pct(b),
 		fmt.Sprintf("%.2f%%", r.FalseRejPct), fmt.Sprintf("%.2f%%", r.LostPct), noLease(r),
-		Num(r.ScriptsPerDecision), Num(r.ServerScriptsPerDecision), fmt.Sprintf("%.0f%%", r.RedisCPUPct), fmt.Sprintf("%.0f%%", r.NodeCPUPct),
+		Num(r.ScriptsPerDecision), Num(r.ServerScriptsPerDecision), fmt.Sprintf("%.0f%%", r.RedisCPUPct), fmt.Sprintf("%.0f%% · %s µs", r.NodeCPUPct, us(Float(r.NodeCPUusPerDecision))),
 		sync, fmt.Sprintf("%.0f", r.AchievedRate), fmt.Sprintf("%.2f%%", 100*r.RateOff), fmt.Sprintf("%.1f", r.Lateness.P99),
 		r.Verdict(),
 	}

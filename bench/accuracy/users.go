@@ -41,8 +41,13 @@ const (
 // on the same arrivals.
 var UsersAlgos = []string{AlgoFixed, AlgoGCRA}
 
-// UsersModes are the modes the api-users table compares.
-var UsersModes = []string{ModeHybrid, ModeCentral, ModeNaive}
+// UsersModes are the modes the api-users table compares; Local, each node
+// deciding alone, is the floor of the node's CPU.
+var UsersModes = []string{ModeHybrid, ModeCentral, ModeNaive, ModeLocal}
+
+// TargetNodeCPUvsLocal is the most a distributed mode's node CPU per
+// decision may be, as a multiple of Local mode's on the same arrivals.
+const TargetNodeCPUvsLocal = 1.5
 
 // NewUsersSpec returns the api-users run in mode m over keys users and
 // windows measured windows (after one warm-up window).
@@ -182,6 +187,8 @@ func ColdBound(s Spec) (float64, string) {
 		return float64(s.Nodes) * a / float64(s.Limit), fmt.Sprintf("N·a ÷ L, a = max(1, ⌈εC/N⌉) = %.0f per node before its first lease", a)
 	case ModeNaive:
 		return math.NaN(), "none: each node admits up to L until its first sync"
+	case ModeLocal:
+		return math.NaN(), "none: each node admits up to L"
 	}
 	return math.NaN(), ""
 }

@@ -15,6 +15,7 @@ var usersColumns = []string{
 	"under: false rej", "under: rejected",
 	"over, later windows p99/max", "over, first window p99/max", "cold bound",
 	"scripts/dec", "Redis CPU", "Redis CPU µs/dec", "vs central",
+	"node CPU µs/dec", "vs local",
 	"failed", "policy", "verdict",
 }
 
@@ -38,6 +39,17 @@ func us(v Float) string {
 
 func pctPair(d Dist) string { return Pct(d.P99) + " / " + Pct(d.Max) }
 
+// localOf returns the Local-mode run of the same set and algorithm as r:
+// the floor of the node's CPU on the same arrivals.
+func localOf(results []*Result, r *Result) *Result {
+	for _, c := range results {
+		if c.Spec.Set == r.Spec.Set && c.Spec.Mode == ModeLocal && c.Spec.Algo == r.Spec.Algo {
+			return c
+		}
+	}
+	return nil
+}
+
 // central returns the central run of the same set and algorithm as r.
 func centralOf(results []*Result, r *Result) *Result {
 	for _, c := range results {
@@ -57,6 +69,10 @@ func (r *Result) usersCells(results []*Result) []string {
 	if c := centralOf(results, r); c != nil && c != r && c.RedisCPUusPerDecision > 0 {
 		vs = fmt.Sprintf("%.2f×", r.RedisCPUusPerDecision/c.RedisCPUusPerDecision)
 	}
+	vsLocal := "-"
+	if l := localOf(results, r); l != nil && l != r && l.NodeCPUusPerDecision > 0 {
+		vsLocal = fmt.Sprintf("%.2f×", r.NodeCPUusPerDecision/l.NodeCPUusPerDecision)
+	}
 	return []string{
 		r.ran(), s.Algo, fmt.Sprint(s.Keys), fmt.Sprint(s.Windows), fmt.Sprintf("%.0f", r.AchievedRate), fmt.Sprintf("%.1f", r.Lateness.P99),
 		us(r.Latency.P50), us(r.Latency.P99), us(r.Latency.P999), us(r.Latency.OnCPUP50) + " / " + us(r.Latency.OnCPUP99),
@@ -64,6 +80,7 @@ func (r *Result) usersCells(results []*Result) []string {
 		fmt.Sprintf("%.3f%%", u.UnderFalseRejPct), fmt.Sprintf("%.3f%%", u.UnderRejPct),
 		pctPair(u.OverLater), pctPair(u.OverFirst), Pct(float64(u.ColdBound)),
 		Num(r.ScriptsPerDecision), fmt.Sprintf("%.0f%%", r.RedisCPUPct), fmt.Sprintf("%.2f", r.RedisCPUusPerDecision), vs,
+		us(Float(r.NodeCPUusPerDecision)), vsLocal,
 		fmt.Sprint(r.Errors), fmt.Sprint(r.Unavailable), r.Verdict(),
 	}
 }
@@ -223,8 +240,15 @@ func UsersTargets(results []*Result) []Check {
 				add("Redis CPU ≤ 0.5× central's: "+what, fmt.Sprintf("%.2f vs %.2f µs/decision: %.2f×", r.RedisCPUusPerDecision, c.RedisCPUusPerDecision, ratio), ratio <= 0.5, note)
 			}
 		}
-		if s.Mode == ModeNaive {
-			continue // reported, not a target
+		if s.Mode != ModeCentral && s.Mode != ModeLocal {
+			if l := localOf(results, r); l != nil && l.NodeCPUusPerDecision > 0 {
+				ratio := r.NodeCPUusPerDecision / l.NodeCPUusPerDecision
+				add(fmt.Sprintf("node CPU ≤ %.1f× Local mode's on the same arrivals: %s", TargetNodeCPUvsLocal, what),
+					fmt.Sprintf("%.1f vs %.1f µs/decision: %.2f×", r.NodeCPUusPerDecision, l.NodeCPUusPerDecision, ratio), ratio <= TargetNodeCPUvsLocal, note)
+			}
+		}
+		if s.Mode == ModeNaive || s.Mode == ModeLocal {
+			continue // reported, not a target: the peer design, and the floor
 		}
 		add("users under the limit lose ≤ 0.1%: "+what, fmt.Sprintf("%.3f%% falsely rejected (%.3f%% rejected)", u.UnderFalseRejPct, u.UnderRejPct), u.UnderFalseRejPct <= 0.1, note)
 		add("over-admission ≤ 5% per window after the first: "+what, "max "+Pct(u.OverLater.Max)+", p99 "+Pct(u.OverLater.P99), u.OverLater.Max <= 0.05, note)
