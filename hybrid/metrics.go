@@ -94,8 +94,8 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 		rounds:       b.counter("hybridlimit.sync.rounds", "Sync rounds of the hybrid mode.", "{round}"),
 		roundKeys:    b.counter("hybridlimit.sync.keys", "Keys exchanged with Redis by sync rounds.", "{key}"),
 		roundErrors:  b.counter("hybridlimit.sync.errors", "Keys whose exchange with Redis failed.", "{key}"),
-		roundSeconds: b.histogram("hybridlimit.sync.duration", "Duration of sync rounds.", "s"),
-		waitSeconds:  b.histogram("hybridlimit.lease.wait.duration", "How long hybrid decisions waited for their key's exchange with Redis, every rule's.", "s"),
+		roundSeconds: b.histogram("hybridlimit.sync.duration", "Duration of sync rounds.", "s", roundBuckets),
+		waitSeconds:  b.histogram("hybridlimit.lease.wait.duration", "How long hybrid decisions waited for their key's exchange with Redis, every rule's.", "s", waitBuckets),
 		redisErrors:  b.counter("hybridlimit.redis.errors", "Calls and sync rounds Redis failed, by kind: the first word of its error answer (OOM, MISCONF, READONLY, WRONGTYPE, …), timeout, or unreachable.", "{error}"),
 		modeChanges:  b.counter("hybridlimit.mode.changes", "Switches between Redis deciding and failure policies deciding, by the mode switched to.", "{change}"),
 	}
@@ -142,8 +142,16 @@ func (b *instruments) counter(name, desc, unit string) metric.Int64Counter {
 	return c
 }
 
-func (b *instruments) histogram(name, desc, unit string) metric.Float64Histogram {
-	h, err := b.meter.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit(unit))
+// The buckets of the duration histograms, in seconds: the SDK's default
+// boundaries (0, 5, 10, … 10,000) would put every round and every wait in
+// the first.
+var (
+	roundBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
+	waitBuckets  = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+)
+
+func (b *instruments) histogram(name, desc, unit string, buckets []float64) metric.Float64Histogram {
+	h, err := b.meter.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit(unit), metric.WithExplicitBucketBoundaries(buckets...))
 	b.keep(err)
 	return h
 }

@@ -165,6 +165,7 @@ func TestMetrics(t *testing.T) {
 	if assert.True(t, ok, "sync.duration: %+v, want a histogram", c["hybridlimit.sync.duration"].Data) &&
 		assert.Len(t, h.DataPoints, 1, "sync.duration's points") {
 		assert.EqualValues(t, rounds, h.DataPoints[0].Count, "sync.duration: a histogram of the rounds")
+		assert.Less(t, h.DataPoints[0].Bounds[0], 0.001, "sync.duration's first bucket: rounds take milliseconds")
 	}
 	assert.Equal(t, "s", c["hybridlimit.sync.duration"].Unit, "sync.duration's unit")
 	keysHeld := int64Points(t, c, "hybridlimit.keys")
