@@ -79,7 +79,13 @@ func FirstPending(s *Syncer) int {
 // within Timeout: it starts no pipeline after budget and leaves the keys it
 // did not reach to the next round.
 func SyncWithin(s *Syncer, ctx context.Context, now int64, budget time.Duration) (synchook.RoundStats, error) {
-	return s.round(ctx, now, false, budget)
+	return s.round(ctx, now, false, true, budget)
+}
+
+// SyncEarly runs an early round at node time now, within budget: the keys
+// handed over or urgent since the last round, and those it left.
+func SyncEarly(s *Syncer, ctx context.Context, now int64, budget time.Duration) (synchook.RoundStats, error) {
+	return s.round(ctx, now, false, false, budget)
 }
 
 // OutageNoted returns the Redis time of the last round that found Redis

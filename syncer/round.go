@@ -18,7 +18,7 @@ import (
 // over since the last round, and exchanges with Redis those that need it,
 // in pipelines of Batch scripts, each within Timeout and ctx.
 func (s *syncer) SyncAt(ctx context.Context, now int64) (synchook.RoundStats, error) {
-	return s.round(ctx, now, false, 0)
+	return s.round(ctx, now, false, true, 0)
 }
 
 // pending is a request out for one key, or the registration (entry nil).
@@ -65,6 +65,7 @@ func (s *syncer) firstRound(ctx context.Context, now int64, budget time.Duration
 type batch struct {
 	reg    *call
 	keys   []dueKey
+	left   []dueKey // the keys a budget left for the next round
 	final  bool
 	budget time.Duration
 	calls  []call
@@ -96,8 +97,12 @@ func (s *syncer) send(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now 
 }
 
 // round runs a round (SyncAt), the last one if final, within budget (see
-// batch).
-func (s *syncer) round(ctx context.Context, now int64, final bool, budget time.Duration) (synchook.RoundStats, error) {
+// batch). A regular round (all) looks at every key of the set; an early
+// one only at the keys handed over or urgent since the last round, and
+// those the last round left (carried): a key comes due by time alone at
+// the interval, which the regular rounds keep, so an early round's cost
+// grows with the keys that asked for it, not with the keys held.
+func (s *syncer) round(ctx context.Context, now int64, final, all bool, budget time.Duration) (synchook.RoundStats, error) {
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,45 +115,78 @@ func (s *syncer) round(ctx context.Context, now int64, final bool, budget time.D
 		it.Entry.Value.TakeFirst()
 		it.Entry.Unlock()
 	}
+	all = all || final
+	look := s.look[:0]
 	s.cluster.TakeHanded(func(it lease.Handed) {
 		it.Entry.Lock()
 		if !it.Entry.Evicted() {
 			it.Entry.Value.Activate()
 			s.active[it.Entry] = it.Rule
+			if !all {
+				look = append(look, it)
+			}
 		}
 		it.Entry.Unlock()
 	})
+	soon := s.cluster.TakeSoon()
 	b := batch{final: final, budget: budget}
 	if c, ok := s.register(now, final); ok {
 		b.reg = &c
 	}
-	for e, r := range s.active {
-		if l := r.Latest(); l != r { // the limit changed: exchange under the new one
-			r = l
-			s.active[e] = r
+	if all {
+		for _, it := range soon {
+			it.Entry.Lock()
+			it.Entry.Value.Seen() // the regular round looks at it below
+			it.Entry.Unlock()
 		}
-		e.Lock()
-		k := &e.Value
-		if e.Evicted() {
-			e.Unlock()
-			delete(s.active, e)
-			continue
+		for e, r := range s.active {
+			s.lookAt(&b, e, r, now, final)
 		}
-		k.Tapped(r, now)
-		switch {
-		case k.InFlight():
-		case final || k.Due(r, now):
-			b.due(e, r)
-		case k.Dormant():
-			// Nothing held, nothing to report: the key needs no looking
-			// after until its next request hands it over again.
-			k.Deactivate()
-			delete(s.active, e)
+	} else {
+		look = append(append(look, soon...), s.carry...)
+		for _, it := range look {
+			if r, ok := s.active[it.Entry]; ok {
+				s.lookAt(&b, it.Entry, r, now, final)
+			}
 		}
-		e.Unlock()
 	}
+	clear(look)
+	s.look = look[:0]
 	s.nactive.Store(int64(len(s.active)))
-	return s.exchange(ctx, &b, now, synchook.RoundStats{Keys: len(s.active)}, start)
+	st, err := s.exchange(ctx, &b, now, synchook.RoundStats{Keys: len(s.active)}, start)
+	s.carry = s.carry[:0]
+	for _, d := range b.left {
+		s.carry = append(s.carry, lease.Handed{Rule: d.rule, Entry: d.entry})
+	}
+	return st, err
+}
+
+// lookAt adds e to b if its key is due, and drops it from the set once it
+// holds and owes nothing. The caller holds mu.
+func (s *syncer) lookAt(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now int64, final bool) {
+	if l := r.Latest(); l != r { // the limit changed: exchange under the new one
+		r = l
+		s.active[e] = r
+	}
+	e.Lock()
+	defer e.Unlock()
+	k := &e.Value
+	k.Seen()
+	if e.Evicted() {
+		delete(s.active, e)
+		return
+	}
+	k.Tapped(r, now)
+	switch {
+	case k.InFlight():
+	case final || k.Due(r, now):
+		b.due(e, r)
+	case k.Dormant():
+		// Nothing held, nothing to report: the key needs no looking
+		// after until its next request hands it over again.
+		k.Deactivate()
+		delete(s.active, e)
+	}
 }
 
 // exchange sends a round's work (b) in pipelines of Batch, the registration
@@ -176,6 +214,7 @@ func (s *syncer) exchange(ctx context.Context, b *batch, now int64, st synchook.
 		if !first {
 			if b.budget > 0 && time.Since(start) >= b.budget {
 				st.Carried = len(b.keys) - next
+				b.left = b.keys[next:]
 				break
 			}
 			now = now0 + max(s.cfg.Clock.Now().UnixMicro()-clk0, 0)

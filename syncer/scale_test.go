@@ -14,6 +14,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
@@ -170,4 +171,57 @@ func TestRoundFailedPipeline(t *testing.T) {
 			break
 		}
 	}
+}
+
+// TestEarlyRound: an early round looks only at the keys that asked for it
+// (urgent) and at those a budget left from the round before, not at every
+// key of the set; a regular round looks at every key.
+func TestEarlyRound(t *testing.T) {
+	const n, batch = 100, 32
+	m := newManyKeys(t, redistest.Client(t, redistest.Addr(t)), n, syncer.SyncConfig{Tuning: syncer.Tuning{Batch: batch, Timeout: 10 * time.Second}})
+	looked := 0
+	m.lr.SetOutage(func(*lease.Lease, int64, int64, int64) { looked++ }, false)
+	ctx := context.Background()
+	round := func(sync func() (synchook.RoundStats, error)) (synchook.RoundStats, int) {
+		t.Helper()
+		looked = 0
+		st, err := sync()
+		require.NoError(t, err)
+		m.clk.Add(syncer.WithDefaults(syncer.SyncConfig{}).MinGap)
+		return st, looked
+	}
+	now := func() int64 { return m.clk.Micros() }
+
+	// The first round, on a budget, leaves keys; early rounds serve them.
+	st, seen := round(func() (synchook.RoundStats, error) { return syncer.SyncWithin(m.s, ctx, now(), time.Nanosecond) })
+	assert.Equal(t, n, seen, "a regular round looks at every key")
+	assert.Equal(t, n-(batch-1), st.Carried, "keys left by the budget (the registration came first)")
+	st, seen = round(func() (synchook.RoundStats, error) { return syncer.SyncEarly(m.s, ctx, now(), time.Nanosecond) })
+	assert.Equal(t, n-(batch-1), seen, "an early round looks at the keys left")
+	assert.Equal(t, batch, st.Synced)
+	st, seen = round(func() (synchook.RoundStats, error) { return syncer.SyncEarly(m.s, ctx, now(), 0) })
+	assert.Equal(t, n-(batch-1)-batch, seen)
+	assert.Equal(t, n-(batch-1)-batch, st.Synced, "the rest")
+	st, seen = round(func() (synchook.RoundStats, error) { return syncer.SyncEarly(m.s, ctx, now(), 0) })
+	assert.Zero(t, seen, "nothing asked, nothing left: an early round looks at no key")
+	assert.Zero(t, st.Synced)
+
+	// Key 0 spends its lease: it asks for an early round, alone.
+	e := m.keys[0]
+	e.Lock()
+	for range 10_000 {
+		v, signal := e.Value.Decide(m.lr, now(), 1)
+		if signal.Sync() {
+			m.lr.Notify(e)
+		}
+		if v.Reason != local.ReasonOK {
+			break
+		}
+	}
+	e.Unlock()
+	st, seen = round(func() (synchook.RoundStats, error) { return syncer.SyncEarly(m.s, ctx, now(), 0) })
+	assert.Equal(t, 1, seen, "the urgent key alone")
+	assert.Equal(t, 1, st.Synced, "its exchange")
+	_, seen = round(func() (synchook.RoundStats, error) { return m.s.SyncAt(ctx, now()) })
+	assert.Equal(t, n, seen, "a regular round looks at every key again")
 }

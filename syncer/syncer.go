@@ -36,9 +36,12 @@ type syncer struct {
 	// Redis's clock), and the keys the hot path hands over.
 	cluster *lease.Cluster
 
-	mu         sync.Mutex // one round at a time; guards active and registered
+	mu         sync.Mutex // one round at a time; guards active, registered, carry and look
 	active     map[*keyed.Entry[lease.Lease]]*lease.Rule
 	registered int64 // node time of the last registration, 0 before any
+	// carry holds the keys a round's budget left for the next, and look
+	// the keys an early round looks at (reused).
+	carry, look []lease.Handed
 	// firstMu runs one first-lease round at a time, beside the other
 	// rounds: a request waiting for its key's lease must not wait for a
 	// long round over every key.
@@ -177,16 +180,18 @@ func (s *syncer) loop() {
 	// than that is run by the timer (nil channel: none pending).
 	var early gapTimer
 	defer early.stop()
-	run := func() {
-		// A round bounds its own time (Timeout); keys it left for the
-		// next one get an early round, MinGap on.
+	// run runs a round, regular (all: every key of the set) or early (the
+	// keys that asked). A round bounds its own time (Timeout); keys it left
+	// for the next one get an early round, MinGap on.
+	run := func(all bool) {
 		for {
-			st, err := s.round(context.Background(), s.cfg.Clock.Now().UnixMicro(), false, s.cfg.Timeout)
+			st, err := s.round(context.Background(), s.cfg.Clock.Now().UnixMicro(), false, all, s.cfg.Timeout)
 			failed := unanswered(st, err)
 			s.failed.Store(failed)
 			if failed || st.Carried == 0 || !early.due(s.cfg.MinGap) {
 				return
 			}
+			all = false
 		}
 	}
 	for {
@@ -195,18 +200,18 @@ func (s *syncer) loop() {
 			return
 		case <-tick.C:
 			early.ran()
-			run()
+			run(true)
 		case <-s.cluster.Wake():
 			s.cluster.WakeTaken()
 			// After a failure, keys that want leases would wake the loop at
 			// every gap and resend, piling work on a server that is down or
 			// overloaded: the next tick retries.
 			if !s.failed.Load() && early.due(s.cfg.MinGap) {
-				run()
+				run(false)
 			}
 		case <-early.c:
 			early.ran()
-			run()
+			run(false)
 		}
 	}
 }
@@ -329,7 +334,7 @@ func (s *syncer) Shutdown(ctx context.Context) error {
 	s.stopLoop()
 	var err error
 	if !flushed {
-		_, err = s.round(ctx, s.cfg.Clock.Now().UnixMicro(), true, 0)
+		_, err = s.round(ctx, s.cfg.Clock.Now().UnixMicro(), true, true, 0)
 	}
 	s.Close()
 	return err

@@ -34,8 +34,12 @@ type Cluster struct {
 	// the requests that wait for a lease; nil until one waits.
 	round atomic.Pointer[chan struct{}]
 
-	queues    [queueShards]queue
-	first     queue // keys for the next first-lease round
+	queues [queueShards]queue
+	first  queue // keys for the next first-lease round
+	// soon holds the keys of the syncer's set that want an exchange before
+	// the next regular round (urgent, or waited for): an early round looks
+	// after them without going over every key of the set.
+	soon      queue
 	wake      chan struct{}
 	wakeFirst chan struct{}
 	// woken counts the takings of wake's signal (Wanted, WakeTaken): a
@@ -189,6 +193,11 @@ func (c *Cluster) TakeHanded(f func(Handed)) {
 	}
 }
 
+// TakeSoon empties the list of the syncer's keys that asked for an early
+// round (urgent, or waited for) and returns it; each leaves it (Soon) when
+// the syncer looks at it next.
+func (c *Cluster) TakeSoon() []Handed { return c.soon.take() }
+
 // TakeFirst empties the list of keys waiting for a first-lease round and
 // returns it.
 func (c *Cluster) TakeFirst() []Handed { return c.first.take() }
@@ -204,6 +213,9 @@ func (r *Rule) Notify(e *keyed.Entry[Lease]) {
 	if k.flags&(flagQueued|flagActive) == 0 {
 		k.flags |= flagQueued
 		c.queues[uintptr(k.Digest[0])%queueShards].push(r, e)
+	} else if k.flags&(flagActive|flagSoon) == flagActive && (k.flags&flagUrgent != 0 || k.wait > 0) {
+		k.flags |= flagSoon
+		c.soon.push(r, e)
 	}
 	switch {
 	case k.WantsFirst(r):

@@ -102,6 +102,7 @@ const (
 	flagFault                     // Redis answered the last exchange with an error, not a lease (Faulted)
 	flagScaled                    // a bucket share rescaled to a changed limit, until the exchange under it (rescale)
 	flagUnreached                 // the last exchange found Redis out of reach (Unreached)
+	flagSoon                      // on the syncer's list of keys for an early round (Rule.Notify, TakeSoon)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease

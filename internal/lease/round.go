@@ -94,7 +94,11 @@ func (k *Lease) Activate() { k.flags = k.flags&^flagQueued | flagActive }
 
 // Deactivate marks a key as out of the syncer's set: its next signal hands
 // it over again.
-func (k *Lease) Deactivate() { k.flags &^= flagActive }
+func (k *Lease) Deactivate() { k.flags &^= flagActive | flagSoon }
+
+// Seen records that the syncer looked at the key: it leaves the list of
+// keys for an early round, and its next urgent signal puts it back.
+func (k *Lease) Seen() { k.flags &^= flagSoon }
 
 // InFlight reports whether a request is out for the key.
 func (k *Lease) InFlight() bool { return k.flags&flagInFlight != 0 }
