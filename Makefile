@@ -13,7 +13,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 # so comparison peers never reach users' dependency graphs) once it exists.
 MODULES := . $(if $(wildcard bench/go.mod),bench)
 
-.PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle
+.PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle bench-scale
 
 ## test: start a Redis server, a 3-master Cluster, a Sentinel topology and a replicated Cluster, vet and test every module with -race, stop them.
 test:
@@ -145,6 +145,17 @@ bench-idle:
 	mkdir -p .run/idle
 	cd bench && $(GO) build -o ../.run/idle/idle ./cmd/idle
 	.run/idle/idle -dir .run/idle $(IDLE_FLAGS)
+
+## bench-scale: many keys held on one node under one hybrid rule: the first
+## request of each of 1,000,000 keys, then 10,000 requests/s over them for
+## 30 s, against a private redis-server; heap and Redis memory per key, sync
+## rounds, node and Redis CPU per decision. SCALE_FLAGS passes flags (e.g.
+## -keys 100000 -rate 2000).
+bench-scale:
+	bash scripts/redis.sh ensure >&2
+	mkdir -p .run/scale
+	cd bench && $(GO) build -o ../.run/scale/scale ./cmd/scale
+	.run/scale/scale -dir .run/scale $(SCALE_FLAGS)
 
 ## bench-outage: the outage benchmark: node processes (5 with steady
 ## arrivals, 4 with Poisson ones) per workload against a redis-server it
