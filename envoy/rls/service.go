@@ -172,15 +172,14 @@ func (s *Service) Apply(files []*File) error {
 func (s *Service) ruleFor(l *limit) (registered, error) {
 	sp := l.spec
 	if old, ok := s.rules[l.ruleName]; ok {
-		o := old.spec
-		if o.limit.Algorithm == sp.limit.Algorithm && o.mode == sp.mode && o.policy == sp.policy && o.wait == sp.wait {
-			if o.limit != sp.limit {
-				if err := s.cfg.Limiter.SetLimit(old.rule, sp.limit); err != nil {
-					return registered{}, fileError(l.fullKey, "%v", err)
-				}
+		// The name holds the algorithm, mode, policy and wait: only the
+		// limit may have changed.
+		if old.spec.limit != sp.limit {
+			if err := s.cfg.Limiter.SetLimit(old.rule, sp.limit); err != nil {
+				return registered{}, fileError(l.fullKey, "%v", err)
 			}
-			return registered{rule: old.rule, spec: sp}, nil
 		}
+		return registered{rule: old.rule, spec: sp}, nil
 	}
 	r, err := s.cfg.Limiter.Register(hybrid.Rule{Name: l.ruleName, Limit: sp.limit, Mode: sp.mode, Policy: sp.policy, Wait: sp.wait})
 	if err != nil {
@@ -422,7 +421,7 @@ func (s *Service) override(unit rlsv3.RateLimitResponse_RateLimit_Unit, rpu uint
 	l.itemName = sfString(full)
 	l.policyItem = l.itemName + ";q=" + strconv.FormatUint(uint64(rpu), 10) + ";w=" + strconv.FormatInt(int64(spec.window/time.Second), 10)
 	if rpu > 0 {
-		l.ruleName = ruleName(full)
+		l.ruleName = ruleName(full, spec)
 		reg, err := s.cfg.Limiter.Register(hybrid.Rule{Name: l.ruleName, Limit: spec.limit})
 		if err != nil {
 			s.cfg.Logger.Warn("rls: limit override", "limit", full, "error", err)

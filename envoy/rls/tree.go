@@ -3,6 +3,7 @@ package rls
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -97,7 +98,7 @@ func buildLevel(parent *node, path string, ds []Descriptor) {
 				l.itemName = sfString(itemName)
 				l.policyItem = l.itemName + ";q=" + strconv.FormatInt(spec.quota, 10) + ";w=" + strconv.FormatInt(int64(spec.window/time.Second), 10)
 				if spec.quota > 0 {
-					l.ruleName = ruleName(full)
+					l.ruleName = ruleName(full, spec)
 				}
 			}
 			n.limit = l
@@ -112,10 +113,13 @@ func buildLevel(parent *node, path string, ds []Descriptor) {
 
 // ruleName names the Limiter's rule of the limit at fullKey: a digest, as
 // a full key may be longer than a rule name or hold other characters. It
-// is the same on every replica, so they share the limit's state in Redis.
-func ruleName(fullKey string) string {
-	h := sha256.Sum256([]byte(fullKey))
-	return "rls:" + hex.EncodeToString(h[:12])
+// is the same on every replica, so they share the limit's state in Redis,
+// and it changes with the algorithm, mode, policy and wait, which a
+// registered rule keeps (the limit itself moves by SetLimit).
+func ruleName(fullKey string, sp limitSpec) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s", fullKey, sp.limit.Algorithm, sp.mode, sp.policy, sp.wait)
+	return "rls:" + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 // sfString quotes s as a structured field string: printable ASCII, with
