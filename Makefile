@@ -9,9 +9,11 @@ GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 GOFMT ?= $(dir $(GO))gofmt
 GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 
-# Go modules in this repository: the library, and bench/ (its own go.mod,
-# so comparison peers never reach users' dependency graphs) once it exists.
-MODULES := . $(if $(wildcard bench/go.mod),bench)
+# Go modules in this repository: the library, bench/ (its own go.mod,
+# so comparison peers never reach users' dependency graphs) once it exists,
+# and envoy/ (the Envoy rate limit service, its own go.mod, so gRPC and
+# Envoy's protos never reach the library's).
+MODULES := . $(if $(wildcard bench/go.mod),bench) $(if $(wildcard envoy/go.mod),envoy)
 
 .PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage
 

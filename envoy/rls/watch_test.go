@@ -49,7 +49,7 @@ func TestWatchReloads(t *testing.T) {
 	require.Eventually(t, func() bool { return limitNow() == 200 }, 5*time.Second, 10*time.Millisecond)
 
 	write("domain: internal\ndescriptors:\n  - key: azure\n    rate_limit: {unit: fortnight}\n")
-	write(limitFile(300)[:76]) // a truncated write: "unit: min" does not parse either
+	write(limitFile(300)[:76])         // a truncated write: "unit: min" does not parse either
 	time.Sleep(100 * time.Millisecond) // no event to wait for: a rejected version changes nothing
 	assert.EqualValues(t, 200, limitNow(), "the previous version keeps serving")
 
