@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/hybridlimit/hybridlimit/internal/dirwatch"
 )
 
 // WatchConfig configures Watch. The zero value is ready to use: every
@@ -170,55 +170,17 @@ func Watch(ctx context.Context, path string, apply func([]*File) error, cfg Watc
 	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
 		dir = filepath.Dir(path)
 	}
-	fw, err := fsnotify.NewWatcher()
-	if err == nil {
-		if err = fw.Add(dir); err != nil {
-			fw.Close()
-		}
-	}
+	dw, err := dirwatch.New(dir)
 	if err != nil {
 		cfg.Logger.Warn("rls: cannot watch the configuration's directory; polling only", "path", dir, "error", err)
-		fw = nil
 	}
 	ctx, w.stop = context.WithCancel(ctx)
-	w.wg.Go(func() { w.run(ctx, fw) })
+	w.wg.Go(func() {
+		dw.Run(ctx, cfg.PollInterval, cfg.Debounce, w.check, func(err error) {
+			cfg.Logger.Warn("rls: watching the configuration", "path", w.path, "error", err)
+		})
+	})
 	return w, nil
-}
-
-// run waits for events and ticks until ctx ends.
-func (w *Watcher) run(ctx context.Context, fw *fsnotify.Watcher) {
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if fw != nil {
-		defer fw.Close()
-		events, errs = fw.Events, fw.Errors
-	}
-	poll := time.NewTicker(w.cfg.PollInterval)
-	defer poll.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			debounce.Reset(w.cfg.Debounce)
-		case err, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
-			w.cfg.Logger.Warn("rls: watching the configuration", "path", w.path, "error", err)
-		case <-debounce.C:
-			w.check()
-		case <-poll.C:
-			w.check()
-		}
-	}
 }
 
 // check loads the configuration and applies it if it changed.
