@@ -2,7 +2,6 @@ package rls_test
 
 import (
 	"fmt"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/envoy/rls"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
-	"github.com/hybridlimit/hybridlimit/internal/redisproc"
+	"github.com/hybridlimit/hybridlimit/envoy/internal/rlstest"
 )
 
 // replicas starts n Services, each on its own Limiter in hybrid mode
@@ -63,13 +62,8 @@ func roundRobin(t *testing.T, hs []*harness, n int, domain string, kv ...string)
 // they keep answering, each from its own state and the gossip, by the
 // limit's failure policy.
 func TestRedisReplicasAndOutage(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed (scripts/redis.sh ensure)")
-	}
 	leakcheck.Check(t)
-	srv, err := redisproc.Start(t.TempDir())
-	require.NoError(t, err)
-	defer srv.Close()
+	srv := rlstest.Redis(t)
 	hs := replicas(t, srv.Addr, "rlstest", 3, "replicas.yaml")
 
 	const limit = 60 // per hour: no window ends during the test

@@ -290,14 +290,67 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // decide fills ds with req's decisions under snap.
 func (s *Service) decide(ctx context.Context, snap *snapshot, req *rlsv3.RateLimitRequest, ds []decided) error {
+	s.classify(snap, req, ds)
+	var rbuf [8]hybrid.Request
+	var ibuf [8]int
+	reqs, at := rbuf[:0], ibuf[:0]
+	denied := false
+	for i := range ds {
+		x := &ds[i]
+		if x.state == stateDeny && !x.l.shadow {
+			denied = true
+		}
+		if x.state == stateDecided && !x.l.shadow {
+			x.key = requestKey(req.GetDomain(), req.GetDescriptors()[i])
+			reqs = append(reqs, hybrid.Request{Rule: x.l.rule, Key: x.key, N: x.cost})
+			at = append(at, i)
+		}
+	}
+	var firstErr error
+	if len(reqs) > 0 {
+		var obuf [8]hybrid.Decision
+		out := obuf[:0]
+		if len(reqs) > len(obuf) {
+			out = make([]hybrid.Decision, len(reqs))
+		}
+		out = out[:len(reqs)]
+		if denied {
+			// A limit of 0 refuses the request: the others are checked,
+			// not charged.
+			for j := range reqs {
+				reqs[j].N = 0
+			}
+		}
+		_, firstErr = s.cfg.Limiter.AllowMulti(ctx, reqs, out)
+		for j, i := range at {
+			ds[i].d = out[j]
+			ds[i].over = !out[j].Allowed() && out[j].Reason() != local.ReasonOK
+		}
+	}
+	for i := range ds {
+		x := &ds[i]
+		if x.state != stateDecided || !x.l.shadow {
+			continue
+		}
+		// In shadow mode: decided and charged on its own.
+		x.key = requestKey(req.GetDomain(), req.GetDescriptors()[i])
+		d, err := s.cfg.Limiter.AllowN(ctx, x.l.rule, x.key, x.cost)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		x.d, x.over = d, !d.Allowed()
+	}
+	return firstErr
+}
+
+// classify sets each descriptor's limit, cost and state: no limit,
+// unlimited, replaced, refused by a limit of 0, or to decide.
+func (s *Service) classify(snap *snapshot, req *rlsv3.RateLimitRequest, ds []decided) {
 	hits := int64(req.GetHitsAddend())
 	if hits == 0 {
 		hits = 1
 	}
-	var rbuf [8]hybrid.Request
-	var ibuf [8]int
-	reqs, at := rbuf[:0], ibuf[:0]
-	replaced := map[string]bool(nil)
+	var replaced map[string]bool
 	for i, d := range req.GetDescriptors() {
 		l := s.limitOf(snap, req.GetDomain(), d)
 		cost := hits
@@ -325,61 +378,14 @@ func (s *Service) decide(ctx context.Context, snap *snapshot, req *rlsv3.RateLim
 	}
 	for i := range ds {
 		x := &ds[i]
-		if x.state != stateDecided {
-			continue
-		}
 		switch {
+		case x.state != stateDecided:
 		case x.l.name != "" && replaced[x.l.name]:
 			x.state = stateReplaced
 		case x.l.rule == nil:
 			x.state, x.over = stateDeny, true
-		case !x.l.shadow:
-			x.key = requestKey(req.GetDomain(), req.GetDescriptors()[i])
-			reqs = append(reqs, hybrid.Request{Rule: x.l.rule, Key: x.key, N: x.cost})
-			at = append(at, i)
 		}
 	}
-	denied := false
-	for i := range ds {
-		denied = denied || (ds[i].state == stateDeny && !ds[i].l.shadow)
-	}
-	var firstErr error
-	if len(reqs) > 0 {
-		var obuf [8]hybrid.Decision
-		out := obuf[:0]
-		if len(reqs) > len(obuf) {
-			out = make([]hybrid.Decision, len(reqs))
-		}
-		out = out[:len(reqs)]
-		if denied {
-			// A limit of 0 refuses the request: the others are checked,
-			// not charged.
-			for j := range reqs {
-				reqs[j].N = 0
-			}
-		}
-		_, err := s.cfg.Limiter.AllowMulti(ctx, reqs, out)
-		if err != nil {
-			firstErr = err
-		}
-		for j, i := range at {
-			ds[i].d = out[j]
-			ds[i].over = !out[j].Allowed() && out[j].Reason() != local.ReasonOK
-		}
-	}
-	for i := range ds {
-		x := &ds[i]
-		if x.state != stateDecided || !x.l.shadow || x.l.rule == nil {
-			continue
-		}
-		x.key = requestKey(req.GetDomain(), req.GetDescriptors()[i])
-		d, err := s.cfg.Limiter.AllowN(ctx, x.l.rule, x.key, x.cost)
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-		x.d, x.over = d, !d.Allowed()
-	}
-	return firstErr
 }
 
 // limitOf is the limit of descriptor d: its limit override's if it has

@@ -42,6 +42,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/hybridlimit/hybridlimit/bench/accuracy"
+	"github.com/hybridlimit/hybridlimit/bench/internal/proc"
 	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 )
 
@@ -192,15 +193,7 @@ func runContender(o options, c contender) ([]result, error) {
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {
-			p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				p.Process.Kill()
-				<-done
-			}
+			proc.Stop(p, 5*time.Second)
 		}
 	}()
 	var conns []*grpc.ClientConn

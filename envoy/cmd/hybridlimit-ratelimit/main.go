@@ -25,6 +25,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -216,45 +217,65 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	var closers []io.Closer
+	defer func() {
+		for _, c := range slices.Backward(closers) {
+			c.Close()
+		}
+	}()
+	svc, err := o.service(ctx, logger, &closers)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, o, svc, logger, ready)
+}
+
+// service builds the Limiter, the Service and the configuration's
+// watcher the options describe, adding each to closers.
+func (o options) service(ctx context.Context, logger *slog.Logger, closers *[]io.Closer) (*rls.Service, error) {
 	mode, ok := modes[o.mode]
 	if !ok {
-		return fmt.Errorf("-mode: unknown mode %q", o.mode)
+		return nil, fmt.Errorf("-mode: unknown mode %q", o.mode)
 	}
 	policy, ok := policies[o.policy]
 	if !ok {
-		return fmt.Errorf("-policy: unknown policy %q", o.policy)
+		return nil, fmt.Errorf("-policy: unknown policy %q", o.policy)
 	}
 	client, err := o.redisClient()
 	if err != nil {
-		return err
-	}
-	if client != nil {
-		defer client.Close()
+		return nil, err
 	}
 	g, err := o.gossip(logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hc := hybrid.Config{Keyspace: hybrid.Keyspace{Prefix: o.prefix}, Mode: mode, Policy: policy, Gossip: g, Logger: logger}
 	if client != nil {
+		*closers = append(*closers, client)
 		hc.Redis = client // a nil interface, not a typed nil, without Redis
 	}
 	l, err := hybrid.New(hc)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer l.Close()
+	*closers = append(*closers, l)
 	svc, err := rls.New(rls.Config{Limiter: l, Logger: logger, ShadowMode: o.shadowMode})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer svc.Close()
+	*closers = append(*closers, svc)
 	w, err := rls.Watch(ctx, o.config, svc.Apply, rls.WatchConfig{Logger: logger})
 	if err != nil {
-		return fmt.Errorf("-config %s: %w", o.config, err)
+		return nil, fmt.Errorf("-config %s: %w", o.config, err)
 	}
-	defer w.Close()
+	*closers = append(*closers, w)
+	logger.Info("hybridlimit-ratelimit: limiter", "redis", client != nil, "gossip", g != nil)
+	return svc, nil
+}
 
+// serve serves svc and the health service on o.grpcAddr until ctx ends,
+// then drains.
+func serve(ctx context.Context, o options, svc *rls.Service, logger *slog.Logger, ready func(string)) error {
 	ln, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
 		return err
@@ -267,7 +288,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	hs.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("hybridlimit-ratelimit: serving", "grpc", ln.Addr().String(), "config", o.config, "redis", client != nil, "gossip", g != nil)
+	logger.Info("hybridlimit-ratelimit: serving", "grpc", ln.Addr().String(), "config", o.config)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

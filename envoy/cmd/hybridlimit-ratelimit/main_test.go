@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -18,7 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
-	"github.com/hybridlimit/hybridlimit/internal/redisproc"
+	"github.com/hybridlimit/hybridlimit/envoy/internal/rlstest"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -50,13 +49,8 @@ func TestParseFlagsAndEnv(t *testing.T) {
 // The command against a real redis-server: health SERVING, decisions,
 // a reload on file change, and a clean exit on cancel.
 func TestRun(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed (scripts/redis.sh ensure)")
-	}
 	leakcheck.Check(t)
-	srv, err := redisproc.Start(t.TempDir())
-	require.NoError(t, err)
-	defer srv.Close()
+	srv := rlstest.Redis(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
 	write := func(rpu string) {
