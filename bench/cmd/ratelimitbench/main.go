@@ -74,7 +74,7 @@ func main() {
 	flag.IntVar(&o.replicas, "replicas", 3, "service replicas per contender")
 	flag.IntVar(&o.keys, "keys", 20, "keys (tenants), each with its own limit")
 	flag.IntVar(&o.limit, "limit", 100, "each key's limit per second")
-	flag.IntVar(&o.rate, "rate", 4000, "offered decisions per second, all keys together, spread evenly")
+	flag.IntVar(&o.rate, "rate", 4000, "offered decisions per second, all keys together, spread evenly (0: closed loop, each worker as fast as answered)")
 	flag.IntVar(&o.workers, "workers", 16, "client goroutines, spread over the replicas")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "the steady phase")
 	flag.DurationVar(&o.outage, "outage", 10*time.Second, "how long Redis stays killed in the outage phase (0: no outage phase)")
@@ -303,15 +303,25 @@ func phase(o options, c contender, name string, clients []rlsv3.RateLimitService
 	end := start.Add(d)
 	var wg sync.WaitGroup
 	samples := make([][]sample, o.workers)
-	interval := time.Duration(float64(time.Second) * float64(o.workers) / float64(o.rate))
+	var interval time.Duration
+	if o.rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(o.workers) / float64(o.rate))
+	}
 	for w := range o.workers {
 		wg.Go(func() {
 			client := clients[w%len(clients)]
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
-			tick := time.NewTicker(interval)
-			defer tick.Stop()
-			for now := range tick.C {
-				if now.After(end) {
+			var tick <-chan time.Time // nil: closed loop, a request as soon as the last is answered
+			if o.rate > 0 {
+				t := time.NewTicker(interval)
+				defer t.Stop()
+				tick = t.C
+			}
+			for {
+				if tick != nil {
+					<-tick
+				}
+				if time.Now().After(end) {
 					return
 				}
 				k := rng.IntN(o.keys)
@@ -416,8 +426,12 @@ func procsCPU(procs []*exec.Cmd) (float64, error) {
 
 func table(o options, rs []result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%d replicas each, %d keys × %d/s (fixed window), %d decisions/s offered by %d client goroutines over gRPC on loopback; %d cores\n\n",
-		o.replicas, o.keys, o.limit, o.rate, o.workers, runtime.NumCPU())
+	offered := fmt.Sprintf("%d decisions/s offered", o.rate)
+	if o.rate == 0 {
+		offered = "closed loop"
+	}
+	fmt.Fprintf(&b, "\n%d replicas each, %d keys × %d/s (fixed window), %s by %d client goroutines over gRPC on loopback; %d cores\n\n",
+		o.replicas, o.keys, o.limit, offered, o.workers, runtime.NumCPU())
 	b.WriteString("| service | phase | decisions/s | errors | per core (replicas' CPU) | per core (replicas + Redis CPU) | p50 | p99 | Redis commands / decision | scripts / decision | admitted ÷ limit |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
