@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/envoy/rls"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 )
 
 func TestParseExamples(t *testing.T) {
@@ -154,4 +156,26 @@ func deep(n int) string {
 		}
 	}
 	return b.String()
+}
+
+// Close unregisters every rule the Service registered, overrides' too,
+// and leaves the Limiter open; requests afterwards have no limits.
+func TestClose(t *testing.T) {
+	leakcheck.Check(t)
+	clock := &fakeClock{t: start}
+	l := newLimiter(t, clock)
+	h := serve(t, l, clock, rls.Config{}, "example5.yaml", "example2.yaml")
+	d := desc("azure", "b")
+	d.Limit = &commonv3RateLimitOverride{RequestsPerUnit: 3, Unit: typeMinute}
+	h.ask(t, "internal", d)
+	assert.Equal(t, 4, l.Stats().Rules, "azure, two messaging limits, one override")
+	require.NoError(t, h.svc.Close())
+	require.NoError(t, h.svc.Close(), "idempotent")
+	assert.Equal(t, 0, l.Stats().Rules)
+	resp := h.ask(t, "internal", desc("azure", "a"))
+	assert.Equal(t, codeOK, resp.GetOverallCode())
+	assert.Nil(t, resp.GetStatuses()[0].GetCurrentLimit())
+	assert.Error(t, h.svc.Apply(nil), "closed")
+	_, err := l.Register(hybrid.Rule{Name: "still-open", Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 1, Window: time.Second}})
+	assert.NoError(t, err, "the Limiter stays the caller's")
 }
