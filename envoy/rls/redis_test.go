@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybridlimit/hybridlimit/envoy/internal/rlstest"
 	"github.com/hybridlimit/hybridlimit/envoy/rls"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
-	"github.com/hybridlimit/hybridlimit/envoy/internal/rlstest"
 )
 
 // replicas starts n Services, each on its own Limiter in hybrid mode

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 	"github.com/hybridlimit/hybridlimit/envoy/internal/rlstest"
+	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
