@@ -24,7 +24,7 @@ import (
 
 // Bounds on a request, so that one request cannot hold the service long.
 const (
-	// maxDescriptors is the most descriptors a request may carry.
+	// maxRequestDescriptors is the most descriptors a request may carry.
 	maxRequestDescriptors = 64
 	// maxOverrideRules caps the rules made for requests' limit overrides
 	// (one per unit and requests_per_unit); past it an override is
@@ -47,8 +47,8 @@ type Config struct {
 	// configuration drops them and on Close; the Limiter itself stays the
 	// caller's to close, after the Service.
 	Limiter *hybrid.Limiter
-	// Clock tells the time of duration_until_reset for fixed windows.
-	// Default: time.Now.
+	// Clock tells the time of duration_until_reset for fixed windows (the
+	// Limiter reads its own clock for decisions). Default: time.Now.
 	Clock local.Clock
 	// Logger receives configuration changes and decisions' errors.
 	// Default slog.Default().
@@ -215,13 +215,12 @@ func (s *Service) Close() error {
 
 // decided is a descriptor's place in a request's decision.
 type decided struct {
-	l    *limit
-	key  string
-	cost int64
-	d    hybrid.Decision
-	over bool // this limit refused
-	// state: what answers the descriptor
-	state uint8
+	l     *limit
+	key   string
+	cost  int64
+	d     hybrid.Decision
+	over  bool  // this limit refused
+	state uint8 // what answers the descriptor: one of the state… constants
 }
 
 const (
