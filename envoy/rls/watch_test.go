@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -77,4 +78,44 @@ func TestWatchFirstVersion(t *testing.T) {
 	require.Len(t, files, 2)
 	assert.Equal(t, "b", files[0].Domain, "b.yml before bad.yaml")
 	assert.Equal(t, "a", files[1].Domain)
+}
+
+// Reloads during traffic: requests decided on a snapshot whose rules an
+// Apply has just unregistered are decided again on the new one, and never
+// fail.
+func TestApplyDuringTraffic(t *testing.T) {
+	leakcheck.Check(t)
+	clock := &fakeClock{t: start}
+	l := newLimiter(t, clock)
+	h := serve(t, l, clock, rls.Config{}, "example5.yaml")
+	versions := []*rls.File{
+		mustParse(t, limitFile(100)),
+		mustParse(t, "domain: internal\ndescriptors:\n  - key: azure\n    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: gcra}\n"),
+	}
+	stop := make(chan struct{})
+	applied := make(chan int)
+	go func() {
+		n := 0
+		defer func() { applied <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := h.svc.Apply([]*rls.File{versions[n%2]}); err != nil {
+				t.Error(err)
+				return
+			}
+			n++
+		}
+	}()
+	for i := range 300 {
+		resp, err := h.client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "internal",
+			Descriptors: []*commonv3RateLimitDescriptor{desc("azure", strconv.Itoa(i%7)), desc("ldap", "x")}})
+		require.NoError(t, err)
+		require.Len(t, resp.GetStatuses(), 2)
+	}
+	close(stop)
+	t.Logf("%d versions applied during 300 requests", <-applied)
 }
