@@ -104,3 +104,27 @@ func TestRun(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+func TestGossipOptions(t *testing.T) {
+	o, err := parse([]string{"-gossip-bind", "0.0.0.0:7946", "-gossip-advertise", "10.0.0.5:7000", "-gossip-join", "a:7946, b:7946", "-gossip-name", "r1"},
+		env(map[string]string{"RLS_GOSSIP_KEY": "MDEyMzQ1Njc4OWFiY2RlZg=="}), io.Discard)
+	require.NoError(t, err)
+	g, err := o.gossip(nil)
+	require.NoError(t, err)
+	assert.Equal(t, "0.0.0.0", g.Memberlist.BindAddr)
+	assert.Equal(t, 7946, g.Memberlist.BindPort)
+	assert.Equal(t, "10.0.0.5", g.Memberlist.AdvertiseAddr)
+	assert.Equal(t, 7000, g.Memberlist.AdvertisePort)
+	assert.Equal(t, "r1", g.Memberlist.Name)
+	assert.Equal(t, []string{"a:7946", "b:7946"}, g.Seeds)
+	assert.Equal(t, [][]byte{[]byte("0123456789abcdef")}, g.Keys)
+	assert.False(t, g.Insecure)
+
+	o.gossipKey = "not base64!"
+	_, err = o.gossip(nil)
+	assert.ErrorContains(t, err, "RLS_GOSSIP_KEY")
+	o.gossipBind = ""
+	g, err = o.gossip(nil)
+	assert.NoError(t, err)
+	assert.Nil(t, g, "no bind address: no gossip")
+}
