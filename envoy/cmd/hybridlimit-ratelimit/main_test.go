@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/envoy/internal/rlstest"
 	"github.com/hybridlimit/hybridlimit/internal/leakcheck"
+	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -46,63 +49,124 @@ func TestParseFlagsAndEnv(t *testing.T) {
 	assert.ErrorContains(t, err, "-redis-sentinel-master")
 }
 
+// started is the command running in a goroutine, and a client of it.
+type started struct {
+	conn   *grpc.ClientConn
+	rc     rlsv3.RateLimitServiceClient
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs the command with args and the variables of env, on a free
+// loopback port, until the test stops it (stop) or ends.
+func start(t *testing.T, args []string, vars map[string]string) *started {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	s := &started{cancel: cancel, done: make(chan error, 1)}
+	addrs := make(chan string, 1)
+	go func() {
+		s.done <- run(ctx, append([]string{"-grpc-addr", "127.0.0.1:0", "-log-level", "error", "-drain", "1s"}, args...),
+			env(vars), io.Discard, func(a string) { addrs <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-s.done:
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	s.conn, s.rc = conn, rlsv3.NewRateLimitServiceClient(conn)
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop cancels the command and checks that it ended without error.
+func (s *started) stop(t *testing.T) {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	s.conn.Close()
+	require.NoError(t, <-s.done)
+}
+
+// writeConfig writes a configuration of one limit of rpu an hour into
+// dir, by rename.
+func writeConfig(t *testing.T, dir, rpu string) {
+	tmp := filepath.Join(dir, ".tmp")
+	require.NoError(t, os.WriteFile(tmp, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: "+rpu+"}\n"), 0o644))
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "config.yaml")))
+}
+
+var req = &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{
+	{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+
+// codes returns the overall codes of n requests.
+func (s *started) codes(t *testing.T, n int) []rlsv3.RateLimitResponse_Code {
+	var out []rlsv3.RateLimitResponse_Code
+	for range n {
+		resp, err := s.rc.ShouldRateLimit(t.Context(), req)
+		require.NoError(t, err)
+		out = append(out, resp.GetOverallCode())
+	}
+	return out
+}
+
+var threeThenOver = []rlsv3.RateLimitResponse_Code{1, 1, 1, 2}
+
 // The command against a real redis-server: health SERVING, decisions,
 // a reload on file change, and a clean exit on cancel.
 func TestRun(t *testing.T) {
 	leakcheck.Check(t)
 	srv := rlstest.Redis(t)
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.yaml")
-	write := func(rpu string) {
-		tmp := filepath.Join(dir, ".tmp")
-		require.NoError(t, os.WriteFile(tmp, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: "+rpu+"}\n"), 0o644))
-		require.NoError(t, os.Rename(tmp, cfg))
-	}
-	write("3")
-
-	ctx, cancel := context.WithCancel(t.Context())
-	addrs := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-config", dir, "-log-level", "error",
-			"-gossip-bind", "127.0.0.1:0", "-gossip-insecure", "-gossip-name", "t", "-drain", "1s"},
-			env(map[string]string{"RLS_REDIS_ADDR": srv.Addr, "RLS_REDIS_PREFIX": "cmdtest"}), io.Discard,
-			func(a string) { addrs <- a })
-	}()
-	var addr string
-	select {
-	case addr = <-addrs:
-	case err := <-done:
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
-	hc := healthpb.NewHealthClient(conn)
+	writeConfig(t, dir, "3")
+	s := start(t, []string{"-config", dir, "-gossip-bind", "127.0.0.1:0", "-gossip-insecure", "-gossip-name", "t"},
+		map[string]string{"RLS_REDIS_ADDR": srv.Addr, "RLS_REDIS_PREFIX": "cmdtest"})
+	hc := healthpb.NewHealthClient(s.conn)
 	for _, name := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
 		h, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: name})
 		require.NoError(t, err)
 		assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.GetStatus(), name)
 	}
-	rc := rlsv3.NewRateLimitServiceClient(conn)
-	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{
-		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
-	codes := []rlsv3.RateLimitResponse_Code{}
-	for range 4 {
-		resp, err := rc.ShouldRateLimit(t.Context(), req)
-		require.NoError(t, err)
-		codes = append(codes, resp.GetOverallCode())
-	}
-	assert.Equal(t, []rlsv3.RateLimitResponse_Code{1, 1, 1, 2}, codes, "OK×3, then OVER_LIMIT")
+	assert.Equal(t, threeThenOver, s.codes(t, 4), "OK×3, then OVER_LIMIT")
 
-	write("5")
+	writeConfig(t, dir, "5")
 	require.Eventually(t, func() bool {
-		resp, err := rc.ShouldRateLimit(t.Context(), req)
+		resp, err := s.rc.ShouldRateLimit(t.Context(), req)
 		return err == nil && resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
 	}, 10*time.Second, 20*time.Millisecond)
+	s.stop(t)
+}
 
-	cancel()
-	require.NoError(t, <-done)
+// The command against a Sentinel group and a Cluster, as their flags
+// name them.
+func TestRunTopologies(t *testing.T) {
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skip(bin + " not installed (scripts/redis.sh ensure)")
+		}
+	}
+	dir := t.TempDir()
+	writeConfig(t, dir, "3")
+	t.Run("sentinel", func(t *testing.T) {
+		sg, err := redisproc.StartSentinel(t.TempDir())
+		require.NoError(t, err)
+		defer sg.Close()
+		s := start(t, []string{"-config", dir, "-redis-sentinel-addrs", strings.Join(sg.Addrs, ","), "-redis-sentinel-master", sg.Master}, nil)
+		assert.Equal(t, threeThenOver, s.codes(t, 4))
+		s.stop(t)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c, err := redisproc.StartCluster(t.TempDir(), 0)
+		require.NoError(t, err)
+		defer c.Close()
+		s := start(t, []string{"-config", dir}, map[string]string{"RLS_REDIS_CLUSTER_ADDRS": strings.Join(c.Addrs, ",")})
+		assert.Equal(t, threeThenOver, s.codes(t, 4))
+		s.stop(t)
+	})
 }
 
 func TestGossipOptions(t *testing.T) {
