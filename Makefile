@@ -9,11 +9,13 @@ GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 GOFMT ?= $(dir $(GO))gofmt
 GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 
-# Go modules in this repository: the library, and bench/ (its own go.mod,
-# so comparison peers never reach users' dependency graphs) once it exists.
-MODULES := . $(if $(wildcard bench/go.mod),bench)
+# Go modules in this repository: the library, bench/ (its own go.mod,
+# so comparison peers never reach users' dependency graphs) once it exists,
+# and envoy/ (the Envoy rate limit service, its own go.mod, so gRPC and
+# Envoy's protos never reach the library's).
+MODULES := . $(if $(wildcard bench/go.mod),bench) $(if $(wildcard envoy/go.mod),envoy)
 
-.PHONY: test test-go bench demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle bench-scale
+.PHONY: test test-go bench bench-envoy demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle bench-scale
 
 ## test: start a Redis server, a 3-master Cluster, a Sentinel topology and a replicated Cluster, vet and test every module with -race, stop them.
 test:
@@ -170,3 +172,17 @@ bench-outage:
 	$(GO) build -o .run/outage/gossipnode ./internal/cmd/gossipnode
 	cd bench && $(GO) build -o ../.run/outage/outage ./cmd/outage
 	.run/outage/outage -node .run/outage/gossipnode -doc docs/outage.md -img docs/img $(OUTAGE_FLAGS)
+
+## bench-envoy: envoy/cmd/hybridlimit-ratelimit beside a reproduction of
+## envoyproxy/ratelimit's decision path (one pipelined INCRBY + EXPIRE per
+## descriptor), 3 replicas each against a private redis-server: decisions
+## per second and per core, p50/p99 latency from a gRPC client, Redis
+## commands per decision, admitted ÷ limit; then the same with Redis killed
+## for 10 s. About 70 s. ENVOYBENCH_FLAGS passes flags to
+## bench/cmd/ratelimitbench (e.g. ENVOYBENCH_FLAGS='-rate 2000 -outage 0').
+bench-envoy:
+	bash scripts/redis.sh ensure >&2
+	mkdir -p .run/envoybench
+	cd envoy && $(GO) build -o ../.run/envoybench/hybridlimit-ratelimit ./cmd/hybridlimit-ratelimit
+	cd bench && $(GO) build -o ../.run/envoybench/ratelimitbench ./cmd/ratelimitbench
+	.run/envoybench/ratelimitbench -service .run/envoybench/hybridlimit-ratelimit -out .run/envoybench $(ENVOYBENCH_FLAGS)

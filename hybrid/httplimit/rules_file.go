@@ -12,10 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/hybridlimit/hybridlimit/internal/dirwatch"
 )
 
 // rulesFormat is the rules document's format version, its top-level
@@ -240,61 +241,21 @@ func WatchFile(ctx context.Context, path string, apply func([]Rule) error, cfg W
 	if err := w.load(ctx, data, hashVersion(s.last)); err != nil {
 		return nil, err
 	}
-	fw, err := fsnotify.NewWatcher()
-	if err == nil {
-		if err = fw.Add(filepath.Dir(path)); err != nil {
-			fw.Close()
-		}
-	}
+	dw, err := dirwatch.New(filepath.Dir(path))
 	if err != nil {
 		// Polling still reloads, only later.
 		w.log.Warn("httplimit: cannot watch the rules file's directory; polling only", "path", path, "error", err)
-		fw = nil
 	}
 	ctx, w.stop = context.WithCancel(ctx)
-	w.wg.Go(func() { s.run(ctx, fw) })
+	w.wg.Go(func() {
+		dw.Run(ctx, s.w.cfg.PollInterval, s.w.cfg.Debounce, func() { s.check(ctx) }, func(err error) {
+			s.w.log.Warn("httplimit: watching the rules file", "path", s.path, "error", err)
+		})
+	})
 	return w, nil
 }
 
 func hashVersion(h [sha256.Size]byte) string { return fmt.Sprintf("sha256:%x", h[:8]) }
-
-// run waits for events and ticks until ctx ends.
-func (s *fileSource) run(ctx context.Context, fw *fsnotify.Watcher) {
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if fw != nil {
-		defer fw.Close()
-		events, errs = fw.Events, fw.Errors
-	}
-	poll := time.NewTicker(s.w.cfg.PollInterval)
-	defer poll.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			// Any change in the directory: the file may be reached through
-			// a symlink the event names (..data), not the file itself.
-			debounce.Reset(s.w.cfg.Debounce)
-		case err, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
-			s.w.log.Warn("httplimit: watching the rules file", "path", s.path, "error", err)
-		case <-debounce.C:
-			s.check(ctx)
-		case <-poll.C:
-			s.check(ctx)
-		}
-	}
-}
 
 // check reads the file and loads it if its content changed.
 func (s *fileSource) check(ctx context.Context) {

@@ -40,6 +40,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/bench/accuracy"
+	"github.com/hybridlimit/hybridlimit/bench/internal/proc"
 )
 
 var (
@@ -678,15 +679,7 @@ func (s *server) stop() {
 		s.mu.Lock()
 		c := s.cmd
 		s.mu.Unlock()
-		c.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { c.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			c.Process.Kill()
-			<-done
-		}
+		proc.Stop(c, 5*time.Second)
 		s.logf.Close()
 	})
 }
