@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/hybridlimit/hybridlimit/internal/clientip"
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -118,15 +118,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// clientIP resolves a request's client address (Config's client IP
-// fields, parsed).
-type clientIP struct {
-	trusted []netip.Prefix
-	hops    int
-	header  string // canonical header name, or ""
-	v6bits  int
-}
-
 // withDefaults returns c with each zero field that has a default set to it.
 func (c Config) withDefaults() Config {
 	if c.APIKeyHeader == "" {
@@ -149,10 +140,10 @@ func (c Config) withDefaults() Config {
 
 // validate reports c's first bad field, c having its defaults, in an error
 // wrapping ErrInvalidConfig that names it. It builds nothing: New parses
-// the client IP fields into a clientIP.
+// the client IP fields into a clientip.Resolver.
 func (c Config) validate() error {
 	for i, s := range c.TrustedProxies {
-		if _, err := parsePrefix(s); err != nil {
+		if _, err := clientip.ParsePrefix(s); err != nil {
 			return configError(fmt.Sprintf("TrustedProxies[%d]", i), fmt.Sprintf("%q", s), err.Error())
 		}
 	}
@@ -181,37 +172,16 @@ func configError(field string, value any, reason string) error {
 }
 
 // newClientIP returns the client IP fields of c, a valid Config, parsed.
-func newClientIP(c Config) clientIP {
-	ci := clientIP{hops: c.TrustedHops, v6bits: c.IPv6Prefix}
+func newClientIP(c Config) clientip.Resolver {
+	ci := clientip.Resolver{Hops: c.TrustedHops, V6Bits: c.IPv6Prefix, Forwarded: xffHeader}
 	for _, s := range c.TrustedProxies {
-		p, _ := parsePrefix(s) // validate parsed it
-		ci.trusted = append(ci.trusted, p)
+		p, _ := clientip.ParsePrefix(s) // validate parsed it
+		ci.Trusted = append(ci.Trusted, p)
 	}
 	if c.ClientIPHeader != "" {
-		ci.header = http.CanonicalHeaderKey(c.ClientIPHeader)
+		ci.Header = http.CanonicalHeaderKey(c.ClientIPHeader)
 	}
 	return ci
-}
-
-// parsePrefix parses a CIDR, or a single address as its own prefix.
-func parsePrefix(s string) (netip.Prefix, error) {
-	s = strings.TrimSpace(s)
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return p, err
-		}
-		if p.Addr().Is4In6() {
-			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
-		}
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	a = a.Unmap()
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // systemClock is the Clock of a Config without one.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clientip"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 )
 
@@ -28,7 +29,7 @@ import (
 type Middleware struct {
 	l            *hybrid.Limiter
 	cfg          Config
-	ip           clientIP
+	ip           clientip.Resolver
 	apiKeyHeader string
 	met          *metrics
 

@@ -191,7 +191,7 @@ func (m *Middleware) key(q *request, t KeyType) (string, bool) {
 	switch t {
 	case KeyIP:
 		if !q.haveIP {
-			q.ip, q.haveIP = m.ip.key(m.ip.resolve(q.r)), true
+			q.ip, q.haveIP = m.ip.Key(m.ip.Resolve(q.r.RemoteAddr, q.r.Header)), true
 		}
 		return q.ip, true
 	case KeyAPIKey:
