@@ -45,7 +45,20 @@ func (c *Resolver) Resolve(peer string, h map[string][]string) (netip.Addr, stri
 	if !ok {
 		return netip.Addr{}, peer
 	}
-	if c.Hops == 0 && (len(c.Trusted) == 0 || !c.trustedAddr(pa)) {
+	return c.From(pa, text, h)
+}
+
+// Believes reports whether the forwarding headers of a request from peer
+// pa are read: pa is a trusted proxy, or Hops is set.
+func (c *Resolver) Believes(pa netip.Addr) bool {
+	return c.Hops > 0 || len(c.Trusted) > 0 && c.trustedAddr(pa)
+}
+
+// From is Resolve for a peer already parsed, pa, unmapped and without a
+// zone, written text; text may be "" (the peer not written out), which
+// Key then formats.
+func (c *Resolver) From(pa netip.Addr, text string, h map[string][]string) (netip.Addr, string) {
+	if !c.Believes(pa) {
 		return pa, text
 	}
 	// The peer is a trusted proxy: believe what it says.
@@ -196,6 +209,9 @@ func (c *Resolver) Key(a netip.Addr, text string) string {
 	if c.V6Bits > 0 && a.Is6() {
 		p, _ := a.Prefix(c.V6Bits)
 		return p.String()
+	}
+	if text == "" {
+		return a.String()
 	}
 	if a.Is4() && strings.IndexByte(text, ':') < 0 {
 		// ParseAddr takes IPv4 only in its canonical dotted form (no

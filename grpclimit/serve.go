@@ -1,0 +1,512 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybridlimit/internal/clientip"
+	"github.com/hybridlimit/hybridlimit/local"
+)
+
+// The response header metadata keys, draft-ietf-httpapi-ratelimit-headers'
+// fields as httplimit writes them with RateLimitHeaders set.
+const (
+	mdPolicy    = "ratelimit-policy"
+	mdRateLimit = "ratelimit"
+)
+
+// ErrorInfo's domain and reason in an Unavailable refusal's details.
+const (
+	errorDomain        = "hybridlimit"
+	reasonUnavailable  = "RATE_LIMITER_UNAVAILABLE"
+	unavailableRulesMD = "rules"
+)
+
+// UnaryServerInterceptor returns the interceptor of unary calls: a call
+// the rules refuse gets a status error (codes.ResourceExhausted with
+// google.rpc.RetryInfo and google.rpc.QuotaFailure; codes.Unavailable when
+// only FailClosed rules refused, Redis unable to decide) and never reaches
+// the handler; every decided call gets the ratelimit-policy and ratelimit
+// header metadata unless Config.DisableHeaders.
+func (ic *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		md, err := ic.check(ctx, info.FullMethod)
+		if md != nil {
+			grpc.SetHeader(ctx, md) //nolint:errcheck // only fails once headers are sent, which they cannot be yet
+		}
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor returns the interceptor of streams, which
+// decides a stream once, when it opens, as UnaryServerInterceptor decides
+// a call; a refused stream never reaches the handler.
+func (ic *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, err := ic.check(ss.Context(), info.FullMethod)
+		if md != nil {
+			ss.SetHeader(md) //nolint:errcheck // only fails once headers are sent, which they cannot be yet
+		}
+		if err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// item is one matched rule of a call and its decision.
+type item struct {
+	c      *compiledRule
+	t      *target // c's limit that decides the call: its own or an override
+	req    hybrid.Request
+	shadow bool
+	d      hybrid.Decision
+}
+
+// scratch is one call's working memory, pooled so that a call allocates
+// none of it.
+type scratch struct {
+	items []item
+	reqs  []hybrid.Request
+	out   []hybrid.Decision
+	buf   []byte
+}
+
+// call holds what a call's keys are made of, each looked up once and only
+// when a rule needs it.
+type call struct {
+	ctx                    context.Context
+	method                 string
+	ip, apiKey, user, tier string
+	haveIP, haveKey        bool
+	haveUser, okUser       bool
+	haveTier               bool
+}
+
+// check decides a call to fullMethod. It returns the header metadata to
+// send (nil for none) and the status error of a refusal (nil to serve).
+func (ic *Interceptor) check(ctx context.Context, fullMethod string) (metadata.MD, error) {
+	set := ic.set.Load()
+	if set == nil || len(set.rules) == 0 {
+		return nil, nil
+	}
+	sc := ic.pool.Get().(*scratch)
+	md, err := ic.limit(ctx, fullMethod, set, sc)
+	ic.pool.Put(sc)
+	return md, err
+}
+
+// limit decides a call on set. sc is not used after it returns.
+func (ic *Interceptor) limit(ctx context.Context, fullMethod string, set *ruleSet, sc *scratch) (metadata.MD, error) {
+	sc.items = sc.items[:0]
+	var cost int64
+	if ic.cfg.Cost != nil {
+		cost = ic.cfg.Cost(ctx, fullMethod)
+	}
+	q := call{ctx: ctx, method: fullMethod}
+	for _, c := range set.rules {
+		if !c.method.match(fullMethod) {
+			continue
+		}
+		key, ok := ic.key(&q, c.key)
+		if !ok {
+			continue
+		}
+		t := c.base
+		if c.tier != "" || c.over != nil {
+			tier := ic.tier(&q)
+			if c.tier != "" && tier != c.tier {
+				continue
+			}
+			if o := c.over[key]; o != nil {
+				t = o
+			} else if o := c.over[tier]; o != nil && tier != "" {
+				t = o
+			}
+		}
+		n := c.cost
+		if cost > 0 {
+			n = cost
+		}
+		sc.items = append(sc.items, item{c: c, t: t, req: hybrid.Request{Rule: t.rule, Key: key, N: n}, shadow: c.shadow || ic.cfg.Shadow})
+	}
+	if len(sc.items) == 0 {
+		return nil, nil
+	}
+	defer func() { clear(sc.items); clear(sc.reqs) }() // keep no call's keys in the pool
+	admitted, decided := ic.decide(ctx, set, sc, false)
+	if !decided {
+		if now := ic.set.Load(); now != set {
+			// SetRules unregistered a rule of set, which this call
+			// matched: it is decided on the rules in force instead.
+			return ic.limit(ctx, fullMethod, now, sc)
+		}
+		return nil, nil // the Limiter was misused (logged): the call passes
+	}
+	if admitted {
+		if ok, _ := ic.decide(ctx, set, sc, true); !ok {
+			ic.met.shadowRefused.Add(ctx, 1)
+		}
+	}
+	var md metadata.MD
+	if !ic.cfg.DisableHeaders {
+		md = ic.headers(sc, admitted)
+	}
+	if admitted {
+		ic.met.admitted.Add(ctx, 1)
+		return md, nil
+	}
+	ic.met.refused.Add(ctx, 1)
+	return md, ic.refusal(sc)
+}
+
+// key returns the key of a rule of type t, and false when the call has
+// none.
+func (ic *Interceptor) key(q *call, t httplimit.KeyType) (string, bool) {
+	switch t {
+	case httplimit.KeyIP:
+		if !q.haveIP {
+			q.ip, q.haveIP = ic.clientKey(q.ctx), true
+		}
+		return q.ip, q.ip != ""
+	case httplimit.KeyAPIKey:
+		return ic.apiKey(q), q.apiKey != ""
+	default:
+		if !q.haveUser {
+			q.haveUser = true
+			if ic.cfg.UserFunc != nil {
+				q.user, q.okUser = ic.cfg.UserFunc(q.ctx, q.method)
+			}
+		}
+		return q.user, q.okUser && q.user != ""
+	}
+}
+
+// clientKey returns the key of the call's client address ("" without a
+// peer): the peer's, or what trusted proxies forwarded.
+func (ic *Interceptor) clientKey(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	if tcp, ok := p.Addr.(*net.TCPAddr); ok {
+		// Parsed from the socket's address, not from its text, which
+		// net.TCPAddr.String allocates.
+		pa := tcp.AddrPort().Addr().Unmap().WithZone("")
+		return ic.ip.Key(ic.ip.From(pa, "", ic.forwarded(ctx, pa)))
+	}
+	s := p.Addr.String()
+	a, text, ok := clientip.ParseHost(s)
+	if !ok {
+		return s // not an IP (a Unix socket): the peer's own name
+	}
+	return ic.ip.Key(ic.ip.From(a, text, ic.forwarded(ctx, a)))
+}
+
+// forwarded returns the forwarding metadata of a call from peer pa, when
+// the Resolver reads it; nil otherwise, read nowhere.
+func (ic *Interceptor) forwarded(ctx context.Context, pa netip.Addr) map[string][]string {
+	if !ic.ip.Believes(pa) {
+		return nil
+	}
+	h := map[string][]string{forwardedFor: metadata.ValueFromIncomingContext(ctx, forwardedFor)}
+	if ic.ip.Header != "" {
+		h[ic.ip.Header] = metadata.ValueFromIncomingContext(ctx, ic.ip.Header)
+	}
+	return h
+}
+
+func (ic *Interceptor) apiKey(q *call) string {
+	if !q.haveKey {
+		q.haveKey = true
+		if v := metadata.ValueFromIncomingContext(q.ctx, ic.cfg.APIKeyHeader); len(v) > 0 {
+			q.apiKey = v[0]
+		}
+	}
+	return q.apiKey
+}
+
+// tier returns the call's tier: its API key's.
+func (ic *Interceptor) tier(q *call) string {
+	if !q.haveTier {
+		q.haveTier = true
+		if k := ic.apiKey(q); k != "" {
+			if ic.cfg.TierFunc != nil {
+				q.tier = ic.cfg.TierFunc(k)
+			} else {
+				q.tier = ic.cfg.Tiers[k]
+			}
+		}
+	}
+	return q.tier
+}
+
+// decide decides the shadow items, or the enforced ones, all or nothing,
+// and writes their decisions. It reports whether they were admitted, and
+// whether they were decided at all: false when the Limiter reports misuse
+// (logged), which lets the call pass, or a rule of set that SetRules has
+// unregistered since (not logged).
+func (ic *Interceptor) decide(ctx context.Context, set *ruleSet, sc *scratch, shadow bool) (admitted, decided bool) {
+	sc.reqs, sc.out = sc.reqs[:0], sc.out[:0]
+	first := -1
+	for i := range sc.items {
+		if sc.items[i].shadow == shadow {
+			if first < 0 {
+				first = i
+			}
+			sc.reqs = append(sc.reqs, sc.items[i].req)
+		}
+	}
+	var err error
+	switch len(sc.reqs) {
+	case 0:
+		return true, true
+	case 1:
+		it := &sc.items[first]
+		it.d, err = ic.l.AllowN(ctx, it.req.Rule, it.req.Key, it.req.N)
+		admitted = it.d.Allowed()
+	default:
+		if cap(sc.out) < len(sc.reqs) {
+			sc.out = make([]hybrid.Decision, len(sc.reqs))
+		}
+		sc.out = sc.out[:len(sc.reqs)]
+		admitted, err = ic.l.AllowMulti(ctx, sc.reqs, sc.out)
+		j := 0
+		for i := range sc.items {
+			if sc.items[i].shadow == shadow {
+				sc.items[i].d = sc.out[j]
+				j++
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, hybrid.ErrUnknownRule):
+		if ic.set.Load() != set {
+			return true, false // the rules changed under the call
+		}
+		ic.met.errors.Add(ctx, 1)
+		ic.cfg.Logger.Error("grpclimit: the limiter could not decide; the call passes", "err", err)
+		return true, false
+	case err != nil:
+		// Redis answered with an error: the decisions are the failure
+		// policies', served as they say. The Limiter logs it.
+		ic.met.errors.Add(ctx, 1)
+	}
+	for i := range sc.items {
+		if sc.items[i].shadow == shadow && sc.items[i].d.Degraded() {
+			ic.met.degraded.Add(ctx, 1)
+			break
+		}
+	}
+	return admitted, true
+}
+
+// violated reports whether it refused the call, or would have.
+func (it *item) violated() bool {
+	return !it.d.Allowed() && it.d.Reason() != local.ReasonOK
+}
+
+// unavailable reports whether it is a refusal made without Redis by a
+// FailClosed rule: no limit decided it.
+func (it *item) unavailable() bool {
+	return !it.d.Allowed() && it.d.Reason() == local.ReasonUnavailable
+}
+
+// figures reports whether its decision has figures of a limit: not one of
+// FailOpen or FailClosed, made without Redis and without a limit.
+func (it *item) figures() bool {
+	return !(it.d.Degraded() && it.d.Reason() == local.ReasonUnavailable)
+}
+
+// decided reports whether it has a decision: shadow items are decided only
+// when the enforced ones admit.
+func (it *item) decided(admitted bool) bool { return admitted || !it.shadow }
+
+// reset returns the t of an item: the seconds until its quota is whole
+// again, or for a violated item until the refused call would be admitted
+// (at least 1).
+func (it *item) reset() int64 {
+	if it.violated() {
+		return max(seconds(it.d.RetryAfter()), 1)
+	}
+	return seconds(it.d.ResetAfter())
+}
+
+// headline returns the item the ratelimit field describes: on a refusal
+// the violated rule with the longest wait; otherwise the one with the
+// least remaining (the longest reset among equals); nil when no decided
+// item has figures.
+func headline(sc *scratch, admitted bool) *item {
+	var best *item
+	for i := range sc.items {
+		it := &sc.items[i]
+		if !it.decided(admitted) || !it.figures() {
+			continue
+		}
+		switch {
+		case best == nil:
+			best = it
+		case !admitted:
+			if it.violated() && (!best.violated() || it.d.RetryAfter() > best.d.RetryAfter()) {
+				best = it
+			}
+		case it.d.Remaining() < best.d.Remaining() ||
+			it.d.Remaining() == best.d.Remaining() && it.d.ResetAfter() > best.d.ResetAfter():
+			best = it
+		}
+	}
+	return best
+}
+
+// headers returns the ratelimit-policy and ratelimit metadata of the
+// decided items, nil when no decided item has figures. A single policy
+// item is shared from the rule set; the other values are one string.
+func (ic *Interceptor) headers(sc *scratch, admitted bool) metadata.MD {
+	h := headline(sc, admitted)
+	if h == nil {
+		return nil
+	}
+	b := sc.buf[:0]
+	var one *item
+	count := 0
+	for i := range sc.items {
+		if it := &sc.items[i]; it.decided(admitted) && it.figures() {
+			one = it
+			count++
+		}
+	}
+	shared := count == 1 && one.d.Capacity() == one.t.limit
+	if !shared {
+		first := true
+		for i := range sc.items {
+			it := &sc.items[i]
+			if !it.decided(admitted) || !it.figures() {
+				continue
+			}
+			if !first {
+				b = append(b, ", "...)
+			}
+			first = false
+			if it.d.Capacity() == it.t.limit {
+				b = append(b, it.t.item[0]...)
+			} else {
+				b = appendItem(b, it.c.id, it.d.Capacity(), it.c.window)
+			}
+		}
+	}
+	policyEnd := len(b)
+	b = appendName(b, h.c.id)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, h.d.Remaining(), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, h.reset(), 10)
+	sc.buf = b
+	// One allocation for both values and their slices.
+	blk := &valueBlock{str: string(b)}
+	blk.vals[0], blk.vals[1] = blk.str[:policyEnd], blk.str[policyEnd:]
+	md := metadata.MD{mdRateLimit: blk.vals[1:2:2]}
+	if shared {
+		md[mdPolicy] = one.t.item
+	} else {
+		md[mdPolicy] = blk.vals[0:1:1]
+	}
+	return md
+}
+
+// valueBlock holds a call's header values and the backing array of their
+// one-element slices.
+type valueBlock struct {
+	vals [2]string
+	str  string
+}
+
+// appendItem appends rule id's ratelimit-policy item for limit q and a
+// window of w seconds.
+func appendItem(b []byte, id string, q, w int64) []byte {
+	b = appendName(b, id)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, q, 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, w, 10)
+}
+
+// appendName appends a rule ID as a Structured Field string; IDs are rule
+// names, which need no escaping.
+func appendName(b []byte, id string) []byte {
+	b = append(b, '"')
+	b = append(b, id...)
+	return append(b, '"')
+}
+
+// retryDelay returns the RetryInfo delay: the longest wait among the
+// violated enforced rules, jittered, at least a millisecond.
+func (ic *Interceptor) retryDelay(sc *scratch) time.Duration {
+	var d time.Duration
+	for i := range sc.items {
+		if it := &sc.items[i]; !it.shadow && it.violated() {
+			d = max(d, it.d.RetryAfter())
+		}
+	}
+	if ic.cfg.RetryJitter > 0 {
+		d += rand.N(ic.cfg.RetryJitter + 1)
+	}
+	return max(d, time.Millisecond)
+}
+
+// refusal returns the status error of a refused call: ResourceExhausted
+// with RetryInfo and a QuotaFailure naming each violated rule; or, when
+// only FailClosed rules refused, unable to reach Redis, Unavailable with
+// RetryInfo and an ErrorInfo naming them.
+func (ic *Interceptor) refusal(sc *scratch) error {
+	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(ic.retryDelay(sc))}
+	var violations []*errdetails.QuotaFailure_Violation
+	var unavailable []string
+	for i := range sc.items {
+		it := &sc.items[i]
+		if it.shadow || !it.violated() {
+			continue
+		}
+		if it.unavailable() {
+			unavailable = append(unavailable, it.c.id)
+			continue
+		}
+		violations = append(violations, &errdetails.QuotaFailure_Violation{
+			Subject:     string(it.c.key),
+			Description: "rate limit " + it.c.id + " exceeded",
+			QuotaId:     it.c.id,
+			QuotaValue:  it.d.Capacity(),
+		})
+	}
+	var st *status.Status
+	var err error
+	if len(violations) > 0 {
+		st, err = status.New(codes.ResourceExhausted, "grpclimit: rate limit exceeded").
+			WithDetails(retry, &errdetails.QuotaFailure{Violations: violations})
+	} else {
+		st, err = status.New(codes.Unavailable, "grpclimit: the rate limiter cannot decide: its shared store is unavailable").
+			WithDetails(retry, &errdetails.ErrorInfo{Reason: reasonUnavailable, Domain: errorDomain, Metadata: map[string]string{unavailableRulesMD: strings.Join(unavailable, ",")}})
+	}
+	if err != nil {
+		return status.Error(codes.ResourceExhausted, "grpclimit: rate limit exceeded") // details that do not marshal: never with these types
+	}
+	return st.Err()
+}
