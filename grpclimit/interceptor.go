@@ -32,8 +32,9 @@ type Interceptor struct {
 	mu  sync.Mutex            // serializes SetRules; guards reg and cfg.Rules
 	reg map[string]registered // every hybrid rule this Interceptor registered, by name
 
-	set  atomic.Pointer[ruleSet]
-	pool sync.Pool // of *scratch
+	set   atomic.Pointer[ruleSet]
+	pool  sync.Pool // of *scratch
+	peers peerCache
 }
 
 // New returns an Interceptor deciding with l, configured by cfg. It works

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -212,7 +213,17 @@ func (ic *Interceptor) clientKey(ctx context.Context) string {
 		// Parsed from the socket's address, not from its text, which
 		// net.TCPAddr.String allocates.
 		pa := tcp.AddrPort().Addr().Unmap().WithZone("")
-		return ic.ip.Key(ic.ip.From(pa, "", ic.forwarded(ctx, pa)))
+		if ic.ip.Believes(pa) {
+			return ic.ip.Key(ic.ip.From(pa, "", ic.forwarded(ctx, pa)))
+		}
+		// The key is the peer's own: the same for every call of the
+		// connection.
+		if key, ok := ic.peers.get(tcp); ok {
+			return key
+		}
+		key := ic.ip.Key(pa, "")
+		ic.peers.put(tcp, key)
+		return key
 	}
 	s := p.Addr.String()
 	a, text, ok := clientip.ParseHost(s)
@@ -420,23 +431,34 @@ func (ic *Interceptor) headers(sc *scratch, admitted bool) metadata.MD {
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, h.reset(), 10)
 	sc.buf = b
-	// One allocation for both values and their slices.
-	blk := &valueBlock{str: string(b)}
-	blk.vals[0], blk.vals[1] = blk.str[:policyEnd], blk.str[policyEnd:]
-	md := metadata.MD{mdRateLimit: blk.vals[1:2:2]}
+	// One allocation for both values' bytes and their slices, when they
+	// fit; the bytes are never written again, so the strings may point
+	// into them.
+	var str string
+	var vals []string
+	if len(b) <= len(valueBlock{}.buf) {
+		blk := new(valueBlock)
+		copy(blk.buf[:], b)
+		str, vals = unsafe.String(&blk.buf[0], len(b)), blk.vals[:]
+	} else {
+		str, vals = string(b), make([]string, 2)
+	}
+	vals[0], vals[1] = str[:policyEnd], str[policyEnd:]
+	md := metadata.MD{mdRateLimit: vals[1:2:2]}
 	if shared {
 		md[mdPolicy] = one.t.item
 	} else {
-		md[mdPolicy] = blk.vals[0:1:1]
+		md[mdPolicy] = vals[0:1:1]
 	}
 	return md
 }
 
-// valueBlock holds a call's header values and the backing array of their
-// one-element slices.
+// valueBlock holds a call's header values, their bytes and the backing
+// array of their one-element slices: 128 bytes, enough for a ratelimit
+// value and two or three policy items.
 type valueBlock struct {
 	vals [2]string
-	str  string
+	buf  [96]byte
 }
 
 // appendItem appends rule id's ratelimit-policy item for limit q and a
