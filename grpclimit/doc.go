@@ -25,6 +25,11 @@
 // PublishRules), validated by the same validator, applied without a deploy
 // by Interceptor.SetRules. See README.md in this directory.
 //
+// A client may keep to limits itself: UnaryClientInterceptor and
+// StreamClientInterceptor decide its outgoing calls by the same rules
+// (ip rules per connection target, api_key rules per outgoing API key), and
+// a refused call is never sent.
+//
 // The client IP has no spoofable default: it is the peer's address unless
 // Config names trusted proxies or a number of trusted hops, as in
 // httplimit.

@@ -47,7 +47,7 @@ const (
 // header metadata unless Config.DisableHeaders.
 func (ic *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, err := ic.check(ctx, info.FullMethod)
+		md, err := ic.check(call{ctx: ctx, method: info.FullMethod})
 		if md != nil {
 			grpc.SetHeader(ctx, md) //nolint:errcheck // only fails once headers are sent, which they cannot be yet
 		}
@@ -63,7 +63,7 @@ func (ic *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // a call; a refused stream never reaches the handler.
 func (ic *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, err := ic.check(ss.Context(), info.FullMethod)
+		md, err := ic.check(call{ctx: ss.Context(), method: info.FullMethod})
 		if md != nil {
 			ss.SetHeader(md) //nolint:errcheck // only fails once headers are sent, which they cannot be yet
 		}
@@ -71,6 +71,35 @@ func (ic *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			return err
 		}
 		return handler(srv, ss)
+	}
+}
+
+// UnaryClientInterceptor returns an interceptor of a client's unary calls,
+// for a client that keeps to a limit itself (a quota of a service it
+// calls, a backend it must not overload): a call the rules refuse is not
+// sent, and fails with the status error a server's interceptor would
+// return. On the client, ip rules count by the connection's target
+// (grpc.ClientConn.Target: a limit per backend), api_key rules by the
+// outgoing metadata's API key, and user rules by UserFunc. No header
+// metadata is set.
+func (ic *Interceptor) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if _, err := ic.check(call{ctx: ctx, method: method, client: true, target: cc.Target()}); err != nil {
+			return err
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// StreamClientInterceptor returns the interceptor of a client's streams,
+// which decides a stream before it opens, as UnaryClientInterceptor
+// decides a call.
+func (ic *Interceptor) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if _, err := ic.check(call{ctx: ctx, method: method, client: true, target: cc.Target()}); err != nil {
+			return nil, err
+		}
+		return streamer(ctx, desc, cc, method, opts...)
 	}
 }
 
@@ -97,33 +126,35 @@ type scratch struct {
 type call struct {
 	ctx                    context.Context
 	method                 string
+	client                 bool   // an outgoing call: keyed by target and outgoing metadata
+	target                 string // the client connection's target
 	ip, apiKey, user, tier string
 	haveIP, haveKey        bool
 	haveUser, okUser       bool
 	haveTier               bool
 }
 
-// check decides a call to fullMethod. It returns the header metadata to
-// send (nil for none) and the status error of a refusal (nil to serve).
-func (ic *Interceptor) check(ctx context.Context, fullMethod string) (metadata.MD, error) {
+// check decides a call. It returns the header metadata to send (nil for
+// none) and the status error of a refusal (nil to serve).
+func (ic *Interceptor) check(q call) (metadata.MD, error) {
 	set := ic.set.Load()
 	if set == nil || len(set.rules) == 0 {
 		return nil, nil
 	}
 	sc := ic.pool.Get().(*scratch)
-	md, err := ic.limit(ctx, fullMethod, set, sc)
+	md, err := ic.limit(q, set, sc)
 	ic.pool.Put(sc)
 	return md, err
 }
 
-// limit decides a call on set. sc is not used after it returns.
-func (ic *Interceptor) limit(ctx context.Context, fullMethod string, set *ruleSet, sc *scratch) (metadata.MD, error) {
+// limit decides call q on set. sc is not used after it returns.
+func (ic *Interceptor) limit(q call, set *ruleSet, sc *scratch) (metadata.MD, error) {
 	sc.items = sc.items[:0]
+	ctx, fullMethod := q.ctx, q.method
 	var cost int64
 	if ic.cfg.Cost != nil {
 		cost = ic.cfg.Cost(ctx, fullMethod)
 	}
-	q := call{ctx: ctx, method: fullMethod}
 	for _, c := range set.rules {
 		if !c.method.match(fullMethod) {
 			continue
@@ -159,7 +190,7 @@ func (ic *Interceptor) limit(ctx context.Context, fullMethod string, set *ruleSe
 		if now := ic.set.Load(); now != set {
 			// SetRules unregistered a rule of set, which this call
 			// matched: it is decided on the rules in force instead.
-			return ic.limit(ctx, fullMethod, now, sc)
+			return ic.limit(call{ctx: ctx, method: fullMethod, client: q.client, target: q.target}, now, sc)
 		}
 		return nil, nil // the Limiter was misused (logged): the call passes
 	}
@@ -169,7 +200,7 @@ func (ic *Interceptor) limit(ctx context.Context, fullMethod string, set *ruleSe
 		}
 	}
 	var md metadata.MD
-	if !ic.cfg.DisableHeaders {
+	if !ic.cfg.DisableHeaders && !q.client {
 		md = ic.headers(sc, admitted)
 	}
 	if admitted {
@@ -186,7 +217,12 @@ func (ic *Interceptor) key(q *call, t httplimit.KeyType) (string, bool) {
 	switch t {
 	case httplimit.KeyIP:
 		if !q.haveIP {
-			q.ip, q.haveIP = ic.clientKey(q.ctx), true
+			q.haveIP = true
+			if q.client {
+				q.ip = q.target
+			} else {
+				q.ip = ic.clientKey(q.ctx)
+			}
 		}
 		return q.ip, q.ip != ""
 	case httplimit.KeyAPIKey:
@@ -249,7 +285,14 @@ func (ic *Interceptor) forwarded(ctx context.Context, pa netip.Addr) map[string]
 func (ic *Interceptor) apiKey(q *call) string {
 	if !q.haveKey {
 		q.haveKey = true
-		if v := metadata.ValueFromIncomingContext(q.ctx, ic.cfg.APIKeyHeader); len(v) > 0 {
+		var v []string
+		if q.client {
+			md, _ := metadata.FromOutgoingContext(q.ctx)
+			v = md[ic.cfg.APIKeyHeader]
+		} else {
+			v = metadata.ValueFromIncomingContext(q.ctx, ic.cfg.APIKeyHeader)
+		}
+		if len(v) > 0 {
 			q.apiKey = v[0]
 		}
 	}
