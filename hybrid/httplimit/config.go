@@ -142,28 +142,23 @@ func (c Config) withDefaults() Config {
 // wrapping ErrInvalidConfig that names it. It builds nothing: New parses
 // the client IP fields into a clientip.Resolver.
 func (c Config) validate() error {
-	for i, s := range c.TrustedProxies {
-		if _, err := clientip.ParsePrefix(s); err != nil {
-			return configError(fmt.Sprintf("TrustedProxies[%d]", i), fmt.Sprintf("%q", s), err.Error())
-		}
+	if field, value, reason := c.clientIPFields().Check(); field != "" {
+		return configError(field, value, reason)
 	}
 	switch {
-	case c.TrustedHops < 0:
-		return configError("TrustedHops", c.TrustedHops, "must not be negative")
-	case c.TrustedHops > 0 && len(c.TrustedProxies) > 0:
-		return configError("TrustedHops", c.TrustedHops, "set with TrustedProxies; use one")
-	case c.IPv6Prefix < 0 || c.IPv6Prefix > 128:
-		return configError("IPv6Prefix", c.IPv6Prefix, "must be from 1 to 128")
 	case c.RetryJitter < 0:
 		return configError("RetryJitter", c.RetryJitter, "must not be negative")
 	case c.UnavailableStatus < 400 || c.UnavailableStatus > 599:
 		return configError("UnavailableStatus", c.UnavailableStatus, "must be from 400 to 599")
-	case c.ClientIPHeader != "" && len(c.TrustedProxies) == 0 && c.TrustedHops == 0:
-		return configError("ClientIPHeader", fmt.Sprintf("%q", c.ClientIPHeader), "needs TrustedProxies or TrustedHops, or anyone could set it")
 	case strings.ContainsAny(c.APIKeyHeader, " :\r\n"):
 		return configError("APIKeyHeader", fmt.Sprintf("%q", c.APIKeyHeader), "not a header name")
 	}
 	return nil
+}
+
+// clientIPFields returns c's client IP fields.
+func (c Config) clientIPFields() clientip.Fields {
+	return clientip.Fields{TrustedProxies: c.TrustedProxies, TrustedHops: c.TrustedHops, ClientIPHeader: c.ClientIPHeader, IPv6Prefix: c.IPv6Prefix}
 }
 
 // configError is the error of a bad Config or WatchConfig field.
@@ -173,15 +168,11 @@ func configError(field string, value any, reason string) error {
 
 // newClientIP returns the client IP fields of c, a valid Config, parsed.
 func newClientIP(c Config) clientip.Resolver {
-	ci := clientip.Resolver{Hops: c.TrustedHops, V6Bits: c.IPv6Prefix, Forwarded: xffHeader}
-	for _, s := range c.TrustedProxies {
-		p, _ := clientip.ParsePrefix(s) // validate parsed it
-		ci.Trusted = append(ci.Trusted, p)
-	}
+	var header string
 	if c.ClientIPHeader != "" {
-		ci.Header = http.CanonicalHeaderKey(c.ClientIPHeader)
+		header = http.CanonicalHeaderKey(c.ClientIPHeader)
 	}
-	return ci
+	return c.clientIPFields().Resolver(header, xffHeader)
 }
 
 // systemClock is the Clock of a Config without one.

@@ -5,7 +5,9 @@
 package clientip
 
 import (
+	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -224,4 +226,45 @@ func (c *Resolver) Key(a netip.Addr, text string) string {
 		return text
 	}
 	return string(b)
+}
+
+// Fields are the client IP fields of httplimit's and grpclimit's Configs.
+type Fields struct {
+	TrustedProxies []string
+	TrustedHops    int
+	ClientIPHeader string
+	IPv6Prefix     int
+}
+
+// Check reports f's first bad field: its name as the Configs spell it, its
+// value and why; field is "" when f is good.
+func (f Fields) Check() (field string, value any, reason string) {
+	for i, s := range f.TrustedProxies {
+		if _, err := ParsePrefix(s); err != nil {
+			return fmt.Sprintf("TrustedProxies[%d]", i), strconv.Quote(s), err.Error()
+		}
+	}
+	switch {
+	case f.TrustedHops < 0:
+		return "TrustedHops", f.TrustedHops, "must not be negative"
+	case f.TrustedHops > 0 && len(f.TrustedProxies) > 0:
+		return "TrustedHops", f.TrustedHops, "set with TrustedProxies; use one"
+	case f.IPv6Prefix < 0 || f.IPv6Prefix > 128:
+		return "IPv6Prefix", f.IPv6Prefix, "must be from 1 to 128"
+	case f.ClientIPHeader != "" && len(f.TrustedProxies) == 0 && f.TrustedHops == 0:
+		return "ClientIPHeader", strconv.Quote(f.ClientIPHeader), "needs TrustedProxies or TrustedHops, or anyone could set it"
+	}
+	return "", nil, ""
+}
+
+// Resolver returns the Resolver of f, which Check found good; header is
+// f.ClientIPHeader and forwarded X-Forwarded-For, spelled as the headers'
+// map holds them.
+func (f Fields) Resolver(header, forwarded string) Resolver {
+	r := Resolver{Hops: f.TrustedHops, V6Bits: f.IPv6Prefix, Header: header, Forwarded: forwarded}
+	for _, s := range f.TrustedProxies {
+		p, _ := ParsePrefix(s) // Check parsed it
+		r.Trusted = append(r.Trusted, p)
+	}
+	return r
 }
