@@ -1,6 +1,7 @@
 package grpclimit
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/clientip"
+	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 )
 
 // Interceptor limits gRPC calls by its rules, over a hybrid.Limiter. Build
@@ -29,8 +31,8 @@ type Interceptor struct {
 	ip  clientip.Resolver
 	met *metrics
 
-	mu  sync.Mutex            // serializes SetRules; guards reg and cfg.Rules
-	reg map[string]registered // every hybrid rule this Interceptor registered, by name
+	mu  sync.Mutex        // serializes SetRules; guards reg and cfg.Rules
+	reg *rulereg.Registry // every hybrid rule this Interceptor registered
 
 	set   atomic.Pointer[ruleSet]
 	pool  sync.Pool // of *scratch
@@ -53,7 +55,7 @@ func New(l *hybrid.Limiter, cfg Config) (*Interceptor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ic := &Interceptor{l: l, cfg: cfg, ip: newClientIP(cfg), reg: map[string]registered{}}
+	ic := &Interceptor{l: l, cfg: cfg, ip: newClientIP(cfg), reg: rulereg.New(l, cfg.Logger, "grpclimit")}
 	var err error
 	if ic.met, err = newMetrics(cfg.MeterProvider); err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
@@ -94,7 +96,7 @@ func cloneRules(rules []httplimit.Rule) []httplimit.Rule {
 // Middleware on the same Limiter.
 //
 // The error is a *httplimit.RuleError naming the rule and the field.
-func (ic *Interceptor) SetRules(rules []httplimit.Rule) (err error) {
+func (ic *Interceptor) SetRules(rules []httplimit.Rule) error {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
 	methods, err := checkRules(rules)
@@ -105,36 +107,28 @@ func (ic *Interceptor) SetRules(rules []httplimit.Rule) (err error) {
 	if err != nil {
 		return err
 	}
-	var added []string
-	defer func() {
-		if err != nil {
-			ic.unregister(added) // no rule in force uses them
-		}
-	}()
-	changed, err := ic.register(wants, &added)
+	hrs, err := ic.reg.Apply(wants.reg)
 	if err != nil {
+		var e *rulereg.Error
+		if errors.As(err, &e) {
+			return &httplimit.RuleError{Index: e.Index, ID: e.ID, Field: e.Field, Reason: e.Reason, Err: e.Err}
+		}
 		return err
 	}
-	for _, w := range changed {
-		reg := ic.reg[w.name]
-		if err := ic.l.SetLimit(reg.rule, w.limit.Params()); err != nil {
-			return &httplimit.RuleError{Index: w.index, ID: w.r.ID, Field: "max_requests", Reason: "cannot change the limit", Err: err}
+	for i, w := range wants.reg {
+		c, n := wants.c[i], w.Limit.MaxCost()
+		t := &target{rule: hrs[i], limit: n, item: []string{string(appendItem(nil, c.id, n, c.window))}}
+		if over := wants.over[i]; over != "" {
+			if c.over == nil {
+				c.over = map[string]*target{}
+			}
+			c.over[over] = t
+			continue
 		}
-		reg.limit = w.limit
-		ic.reg[w.name] = reg
+		c.base = t
 	}
 	ic.cfg.Rules = cloneRules(rules)
 	ic.set.Store(set)
-	used := make(map[string]bool, len(wants))
-	for _, w := range wants {
-		used[w.name] = true
-	}
-	var gone []string
-	for name := range ic.reg {
-		if !used[name] {
-			gone = append(gone, name)
-		}
-	}
-	ic.unregister(gone)
+	ic.reg.Prune(wants.reg) // the hybrid rules no rule in force uses
 	return nil
 }

@@ -1,11 +1,7 @@
 package grpclimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -14,6 +10,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -115,22 +112,30 @@ func rulesDocument(rules []httplimit.Rule) ([]byte, error) {
 	}{1, out})
 }
 
-// want is a hybrid rule a rule set needs: a rule's limit, or one of its
-// overrides'.
-type want struct {
-	c     *compiledRule
-	name  string // the hybrid rule's name
-	over  string // the override's tier or key, or "" for the base limit
-	limit localx.Limit
-	r     *httplimit.Rule
-	index int
+// wants are the hybrid rules a rule set needs (reg), each with its
+// compiled rule (c) and the override it is, or "" for the base limit
+// (over), at the same index.
+type wants struct {
+	reg  []rulereg.Want
+	c    []*compiledRule
+	over []string
 }
 
 // plan returns the rule set of rules, valid, and the hybrid rules it
-// needs; register gives its compiled rules their targets.
-func plan(rules []httplimit.Rule, methods []method) (*ruleSet, []want, error) {
+// needs; SetRules gives its compiled rules their targets.
+func plan(rules []httplimit.Rule, methods []method) (*ruleSet, wants, error) {
 	set := &ruleSet{rules: make([]*compiledRule, 0, len(rules))}
-	var wants []want
+	var ws wants
+	add := func(c *compiledRule, r *httplimit.Rule, i int, name, over string, p local.Limit) error {
+		lim, err := localx.NewLimit(p)
+		if err != nil {
+			return err // ParseRules accepted it
+		}
+		ws.reg = append(ws.reg, rulereg.Want{Name: name, Limit: lim, Mode: r.Mode, Policy: r.Policy, Wait: r.Wait, Index: i, ID: r.ID})
+		ws.c = append(ws.c, c)
+		ws.over = append(ws.over, over)
+		return nil
+	}
 	for i := range rules {
 		r := &rules[i]
 		c := &compiledRule{
@@ -139,98 +144,16 @@ func plan(rules []httplimit.Rule, methods []method) (*ruleSet, []want, error) {
 		}
 		set.rules = append(set.rules, c)
 		params := local.Limit{Algorithm: r.Algorithm, Quota: r.Quota, Window: r.Window, Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored}
-		base, err := localx.NewLimit(params)
-		if err != nil {
-			return nil, nil, err // ParseRules accepted it
+		if err := add(c, r, i, r.ID, "", params); err != nil {
+			return nil, ws, err
 		}
-		wants = append(wants, want{c: c, name: r.ID, limit: base, r: r, index: i})
 		for _, name := range slices.Sorted(maps.Keys(r.Overrides)) {
-			n := r.Overrides[name]
-			op := params
-			op.Quota = n
-			if r.Burst > 0 {
-				op.Burst = max(1, r.Burst*n/r.Quota) // the burst keeps its ratio to the quota, as in httplimit
+			if err := add(c, r, i, rulereg.OverrideName(r.ID, name), name, rulereg.OverrideLimit(params, r.Overrides[name])); err != nil {
+				return nil, ws, err
 			}
-			ol, err := localx.NewLimit(op)
-			if err != nil {
-				return nil, nil, err
-			}
-			wants = append(wants, want{c: c, name: overrideName(r.ID, name), over: name, limit: ol, r: r, index: i})
 		}
 	}
-	return set, wants, nil
-}
-
-// overrideName names the hybrid rule of rule id's override for a tier or
-// key, as httplimit does: a digest, so that no API key reaches Redis key
-// names or metrics.
-func overrideName(id, name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return id + ":o." + hex.EncodeToString(sum[:6])
-}
-
-// registered is a hybrid rule the Interceptor registered and the figures
-// it was asked for, which a later SetRules compares with its own.
-type registered struct {
-	rule   *hybrid.Rule
-	limit  localx.Limit
-	mode   hybrid.Mode
-	policy hybrid.Policy
-	wait   hybrid.Wait
-}
-
-// register registers the hybrid rules of wants that are new, appending
-// their names to added, checks those already registered, and gives each
-// compiled rule its targets. It returns the wants whose limit changed, for
-// SetLimit. The caller holds mu.
-func (ic *Interceptor) register(wants []want, added *[]string) ([]want, error) {
-	var changed []want
-	for _, w := range wants {
-		reg, ok := ic.reg[w.name]
-		bad := func(field, reason string, err error) ([]want, error) {
-			return nil, &httplimit.RuleError{Index: w.index, ID: w.r.ID, Field: field, Reason: reason, Err: err}
-		}
-		switch {
-		case !ok:
-			hr, err := ic.l.Register(hybrid.Rule{Name: w.name, Limit: w.limit.Params(), Mode: w.r.Mode, Policy: w.r.Policy, Wait: w.r.Wait})
-			if err != nil {
-				return bad("mode", "cannot register", err)
-			}
-			reg = registered{rule: hr, limit: w.limit, mode: w.r.Mode, policy: w.r.Policy, wait: w.r.Wait}
-			ic.reg[w.name] = reg
-			*added = append(*added, w.name)
-		case reg.mode != w.r.Mode:
-			return bad("mode", fmt.Sprintf("was %s; a rule's mode cannot change under the same ID", reg.mode), nil)
-		case reg.policy != w.r.Policy:
-			return bad("policy", fmt.Sprintf("was %s; a rule's policy cannot change under the same ID", reg.policy), nil)
-		case reg.wait != w.r.Wait:
-			return bad("wait", fmt.Sprintf("was %s; a rule's wait cannot change under the same ID", reg.wait), nil)
-		case reg.limit != w.limit:
-			changed = append(changed, w)
-		}
-		n := w.limit.MaxCost()
-		t := &target{rule: reg.rule, limit: n, item: []string{string(appendItem(nil, w.c.id, n, w.c.window))}}
-		if w.over == "" {
-			w.c.base = t
-			continue
-		}
-		if w.c.over == nil {
-			w.c.over = map[string]*target{}
-		}
-		w.c.over[w.over] = t
-	}
-	return changed, nil
-}
-
-// unregister unregisters the hybrid rules of names and forgets them. The
-// caller holds mu.
-func (ic *Interceptor) unregister(names []string) {
-	for _, name := range names {
-		if err := ic.l.Unregister(ic.reg[name].rule); err != nil && !errors.Is(err, hybrid.ErrUnknownRule) {
-			ic.cfg.Logger.Debug("grpclimit: unregister a rule no longer used", "rule", name, "err", err)
-		}
-		delete(ic.reg, name)
-	}
+	return set, ws, nil
 }
 
 // seconds returns d in whole seconds, rounded up.

@@ -11,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -127,17 +128,12 @@ func limits(i int, r *Rule) (localx.Limit, map[string]localx.Limit, error) {
 		if name == "" || n <= 0 {
 			return bad(field, fmt.Sprintf("%d: needs a tier or key and a limit of at least 1", n))
 		}
-		op := params
-		op.Quota = n
-		if r.Burst > 0 {
-			op.Burst = max(1, r.Burst*n/r.Quota) // the burst keeps its ratio to the quota
-		}
-		ol, err := localx.NewLimit(op)
+		ol, err := localx.NewLimit(rulereg.OverrideLimit(params, n)) // the burst keeps its ratio to the quota
 		if err != nil {
 			_, reason := limitError(err)
 			return bad(field, reason)
 		}
-		if err := keyname.CheckRule(overrideName(r.ID, name)); err != nil {
+		if err := keyname.CheckRule(rulereg.OverrideName(r.ID, name)); err != nil {
 			return bad(field, "the rule ID is too long for overrides: "+err.Error())
 		}
 		if over == nil {
