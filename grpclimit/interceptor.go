@@ -11,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/clientip"
+	"github.com/hybridlimit/hybridlimit/internal/ruleitem"
 	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 )
 
@@ -117,7 +118,7 @@ func (ic *Interceptor) SetRules(rules []httplimit.Rule) error {
 	}
 	for i, w := range wants.reg {
 		c, n := wants.c[i], w.Limit.MaxCost()
-		t := &target{rule: hrs[i], limit: n, item: []string{string(appendItem(nil, c.id, n, c.window))}}
+		t := &target{rule: hrs[i], limit: n, item: []string{string(ruleitem.AppendPolicy(nil, c.id, n, c.window))}}
 		if over := wants.over[i]; over != "" {
 			if c.over == nil {
 				c.over = map[string]*target{}

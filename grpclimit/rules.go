@@ -5,11 +5,11 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/ruleitem"
 	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -140,7 +140,7 @@ func plan(rules []httplimit.Rule, methods []method) (*ruleSet, wants, error) {
 		r := &rules[i]
 		c := &compiledRule{
 			id: r.ID, key: r.Key, method: methods[i], tier: r.Tier, cost: max(r.Cost, 1),
-			shadow: r.Shadow, window: seconds(r.Window),
+			shadow: r.Shadow, window: ruleitem.Seconds(r.Window),
 		}
 		set.rules = append(set.rules, c)
 		params := local.Limit{Algorithm: r.Algorithm, Quota: r.Quota, Window: r.Window, Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored}
@@ -154,12 +154,4 @@ func plan(rules []httplimit.Rule, methods []method) (*ruleSet, wants, error) {
 		}
 	}
 	return set, ws, nil
-}
-
-// seconds returns d in whole seconds, rounded up.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }

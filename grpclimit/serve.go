@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -22,7 +21,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/hybrid/httplimit"
 	"github.com/hybridlimit/hybridlimit/internal/clientip"
-	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/internal/ruleitem"
 )
 
 // The response header metadata keys, draft-ietf-httpapi-ratelimit-headers'
@@ -105,19 +104,19 @@ func (ic *Interceptor) StreamClientInterceptor() grpc.StreamClientInterceptor {
 
 // item is one matched rule of a call and its decision.
 type item struct {
-	c      *compiledRule
-	t      *target // c's limit that decides the call: its own or an override
-	req    hybrid.Request
-	shadow bool
-	d      hybrid.Decision
+	c *compiledRule
+	t *target // c's limit that decides the call: its own or an override
+	ruleitem.Item
 }
+
+// RuleItem returns its ruleitem.Item, for ruleitem's functions.
+func (it *item) RuleItem() *ruleitem.Item { return &it.Item }
 
 // scratch is one call's working memory, pooled so that a call allocates
 // none of it.
 type scratch struct {
 	items []item
-	reqs  []hybrid.Request
-	out   []hybrid.Decision
+	batch ruleitem.Batch
 	buf   []byte
 }
 
@@ -179,12 +178,12 @@ func (ic *Interceptor) limit(q call, set *ruleSet, sc *scratch) (metadata.MD, er
 		if cost > 0 {
 			n = cost
 		}
-		sc.items = append(sc.items, item{c: c, t: t, req: hybrid.Request{Rule: t.rule, Key: key, N: n}, shadow: c.shadow || ic.cfg.Shadow})
+		sc.items = append(sc.items, item{c: c, t: t, Item: ruleitem.Item{Req: hybrid.Request{Rule: t.rule, Key: key, N: n}, Shadow: c.shadow || ic.cfg.Shadow}})
 	}
 	if len(sc.items) == 0 {
 		return nil, nil
 	}
-	defer func() { clear(sc.items); clear(sc.reqs) }() // keep no call's keys in the pool
+	defer func() { clear(sc.items); sc.batch.Clear() }() // keep no call's keys in the pool
 	admitted, decided := ic.decide(ctx, set, sc, false)
 	if !decided {
 		if now := ic.set.Load(); now != set {
@@ -320,38 +319,7 @@ func (ic *Interceptor) tier(q *call) string {
 // (logged), which lets the call pass, or a rule of set that SetRules has
 // unregistered since (not logged).
 func (ic *Interceptor) decide(ctx context.Context, set *ruleSet, sc *scratch, shadow bool) (admitted, decided bool) {
-	sc.reqs, sc.out = sc.reqs[:0], sc.out[:0]
-	first := -1
-	for i := range sc.items {
-		if sc.items[i].shadow == shadow {
-			if first < 0 {
-				first = i
-			}
-			sc.reqs = append(sc.reqs, sc.items[i].req)
-		}
-	}
-	var err error
-	switch len(sc.reqs) {
-	case 0:
-		return true, true
-	case 1:
-		it := &sc.items[first]
-		it.d, err = ic.l.AllowN(ctx, it.req.Rule, it.req.Key, it.req.N)
-		admitted = it.d.Allowed()
-	default:
-		if cap(sc.out) < len(sc.reqs) {
-			sc.out = make([]hybrid.Decision, len(sc.reqs))
-		}
-		sc.out = sc.out[:len(sc.reqs)]
-		admitted, err = ic.l.AllowMulti(ctx, sc.reqs, sc.out)
-		j := 0
-		for i := range sc.items {
-			if sc.items[i].shadow == shadow {
-				sc.items[i].d = sc.out[j]
-				j++
-			}
-		}
-	}
+	admitted, err := ruleitem.Decide(ctx, ic.l, sc.items, &sc.batch, shadow)
 	switch {
 	case errors.Is(err, hybrid.ErrUnknownRule):
 		if ic.set.Load() != set {
@@ -365,114 +333,51 @@ func (ic *Interceptor) decide(ctx context.Context, set *ruleSet, sc *scratch, sh
 		// policies', served as they say. The Limiter logs it.
 		ic.met.errors.Add(ctx, 1)
 	}
-	for i := range sc.items {
-		if sc.items[i].shadow == shadow && sc.items[i].d.Degraded() {
-			ic.met.degraded.Add(ctx, 1)
-			break
-		}
+	if ruleitem.Degraded(sc.items, shadow) {
+		ic.met.degraded.Add(ctx, 1)
 	}
 	return admitted, true
-}
-
-// violated reports whether it refused the call, or would have.
-func (it *item) violated() bool {
-	return !it.d.Allowed() && it.d.Reason() != local.ReasonOK
-}
-
-// unavailable reports whether it is a refusal made without Redis by a
-// FailClosed rule: no limit decided it.
-func (it *item) unavailable() bool {
-	return !it.d.Allowed() && it.d.Reason() == local.ReasonUnavailable
-}
-
-// figures reports whether its decision has figures of a limit: not one of
-// FailOpen or FailClosed, made without Redis and without a limit.
-func (it *item) figures() bool {
-	return !(it.d.Degraded() && it.d.Reason() == local.ReasonUnavailable)
-}
-
-// decided reports whether it has a decision: shadow items are decided only
-// when the enforced ones admit.
-func (it *item) decided(admitted bool) bool { return admitted || !it.shadow }
-
-// reset returns the t of an item: the seconds until its quota is whole
-// again, or for a violated item until the refused call would be admitted
-// (at least 1).
-func (it *item) reset() int64 {
-	if it.violated() {
-		return max(seconds(it.d.RetryAfter()), 1)
-	}
-	return seconds(it.d.ResetAfter())
-}
-
-// headline returns the item the ratelimit field describes: on a refusal
-// the violated rule with the longest wait; otherwise the one with the
-// least remaining (the longest reset among equals); nil when no decided
-// item has figures.
-func headline(sc *scratch, admitted bool) *item {
-	var best *item
-	for i := range sc.items {
-		it := &sc.items[i]
-		if !it.decided(admitted) || !it.figures() {
-			continue
-		}
-		switch {
-		case best == nil:
-			best = it
-		case !admitted:
-			if it.violated() && (!best.violated() || it.d.RetryAfter() > best.d.RetryAfter()) {
-				best = it
-			}
-		case it.d.Remaining() < best.d.Remaining() ||
-			it.d.Remaining() == best.d.Remaining() && it.d.ResetAfter() > best.d.ResetAfter():
-			best = it
-		}
-	}
-	return best
 }
 
 // headers returns the ratelimit-policy and ratelimit metadata of the
 // decided items, nil when no decided item has figures. A single policy
 // item is shared from the rule set; the other values are one string.
 func (ic *Interceptor) headers(sc *scratch, admitted bool) metadata.MD {
-	h := headline(sc, admitted)
-	if h == nil {
+	hi := ruleitem.Headline(sc.items, admitted)
+	if hi < 0 {
 		return nil
 	}
+	h := &sc.items[hi]
 	b := sc.buf[:0]
 	var one *item
 	count := 0
 	for i := range sc.items {
-		if it := &sc.items[i]; it.decided(admitted) && it.figures() {
+		if it := &sc.items[i]; it.Decided(admitted) && it.Figures() {
 			one = it
 			count++
 		}
 	}
-	shared := count == 1 && one.d.Capacity() == one.t.limit
+	shared := count == 1 && one.D.Capacity() == one.t.limit
 	if !shared {
 		first := true
 		for i := range sc.items {
 			it := &sc.items[i]
-			if !it.decided(admitted) || !it.figures() {
+			if !it.Decided(admitted) || !it.Figures() {
 				continue
 			}
 			if !first {
 				b = append(b, ", "...)
 			}
 			first = false
-			if it.d.Capacity() == it.t.limit {
+			if it.D.Capacity() == it.t.limit {
 				b = append(b, it.t.item[0]...)
 			} else {
-				b = appendItem(b, it.c.id, it.d.Capacity(), it.c.window)
+				b = ruleitem.AppendPolicy(b, it.c.id, it.D.Capacity(), it.c.window)
 			}
 		}
 	}
 	policyEnd := len(b)
-	b = appendName(b, h.c.id)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, h.d.Remaining(), 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, h.reset(), 10)
+	b = ruleitem.AppendRateLimit(b, h.c.id, h.D.Remaining(), h.Reset())
 	sc.buf = b
 	// One allocation for both values' bytes and their slices, when they
 	// fit; the bytes are never written again, so the strings may point
@@ -504,31 +409,13 @@ type valueBlock struct {
 	buf  [96]byte
 }
 
-// appendItem appends rule id's ratelimit-policy item for limit q and a
-// window of w seconds.
-func appendItem(b []byte, id string, q, w int64) []byte {
-	b = appendName(b, id)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, q, 10)
-	b = append(b, ";w="...)
-	return strconv.AppendInt(b, w, 10)
-}
-
-// appendName appends a rule ID as a Structured Field string; IDs are rule
-// names, which need no escaping.
-func appendName(b []byte, id string) []byte {
-	b = append(b, '"')
-	b = append(b, id...)
-	return append(b, '"')
-}
-
 // retryDelay returns the RetryInfo delay: the longest wait among the
 // violated enforced rules, jittered, at least a millisecond.
 func (ic *Interceptor) retryDelay(sc *scratch) time.Duration {
 	var d time.Duration
 	for i := range sc.items {
-		if it := &sc.items[i]; !it.shadow && it.violated() {
-			d = max(d, it.d.RetryAfter())
+		if it := &sc.items[i]; !it.Shadow && it.Violated() {
+			d = max(d, it.D.RetryAfter())
 		}
 	}
 	if ic.cfg.RetryJitter > 0 {
@@ -547,10 +434,10 @@ func (ic *Interceptor) refusal(sc *scratch) error {
 	var unavailable []string
 	for i := range sc.items {
 		it := &sc.items[i]
-		if it.shadow || !it.violated() {
+		if it.Shadow || !it.Violated() {
 			continue
 		}
-		if it.unavailable() {
+		if it.Unavailable() {
 			unavailable = append(unavailable, it.c.id)
 			continue
 		}
@@ -558,7 +445,7 @@ func (ic *Interceptor) refusal(sc *scratch) error {
 			Subject:     string(it.c.key),
 			Description: "rate limit " + it.c.id + " exceeded",
 			QuotaId:     it.c.id,
-			QuotaValue:  it.d.Capacity(),
+			QuotaValue:  it.D.Capacity(),
 		})
 	}
 	var st *status.Status

@@ -13,6 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/clientip"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/ruleitem"
 	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 )
 
@@ -78,7 +79,7 @@ func newTarget(c *compiledRule, hr *hybrid.Rule, lim localx.Limit) *target {
 	return &target{
 		rule: hr, limit: n,
 		xLim: []string{strconv.FormatInt(n, 10)},
-		item: []string{string(appendItem(nil, c, n))},
+		item: []string{string(ruleitem.AppendPolicy(nil, c.id, n, c.window))},
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/ruleitem"
 	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -58,7 +59,7 @@ func compile(i int, r *Rule) (checked, error) {
 	}
 	c := &compiledRule{
 		id: r.ID, key: r.Key, pat: pat, tier: r.Tier, cost: max(r.Cost, 1), shadow: r.Shadow,
-		window: seconds(r.Window),
+		window: ruleitem.Seconds(r.Window),
 	}
 	return checked{c: c, base: base, over: over}, nil
 }
