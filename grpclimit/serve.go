@@ -410,12 +410,17 @@ type valueBlock struct {
 }
 
 // retryDelay returns the RetryInfo delay: the longest wait among the
-// violated enforced rules, jittered, at least a millisecond.
+// violated enforced rules, jittered; at least a second for a FailClosed
+// refusal made without Redis (whose decision says nothing of when Redis
+// answers again), as httplimit's Retry-After, and at least a millisecond.
 func (ic *Interceptor) retryDelay(sc *scratch) time.Duration {
 	var d time.Duration
 	for i := range sc.items {
 		if it := &sc.items[i]; !it.Shadow && it.Violated() {
 			d = max(d, it.D.RetryAfter())
+			if it.Unavailable() {
+				d = max(d, time.Second)
+			}
 		}
 	}
 	if ic.cfg.RetryJitter > 0 {
