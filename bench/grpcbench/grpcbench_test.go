@@ -125,7 +125,9 @@ func BenchmarkInterceptor(b *testing.B) {
 	}
 }
 
-type testServer struct{ testpb.UnimplementedTestServiceServer }
+type testServer struct {
+	testpb.UnimplementedTestServiceServer
+}
 
 func (testServer) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
 	return &testpb.Empty{}, nil
