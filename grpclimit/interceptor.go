@@ -30,7 +30,7 @@ type Interceptor struct {
 	l   *hybrid.Limiter
 	cfg Config
 	ip  clientip.Resolver
-	met *metrics
+	met *ruleitem.Metrics
 
 	mu  sync.Mutex        // serializes SetRules; guards reg and cfg.Rules
 	reg *rulereg.Registry // every hybrid rule this Interceptor registered

@@ -195,7 +195,7 @@ func (ic *Interceptor) limit(q call, set *ruleSet, sc *scratch) (metadata.MD, er
 	}
 	if admitted {
 		if ok, _ := ic.decide(ctx, set, sc, true); !ok {
-			ic.met.shadowRefused.Add(ctx, 1)
+			ic.met.ShadowRefused.Add(ctx, 1)
 		}
 	}
 	var md metadata.MD
@@ -203,10 +203,10 @@ func (ic *Interceptor) limit(q call, set *ruleSet, sc *scratch) (metadata.MD, er
 		md = ic.headers(sc, admitted)
 	}
 	if admitted {
-		ic.met.admitted.Add(ctx, 1)
+		ic.met.Admitted.Add(ctx, 1)
 		return md, nil
 	}
-	ic.met.refused.Add(ctx, 1)
+	ic.met.Refused.Add(ctx, 1)
 	return md, ic.refusal(sc)
 }
 
@@ -325,16 +325,16 @@ func (ic *Interceptor) decide(ctx context.Context, set *ruleSet, sc *scratch, sh
 		if ic.set.Load() != set {
 			return true, false // the rules changed under the call
 		}
-		ic.met.errors.Add(ctx, 1)
+		ic.met.Errors.Add(ctx, 1)
 		ic.cfg.Logger.Error("grpclimit: the limiter could not decide; the call passes", "err", err)
 		return true, false
 	case err != nil:
 		// Redis answered with an error: the decisions are the failure
 		// policies', served as they say. The Limiter logs it.
-		ic.met.errors.Add(ctx, 1)
+		ic.met.Errors.Add(ctx, 1)
 	}
 	if ruleitem.Degraded(sc.items, shadow) {
-		ic.met.degraded.Add(ctx, 1)
+		ic.met.Degraded.Add(ctx, 1)
 	}
 	return admitted, true
 }

@@ -32,7 +32,7 @@ type Middleware struct {
 	cfg          Config
 	ip           clientip.Resolver
 	apiKeyHeader string
-	met          *metrics
+	met          *ruleitem.Metrics
 
 	mu  sync.Mutex        // serializes SetRules; guards reg
 	reg *rulereg.Registry // every hybrid rule this Middleware registered

@@ -149,15 +149,15 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 	}
 	if admitted {
 		if ok, _ := m.decide(r, set, sc, true); !ok {
-			m.met.shadowRefused.Add(r.Context(), 1)
+			m.met.ShadowRefused.Add(r.Context(), 1)
 		}
 	}
 	m.writeHeaders(w, sc, admitted)
 	if !admitted {
-		m.met.refused.Add(r.Context(), 1)
+		m.met.Refused.Add(r.Context(), 1)
 		m.refuse(w, sc)
 	} else {
-		m.met.admitted.Add(r.Context(), 1)
+		m.met.Admitted.Add(r.Context(), 1)
 	}
 	return admitted
 }
@@ -221,17 +221,17 @@ func (m *Middleware) decide(r *http.Request, set *ruleSet, sc *scratch, shadow b
 		if m.set.Load() != set {
 			return true, false // the rules changed under the request
 		}
-		m.met.errors.Add(r.Context(), 1)
+		m.met.Errors.Add(r.Context(), 1)
 		m.cfg.Logger.Error("httplimit: the limiter could not decide; the request passes", "err", err)
 		return true, false
 	case err != nil:
 		// Redis answered with an error (a key of another type under the
 		// prefix): the decisions are the failure policies', and are
 		// served as they say. The Limiter logs and counts the error.
-		m.met.errors.Add(r.Context(), 1)
+		m.met.Errors.Add(r.Context(), 1)
 	}
 	if ruleitem.Degraded(sc.items, shadow) {
-		m.met.degraded.Add(r.Context(), 1)
+		m.met.Degraded.Add(r.Context(), 1)
 	}
 	return admitted, true
 }
