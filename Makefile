@@ -11,9 +11,10 @@ GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 
 # Go modules in this repository: the library, bench/ (its own go.mod,
 # so comparison peers never reach users' dependency graphs) once it exists,
-# and envoy/ (the Envoy rate limit service, its own go.mod, so gRPC and
-# Envoy's protos never reach the library's).
-MODULES := . $(if $(wildcard bench/go.mod),bench) $(if $(wildcard envoy/go.mod),envoy)
+# envoy/ (the Envoy rate limit service) and grpclimit/ (the gRPC
+# interceptors), each its own go.mod, so gRPC and Envoy's protos reach only
+# their users.
+MODULES := . $(if $(wildcard bench/go.mod),bench) $(if $(wildcard envoy/go.mod),envoy) $(if $(wildcard grpclimit/go.mod),grpclimit)
 
 .PHONY: test test-go bench bench-envoy demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle bench-scale
 
@@ -50,6 +51,10 @@ test-go:
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./local || failed+=("go test ./local without -race"); \
 	echo "== .: go test -count=1 -run '$(HTTP_NORACE)' ./hybrid/httplimit (the middleware's allocations and rule churn, without -race)"; \
 	$(GO) test -count=1 -run '$(HTTP_NORACE)' ./hybrid/httplimit || failed+=("go test ./hybrid/httplimit without -race"); \
+	if [[ -f grpclimit/go.mod ]]; then \
+		echo "== grpclimit: go test -count=1 -run '^TestAllocs$$' . (the interceptor's allocations, without -race)"; \
+		(cd grpclimit && $(GO) test -count=1 -run '^TestAllocs$$' .) || failed+=("go test ./grpclimit without -race"); \
+	fi; \
 	if (( $${#failed[@]} )); then printf 'FAILED: %s\n' "$${failed[@]}"; exit 1; fi
 
 ## bench: run scripts/bench.sh with Redis servers started for it.

@@ -7,9 +7,11 @@ require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/hybridlimit/hybridlimit v0.0.0
 	github.com/hybridlimit/hybridlimit/envoy v0.0.0
+	github.com/hybridlimit/hybridlimit/grpclimit v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -53,9 +55,11 @@ require (
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
 
 replace github.com/hybridlimit/hybridlimit => ../
 
 replace github.com/hybridlimit/hybridlimit/envoy => ../envoy
+
+replace github.com/hybridlimit/hybridlimit/grpclimit => ../grpclimit

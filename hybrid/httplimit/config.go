@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/hybridlimit/hybridlimit/internal/clientip"
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -118,15 +118,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// clientIP resolves a request's client address (Config's client IP
-// fields, parsed).
-type clientIP struct {
-	trusted []netip.Prefix
-	hops    int
-	header  string // canonical header name, or ""
-	v6bits  int
-}
-
 // withDefaults returns c with each zero field that has a default set to it.
 func (c Config) withDefaults() Config {
 	if c.APIKeyHeader == "" {
@@ -149,30 +140,25 @@ func (c Config) withDefaults() Config {
 
 // validate reports c's first bad field, c having its defaults, in an error
 // wrapping ErrInvalidConfig that names it. It builds nothing: New parses
-// the client IP fields into a clientIP.
+// the client IP fields into a clientip.Resolver.
 func (c Config) validate() error {
-	for i, s := range c.TrustedProxies {
-		if _, err := parsePrefix(s); err != nil {
-			return configError(fmt.Sprintf("TrustedProxies[%d]", i), fmt.Sprintf("%q", s), err.Error())
-		}
+	if field, value, reason := c.clientIPFields().Check(); field != "" {
+		return configError(field, value, reason)
 	}
 	switch {
-	case c.TrustedHops < 0:
-		return configError("TrustedHops", c.TrustedHops, "must not be negative")
-	case c.TrustedHops > 0 && len(c.TrustedProxies) > 0:
-		return configError("TrustedHops", c.TrustedHops, "set with TrustedProxies; use one")
-	case c.IPv6Prefix < 0 || c.IPv6Prefix > 128:
-		return configError("IPv6Prefix", c.IPv6Prefix, "must be from 1 to 128")
 	case c.RetryJitter < 0:
 		return configError("RetryJitter", c.RetryJitter, "must not be negative")
 	case c.UnavailableStatus < 400 || c.UnavailableStatus > 599:
 		return configError("UnavailableStatus", c.UnavailableStatus, "must be from 400 to 599")
-	case c.ClientIPHeader != "" && len(c.TrustedProxies) == 0 && c.TrustedHops == 0:
-		return configError("ClientIPHeader", fmt.Sprintf("%q", c.ClientIPHeader), "needs TrustedProxies or TrustedHops, or anyone could set it")
 	case strings.ContainsAny(c.APIKeyHeader, " :\r\n"):
 		return configError("APIKeyHeader", fmt.Sprintf("%q", c.APIKeyHeader), "not a header name")
 	}
 	return nil
+}
+
+// clientIPFields returns c's client IP fields.
+func (c Config) clientIPFields() clientip.Fields {
+	return clientip.Fields{TrustedProxies: c.TrustedProxies, TrustedHops: c.TrustedHops, ClientIPHeader: c.ClientIPHeader, IPv6Prefix: c.IPv6Prefix}
 }
 
 // configError is the error of a bad Config or WatchConfig field.
@@ -181,37 +167,12 @@ func configError(field string, value any, reason string) error {
 }
 
 // newClientIP returns the client IP fields of c, a valid Config, parsed.
-func newClientIP(c Config) clientIP {
-	ci := clientIP{hops: c.TrustedHops, v6bits: c.IPv6Prefix}
-	for _, s := range c.TrustedProxies {
-		p, _ := parsePrefix(s) // validate parsed it
-		ci.trusted = append(ci.trusted, p)
-	}
+func newClientIP(c Config) clientip.Resolver {
+	var header string
 	if c.ClientIPHeader != "" {
-		ci.header = http.CanonicalHeaderKey(c.ClientIPHeader)
+		header = http.CanonicalHeaderKey(c.ClientIPHeader)
 	}
-	return ci
-}
-
-// parsePrefix parses a CIDR, or a single address as its own prefix.
-func parsePrefix(s string) (netip.Prefix, error) {
-	s = strings.TrimSpace(s)
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return p, err
-		}
-		if p.Addr().Is4In6() {
-			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
-		}
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	a = a.Unmap()
-	return netip.PrefixFrom(a, a.BitLen()), nil
+	return c.clientIPFields().Resolver(header, xffHeader)
 }
 
 // systemClock is the Clock of a Config without one.

@@ -1,8 +1,7 @@
 package httplimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -12,7 +11,10 @@ import (
 	"sync/atomic"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/clientip"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/ruleitem"
+	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 )
 
 // Middleware limits HTTP requests by its rules, over a hybrid.Limiter.
@@ -28,26 +30,16 @@ import (
 type Middleware struct {
 	l            *hybrid.Limiter
 	cfg          Config
-	ip           clientIP
+	ip           clientip.Resolver
 	apiKeyHeader string
-	met          *metrics
+	met          *ruleitem.Metrics
 
-	mu  sync.Mutex            // serializes SetRules; guards reg
-	reg map[string]registered // every hybrid rule this Middleware registered, by name
+	mu  sync.Mutex        // serializes SetRules; guards reg
+	reg *rulereg.Registry // every hybrid rule this Middleware registered
 
 	set   atomic.Pointer[ruleSet]
 	pool  sync.Pool // of *scratch
 	small []string  // smallInts()
-}
-
-// registered is a hybrid rule the Middleware registered and the figures it
-// was asked for, which a later SetRules compares with its own.
-type registered struct {
-	rule   *hybrid.Rule
-	limit  localx.Limit
-	mode   hybrid.Mode
-	policy hybrid.Policy
-	wait   hybrid.Wait
 }
 
 // ruleSet is the rules in force: SetRules builds a new one and swaps it in.
@@ -87,7 +79,7 @@ func newTarget(c *compiledRule, hr *hybrid.Rule, lim localx.Limit) *target {
 	return &target{
 		rule: hr, limit: n,
 		xLim: []string{strconv.FormatInt(n, 10)},
-		item: []string{string(appendItem(nil, c, n))},
+		item: []string{string(ruleitem.AppendPolicy(nil, c.id, n, c.window))},
 	}
 }
 
@@ -107,7 +99,7 @@ func New(l *hybrid.Limiter, cfg Config) (*Middleware, error) {
 		return nil, err
 	}
 	m := &Middleware{
-		l: l, cfg: cfg, ip: newClientIP(cfg), reg: map[string]registered{},
+		l: l, cfg: cfg, ip: newClientIP(cfg), reg: rulereg.New(l, cfg.Logger, "httplimit"),
 		apiKeyHeader: http.CanonicalHeaderKey(cfg.APIKeyHeader),
 	}
 	var err error
@@ -154,7 +146,7 @@ func cloneRules(rules []Rule) []Rule {
 //
 // The error is a *RuleError naming the rule and the field; its cause is
 // the Limiter's error when the Limiter refused a rule (Register, SetLimit).
-func (m *Middleware) SetRules(rules []Rule) (err error) {
+func (m *Middleware) SetRules(rules []Rule) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	valid, err := checkRules(rules)
@@ -162,131 +154,66 @@ func (m *Middleware) SetRules(rules []Rule) (err error) {
 		return err
 	}
 	set, wants := plan(rules, valid)
-	// Register what is new, and check what is not, before changing anything.
-	// On error, what this call registered goes again: no rule in force
-	// uses it.
-	var added []string
-	defer func() {
-		if err != nil {
-			m.unregister(added)
-		}
-	}()
-	changed, err := m.register(wants, &added)
+	hrs, err := m.reg.Apply(wants.reg)
 	if err != nil {
-		return err
+		return ruleErrorOf(err)
 	}
-	for _, w := range changed {
-		reg := m.reg[w.name]
-		if err := m.l.SetLimit(reg.rule, w.limit.Params()); err != nil {
-			return &RuleError{Index: w.index, ID: w.r.ID, Field: "max_requests", Reason: "cannot change the limit", Err: err}
+	for i, w := range wants.reg {
+		t := newTarget(wants.c[i], hrs[i], w.Limit)
+		if over := wants.over[i]; over != "" {
+			c := wants.c[i]
+			if c.over == nil {
+				c.over = map[string]*target{}
+			}
+			c.over[over] = t
+			continue
 		}
-		reg.limit = w.limit
-		m.reg[w.name] = reg
+		wants.c[i].base = t
 	}
 	m.cfg.Rules = cloneRules(rules)
 	m.set.Store(set)
 	// The hybrid rules no rule in force uses any more go. A request that
 	// matched them in the set just replaced is decided again on this one
 	// (serve).
-	used := make(map[string]bool, len(wants))
-	for _, w := range wants {
-		used[w.name] = true
-	}
-	var gone []string
-	for name := range m.reg {
-		if !used[name] {
-			gone = append(gone, name)
-		}
-	}
-	m.unregister(gone)
+	m.reg.Prune(wants.reg)
 	return nil
 }
 
-// want is a hybrid rule a rule set needs: a rule's limit, or one of its
-// overrides'.
-type want struct {
-	c     *compiledRule
-	name  string // the hybrid rule's name
-	over  string // the override's tier or key, or "" for the base limit
-	limit localx.Limit
-	r     *Rule
-	index int // r's position in the set
+// ruleErrorOf returns the *RuleError of a *rulereg.Error.
+func ruleErrorOf(err error) error {
+	var e *rulereg.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	return &RuleError{Index: e.Index, ID: e.ID, Field: e.Field, Reason: e.Reason, Err: e.Err}
+}
+
+// wants are the hybrid rules a rule set needs (reg), each with its
+// compiled rule (c) and the override it is, or "" for the base limit
+// (over), at the same index.
+type wants struct {
+	reg  []rulereg.Want
+	c    []*compiledRule
+	over []string
 }
 
 // plan returns the rule set of rules, checked as valid, and the hybrid
-// rules it needs; the targets of its compiled rules are set by register.
-func plan(rules []Rule, valid []checked) (*ruleSet, []want) {
+// rules it needs; SetRules gives its compiled rules their targets.
+func plan(rules []Rule, valid []checked) (*ruleSet, wants) {
 	set := &ruleSet{rules: make([]*compiledRule, 0, len(rules))}
-	var wants []want
+	var ws wants
+	add := func(c *compiledRule, r *Rule, i int, name, over string, lim localx.Limit) {
+		ws.reg = append(ws.reg, rulereg.Want{Name: name, Limit: lim, Mode: r.Mode, Policy: r.Policy, Wait: r.Wait, Index: i, ID: r.ID})
+		ws.c = append(ws.c, c)
+		ws.over = append(ws.over, over)
+	}
 	for i, v := range valid {
 		r := &rules[i]
 		set.rules = append(set.rules, v.c)
-		wants = append(wants, want{c: v.c, name: r.ID, limit: v.base, r: r, index: i})
+		add(v.c, r, i, r.ID, "", v.base)
 		for _, name := range slices.Sorted(maps.Keys(v.over)) {
-			wants = append(wants, want{c: v.c, name: overrideName(r.ID, name), over: name, limit: v.over[name], r: r, index: i})
+			add(v.c, r, i, rulereg.OverrideName(r.ID, name), name, v.over[name])
 		}
 	}
-	return set, wants
-}
-
-// register registers the hybrid rules of wants that are new, appending
-// their names to added, checks those already registered against their
-// rules, and gives each compiled rule its targets. It returns the wants
-// whose limit changed, for SetLimit. The caller holds mu.
-func (m *Middleware) register(wants []want, added *[]string) ([]want, error) {
-	var changed []want
-	for _, w := range wants {
-		reg, ok := m.reg[w.name]
-		bad := func(field, reason string, err error) ([]want, error) {
-			return nil, &RuleError{Index: w.index, ID: w.r.ID, Field: field, Reason: reason, Err: err}
-		}
-		switch {
-		case !ok:
-			hr, err := m.l.Register(hybrid.Rule{Name: w.name, Limit: w.limit.Params(), Mode: w.r.Mode, Policy: w.r.Policy, Wait: w.r.Wait})
-			if err != nil {
-				return bad("mode", "cannot register", err)
-			}
-			reg = registered{rule: hr, limit: w.limit, mode: w.r.Mode, policy: w.r.Policy, wait: w.r.Wait}
-			m.reg[w.name] = reg
-			*added = append(*added, w.name)
-		case reg.mode != w.r.Mode:
-			return bad("mode", fmt.Sprintf("was %s; a rule's mode cannot change under the same ID", reg.mode), nil)
-		case reg.policy != w.r.Policy:
-			return bad("policy", fmt.Sprintf("was %s; a rule's policy cannot change under the same ID", reg.policy), nil)
-		case reg.wait != w.r.Wait:
-			return bad("wait", fmt.Sprintf("was %s; a rule's wait cannot change under the same ID", reg.wait), nil)
-		case reg.limit != w.limit:
-			changed = append(changed, w)
-		}
-		t := newTarget(w.c, reg.rule, w.limit)
-		if w.over == "" {
-			w.c.base = t
-			continue
-		}
-		if w.c.over == nil {
-			w.c.over = map[string]*target{}
-		}
-		w.c.over[w.over] = t
-	}
-	return changed, nil
-}
-
-// unregister unregisters the hybrid rules of names from the Limiter and
-// forgets them. The caller holds mu.
-func (m *Middleware) unregister(names []string) {
-	for _, name := range names {
-		if err := m.l.Unregister(m.reg[name].rule); err != nil {
-			// Not registered any more: the application unregistered it
-			// itself, or closed the Limiter.
-			m.cfg.Logger.Debug("httplimit: unregister a rule no longer used", "rule", name, "err", err)
-		}
-		delete(m.reg, name)
-	}
-}
-
-// overrideName names the hybrid rule of rule id's override for a tier or
-// key: a digest, so that no API key reaches Redis key names or metrics.
-func overrideName(id, name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return id + ":o." + hex.EncodeToString(sum[:6])
+	return set, ws
 }

@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/internal/ruleitem"
 )
 
 // Header names, in canonical form so that they are set without
@@ -36,19 +36,19 @@ const unavailableProblemType = "https://github.com/hybridlimit/hybridlimit/blob/
 
 // item is one matched rule of a request and its decision.
 type item struct {
-	c      *compiledRule
-	t      *target // c's limit that decides the request: its own or an override
-	req    hybrid.Request
-	shadow bool
-	d      hybrid.Decision
+	c *compiledRule
+	t *target // c's limit that decides the request: its own or an override
+	ruleitem.Item
 }
+
+// RuleItem returns its ruleitem.Item, for ruleitem's functions.
+func (it *item) RuleItem() *ruleitem.Item { return &it.Item }
 
 // scratch is one request's working memory, pooled so that a request
 // allocates none of it.
 type scratch struct {
 	items []item
-	reqs  []hybrid.Request
-	out   []hybrid.Decision
+	batch ruleitem.Batch
 	buf   []byte
 	path  []byte    // the bytes of the request path's readings (paths.buf)
 	names [6]string // the headers whose values are in buf, in order
@@ -129,7 +129,7 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 		if cost > 0 {
 			n = cost
 		}
-		sc.items = append(sc.items, item{c: c, t: t, req: hybrid.Request{Rule: t.rule, Key: key, N: n}, shadow: c.shadow || m.cfg.Shadow})
+		sc.items = append(sc.items, item{c: c, t: t, Item: ruleitem.Item{Req: hybrid.Request{Rule: t.rule, Key: key, N: n}, Shadow: c.shadow || m.cfg.Shadow}})
 	}
 	if cap(q.paths.buf) <= maxPooledPath {
 		sc.path = q.paths.buf // keep the room it grew, not a huge path's
@@ -137,7 +137,7 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 	if len(sc.items) == 0 {
 		return true
 	}
-	defer func() { clear(sc.items); clear(sc.reqs) }() // keep no request's keys in the pool
+	defer func() { clear(sc.items); sc.batch.Clear() }() // keep no request's keys in the pool
 	admitted, decided := m.decide(r, set, sc, false)
 	if !decided {
 		if now := m.set.Load(); now != set {
@@ -149,40 +149,17 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 	}
 	if admitted {
 		if ok, _ := m.decide(r, set, sc, true); !ok {
-			m.met.shadowRefused.Add(r.Context(), 1)
+			m.met.ShadowRefused.Add(r.Context(), 1)
 		}
 	}
 	m.writeHeaders(w, sc, admitted)
 	if !admitted {
-		m.met.refused.Add(r.Context(), 1)
+		m.met.Refused.Add(r.Context(), 1)
 		m.refuse(w, sc)
 	} else {
-		m.met.admitted.Add(r.Context(), 1)
+		m.met.Admitted.Add(r.Context(), 1)
 	}
 	return admitted
-}
-
-// unavailable reports whether it is a refusal made without Redis by a
-// FailClosed rule: no limit decided it.
-func (it *item) unavailable() bool {
-	return !it.d.Allowed() && it.d.Reason() == local.ReasonUnavailable
-}
-
-// figures reports whether its decision has figures of a limit: not one of
-// FailOpen or FailClosed, made without Redis and without a limit.
-func (it *item) figures() bool {
-	return !(it.d.Degraded() && it.d.Reason() == local.ReasonUnavailable)
-}
-
-// quotaRefused reports whether an enforced rule refused the request for
-// its limit; false when only FailClosed rules, unable to reach Redis, did.
-func quotaRefused(sc *scratch) bool {
-	for i := range sc.items {
-		if it := &sc.items[i]; !it.shadow && it.violated() && !it.unavailable() {
-			return true
-		}
-	}
-	return false
 }
 
 // key returns the key of a rule of type t, and false when the request has
@@ -191,7 +168,7 @@ func (m *Middleware) key(q *request, t KeyType) (string, bool) {
 	switch t {
 	case KeyIP:
 		if !q.haveIP {
-			q.ip, q.haveIP = m.ip.key(m.ip.resolve(q.r)), true
+			q.ip, q.haveIP = m.ip.Key(m.ip.Resolve(q.r.RemoteAddr, q.r.Header)), true
 		}
 		return q.ip, true
 	case KeyAPIKey:
@@ -238,119 +215,25 @@ func (m *Middleware) tier(q *request) string {
 // (logged), which lets the request pass, or a rule of set that SetRules
 // has unregistered since (not logged).
 func (m *Middleware) decide(r *http.Request, set *ruleSet, sc *scratch, shadow bool) (admitted, decided bool) {
-	sc.reqs, sc.out = sc.reqs[:0], sc.out[:0]
-	first := -1
-	for i := range sc.items {
-		if sc.items[i].shadow == shadow {
-			if first < 0 {
-				first = i
-			}
-			sc.reqs = append(sc.reqs, sc.items[i].req)
-		}
-	}
-	var err error
-	switch len(sc.reqs) {
-	case 0:
-		return true, true
-	case 1:
-		it := &sc.items[first]
-		it.d, err = m.l.AllowN(r.Context(), it.req.Rule, it.req.Key, it.req.N)
-		admitted = it.d.Allowed()
-	default:
-		if cap(sc.out) < len(sc.reqs) {
-			sc.out = make([]hybrid.Decision, len(sc.reqs))
-		}
-		sc.out = sc.out[:len(sc.reqs)]
-		admitted, err = m.l.AllowMulti(r.Context(), sc.reqs, sc.out)
-		j := 0
-		for i := range sc.items {
-			if sc.items[i].shadow == shadow {
-				sc.items[i].d = sc.out[j]
-				j++
-			}
-		}
-	}
+	admitted, err := ruleitem.Decide(r.Context(), m.l, sc.items, &sc.batch, shadow)
 	switch {
 	case errors.Is(err, hybrid.ErrUnknownRule):
 		if m.set.Load() != set {
 			return true, false // the rules changed under the request
 		}
-		m.met.errors.Add(r.Context(), 1)
+		m.met.Errors.Add(r.Context(), 1)
 		m.cfg.Logger.Error("httplimit: the limiter could not decide; the request passes", "err", err)
 		return true, false
 	case err != nil:
 		// Redis answered with an error (a key of another type under the
 		// prefix): the decisions are the failure policies', and are
 		// served as they say. The Limiter logs and counts the error.
-		m.met.errors.Add(r.Context(), 1)
+		m.met.Errors.Add(r.Context(), 1)
 	}
-	if m.degraded(sc, shadow) {
-		m.met.degraded.Add(r.Context(), 1)
+	if ruleitem.Degraded(sc.items, shadow) {
+		m.met.Degraded.Add(r.Context(), 1)
 	}
 	return admitted, true
-}
-
-// degraded reports whether a failure policy made one of the decisions.
-func (m *Middleware) degraded(sc *scratch, shadow bool) bool {
-	for i := range sc.items {
-		if sc.items[i].shadow == shadow && sc.items[i].d.Degraded() {
-			return true
-		}
-	}
-	return false
-}
-
-// violated reports whether it refused the request, or would have.
-func (it *item) violated() bool {
-	return !it.d.Allowed() && it.d.Reason() != local.ReasonOK
-}
-
-// decided reports whether it has a decision: shadow items are decided only
-// when the enforced ones admit.
-func (it *item) decided(admitted bool) bool { return admitted || !it.shadow }
-
-// seconds returns d in whole seconds, rounded up.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// reset returns the t of an item: the seconds until its quota is whole
-// again, or for a violated item until the refused request would be
-// admitted (at least 1), so that Retry-After is never below it.
-func (it *item) reset() int64 {
-	if it.violated() {
-		return max(seconds(it.d.RetryAfter()), 1)
-	}
-	return seconds(it.d.ResetAfter())
-}
-
-// headline returns the item the single-policy headers describe: on a
-// refusal the violated rule with the longest wait; otherwise the one with
-// the least remaining (the longest reset among equals); nil when no
-// decided item has figures (FailOpen or FailClosed decided them all).
-func headline(sc *scratch, admitted bool) *item {
-	var best *item
-	for i := range sc.items {
-		it := &sc.items[i]
-		if !it.decided(admitted) || !it.figures() {
-			continue
-		}
-		switch {
-		case best == nil:
-			best = it
-		case !admitted:
-			if it.violated() && (!best.violated() || it.d.RetryAfter() > best.d.RetryAfter()) {
-				best = it
-			}
-		case it.d.Remaining() < best.d.Remaining() ||
-			it.d.Remaining() == best.d.Remaining() && it.d.ResetAfter() > best.d.ResetAfter():
-			best = it
-		}
-	}
-	return best
 }
 
 // writeHeaders sets the rate-limit headers of the decided items, and
@@ -359,10 +242,10 @@ func headline(sc *scratch, admitted bool) *item {
 // buffer, then copied into a header block: one allocation (two when they
 // are too long for one).
 func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted bool) {
-	h := headline(sc, admitted)
+	hi := ruleitem.Headline(sc.items, admitted)
 	hdr := w.Header()
 	sc.buf, sc.n = sc.buf[:0], 0
-	if h == nil {
+	if hi < 0 {
 		// No limit decided: no figures to tell, but when to come back.
 		if !admitted {
 			m.setInt(hdr, sc, hdrRetryAfter, m.retryAfter(sc))
@@ -370,14 +253,15 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 		}
 		return
 	}
+	h := &sc.items[hi]
 	if !m.cfg.DisableXRateLimit {
-		if lim := h.d.Capacity(); lim == h.t.limit {
+		if lim := h.D.Capacity(); lim == h.t.limit {
 			hdr[hdrXLimit] = h.t.xLim
 		} else {
 			m.setInt(hdr, sc, hdrXLimit, lim)
 		}
-		m.setInt(hdr, sc, hdrXRemaining, h.d.Remaining())
-		t := h.reset()
+		m.setInt(hdr, sc, hdrXRemaining, h.D.Remaining())
+		t := h.Reset()
 		if m.cfg.ResetUnix {
 			t += m.cfg.Clock.Now().Unix()
 		}
@@ -385,11 +269,7 @@ func (m *Middleware) writeHeaders(w http.ResponseWriter, sc *scratch, admitted b
 	}
 	if m.cfg.RateLimitHeaders {
 		m.policy(hdr, sc, admitted)
-		sc.buf = appendName(sc.buf, h.c.id)
-		sc.buf = append(sc.buf, ";r="...)
-		sc.buf = strconv.AppendInt(sc.buf, h.d.Remaining(), 10)
-		sc.buf = append(sc.buf, ";t="...)
-		sc.buf = strconv.AppendInt(sc.buf, h.reset(), 10)
+		sc.buf = ruleitem.AppendRateLimit(sc.buf, h.c.id, h.D.Remaining(), h.Reset())
 		sc.end(hdrRateLimit)
 	}
 	if !admitted {
@@ -456,41 +336,32 @@ func (m *Middleware) policy(hdr http.Header, sc *scratch, admitted bool) {
 	var one *item
 	count := 0
 	for i := range sc.items {
-		if it := &sc.items[i]; it.decided(admitted) && it.figures() {
+		if it := &sc.items[i]; it.Decided(admitted) && it.Figures() {
 			one = it
 			count++
 		}
 	}
-	if count == 1 && one.d.Capacity() == one.t.limit {
+	if count == 1 && one.D.Capacity() == one.t.limit {
 		hdr[hdrPolicy] = one.t.item
 		return
 	}
 	first := true
 	for i := range sc.items {
 		it := &sc.items[i]
-		if !it.decided(admitted) || !it.figures() {
+		if !it.Decided(admitted) || !it.Figures() {
 			continue
 		}
 		if !first {
 			sc.buf = append(sc.buf, ", "...)
 		}
 		first = false
-		if it.d.Capacity() == it.t.limit {
+		if it.D.Capacity() == it.t.limit {
 			sc.buf = append(sc.buf, it.t.item[0]...)
 			continue
 		}
-		sc.buf = appendItem(sc.buf, it.c, it.d.Capacity())
+		sc.buf = ruleitem.AppendPolicy(sc.buf, it.c.id, it.D.Capacity(), it.c.window)
 	}
 	sc.end(hdrPolicy)
-}
-
-// appendItem appends rule c's RateLimit-Policy item for limit q.
-func appendItem(b []byte, c *compiledRule, q int64) []byte {
-	b = appendName(b, c.id)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, q, 10)
-	b = append(b, ";w="...)
-	return strconv.AppendInt(b, c.window, 10)
 }
 
 // headerBlock1, headerBlock3 and headerBlock6 hold a response's rate-limit
@@ -536,27 +407,19 @@ var smallInts = sync.OnceValue(func() []string {
 // what is left of limits up to 3600, are not formatted per response.
 const maxSmallInt = 3600
 
-// appendName appends a rule ID as a Structured Field string; IDs are rule
-// names, which need no escaping.
-func appendName(b []byte, id string) []byte {
-	b = append(b, '"')
-	b = append(b, id...)
-	return append(b, '"')
-}
-
 // retryAfter returns Retry-After in seconds: the longest wait among the
 // violated rules, jittered, rounded up, at least 1.
 func (m *Middleware) retryAfter(sc *scratch) int64 {
 	var d time.Duration
 	for i := range sc.items {
-		if it := &sc.items[i]; !it.shadow && it.violated() {
-			d = max(d, time.Duration(it.reset())*time.Second, it.d.RetryAfter())
+		if it := &sc.items[i]; !it.Shadow && it.Violated() {
+			d = max(d, time.Duration(it.Reset())*time.Second, it.D.RetryAfter())
 		}
 	}
 	if m.cfg.RetryJitter > 0 {
 		d += rand.N(m.cfg.RetryJitter + 1)
 	}
-	return max(seconds(d), 1)
+	return max(ruleitem.Seconds(d), 1)
 }
 
 // refuse answers 429 with a problem+json body naming the violated
@@ -564,7 +427,7 @@ func (m *Middleware) retryAfter(sc *scratch) int64 {
 // Config.UnavailableStatus with a body of unavailableProblemType naming
 // them.
 func (m *Middleware) refuse(w http.ResponseWriter, sc *scratch) {
-	status, quota := http.StatusTooManyRequests, quotaRefused(sc)
+	status, quota := http.StatusTooManyRequests, ruleitem.QuotaRefused(sc.items)
 	b := sc.buf[:0]
 	if quota {
 		b = append(b, `{"type":"`+problemType+`","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":[`...)
@@ -576,12 +439,12 @@ func (m *Middleware) refuse(w http.ResponseWriter, sc *scratch) {
 	}
 	first := true
 	for i := range sc.items {
-		if it := &sc.items[i]; !it.shadow && it.violated() && (quota || it.unavailable()) {
+		if it := &sc.items[i]; !it.Shadow && it.Violated() && (quota || it.Unavailable()) {
 			if !first {
 				b = append(b, ',')
 			}
 			first = false
-			b = appendName(b, it.c.id)
+			b = ruleitem.AppendName(b, it.c.id)
 		}
 	}
 	b = append(b, "]}\n"...)

@@ -11,6 +11,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyname"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/ruleitem"
+	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -57,7 +59,7 @@ func compile(i int, r *Rule) (checked, error) {
 	}
 	c := &compiledRule{
 		id: r.ID, key: r.Key, pat: pat, tier: r.Tier, cost: max(r.Cost, 1), shadow: r.Shadow,
-		window: seconds(r.Window),
+		window: ruleitem.Seconds(r.Window),
 	}
 	return checked{c: c, base: base, over: over}, nil
 }
@@ -127,17 +129,12 @@ func limits(i int, r *Rule) (localx.Limit, map[string]localx.Limit, error) {
 		if name == "" || n <= 0 {
 			return bad(field, fmt.Sprintf("%d: needs a tier or key and a limit of at least 1", n))
 		}
-		op := params
-		op.Quota = n
-		if r.Burst > 0 {
-			op.Burst = max(1, r.Burst*n/r.Quota) // the burst keeps its ratio to the quota
-		}
-		ol, err := localx.NewLimit(op)
+		ol, err := localx.NewLimit(rulereg.OverrideLimit(params, n)) // the burst keeps its ratio to the quota
 		if err != nil {
 			_, reason := limitError(err)
 			return bad(field, reason)
 		}
-		if err := keyname.CheckRule(overrideName(r.ID, name)); err != nil {
+		if err := keyname.CheckRule(rulereg.OverrideName(r.ID, name)); err != nil {
 			return bad(field, "the rule ID is too long for overrides: "+err.Error())
 		}
 		if over == nil {

@@ -1,4 +1,4 @@
-package httplimit
+package clientip
 
 import (
 	"net/netip"
