@@ -63,13 +63,18 @@ func (s *syncer) firstRound(ctx context.Context, now int64, budget time.Duration
 // the next round's (RoundStats.Carried). calls and outs are the pipeline
 // being sent, and for each what was sent.
 type batch struct {
-	reg    *call
-	keys   []dueKey
-	left   []dueKey // the keys a budget left for the next round
-	final  bool
-	budget time.Duration
-	calls  []call
-	outs   []pending
+	reg   *call
+	keys  []dueKey
+	fresh int // keys[:fresh] were found due by this round, the rest left by the last (carries)
+	// carries is set for the rounds that keep the keys a budget leaves
+	// (not the first-lease rounds, whose keys ask again at their next
+	// decision): they are marked Left.
+	carries bool
+	left    []dueKey // the keys a budget left for the next round
+	final   bool
+	budget  time.Duration
+	calls   []call
+	outs    []pending
 }
 
 // dueKey is a key due for an exchange, and the node time of its last one
@@ -98,10 +103,11 @@ func (s *syncer) send(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now 
 
 // round runs a round (SyncAt), the last one if final, within budget (see
 // batch). A regular round (all) looks at every key of the set; an early
-// one only at the keys handed over or urgent since the last round, and
-// those the last round left (carried): a key comes due by time alone at
-// the interval, which the regular rounds keep, so an early round's cost
-// grows with the keys that asked for it, not with the keys held.
+// one only at the keys handed over or urgent since the last round: a key
+// comes due by time alone at the interval, which the regular rounds keep,
+// so an early round's cost grows with the keys that asked for it, not with
+// the keys held. Either sends, after the keys it found due, those a budget
+// left before (carry), in turn, without looking at them again.
 func (s *syncer) round(ctx context.Context, now int64, final, all bool, budget time.Duration) (synchook.RoundStats, error) {
 	start := time.Now()
 	s.mu.Lock()
@@ -143,7 +149,7 @@ func (s *syncer) round(ctx context.Context, now int64, final, all bool, budget t
 			s.lookAt(&b, e, r, now, final)
 		}
 	} else {
-		look = append(append(look, soon...), s.carry...)
+		look = append(look, soon...)
 		for _, it := range look {
 			if r, ok := s.active[it.Entry]; ok {
 				s.lookAt(&b, it.Entry, r, now, final)
@@ -152,17 +158,17 @@ func (s *syncer) round(ctx context.Context, now int64, final, all bool, budget t
 	}
 	clear(look)
 	s.look = look[:0]
+	b.fresh, b.carries = len(b.keys), true
+	b.keys = append(b.keys, s.carry...)
 	s.nactive.Store(int64(len(s.active)))
 	st, err := s.exchange(ctx, &b, now, synchook.RoundStats{Keys: len(s.active)}, start)
-	s.carry = s.carry[:0]
-	for _, d := range b.left {
-		s.carry = append(s.carry, lease.Handed{Rule: d.rule, Entry: d.entry})
-	}
+	s.carry = b.left
 	return st, err
 }
 
 // lookAt adds e to b if its key is due, and drops it from the set once it
-// holds and owes nothing. The caller holds mu.
+// holds and owes nothing. A key left by a budget is sent from the carry,
+// not looked at again, but in the last round. The caller holds mu.
 func (s *syncer) lookAt(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, now int64, final bool) {
 	if l := r.Latest(); l != r { // the limit changed: exchange under the new one
 		r = l
@@ -174,6 +180,9 @@ func (s *syncer) lookAt(b *batch, e *keyed.Entry[lease.Lease], r *lease.Rule, no
 	k.Seen()
 	if e.Evicted() {
 		delete(s.active, e)
+		return
+	}
+	if k.Left() && !final {
 		return
 	}
 	k.Tapped(r, now)
@@ -204,17 +213,28 @@ func (s *syncer) exchange(ctx context.Context, b *batch, now int64, st synchook.
 			roundErr = err
 		}
 	}
-	if len(b.keys) > s.cfg.Batch && b.budget > 0 {
-		slices.SortFunc(b.keys, func(x, y dueKey) int { return cmp.Compare(x.since, y.since) })
+	fresh := b.keys // a first-lease round's: every key is its own, none carried
+	if b.carries {
+		fresh = b.keys[:b.fresh]
+	}
+	if len(fresh) > s.cfg.Batch && b.budget > 0 {
+		slices.SortFunc(fresh, func(x, y dueKey) int { return cmp.Compare(x.since, y.since) })
 	}
 	next := 0 // b.keys[next:] are yet to be sent
 	// A later pipeline's requests are built at now plus the time since.
-	now0, clk0 := now, s.cfg.Clock.Now().UnixMicro()
+	// The budget runs from the first: looking over the keys is not sending.
+	now0, clk0, sending := now, s.cfg.Clock.Now().UnixMicro(), time.Now()
 	for first := true; first || next < len(b.keys); first = false {
 		if !first {
-			if b.budget > 0 && time.Since(start) >= b.budget {
+			if b.budget > 0 && time.Since(sending) >= b.budget {
 				st.Carried = len(b.keys) - next
 				b.left = b.keys[next:]
+				for i := next; b.carries && i < b.fresh; i++ { // the carried keys are marked already
+					d := &b.keys[i]
+					d.entry.Lock()
+					d.entry.Value.SetLeft(true)
+					d.entry.Unlock()
+				}
 				break
 			}
 			now = now0 + max(s.cfg.Clock.Now().UnixMicro()-clk0, 0)
@@ -226,6 +246,7 @@ func (s *syncer) exchange(ctx context.Context, b *batch, now int64, st synchook.
 		for ; next < len(b.keys) && len(b.calls) < s.cfg.Batch; next++ {
 			d := &b.keys[next]
 			d.entry.Lock()
+			d.entry.Value.SetLeft(false)
 			if !d.entry.Evicted() && !d.entry.Value.InFlight() {
 				s.send(b, d.entry, d.rule, now, b.final)
 			}

@@ -174,8 +174,9 @@ func TestRoundFailedPipeline(t *testing.T) {
 }
 
 // TestEarlyRound: an early round looks only at the keys that asked for it
-// (urgent) and at those a budget left from the round before, not at every
-// key of the set; a regular round looks at every key.
+// (urgent), not at every key of the set; a regular round looks at every
+// key; both send the keys a budget left before, in turn, without looking
+// at them again.
 func TestEarlyRound(t *testing.T) {
 	const n, batch = 100, 32
 	m := newManyKeys(t, redistest.Client(t, redistest.Addr(t)), n, syncer.SyncConfig{Tuning: syncer.Tuning{Batch: batch, Timeout: 10 * time.Second}})
@@ -197,11 +198,14 @@ func TestEarlyRound(t *testing.T) {
 	assert.Equal(t, n, seen, "a regular round looks at every key")
 	assert.Equal(t, n-(batch-1), st.Carried, "keys left by the budget (the registration came first)")
 	st, seen = round(func() (synchook.RoundStats, error) { return syncer.SyncEarly(m.s, ctx, now(), time.Nanosecond) })
-	assert.Equal(t, n-(batch-1), seen, "an early round looks at the keys left")
+	assert.Zero(t, seen, "the keys left are sent in turn, not looked at again")
 	assert.Equal(t, batch, st.Synced)
+	st, seen = round(func() (synchook.RoundStats, error) { return syncer.SyncWithin(m.s, ctx, now(), time.Nanosecond) })
+	assert.Equal(t, n-(n-(batch-1)-batch), seen, "a regular round looks at every key but those left")
+	assert.Equal(t, batch, st.Synced, "the next of those left")
 	st, seen = round(func() (synchook.RoundStats, error) { return syncer.SyncEarly(m.s, ctx, now(), 0) })
-	assert.Equal(t, n-(batch-1)-batch, seen)
-	assert.Equal(t, n-(batch-1)-batch, st.Synced, "the rest")
+	assert.Zero(t, seen)
+	assert.Equal(t, n-(batch-1)-2*batch, st.Synced, "the rest")
 	st, seen = round(func() (synchook.RoundStats, error) { return syncer.SyncEarly(m.s, ctx, now(), 0) })
 	assert.Zero(t, seen, "nothing asked, nothing left: an early round looks at no key")
 	assert.Zero(t, st.Synced)

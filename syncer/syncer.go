@@ -39,9 +39,10 @@ type syncer struct {
 	mu         sync.Mutex // one round at a time; guards active, registered, carry and look
 	active     map[*keyed.Entry[lease.Lease]]*lease.Rule
 	registered int64 // node time of the last registration, 0 before any
-	// carry holds the keys a round's budget left for the next, and look
-	// the keys an early round looks at (reused).
-	carry, look []lease.Handed
+	// carry holds the keys a round's budget left for the next (each
+	// marked Left), and look the keys an early round looks at (reused).
+	carry []dueKey
+	look  []lease.Handed
 	// firstMu runs one first-lease round at a time, beside the other
 	// rounds: a request waiting for its key's lease must not wait for a
 	// long round over every key.

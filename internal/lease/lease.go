@@ -103,6 +103,7 @@ const (
 	flagScaled                    // a bucket share rescaled to a changed limit, until the exchange under it (rescale)
 	flagUnreached                 // the last exchange found Redis out of reach (Unreached)
 	flagSoon                      // on the syncer's list of keys for an early round (Rule.Notify, TakeSoon)
+	flagLeft                      // due, but left by a round's budget for the next (Left)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease

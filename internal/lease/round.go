@@ -94,11 +94,26 @@ func (k *Lease) Activate() { k.flags = k.flags&^flagQueued | flagActive }
 
 // Deactivate marks a key as out of the syncer's set: its next signal hands
 // it over again.
-func (k *Lease) Deactivate() { k.flags &^= flagActive | flagSoon }
+func (k *Lease) Deactivate() { k.flags &^= flagActive | flagSoon | flagLeft }
 
 // Seen records that the syncer looked at the key: it leaves the list of
 // keys for an early round, and its next urgent signal puts it back.
 func (k *Lease) Seen() { k.flags &^= flagSoon }
+
+// SetLeft records whether the key is on the syncer's list of keys a
+// round's budget left for the next: the rounds send them in turn, without
+// looking at them again.
+func (k *Lease) SetLeft(left bool) {
+	if left {
+		k.flags |= flagLeft
+	} else {
+		k.flags &^= flagLeft
+	}
+}
+
+// Left reports whether the key is on the syncer's list of keys left for
+// the next round (SetLeft).
+func (k *Lease) Left() bool { return k.flags&flagLeft != 0 }
 
 // InFlight reports whether a request is out for the key.
 func (k *Lease) InFlight() bool { return k.flags&flagInFlight != 0 }
