@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -28,8 +29,8 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/bench/internal/proc"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 )
 
 // A case is what a child process holds while it is measured.
@@ -73,35 +74,35 @@ func main() {
 		runChild(*name, *limiter, *addr, *seed, *rule, *system, *d)
 		return
 	}
-	if *addr == "" {
-		dir := *redisDir
-		if dir == "" {
-			var err error
-			if dir, err = os.MkdirTemp("", "idle"); err != nil {
-				log.Fatal(err)
-			}
-			defer os.RemoveAll(dir)
-		}
-		srv, err := redisproc.Start(dir)
+	if err := parent(*addr, *redisDir, *d, *count); err != nil {
+		log.Fatalf("idle: %v", err)
+	}
+}
+
+// parent runs every case count times, each for d, against addr or a
+// private redis-server (its files in redisDir), and prints the table.
+func parent(addr, redisDir string, d time.Duration, count int) error {
+	if addr == "" {
+		a, stop, err := proc.Redis(redisDir)
 		if err != nil {
-			log.Fatalf("idle: start redis-server: %v", err)
+			return fmt.Errorf("start redis-server: %w", err)
 		}
-		defer srv.Close()
-		*addr = srv.Addr
+		defer stop()
+		addr = a
 	}
 	peer, err := gossipPeer()
 	if err != nil {
-		log.Fatalf("idle: the gossip peer: %v", err)
+		return fmt.Errorf("the gossip peer: %w", err)
 	}
 	defer peer.Close()
 	exe, err := os.Executable()
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	cpu := make([][]time.Duration, len(cases))
 	var failed []error
-	for i := range *count {
-		fmt.Fprintf(os.Stderr, "repetition %d of %d: %d cases side by side, %v each\n", i+1, *count, len(cases), *d)
+	for i := range count {
+		fmt.Fprintf(os.Stderr, "repetition %d of %d: %d cases side by side, %v each\n", i+1, count, len(cases), d)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for j, c := range cases {
@@ -112,7 +113,7 @@ func main() {
 			for _, f := range c.flags {
 				switch f {
 				case "-redis":
-					args = append(args, "-redis", *addr)
+					args = append(args, "-redis", addr)
 				case "-gossip":
 					args = append(args, "-seed", peer.Stats().GossipAddr)
 				default:
@@ -132,13 +133,10 @@ func main() {
 		}
 		wg.Wait()
 		if len(failed) > 0 {
-			for _, err := range failed {
-				log.Printf("idle: %v", err)
-			}
-			return
+			return errors.Join(failed...)
 		}
 	}
-	fmt.Printf("CPU over %v (user + system, median of %d; the Limiter's own: minus the Go process's)\n\n", *d, *count)
+	fmt.Printf("CPU over %v (user + system, median of %d; the Limiter's own: minus the Go process's)\n\n", d, count)
 	fmt.Println("| case | CPU | % of a core | the Limiter's own |")
 	fmt.Println("|---|---|---|---|")
 	base := median(cpu[0])
@@ -148,8 +146,9 @@ func main() {
 		if j > 0 {
 			own = fmt.Sprintf("%.1f ms", float64(m-base)/1e6)
 		}
-		fmt.Printf("| %s | %.1f ms | %.2f%% | %s |\n", c.name, float64(m)/1e6, 100*float64(m)/float64(*d), own)
+		fmt.Printf("| %s | %.1f ms | %.2f%% | %s |\n", c.name, float64(m)/1e6, 100*float64(m)/float64(d), own)
 	}
+	return nil
 }
 
 // measure runs the child with args and returns the CPU it reports.

@@ -31,8 +31,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/hybridlimit/hybridlimit/bench/accuracy"
+	"github.com/hybridlimit/hybridlimit/bench/internal/proc"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 )
 
 // cpuProfile is where -cpuprofile writes.
@@ -51,27 +51,24 @@ func main() {
 	)
 	flag.Parse()
 	log.SetFlags(0)
-	if *addr == "" {
-		tmp := *dir
-		if tmp == "" {
-			var err error
-			if tmp, err = os.MkdirTemp("", "scale"); err != nil {
-				log.Fatal(err)
-			}
-			defer os.RemoveAll(tmp)
-		}
-		srv, err := redisproc.Start(tmp)
-		if err != nil {
-			log.Fatalf("scale: start redis-server: %v", err)
-		}
-		defer srv.Close()
-		*addr = srv.Addr
-	}
 	cpuProfile = *profile
-	if err := run(*addr, *keys, *rate, *d, *settle, *workers); err != nil {
-		log.Printf("scale: %v", err)
-		defer os.Exit(1)
+	if err := start(*addr, *dir, func(addr string) error { return run(addr, *keys, *rate, *d, *settle, *workers) }); err != nil {
+		log.Fatalf("scale: %v", err)
 	}
+}
+
+// start runs f against addr, or against a private redis-server (its files
+// in dir) that it stops once f returns.
+func start(addr, dir string, f func(addr string) error) error {
+	if addr != "" {
+		return f(addr)
+	}
+	a, stop, err := proc.Redis(dir)
+	if err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	defer stop()
+	return f(a)
 }
 
 func run(addr string, keys int, rate float64, d, settle time.Duration, workers int) error {

@@ -1,10 +1,13 @@
-// Package proc stops the processes the benchmarks start.
+// Package proc starts and stops the processes the benchmarks run.
 package proc
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 )
 
 // Stop sends cmd's process SIGTERM and waits for it to exit, killing it
@@ -19,4 +22,30 @@ func Stop(cmd *exec.Cmd, grace time.Duration) {
 		cmd.Process.Kill()
 		<-done
 	}
+}
+
+// Redis starts a private redis-server keeping its files in dir (a
+// temporary directory when dir is empty) and returns its address and a
+// function that stops it and removes the temporary directory.
+func Redis(dir string) (addr string, stop func(), err error) {
+	tmp := ""
+	if dir == "" {
+		if tmp, err = os.MkdirTemp("", "redis"); err != nil {
+			return "", nil, err
+		}
+		dir = tmp
+	}
+	srv, err := redisproc.Start(dir)
+	if err != nil {
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+		return "", nil, err
+	}
+	return srv.Addr, func() {
+		srv.Close()
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+	}, nil
 }
