@@ -58,11 +58,13 @@ func (k *Lease) Recovering(r *Rule, now int64) bool {
 }
 
 // recoverSpan is how long, in sync intervals after the last round that
-// found Redis unreachable, replies grant nothing on top of use in a window
-// the outage touched: long enough for every live node to report what it
-// admitted without Redis (its next regular round, once its client dials
-// again), short enough that a long window does not stay with the policy.
-const recoverSpan = 10
+// found Redis unreachable, replies grant nothing on top of use: long enough
+// for every live node to report what it admitted without Redis (its next
+// regular round once its client dials again, after its breaker's probe
+// backoff, up to a second, or a Cluster master's, up to two: nodes come
+// back up to that far apart), short enough that a long window does not stay
+// with the policy.
+const recoverSpan = 30
 
 // capAfterOutage keeps a reply at Redis time rnow, within recoverSpan
 // intervals of an outage, from granting on top of what the key held before

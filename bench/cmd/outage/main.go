@@ -595,7 +595,7 @@ const docNotes = `
   on: with all the traffic on one node the cluster keeps (1 − reserve × (N − 1) ÷ N) × L,
   0.96 × L here.
 - When Redis returns, under every policy, replies grant nothing on top of what each node
-  held for ten sync intervals (in the window the outage touched, or one begun since, where
+  held for thirty sync intervals (in the window the outage touched, or one begun since, where
   a node that came back later still decides by its policy), and the node decides meanwhile
   on its part of the limit (FailLocal's even split, or Gossip's estimate), while every
   node reports what it admitted without Redis (absolute per-window reports: once, whatever
@@ -604,12 +604,13 @@ const docNotes = `
   open, adds nothing once it closes, and FailClosed admits the window's rest on its part.
   The outage counts from the breaker opening (three failed sync rounds): a round that merely
   timed out hands nothing to the policy.
-  Bucket rules take no tokens from Redis's pool for those ten intervals, only their share of
+  Bucket rules take no tokens from Redis's pool for those thirty intervals, only their share of
   the rate: Redis, restarted full or not yet told every node's debt, would hand out again a
   burst the nodes spent without it. That share is no more than the policy's part (the
-  node's gossip share of the rate and burst, or FailLocal's even split) for those ten
-  intervals too: nodes reach Redis again at different moments, up to about a second apart
-  (after failed dials, go-redis tries a server again about once a second), and Redis splits
+  node's gossip share of the rate and burst, or FailLocal's even split) for those thirty
+  intervals too: nodes reach Redis again at different moments, up to about two seconds apart
+  (after failed dials, go-redis tries a server again about once a second, and a Cluster
+  master's keys wait out a backoff of up to two), and Redis splits
   the rate among the nodes it has heard from, as if the others wanted none, while those go
   on admitting their part by the policy. A node that joined during the outage, never known
   to Redis, is one of them: were the others' shares not cut, their 1/5 of the rate each
