@@ -59,8 +59,11 @@ type Descriptor struct {
 	// ShadowMode decides and counts as usual, but the descriptor's status
 	// is always OK and it never makes the overall code OVER_LIMIT.
 	ShadowMode bool `yaml:"shadow_mode"`
-	// DetailedMetric is accepted for compatibility; this service's metrics
-	// are the Limiter's, and the field changes nothing.
+	// DetailedMetric names the request's own descriptor in the
+	// hybridlimit.envoy.hits metric (its values where the configuration
+	// matched a key alone or a wildcard), not the configuration's key, as
+	// envoyproxy/ratelimit's detailed stats do: one series per distinct
+	// value, so for descriptors of few values.
 	DetailedMetric bool `yaml:"detailed_metric"`
 }
 

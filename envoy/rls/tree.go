@@ -35,6 +35,7 @@ type limit struct {
 	name     string // RateLimit.Name, for Replaces
 	replaces []string
 	shadow   bool
+	detailed bool         // detailed_metric: metrics name the request's descriptor, not fullKey
 	rule     *hybrid.Rule // nil when unlimited or RequestsPerUnit is 0
 	ruleName string
 	// proto is the current_limit of every status under this limit,
@@ -82,7 +83,7 @@ func buildLevel(parent *node, path string, ds []Descriptor) {
 		n := &node{}
 		if r := d.RateLimit; r != nil {
 			spec, _ := r.spec(full) // checked by File.check
-			l := &limit{spec: spec, fullKey: full, name: r.Name, shadow: d.ShadowMode}
+			l := &limit{spec: spec, fullKey: full, name: r.Name, shadow: d.ShadowMode, detailed: d.DetailedMetric}
 			for _, rp := range r.Replaces {
 				l.replaces = append(l.replaces, rp.Name)
 			}
