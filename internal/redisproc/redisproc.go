@@ -6,6 +6,7 @@ package redisproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -42,22 +43,70 @@ func freePort() (int, error) {
 
 // startServer starts a redis-server in dir on a free port with extra
 // arguments; Restart starts it again with the same ones (a Cluster node
-// keeps its nodes.conf, and so its identity).
+// keeps its nodes.conf, and so its identity). A port another process took
+// between the check and the bind is given up for another.
 func startServer(dir string, extra ...string) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, err
-	}
-	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin,
-		args: append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"}, extra...)}
-	return r, r.start()
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin,
+			args: append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"}, extra...)}
+		err = r.start()
+		if !errors.Is(err, errPortLost) || attempt == portAttempts {
+			return r, err
+		}
+	}
+}
+
+// portAttempts is how many free ports a start tries.
+const portAttempts = 5
+
+// errPortLost: the process did not get its port (another one bound it
+// first), or exited before it answered.
+var errPortLost = errors.New("redisproc: the port was taken, or the process exited")
+
+// answering waits until the process cmd answers on addr as itself (its
+// process_id in INFO server, not another server that took the port), for
+// up to d; errPortLost if it exits first or another answers.
+func answering(cmd *exec.Cmd, addr string, d time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	pid := "process_id:" + strconv.Itoa(cmd.Process.Pid) + "\r\n"
+	for deadline := time.Now().Add(d); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		info, err := c.Info(ctx, "server").Result()
+		cancel()
+		switch {
+		case err == nil && strings.Contains(info, pid):
+			return nil
+		case err == nil, exited(cmd.Process.Pid):
+			return errPortLost
+		case time.Now().After(deadline):
+			return fmt.Errorf("redisproc: %s not answering: %w", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// exited reports whether process pid, a child not yet waited for, has
+// exited (a zombie, by /proc).
+func exited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// pid (comm) state …: the state follows the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z'
 }
 
 // PID is the server's process id, 0 once killed.
@@ -101,33 +150,52 @@ func StartSentinel(dir string) (*Sentinel, error) {
 		return nil, err
 	}
 	for i := range 3 {
-		p, err := freePort()
+		cmd, addr, err := startSentinel(bin, filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", i)), s.Master, host, port)
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
-		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", i))
-		text := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\nsentinel monitor %s %s %s 2\n"+
-			"sentinel down-after-milliseconds %[2]s 1000\nsentinel failover-timeout %[2]s 3000\nsentinel parallel-syncs %[2]s 1\n",
-			p, s.Master, host, port)
-		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
-			s.Close()
-			return nil, err
-		}
-		cmd := exec.Command(bin, conf, "--sentinel")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			s.Close()
-			return nil, err
-		}
 		s.sentinels = append(s.sentinels, cmd)
-		s.Addrs = append(s.Addrs, "127.0.0.1:"+strconv.Itoa(p))
+		s.Addrs = append(s.Addrs, addr)
 	}
 	if err := s.waitHealthy(30 * time.Second); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// startSentinel starts a Sentinel of master (at host:port) on a free
+// port, its configuration in conf, and waits until it answers; a port
+// another process took first is given up for another.
+func startSentinel(bin, conf, master, host, port string) (*exec.Cmd, string, error) {
+	for attempt := 1; ; attempt++ {
+		p, err := freePort()
+		if err != nil {
+			return nil, "", err
+		}
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\nsentinel monitor %s %s %s 2\n"+
+			"sentinel down-after-milliseconds %[2]s 1000\nsentinel failover-timeout %[2]s 3000\nsentinel parallel-syncs %[2]s 1\n",
+			p, master, host, port)
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			return nil, "", err
+		}
+		cmd := exec.Command(bin, conf, "--sentinel")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			return nil, "", err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(p)
+		err = answering(cmd, addr, 10*time.Second)
+		if err == nil {
+			return cmd, addr, nil
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		if !errors.Is(err, errPortLost) || attempt == portAttempts {
+			return nil, "", err
+		}
+	}
 }
 
 // MasterAddr asks the Sentinels which server is the master.
@@ -365,19 +433,7 @@ type Redis struct {
 
 // Start starts a redis-server on a free loopback port.
 func Start(dir string) (*Redis, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin,
-		args: []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"}}
-	return r, r.start()
+	return startServer(dir)
 }
 
 func (r *Redis) start() error {
@@ -386,20 +442,11 @@ func (r *Redis) start() error {
 	if err := r.cmd.Start(); err != nil {
 		return err
 	}
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redisproc: redis-server on %s not answering: %w", r.Addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := answering(r.cmd, r.Addr, 10*time.Second); err != nil {
+		r.Kill()
+		return err
 	}
+	return nil
 }
 
 // Kill kills the server (SIGKILL) and waits for it.
