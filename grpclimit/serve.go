@@ -162,17 +162,9 @@ func (ic *Interceptor) limit(q call, set *ruleSet, sc *scratch) (metadata.MD, er
 		if !ok {
 			continue
 		}
-		t := c.base
-		if c.tier != "" || c.over != nil {
-			tier := ic.tier(&q)
-			if c.tier != "" && tier != c.tier {
-				continue
-			}
-			if o := c.over[key]; o != nil {
-				t = o
-			} else if o := c.over[tier]; o != nil && tier != "" {
-				t = o
-			}
+		t, ok := ruleitem.Choose(c.base, c.tier, c.over, key, func() string { return ic.tier(&q) })
+		if !ok {
+			continue
 		}
 		n := c.cost
 		if cost > 0 {

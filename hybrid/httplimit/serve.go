@@ -113,17 +113,9 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, set *ruleSet,
 		if !ok {
 			continue
 		}
-		t := c.base
-		if c.tier != "" || c.over != nil {
-			tier := m.tier(&q)
-			if c.tier != "" && tier != c.tier {
-				continue
-			}
-			if o := c.over[key]; o != nil {
-				t = o
-			} else if o := c.over[tier]; o != nil && tier != "" {
-				t = o
-			}
+		t, ok := ruleitem.Choose(c.base, c.tier, c.over, key, func() string { return m.tier(&q) })
+		if !ok {
+			continue
 		}
 		n := c.cost
 		if cost > 0 {

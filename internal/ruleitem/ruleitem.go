@@ -191,3 +191,25 @@ func AppendRateLimit(b []byte, id string, r, t int64) []byte {
 	b = append(b, ";t="...)
 	return strconv.AppendInt(b, t, 10)
 }
+
+// Choose returns the limit a matched rule decides key with: its override
+// for the key, else for the caller's tier, else base; ok is false when the
+// rule is for another tier (ruleTier set, and not the caller's). tier
+// tells the caller's tier; it is asked only when the rule names a tier or
+// has overrides.
+func Choose[T any](base *T, ruleTier string, over map[string]*T, key string, tier func() string) (limit *T, ok bool) {
+	if ruleTier == "" && over == nil {
+		return base, true
+	}
+	t := tier()
+	if ruleTier != "" && t != ruleTier {
+		return nil, false
+	}
+	if o := over[key]; o != nil {
+		return o, true
+	}
+	if o := over[t]; o != nil && t != "" {
+		return o, true
+	}
+	return base, true
+}

@@ -76,3 +76,31 @@ func TestFields(t *testing.T) {
 	assert.Equal(t, int64(1), ruleitem.Seconds(time.Nanosecond))
 	assert.Equal(t, int64(2), ruleitem.Seconds(1500*time.Millisecond))
 }
+
+// TestChoose: an override for the key wins over one for the tier, which
+// wins over the base; a rule for another tier does not apply; the tier is
+// asked only when the rule needs it.
+func TestChoose(t *testing.T) {
+	base, gold, vip := new(int), new(int), new(int)
+	over := map[string]*int{"gold": gold, "k-vip": vip}
+	asked := 0
+	tierOf := func(tier string) func() string { return func() string { asked++; return tier } }
+	for _, c := range []struct {
+		name, ruleTier, key, tier string
+		over                      map[string]*int
+		want                      *int
+		ok                        bool
+	}{
+		{"no tier, no overrides", "", "k", "gold", nil, base, true},
+		{"the key's override", "", "k-vip", "gold", over, vip, true},
+		{"the tier's override", "", "k", "gold", over, gold, true},
+		{"no override applies", "", "k", "silver", over, base, true},
+		{"the rule's tier", "gold", "k", "gold", nil, base, true},
+		{"another tier", "gold", "k", "silver", nil, nil, false},
+	} {
+		got, ok := ruleitem.Choose(base, c.ruleTier, c.over, c.key, tierOf(c.tier))
+		assert.Equal(t, c.ok, ok, c.name)
+		assert.Same(t, c.want, got, c.name)
+	}
+	assert.Equal(t, 5, asked, "the tier asked by every case but the first")
+}
