@@ -294,6 +294,9 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 			return m.fallbackLease(e, lr, v, charge)
 		}
 	}
+	if held, pool, ok := e.Value.PolicyStart(lr, now); ok {
+		m.beginPart(e, gossip, nodes, now, key, held, pool)
+	}
 	var d local.Decision
 	if gossip {
 		d = m.gossipBucket(e, now, key, n, charge)

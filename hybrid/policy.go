@@ -100,14 +100,30 @@ func (f *failover) closed() local.Decision {
 // local decides on this node's part of the limit, the limit divided by
 // nodes (FailLocal): its refusals are the part's, ReasonLimited.
 func (f *failover) local(nodes int64, now int64, key string, n int64, charge bool) local.Decision {
-	nodes = f.gossipNodes(nodes) // Gossip: the gossip's members
+	return f.partAllow(f.partOn(f.evenOn(nodes).lim), now, key, n, charge)
+}
+
+// evenOn returns the even split of the rule's limit over nodes (Gossip's
+// members, under Gossip with Config.Gossip) that local decides on.
+func (f *failover) evenOn(nodes int64) *evenSplit {
+	nodes = f.gossipNodes(nodes)
 	lim := f.rs.limit.Load()
 	sp := f.even.Load()
 	if sp == nil || sp.base != lim || sp.nodes != nodes {
 		sp = evenPart(lim, nodes)
 		f.even.Store(sp)
 	}
-	return f.partAllow(f.partOn(sp.lim), now, key, n, charge)
+	return sp
+}
+
+// begin starts key's bucket on part, which runs on lim, at avail tokens
+// (in lim's units) rather than full, by charging what lies between: at
+// the policy's first decision on a key since its last reply
+// (lease.Lease.PolicyStart).
+func (f *failover) begin(part *local.Limiter, lim *localx.Limit, now int64, key string, avail float64) {
+	if c := lim.MaxCost() - int64(max(avail, 0)); c > 0 && avail < float64(lim.MaxCost()) {
+		part.AllowNAt(time.UnixMicro(now), key, c)
+	}
 }
 
 // evenPart returns lim divided by nodes: its limit and burst each at least

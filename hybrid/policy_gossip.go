@@ -265,6 +265,32 @@ func (m *hybridRule) gossipBucket(e *keyed.Entry[lease.Lease], now int64, key st
 	return m.fail.byShare(now, key, n, m.estimate(&e.Value).Share, charge)
 }
 
+// beginPart starts a bucket key's part under the failure policy from
+// what the node held (lease.Lease.PolicyStart): its share's tokens held
+// and its part of the pool's tokens, pool; under Gossip its demand share of
+// the pool, under FailLocal its even part. FailOpen and FailClosed keep no
+// part.
+func (m *hybridRule) beginPart(e *keyed.Entry[lease.Lease], gossip bool, nodes, now int64, key string, held, pool int64) {
+	f := &m.fail
+	switch {
+	case gossip:
+		share := m.estimate(&e.Value).Share
+		if share <= 0 {
+			return
+		}
+		sc := f.scale.Load()
+		if lim := f.rs.limit.Load(); sc == nil || sc.base != lim {
+			sc = f.rescale(lim)
+		}
+		// byShare charges a request k ÷ share units of part.
+		avail := (float64(held) + share*float64(pool)) * float64(sc.k) / share
+		f.begin(f.partOn(sc.lim), &sc.lim, now, key, avail)
+	case f.policy == FailLocal || f.policy == Gossip || m.l.shut.Load():
+		sp := f.evenOn(nodes)
+		f.begin(f.partOn(sp.lim), &sp.lim, now, key, float64(held)+float64(pool)/float64(max(sp.nodes, 1)))
+	}
+}
+
 // estimate is the gossip estimate of k's key. m.salt is set once, in
 // newHybridRule, so the hot path reads it without a lock.
 func (m *hybridRule) estimate(k *lease.Lease) gossiphook.Estimate {

@@ -104,6 +104,7 @@ const (
 	flagUnreached                 // the last exchange found Redis out of reach (Unreached)
 	flagSoon                      // on the syncer's list of keys for an early round (Rule.Notify, TakeSoon)
 	flagLeft                      // due, but left by a round's budget for the next (Left)
+	flagBegun                     // the failure policy's part of a bucket key began from what it held (PolicyStart)
 )
 
 // WantsFirst reports whether k's next exchange belongs in a first-lease

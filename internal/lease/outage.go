@@ -158,3 +158,25 @@ func (r *Rule) handingBack(rnow int64, unreached bool) int64 {
 	}
 	return 0
 }
+
+// PolicyStart returns, at the failure policy's first decision on a bucket
+// key since its last reply, what the node holds to start the policy's part
+// from rather than a full burst: held, its share's tokens, and pool, the
+// pool's tokens as the last reply left them (refilled since at the rate
+// nobody held then), of which the node may count its part. A part begun
+// full would hand each node its part of the burst on top of the burst the
+// cluster had just spent through Redis. ok is false after the first, for
+// window rules, and for a key Redis never answered (its part starts full:
+// nothing is known of it). It runs under the key's lock.
+func (k *Lease) PolicyStart(r *Rule, now int64) (held, pool int64, ok bool) {
+	if !r.buckets || k.flags&(flagBegun|flagSynced) != flagSynced {
+		return 0, 0, false
+	}
+	k.flags |= flagBegun
+	rnow := now + k.offset
+	if k.rate > 0 && rnow < k.expiry-r.safety {
+		k.refill(r, rnow)
+		held = k.tokens
+	}
+	return held, max(k.poolNow(r, rnow), 0), true
+}

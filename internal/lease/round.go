@@ -456,6 +456,7 @@ func (k *Lease) ApplyBucket(r *Rule, q *Request, v *BucketReply, recv int64) {
 		k.tokens, k.rem, k.lost = 0, 0, 0 // what we held is gone with Redis's state, or revoked
 	}
 	k.epoch = v.Epoch
+	k.flags &^= flagBegun // the next outage begins its part from this reply's
 	k.debtSent += q.Debt
 	rate, burst, grant := k.afterOutage(r, v, unreached)
 	// A reply that neither grew the share nor granted tokens tells the key

@@ -87,15 +87,20 @@ type Line struct {
 	MaxLatency int64 `json:",omitempty"`
 	// Members is the gossip's member count at the window's end (Gossip).
 	Members int `json:",omitempty"`
+	// Times are the admissions' times, µs into the window, for a bucket
+	// rule: what the arrival curve is checked against.
+	Times []int64 `json:",omitempty"`
 }
 
 // runner is one mode's Limiter and rule on a node, and the line of the
 // window it is counting.
 type runner struct {
-	mode string
-	l    *hybrid.Limiter
-	r    *hybrid.Rule
-	cur  Line
+	mode  string
+	l     *hybrid.Limiter
+	r     *hybrid.Rule
+	cur   Line
+	times bool // record the admissions' times (a bucket rule)
+	wus   int64
 }
 
 // RunNode runs spec: it starts a Limiter per mode, writes Ready, offers
@@ -159,7 +164,7 @@ func startRunners(spec Spec, lim hybrid.Limit) (runners []*runner, gossipAddr st
 		if mode == ModeFallback {
 			gossipAddr = l.Stats().GossipAddr
 		}
-		runners = append(runners, &runner{mode: mode, l: l, r: r})
+		runners = append(runners, &runner{mode: mode, l: l, r: r, times: spec.Bucket, wus: spec.Window.Microseconds()})
 	}
 	return runners, gossipAddr, nil
 }
@@ -287,6 +292,9 @@ func (r *runner) decide(ctx context.Context, node string, wid int64, emit func(L
 		r.cur.Admitted++
 		if d.Degraded() {
 			r.cur.Degraded++
+		}
+		if r.times {
+			r.cur.Times = append(r.cur.Times, t0.UnixMicro()-wid*r.wus)
 		}
 	}
 }

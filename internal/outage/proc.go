@@ -44,6 +44,7 @@ func Start(exe string, spec Spec) (*Proc, error) {
 	go func() {
 		defer close(p.done)
 		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 16<<20) // a bucket's lines carry every admission's time
 		for sc.Scan() {
 			var l Line
 			if json.Unmarshal(sc.Bytes(), &l) != nil {
@@ -89,7 +90,8 @@ func (p *Proc) Lines() []Line {
 	return append([]Line(nil), p.lines...)
 }
 
-// Windows sums the Window lines of procs by mode and window.
+// Windows sums the Window lines of procs by mode and window (their Times
+// joined, unsorted).
 func Windows(procs ...*Proc) map[string]map[int64]Line {
 	out := map[string]map[int64]Line{}
 	for _, p := range procs {
@@ -109,6 +111,7 @@ func Windows(procs ...*Proc) map[string]map[int64]Line {
 			s.Failed += l.Failed
 			s.Degraded += l.Degraded
 			s.MaxLatency = max(s.MaxLatency, l.MaxLatency)
+			s.Times = append(s.Times, l.Times...)
 			m[l.Window] = s
 		}
 	}

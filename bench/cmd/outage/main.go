@@ -166,11 +166,23 @@ func main() {
 			fmt.Fprintln(os.Stderr, row(s, *limit))
 			if *verbose {
 				fmt.Fprint(os.Stderr, windows(s, *limit))
+				if s.algo == "token bucket" {
+					for _, m := range curveModes {
+						ex := curveExcess(s, m, *limit, W)
+						fmt.Fprintf(os.Stderr, "  %s excess ÷ B: %.2f at %v, %.2f at %v, %.2f at %v\n", m,
+							ex.before, time.Duration(ex.at[0])*time.Microsecond, ex.outage, time.Duration(ex.at[1])*time.Microsecond,
+							ex.after, time.Duration(ex.at[2])*time.Microsecond)
+					}
+				}
 			}
 		}
 		all = append(all, group...)
 	}
-	table := report(all, *limit) + fmt.Sprintf("\n%d runs in %v; load average %s at the start, %s at the end (%d CPUs).\n",
+	table := report(all, *limit)
+	if slices.ContainsFunc(all, func(s *scenario) bool { return s.algo == "token bucket" }) {
+		table += curveIntro + curveReport(all, *limit, W)
+	}
+	table += fmt.Sprintf("\n%d runs in %v; load average %s at the start, %s at the end (%d CPUs).\n",
 		len(all), time.Since(started).Round(time.Second), loadBefore, loadavg(), runtime.NumCPU())
 	fmt.Print(table)
 	if *img != "" {
@@ -546,6 +558,15 @@ after the other on one core, so a decision that waits for Redis (up to Config.Ti
 the breaker opens) delays the others' arrivals: the fault window's figures are low for it.
 `
 
+const curveIntro = `
+The token bucket's rows against its arrival curve: the most the nodes together admitted over
+any span since the key's first request beyond the burst B plus the rate's refill over that
+span, ÷ B, for spans ending before the fault / from the fault to Redis's return / after it
+(0: within the curve).
+FailOpen and alone pass it by design.
+
+`
+
 const docNotes = `
 ## Reading it
 
@@ -593,7 +614,11 @@ const docNotes = `
   node has gossiped yet), so skewed traffic keeps about L too. Unlike a window's remainder,
   the part of the rate the reserve leaves idle nodes is not split again as the outage goes
   on: with all the traffic on one node the cluster keeps (1 − reserve × (N − 1) ÷ N) × L,
-  0.96 × L here.
+  0.96 × L here. A bucket key's part, under any policy that keeps one, begins with what the
+  node held when Redis went (its share's tokens and its part of the pool's, as its last
+  reply left them), not with a fresh burst: the nodes, which had spent the burst through
+  Redis, would otherwise each take their part of it again, 0.7-0.8 × B over the arrival
+  curve through a kill (the curve table: 0.00 now, where the machine kept up).
 - When Redis returns, under every policy, replies grant nothing on top of what each node
   held for thirty sync intervals (in the window the outage touched, or one begun since, where
   a node that came back later still decides by its policy), and the node decides meanwhile
