@@ -53,6 +53,5 @@ func (c *cluster) stop() {
 			m.Close()
 		}
 		c.kill()
-		fmt.Fprintln(os.Stderr, "accuracy: private Redis Cluster stopped")
 	})
 }
