@@ -117,11 +117,14 @@ clean: redis-stop
 
 ## bench-accuracy: the multi-process accuracy benchmark: N node processes
 ## (GOMAXPROCS=1 each) per mode, workload and algorithm against a private
-## redis-server it starts; prints the main table, the api-users table, the
-## outage row and the api-patterns table (false refusals), and writes
-## docs/accuracy-results.md and docs/img/accuracy-*.svg. About an hour (the
-## api-users runs alone, 30 windows of 10 s, take 18 minutes:
-## ACCURACY_FLAGS='-main=false -curves=false -patterns=false'; the api-patterns
+## redis-server it starts; prints the main table, the api-users table (with
+## rows against a private three-master Redis Cluster it starts for them,
+## marked (cluster)), the outage row and the api-patterns table (false
+## refusals), and writes docs/accuracy-results.md and
+## docs/img/accuracy-*.svg. About 75 minutes (the api-users runs alone, 30
+## windows of 10 s, take 18 minutes and their Cluster rows 14 more:
+## ACCURACY_FLAGS='-main=false -curves=false -patterns=false', without the
+## Cluster rows -users-cluster=false; the api-patterns
 ## runs alone about 5: ACCURACY_FLAGS='-main=false -curves=false -users=false
 ## -outage=false'). ACCURACY_FLAGS passes flags to bench/cmd/accuracy (e.g.
 ## ACCURACY_FLAGS='-windows 10 -curves=false'; -api-wait sets the hybrid
@@ -138,7 +141,8 @@ bench-accuracy-run:
 	cd bench && ../.run/accuracy/accuracy -node ../.run/accuracy/accnode -out ../.run/accuracy $(ACCURACY_DOC) $(ACCURACY_FLAGS)
 
 ## bench-accuracy-short: a quick check of the same (about 9 minutes, fewer and
-## shorter runs); prints the tables, writes nothing into docs/.
+## shorter runs, no Cluster rows: ACCURACY_FLAGS=-users-cluster adds them);
+## prints the tables, writes nothing into docs/.
 bench-accuracy-short:
 	$(MAKE) --no-print-directory bench-accuracy-run ACCURACY_DOC= ACCURACY_FLAGS='-short $(ACCURACY_FLAGS)'
 

@@ -306,3 +306,46 @@ func TestNodeCPUAgainstLocal(t *testing.T) {
 	assert.Equal(t, []string{"node CPU ≤ 1.5× Local mode's on the same arrivals: api-users, hybrid, fixed"}, judged)
 	assert.True(t, math.IsNaN(perDecision(1, 0, hybrid.Spec)), "no decision, no figure")
 }
+
+// TestUsersClusterRows: the api-users table puts each mode's Cluster row
+// after its one-server row, labelled, and measures a Cluster row's Redis
+// CPU against central (cluster)'s and its node CPU against the one Local
+// row.
+func TestUsersClusterRows(t *testing.T) {
+	run := func(s Spec, redisUs, nodeUs float64) *Result {
+		return &Result{Spec: s, ModeRun: s.Mode, Valid: true, Decided: 1000, Users: &UsersResult{},
+			RedisCPUusPerDecision: redisUs, NodeCPUusPerDecision: nodeUs}
+	}
+	central := run(NewUsersSpec(ModeCentral, 100, 1), 20, 30)
+	hybrid := run(NewUsersSpec(ModeHybrid, 100, 1), 10, 15)
+	local := run(NewUsersSpec(ModeLocal, 100, 1), 0, 10)
+	clCentral := run(NewUsersClusterSpec(ModeCentral, 100, 1), 40, 36)
+	clHybrid := run(NewUsersClusterSpec(ModeHybrid, 100, 1), 10, 20)
+	require.NotEqual(t, hybrid.Spec.ID, clHybrid.Spec.ID, "a Cluster run's id (its keys, its files)")
+	results := []*Result{clHybrid, local, clCentral, hybrid, central}
+
+	var order []string
+	for _, r := range setOf(results, SetUsers) {
+		order = append(order, r.ran())
+	}
+	assert.Equal(t, []string{"central", "central (cluster)", "hybrid", "hybrid (cluster)", "local"}, order)
+
+	cells := clHybrid.usersCells(results)
+	assert.Equal(t, "hybrid (cluster)", cells[0])
+	assert.Contains(t, cells, "0.25×", "Redis CPU against central (cluster)'s 40 µs, not central's 20: %v", cells)
+	assert.Contains(t, cells, "2.00×", "node CPU against Local's: %v", cells)
+	assert.Contains(t, hybrid.usersCells(results), "0.50×", "the one-server row against central's")
+
+	var redis []string
+	for _, c := range UsersTargets(results) {
+		if strings.HasPrefix(c.Target, "Redis CPU") {
+			redis = append(redis, c.Target+": "+c.Measured)
+		}
+	}
+	assert.Equal(t, []string{
+		"Redis CPU ≤ 0.5× central's: api-users, hybrid, fixed: 10.00 vs 20.00 µs/decision: 0.50×",
+		"Redis CPU ≤ 0.5× central's: api-users, hybrid (cluster), fixed: 10.00 vs 40.00 µs/decision: 0.25×",
+	}, redis)
+	assert.Contains(t, usersText(results), "Rows marked (cluster)")
+	assert.NotContains(t, usersText([]*Result{central, hybrid}), "Rows marked (cluster)")
+}

@@ -14,7 +14,8 @@
 // hooks.go; Analyze (analyze.go) computes a Result from the node files;
 // report.go, curves.go, plot.go and markdown.go render tables, checks, SVG
 // charts and the document. The api-users workload is users.go and
-// usersreport.go; the api-patterns workload (burst sessions, two rules per
+// usersreport.go (its rows on a Redis Cluster too: Spec.Cluster, the
+// nodes on a redis.ClusterClient); the api-patterns workload (burst sessions, two rules per
 // request, retries at RetryAfter, a limit change, each against an exact
 // replay: false refusals) is patterns.go, patternsnode.go,
 // patternsanalyze.go and patternsreport.go; wait.go is where a rule's wait

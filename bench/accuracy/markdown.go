@@ -313,5 +313,19 @@ func usersText(results []*Result) string {
 		"Node CPU µs/dec: the node processes' CPU (user + system, over the measured part, the harness's own work included) per decision; "+
 		"vs local: that against Local mode's on the same arrivals, where each node decides alone (the floor; its over-admission is N × L by design).",
 		group(float64(s.Keys)), s.Limit, s.Window, s.Burst, UsersMinRate, UsersMaxRate, UsersAlpha, UsersMinRate, UsersAbuse, UsersSession,
-		s.Nodes, s.Windows, group(s.UsersRate()))
+		s.Nodes, s.Windows, group(s.UsersRate())) + usersClusterText(results)
+}
+
+// usersClusterText describes the api-users rows on a Redis Cluster, if
+// the run has any.
+func usersClusterText(results []*Result) string {
+	for _, r := range results {
+		if r.Spec.Set == SetUsers && r.Spec.Cluster {
+			return " Rows marked (cluster): the same arrivals against a Redis Cluster of three masters (no replicas, on the same machine), which the benchmark starts on free loopback ports " +
+				"and kills by PID after them; the nodes reach it through a redis.ClusterClient (hybrid, central, and the naive design's pushes). " +
+				"Redis CPU and scripts are summed over the three masters (INFO cpu before and after the run, INFO commandstats, master by master); " +
+				"vs central compares a Cluster row with central (cluster), vs local with the one Local row (Local mode reaches no Redis)."
+		}
+	}
+	return ""
 }

@@ -39,8 +39,8 @@ import (
 type naive struct {
 	fixed    bool
 	w, limit int64
-	burst    int64 // GCRA
-	client   *redis.Client
+	burst    int64                 // GCRA
+	client   redis.UniversalClient // one server, or a Cluster
 	prefix   string
 	interval time.Duration
 	t0       int64
@@ -86,7 +86,7 @@ end
 return tat
 `)
 
-func newNaive(ctx context.Context, client *redis.Client, lim localx.Limit, prefix string, interval time.Duration, t0 int64, r *rounds) (*naive, error) {
+func newNaive(ctx context.Context, client redis.UniversalClient, lim localx.Limit, prefix string, interval time.Duration, t0 int64, r *rounds) (*naive, error) {
 	n := &naive{
 		w: lim.Window().Microseconds(), limit: lim.Quota(), client: client, prefix: prefix,
 		interval: interval, t0: t0, rounds: r, keys: map[uint32]*nkey{},

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -54,12 +55,9 @@ func RunNode(spec Spec, node int, out string) error {
 	ctx := context.Background()
 	W, T0 := spec.W(), spec.T0
 
-	var client *redis.Client
+	var client redis.UniversalClient
 	if spec.Mode != ModeLocal {
-		client = redis.NewClient(&redis.Options{
-			Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
-			PoolSize: spec.Workers + 4, MinIdleConns: 2,
-		})
+		client = nodeClient(spec)
 		defer client.Close()
 		client.AddHook(cc)
 		if err := client.Ping(ctx).Err(); err != nil {
@@ -360,10 +358,27 @@ func RunNode(spec Spec, node int, out string) error {
 	return nil
 }
 
+// nodeClient returns a node's client of the run's Redis: a
+// redis.ClusterClient seeded with the masters when spec.Cluster, else a
+// redis.Client; no retries (a decision's deadline bounds it), pools sized
+// for central mode's workers (per master, on a Cluster).
+func nodeClient(spec Spec) redis.UniversalClient {
+	if spec.Cluster {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: strings.Split(spec.Redis, ","), ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
+			PoolSize: spec.Workers + 4, MinIdleConns: 2,
+		})
+	}
+	return redis.NewClient(&redis.Options{
+		Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
+		PoolSize: spec.Workers + 4, MinIdleConns: 2,
+	})
+}
+
 // newLimiter returns node's Limiter for a run: the library's defaults but
 // for the sync interval, the node's name and the node count, its rounds
 // timestamped into rs; client nil for local mode.
-func newLimiter(spec Spec, node int, client *redis.Client, prefix string, rs *rounds) (*hybrid.Limiter, error) {
+func newLimiter(spec Spec, node int, client redis.UniversalClient, prefix string, rs *rounds) (*hybrid.Limiter, error) {
 	cfg := hybrid.Config{
 		Keyspace:      syncer.Keyspace{Prefix: prefix},
 		Sync:          hybrid.SyncConfig{Interval: spec.Interval, NodeID: fmt.Sprintf("n%d", node), Nodes: spec.Nodes, NoColdStart: spec.NoColdStart},

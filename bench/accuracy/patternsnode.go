@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
 )
@@ -228,10 +226,7 @@ func runPatternsNode(spec Spec, node int, out string) error {
 	if spec.Mode != ModeCentral && spec.Mode != ModeHybrid {
 		return fmt.Errorf("node %d: the api-patterns workload runs central or hybrid, not %q", node, spec.Mode)
 	}
-	client := redis.NewClient(&redis.Options{
-		Addr: spec.Redis, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
-		PoolSize: spec.Workers + 4, MinIdleConns: 2,
-	})
+	client := nodeClient(spec)
 	defer client.Close()
 	client.AddHook(cc)
 	if err := client.Ping(ctx).Err(); err != nil {

@@ -3,6 +3,7 @@ package accuracy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -42,6 +43,24 @@ func ReadRedisStats(ctx context.Context, c *redis.Client) (RedisStats, error) {
 		}
 	}
 	return st, sc.Err()
+}
+
+// SumRedisStats reads ReadRedisStats of every server of cs (each master
+// of a Cluster) and adds them up: the Redis a run used, whole.
+func SumRedisStats(ctx context.Context, cs []*redis.Client) (RedisStats, error) {
+	var sum RedisStats
+	for _, c := range cs {
+		st, err := ReadRedisStats(ctx, c)
+		if err != nil {
+			return sum, fmt.Errorf("%s: %w", c.Options().Addr, err)
+		}
+		sum.EvalshaCalls += st.EvalshaCalls
+		sum.EvalshaUsec += st.EvalshaUsec
+		sum.EvalCalls += st.EvalCalls
+		sum.Calls += st.Calls
+		sum.CPU += st.CPU
+	}
+	return sum, nil
 }
 
 // statField returns field f of "calls=1,usec=2,...".

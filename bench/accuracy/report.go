@@ -132,11 +132,17 @@ func (r *Result) Verdict() string {
 	return v
 }
 
+// ran names the mode the run ran in: the mode asked, and the one the rule
+// ran in if another; "(cluster)" after it on a Redis Cluster.
 func (r *Result) ran() string {
-	if r.ModeRun == r.Spec.Mode {
-		return r.ModeRun
+	m := r.ModeRun
+	if m != r.Spec.Mode {
+		m = r.Spec.Mode + "→" + r.ModeRun
 	}
-	return r.Spec.Mode + "→" + r.ModeRun
+	if r.Spec.Cluster {
+		m += " (cluster)"
+	}
+	return m
 }
 
 // columns of the tables, text and Markdown alike.
@@ -342,7 +348,7 @@ func ChecksMarkdown(cs []Check) string {
 }
 
 // Sorted returns the results in table order: set, algorithm, workload,
-// mode, N, L.
+// N, L, mode, one server before a Cluster.
 func Sorted(results []*Result) []*Result {
 	order := func(list []string, v string) int { return slices.Index(list, v) }
 	modes := []string{ModeCentral, ModeHybrid, ModeNaive, ModeLocal}
@@ -358,6 +364,7 @@ func Sorted(results []*Result) []*Result {
 			x.Nodes - y.Nodes,
 			int(x.Limit - y.Limit),
 			order(modes, x.Mode) - order(modes, y.Mode),
+			b2i(x.Cluster) - b2i(y.Cluster), // a mode's Cluster row after its one-server row
 		} {
 			if d != 0 {
 				return d
@@ -366,4 +373,11 @@ func Sorted(results []*Result) []*Result {
 		return 0
 	})
 	return out
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

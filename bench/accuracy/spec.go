@@ -108,8 +108,13 @@ type Spec struct {
 	// KillAt and Down: the outage run's Redis is killed (SIGKILL) KillAt
 	// after T0 and restarted Down later. Zero: no outage.
 	KillAt, Down time.Duration
-	T0           int64  // wall-clock start (µs since the epoch), a multiple of W
-	Redis        string // host:port; empty in local mode
+	T0           int64 // wall-clock start (µs since the epoch), a multiple of W
+	// Redis is host:port, empty in local mode; with Cluster, the Cluster's
+	// masters, comma-separated.
+	Redis string
+	// Cluster: the nodes reach a Redis Cluster through a
+	// redis.ClusterClient, not one server through a redis.Client.
+	Cluster bool `json:",omitempty"`
 }
 
 // Outage reports whether the run kills Redis on the way.

@@ -45,6 +45,10 @@ var UsersAlgos = []string{AlgoFixed, AlgoGCRA}
 // deciding alone, is the floor of the node's CPU.
 var UsersModes = []string{ModeHybrid, ModeCentral, ModeNaive, ModeLocal}
 
+// UsersClusterModes are the modes of the api-users rows on a Redis
+// Cluster: those that reach Redis (Local mode's row is the same on either).
+var UsersClusterModes = []string{ModeHybrid, ModeCentral, ModeNaive}
+
 // TargetNodeCPUvsLocal is the most a distributed mode's node CPU per
 // decision may be, as a multiple of Local mode's on the same arrivals.
 const TargetNodeCPUvsLocal = 1.5
@@ -58,6 +62,16 @@ func NewUsersSpec(m string, keys, windows int) Spec {
 		Keys: keys, Seed: 1, Interval: DefaultInterval, Workers: DefaultWorkers,
 	}
 	s.ID = fmt.Sprintf("users-%s-K%d-W%d", m, keys, windows)
+	return s
+}
+
+// NewUsersClusterSpec returns the api-users run in mode m against a
+// three-master Redis Cluster: the same arrivals as NewUsersSpec's, the
+// nodes on a redis.ClusterClient.
+func NewUsersClusterSpec(m string, keys, windows int) Spec {
+	s := NewUsersSpec(m, keys, windows)
+	s.Cluster = true
+	s.ID = fmt.Sprintf("users-%s-cluster-K%d-W%d", m, keys, windows)
 	return s
 }
 

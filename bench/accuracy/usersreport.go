@@ -40,7 +40,8 @@ func us(v Float) string {
 func pctPair(d Dist) string { return Pct(d.P99) + " / " + Pct(d.Max) }
 
 // localOf returns the Local-mode run of the same set and algorithm as r:
-// the floor of the node's CPU on the same arrivals.
+// the floor of the node's CPU on the same arrivals (a Cluster row's too:
+// Local mode reaches no Redis).
 func localOf(results []*Result, r *Result) *Result {
 	for _, c := range results {
 		if c.Spec.Set == r.Spec.Set && c.Spec.Mode == ModeLocal && c.Spec.Algo == r.Spec.Algo {
@@ -50,10 +51,11 @@ func localOf(results []*Result, r *Result) *Result {
 	return nil
 }
 
-// central returns the central run of the same set and algorithm as r.
+// centralOf returns the central run of the same set, algorithm and Redis
+// (one server, or a Cluster) as r.
 func centralOf(results []*Result, r *Result) *Result {
 	for _, c := range results {
-		if c.Spec.Set == r.Spec.Set && c.Spec.Mode == ModeCentral && c.Spec.Algo == r.Spec.Algo {
+		if c.Spec.Set == r.Spec.Set && c.Spec.Mode == ModeCentral && c.Spec.Algo == r.Spec.Algo && c.Spec.Cluster == r.Spec.Cluster {
 			return c
 		}
 	}

@@ -11,7 +11,10 @@
 // It starts a private redis-server (persistence off, flushed and its
 // statistics reset before each run) when one is on PATH, so INFO
 // commandstats and CPU are the run's alone; -redis uses a server of yours
-// instead, which it flushes too. -render rebuilds the tables, document and
+// instead, which it flushes too. The api-users rows marked (cluster)
+// (-users-cluster) run against a private three-master Redis Cluster,
+// started on free loopback ports before the first of them and killed by
+// PID after the last, its figures summed over the masters. -render rebuilds the tables, document and
 // plots from the results.json of an earlier run without running anything.
 //
 // The exit status is 1 when a run fails to run (not when it is invalid or
@@ -74,6 +77,9 @@ var (
 	usersWindows = flag.Int("users-windows", accuracy.UsersWindows, "api-users: measured 10 s windows per run")
 	usersModes   = flag.String("users-modes", strings.Join(accuracy.UsersModes, ","), "api-users: modes")
 
+	usersCluster      = flag.Bool("users-cluster", true, "api-users: also run the workload against a three-master Redis Cluster it starts (rows marked (cluster), Redis CPU summed over the masters)")
+	usersClusterModes = flag.String("users-cluster-modes", strings.Join(accuracy.UsersClusterModes, ","), "api-users: modes of the Cluster rows (central, hybrid, naive)")
+
 	doOutage      = flag.Bool("outage", true, "run the api-users workload through a Redis outage (needs the private redis-server)")
 	outageKeys    = flag.Int("outage-keys", 20000, "outage run: users (keys); 20,000 over 6 windows offers the api-users run's rate")
 	outageWindows = flag.Int("outage-windows", 5, "outage run: measured 10 s windows; Redis is killed at the start of the second")
@@ -86,13 +92,14 @@ var (
 	patternsScale   = flag.Float64("patterns-scale", 1, "api-patterns: a multiple of each pattern's sessions per window")
 	apiWait         = flag.String("api-wait", "", "the hybrid rules' wait for a lease (Rule.Wait) in the api-users and api-patterns runs: empty for the library's default, or "+strings.Join(accuracy.WaitModes, ", "))
 
-	short = flag.Bool("short", false, "a quick check (about 9 minutes): 5 windows, no curves, fewer main-table runs, api-users with 20,000 users over 5 windows, api-patterns over 3 windows; flags given explicitly win")
+	short = flag.Bool("short", false, "a quick check (about 9 minutes): 5 windows, no curves, fewer main-table runs, api-users with 20,000 users over 5 windows and no Cluster rows, api-patterns over 3 windows; flags given explicitly win")
 )
 
 // shortDefaults are the flag values -short sets, unless given explicitly.
 var shortDefaults = map[string]string{
 	"windows": "5", "curves": "false", "workloads": "uniform,under", "modes": "central,hybrid",
 	"more-workloads": "under", "users-keys": "20000", "users-windows": "5", "patterns-windows": "3",
+	"users-cluster": "false",
 }
 
 func main() {
@@ -170,11 +177,38 @@ func run() error {
 	started := time.Now()
 	var results []*accuracy.Result
 	failed := 0
+	// The Cluster runs only while its rows do: started before the first,
+	// stopped after the last.
+	var cl *cluster
+	var clErr error
+	lastCluster := -1
+	for i, s := range specs {
+		if s.Cluster {
+			lastCluster = i
+		}
+	}
+	defer func() {
+		if cl != nil {
+			cl.stop()
+		}
+	}()
 	for i, s := range specs {
 		if ctx.Err() != nil {
 			break
 		}
 		s.Redis = addr
+		servers := []*redis.Client{rc}
+		if s.Cluster {
+			if cl == nil && clErr == nil {
+				cl, clErr = startCluster(ctx, *outDir)
+			}
+			if clErr != nil {
+				failed++
+				fmt.Fprintf(os.Stderr, "[%d/%d] %s: FAILED: %v\n", i+1, len(specs), s.ID, clErr)
+				continue
+			}
+			s.Redis, servers = strings.Join(cl.addrs, ","), cl.masters
+		}
 		s.NoColdStart = *noColdStart
 		if s.Set == accuracy.SetUsers || s.Set == accuracy.SetOutage || s.Set == accuracy.SetPatterns {
 			s.Wait = *apiWait
@@ -184,7 +218,10 @@ func run() error {
 			fmt.Fprintf(os.Stderr, "[%d/%d] %s: skipped: the outage run kills the private redis-server, not one given with -redis\n", i+1, len(specs), s.ID)
 			continue
 		}
-		rs, err := runOne(ctx, rc, srv, s)
+		rs, err := runOne(ctx, servers, srv, s)
+		if i == lastCluster && cl != nil {
+			cl.stop()
+		}
 		if err != nil {
 			failed++
 			fmt.Fprintf(os.Stderr, "[%d/%d] %s: FAILED: %v\n", i+1, len(specs), s.ID, err)
@@ -302,6 +339,17 @@ func plan() ([]accuracy.Spec, error) {
 			}
 		}
 	}
+	if *doUsers && *usersCluster {
+		for _, m := range split(*usersClusterModes) {
+			if !slices.Contains(accuracy.UsersClusterModes, m) {
+				return nil, fmt.Errorf("-users-cluster-modes: %q: the Cluster rows run %s", m, strings.Join(accuracy.UsersClusterModes, ", "))
+			}
+			s := accuracy.NewUsersClusterSpec(m, *usersKeys, *usersWindows)
+			if re == nil || re.MatchString(s.ID) {
+				specs = append(specs, s)
+			}
+		}
+	}
 	if *doOutage {
 		for _, m := range split(*outageModes) {
 			s := accuracy.NewOutageSpec(m, *outageKeys, *outageWindows, *outageDown)
@@ -346,20 +394,24 @@ func split(s string) []string {
 }
 
 // runOne runs one spec: N node processes, then the analysis, one Result per
-// algorithm the nodes decided. An outage run kills srv (SIGKILL) KillAt
-// after T0 and restarts it Down later.
-func runOne(ctx context.Context, rc *redis.Client, srv *server, s accuracy.Spec) ([]*accuracy.Result, error) {
+// algorithm the nodes decided. servers are the Redis servers the run uses
+// (a Cluster's masters), flushed and their statistics reset first; their
+// figures are summed. An outage run kills srv (SIGKILL) KillAt after T0 and
+// restarts it Down later.
+func runOne(ctx context.Context, servers []*redis.Client, srv *server, s accuracy.Spec) ([]*accuracy.Result, error) {
 	dir := filepath.Join(*outDir, s.ID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := rc.FlushAll(ctx).Err(); err != nil {
-		return nil, err
+	for _, rc := range servers {
+		if err := rc.FlushAll(ctx).Err(); err != nil {
+			return nil, err
+		}
+		if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+			return nil, err
+		}
 	}
-	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
-		return nil, err
-	}
-	before, err := accuracy.ReadRedisStats(ctx, rc)
+	before, err := accuracy.SumRedisStats(ctx, servers)
 	if err != nil {
 		return nil, err
 	}
@@ -458,7 +510,7 @@ func runOne(ctx context.Context, rc *redis.Client, srv *server, s accuracy.Spec)
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	after, err := accuracy.ReadRedisStats(ctx, rc)
+	after, err := accuracy.SumRedisStats(ctx, servers)
 	if err != nil {
 		return nil, err
 	}
@@ -521,7 +573,11 @@ func report(meta accuracy.Meta, results []*accuracy.Result) error {
 	if ut, ot := accuracy.UsersTables(results); ut != "" || ot != "" {
 		if ut != "" {
 			fmt.Println()
-			fmt.Println("== api-users: users limited to 100 per 10 s, 1% at 10 × it, N = 8, each request to a random node")
+			fmt.Print("== api-users: users limited to 100 per 10 s, 1% at 10 × it, N = 8, each request to a random node")
+			if hasCluster(results) {
+				fmt.Print("; rows marked (cluster): the same against a three-master Redis Cluster, Redis CPU summed over the masters, vs central against central (cluster)")
+			}
+			fmt.Println()
 			fmt.Print(ut)
 		}
 		if ot != "" {
@@ -701,4 +757,9 @@ func slug(title string) string {
 		}
 	}
 	return b.String()
+}
+
+// hasCluster reports whether any result ran against a Redis Cluster.
+func hasCluster(results []*accuracy.Result) bool {
+	return slices.ContainsFunc(results, func(r *accuracy.Result) bool { return r.Spec.Cluster })
 }

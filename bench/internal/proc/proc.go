@@ -49,3 +49,18 @@ func Redis(dir string) (addr string, stop func(), err error) {
 		}
 	}, nil
 }
+
+// Cluster starts a Redis Cluster of three masters, no replicas, its nodes'
+// files in dir (emptied first: a node's old nodes.conf would name old
+// ports), and returns the masters' addresses and a function that stops
+// every node by its PID.
+func Cluster(dir string) (addrs []string, stop func(), err error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err
+	}
+	c, err := redisproc.StartCluster(dir, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Addrs, c.Close, nil
+}
