@@ -121,11 +121,12 @@ type registryRequest struct {
 	Node  string // the node's name
 	Live  int64  // how long a node counts as live after its last round (µs)
 	Leave bool   // the node leaves (Shutdown)
+	Ahead int64  // how far ahead of now to score the node (µs): an idle node's next registration is that much later
 }
 
 // registryCall is the call of lua/registry.lua for q on the registry key.
 func registryCall(key string, q registryRequest) call {
-	return call{scriptRegistry, []string{key}, []any{q.Now, q.Node, q.Live, boolFlag(q.Leave)}}
+	return call{scriptRegistry, []string{key}, []any{q.Now, q.Node, q.Live, boolFlag(q.Leave), q.Ahead}}
 }
 
 // registryReply is what lua/registry.lua answers.

@@ -39,6 +39,7 @@ type syncer struct {
 	mu         sync.Mutex // one round at a time; guards active, registered, carry and look
 	active     map[*keyed.Entry[lease.Lease]]*lease.Rule
 	registered int64 // node time of the last registration, 0 before any
+	regDue     int64 // node time the next registration is due
 	// carry holds the keys a round's budget left for the next (each
 	// marked Left), and look the keys an early round looks at (reused).
 	carry []dueKey
@@ -138,7 +139,8 @@ var errNotLeasable = fmt.Errorf("%w: the limit cannot be split into leases", Err
 func redisRule(lr *lease.Rule) *Rule { return lr.Ref().(*Rule) }
 
 // Nodes returns the number of live nodes: those whose last round Redis saw
-// within DemandTTL (a node registers every DemandTTL ÷ 2), and at least
+// within DemandTTL (a node registers every DemandTTL ÷ 2, or ahead of time
+// while idle: register), and at least
 // Tuning.Nodes. It is Tuning.Nodes, possibly 0, before this node's first
 // round.
 func (s *syncer) Nodes() int64 { return s.cluster.Nodes() }
@@ -147,14 +149,28 @@ func (s *syncer) Nodes() int64 { return s.cluster.Nodes() }
 func (s *syncer) registryKey() string { return s.ks.prefix() + ":nodes" }
 
 // register is the round's registration, when one is due: every DemandTTL ÷
-// 2, and on leaving. The caller holds mu.
-func (s *syncer) register(now int64, leave bool) (call, bool) {
-	if !leave && s.registered != 0 && now-s.registered < s.cfg.DemandTTL.Microseconds()/2 {
+// 2, and on leaving; every idleRegister while the node has no key to look
+// after (idle), the registration then scored ahead so that the node stays
+// live until the next. The caller holds mu.
+func (s *syncer) register(now int64, leave, idle bool) (call, bool) {
+	if !leave && s.registered != 0 && now < s.regDue {
 		return call{}, false
 	}
-	s.registered = now
-	return registryCall(s.registryKey(), registryRequest{Now: s.scriptNow(now), Node: s.node, Live: s.cfg.DemandTTL.Microseconds(), Leave: leave}), true
+	live := s.cfg.DemandTTL.Microseconds()
+	every, ahead := live/2, int64(0)
+	if idle && !leave {
+		every = max(idleRegister*s.cfg.Interval.Microseconds(), every)
+		ahead = every - live/2
+	}
+	s.registered, s.regDue = now, now+every
+	return registryCall(s.registryKey(), registryRequest{Now: s.scriptNow(now), Node: s.node, Live: live, Leave: leave, Ahead: ahead}), true
 }
+
+// idleRegister is how often, in intervals, a node with no key to look
+// after registers: a Limiter that holds nothing costs a round trip every two
+// seconds (by default), not four a second. A node that dies idle counts as
+// live for up to as long, plus DemandTTL.
+const idleRegister = 20
 
 // Start runs the sync loop in a goroutine until Close or Shutdown: a round
 // every Interval, and sooner for keys that asked (at most every MinGap);
@@ -195,6 +211,22 @@ func (s *syncer) loop() {
 			all = false
 		}
 	}
+	// With no key to look after, the loop wakes only to register again
+	// (DemandTTL/2): an idle Limiter's rounds cost it and Redis nothing
+	// between. A key handed over wakes it (lease.Cluster.Sleep).
+	period := s.cfg.Interval
+	pace := func() {
+		want := s.cfg.Interval
+		if wait, ok := s.idleFor(); ok && !s.failed.Load() && s.cluster.Sleep() {
+			want = max(wait, want)
+		} else {
+			s.cluster.Awake()
+		}
+		if want != period {
+			tick.Reset(want)
+			period = want
+		}
+	}
 	for {
 		select {
 		case <-s.stop:
@@ -214,7 +246,23 @@ func (s *syncer) loop() {
 			early.ran()
 			run(false)
 		}
+		pace()
 	}
+}
+
+// idleFor reports whether the syncer has no key to look after (none in its
+// set, none carried to the next round), and if so how long until its
+// registration is due again.
+func (s *syncer) idleFor() (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.active) > 0 || len(s.carry) > 0 {
+		return 0, false
+	}
+	if s.registered == 0 {
+		return 0, true
+	}
+	return time.Duration(s.regDue-s.cfg.Clock.Now().UnixMicro()) * time.Microsecond, true
 }
 
 // unanswered reports whether a round, st, with error err found Redis out

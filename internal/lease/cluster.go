@@ -48,6 +48,10 @@ type Cluster struct {
 	// waiting is set when a key a request waits for joins the list of the
 	// next first-lease round (TakeWaiting).
 	waiting atomic.Bool
+	// asleep: the syncer's loop, with no key to look after, runs its next
+	// regular round only to register again; a key handed over wakes it
+	// (Sleep, Notify).
+	asleep atomic.Bool
 }
 
 // NewCluster returns a Cluster that assumes at least least live nodes.
@@ -174,6 +178,13 @@ func (q *queue) push(r *Rule, e *keyed.Entry[Lease]) {
 	q.mu.Unlock()
 }
 
+// pending reports whether q holds keys.
+func (q *queue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items) > 0
+}
+
 // take empties q and returns what it held.
 func (q *queue) take() []Handed {
 	q.mu.Lock()
@@ -192,6 +203,26 @@ func (c *Cluster) TakeHanded(f func(Handed)) {
 		}
 	}
 }
+
+// Sleep records that the syncer's loop, with no key to look after, will
+// run its next regular round only to register again, later than the
+// interval: the next key handed over (Notify) wakes it. It returns false,
+// awake, if a key was handed over since the last round took them. (Notify
+// pushes, then reads asleep; Sleep sets asleep, then reads the queues: one
+// of the two sees the other.)
+func (c *Cluster) Sleep() bool {
+	c.asleep.Store(true)
+	for i := range c.queues {
+		if c.queues[i].pending() {
+			c.asleep.Store(false)
+			return false
+		}
+	}
+	return true
+}
+
+// Awake records that the syncer's loop runs a round every interval.
+func (c *Cluster) Awake() { c.asleep.Store(false) }
 
 // TakeSoon empties the list of the syncer's keys that asked for an early
 // round (urgent, or waited for) and returns it; each leaves it (Soon) when
@@ -213,6 +244,9 @@ func (r *Rule) Notify(e *keyed.Entry[Lease]) {
 	if k.flags&(flagQueued|flagActive) == 0 {
 		k.flags |= flagQueued
 		c.queues[uintptr(k.Digest[0])%queueShards].push(r, e)
+		if c.asleep.Load() && c.asleep.CompareAndSwap(true, false) {
+			signal(c.wake) // the loop looks after keys at every interval again
+		}
 	} else if k.flags&(flagActive|flagSoon) == flagActive && (k.flags&flagUrgent != 0 || k.wait > 0) {
 		k.flags |= flagSoon
 		c.soon.push(r, e)
