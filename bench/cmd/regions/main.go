@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -28,6 +29,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/internal/netproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redisproc"
@@ -46,6 +49,9 @@ type opts struct {
 	latency   []time.Duration
 	seed      int64
 	verbose   bool
+	log       bool
+	// timeout and syncTimeout are A's Config.Timeout and Sync.Timeout.
+	timeout, syncTimeout time.Duration
 }
 
 func main() {
@@ -54,23 +60,27 @@ func main() {
 	flag.Int64Var(&o.limit, "limit", 1000, "the global limit L per window")
 	flag.DurationVar(&o.window, "window", time.Second, "the fixed window (e.g. 1s, 60s)")
 	flag.IntVar(&o.windows, "windows", 24, "measured windows per scenario")
-	flag.IntVar(&o.faultFrom, "fault-from", 8, "cut, kill: the first window of the fault")
-	flag.IntVar(&o.faultTo, "fault-to", 14, "cut, kill: the first window after the fault")
+	flag.IntVar(&o.faultFrom, "fault-from", 0, "cut, kill: the first window of the fault (default a third of the way in)")
+	flag.IntVar(&o.faultTo, "fault-to", 0, "cut, kill: the first window after the fault (default a quarter of the windows later)")
 	flag.Float64Var(&o.load, "load", 2, "offered ÷ L, all regions together")
 	flag.IntVar(&o.nodes, "nodes", 3, "node processes per region")
 	lat := flag.String("latency", "0,40ms,40ms", "one-way latency of each region's link to the global Redis (region 0 is its home); their count is the regions'")
 	flag.Int64Var(&o.seed, "seed", 1, "the Poisson arrivals' seed")
 	only := flag.String("scenario", "", "run only this scenario: "+strings.Join(scenarioNames(), ", "))
 	flag.BoolVar(&o.verbose, "v", false, "print every window")
+	flag.DurationVar(&o.timeout, "timeout", time.Second, "A: each central decision's bound (Config.Timeout; the library's default 250ms times out on a loaded machine across an 80ms round trip)")
+	flag.DurationVar(&o.syncTimeout, "sync-timeout", time.Second, "A: the sync rounds' bound (Sync.Timeout; the library's default, Interval = 100ms, times out across a slow link)")
+	flag.BoolVar(&o.log, "log", false, "the nodes' Limiters log their warnings on stderr")
 	dir := flag.String("dir", "", "where the redis-servers keep their files (default a temporary directory)")
 	flag.Parse()
 	log.SetFlags(0)
+	redis.SetLogger(quietRedis{}) // redisproc's and the nodes' clients log every failed dial
 	if *nodeJSON != "" {
 		var spec nodeSpec
 		if err := json.Unmarshal([]byte(*nodeJSON), &spec); err != nil {
 			log.Fatalf("regions node: %v", err)
 		}
-		if err := runNode(spec, os.Stdout); err != nil {
+		if err := runNode(spec, os.Stdin, os.Stdout); err != nil {
 			log.Fatalf("regions node %s: %v", spec.Name, err)
 		}
 		return
@@ -83,6 +93,12 @@ func main() {
 		o.latency = append(o.latency, d)
 	}
 	o.regions = len(o.latency)
+	if o.faultFrom == 0 {
+		o.faultFrom = o.windows / 3
+	}
+	if o.faultTo == 0 {
+		o.faultTo = o.faultFrom + max(o.windows/4, 1)
+	}
 	if o.regions < 2 || o.faultFrom < 0 || o.faultTo <= o.faultFrom || o.faultTo > o.windows {
 		log.Fatalf("regions: need 2 or more regions and 0 <= -fault-from < -fault-to <= -windows")
 	}
@@ -158,8 +174,8 @@ func bench(o opts, dir string, run []scenario) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%d regions × %d node processes, L = %d per %v, offered %.1f × L, links to the global Redis %v one way, %d windows per scenario\n\n",
-		o.regions, o.nodes, o.limit, o.window, o.load, o.latency, o.windows)
+	fmt.Printf("%d regions × %d node processes, L = %d per %v, offered %.1f × L, links to the global Redis %v one way, %d windows per scenario; A's Timeout %v, Sync.Timeout %v\n\n",
+		o.regions, o.nodes, o.limit, o.window, o.load, o.latency, o.windows, o.timeout, o.syncTimeout)
 	var results []result
 	for _, sc := range run {
 		res, err := runScenario(o, e, exe, sc)
@@ -178,6 +194,7 @@ func bench(o opts, dir string, run []scenario) error {
 // node is a node process.
 type node struct {
 	cmd   *exec.Cmd
+	in    io.WriteCloser // the start, once every node is ready
 	mu    sync.Mutex
 	lines []line
 	ready chan struct{}
@@ -198,6 +215,9 @@ func startNode(exe string, spec nodeSpec) (*node, error) {
 	n.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	out, err := n.cmd.StdoutPipe()
 	if err != nil {
+		return nil, err
+	}
+	if n.in, err = n.cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
 	if err := n.cmd.Start(); err != nil {

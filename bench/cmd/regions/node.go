@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -47,11 +48,16 @@ type nodeSpec struct {
 
 	Limit  int64         // L per Window, the global limit
 	Window time.Duration // the fixed window
-	// Start is the first window's start (unix µs, a window boundary);
-	// Rates[i] is this node's offered requests per second in window i.
-	Start int64
+	// Start is the first window's start (unix µs, a window boundary), sent
+	// on stdin once every node is ready; Rates[i] is this node's offered
+	// requests per second in window i.
+	Start int64 `json:"-"`
 	Rates []float64
 	Seed  int64
+	Log   bool // the Limiters' warnings on stderr
+	// Timeout and SyncTimeout are the central Limiter's Config.Timeout
+	// and Sync.Timeout.
+	Timeout, SyncTimeout time.Duration
 }
 
 // line is one line a node writes on stdout as JSON: Ready, then a line
@@ -64,8 +70,9 @@ type line struct {
 	Mode   string `json:",omitempty"`
 	Window int64  `json:",omitempty"` // window id: unix time ÷ Window
 	// Offered and Admitted count the requests that arrived in the window;
-	// Degraded, the admissions the failure policy made.
-	Offered, Admitted, Degraded int64 `json:",omitempty"`
+	// Degraded, the admissions the failure policy made; Errors, the
+	// decisions that came with an error (Redis out of reach).
+	Offered, Admitted, Degraded, Errors int64 `json:",omitempty"`
 	// P50 and P99 are the window's decision latencies (µs); Lat all of
 	// them, for the driver to merge.
 	P50, P99 int64   `json:",omitempty"`
@@ -77,10 +84,9 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
-// runNode runs spec: a Limiter per mode, Ready, the arrivals, then every
-// window's line per mode and Done.
-func runNode(spec nodeSpec, out io.Writer) error {
-	redis.SetLogger(quietRedis{})
+// runNode runs spec: a Limiter per mode, Ready, the first window's start
+// read from in, the arrivals, then every window's line per mode and Done.
+func runNode(spec nodeSpec, in io.Reader, out io.Writer) error {
 	w := bufio.NewWriter(out)
 	defer w.Flush()
 	emit := func(l line) {
@@ -103,6 +109,9 @@ func runNode(spec nodeSpec, out io.Writer) error {
 		lims[m], rules[m] = l, r
 	}
 	emit(line{Ready: true, Node: spec.Name, Region: spec.Region})
+	if _, err := fmt.Fscan(in, &spec.Start); err != nil {
+		return fmt.Errorf("reading the start: %w", err)
+	}
 	acc := offer(spec, lims, rules)
 	for _, m := range modes {
 		l := lims[m]
@@ -130,12 +139,16 @@ func runNode(spec nodeSpec, out io.Writer) error {
 // newMode builds mode's Limiter and rule on spec's node.
 func newMode(spec nodeSpec, mode string) (*hybrid.Limiter, *hybrid.Rule, error) {
 	cfg := hybrid.Config{Logger: slog.New(slog.DiscardHandler)}
+	if spec.Log {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", spec.Name, "mode", mode)
+	}
 	rule := hybrid.Rule{Name: "r", Limit: hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: spec.Limit, Window: spec.Window}}
 	switch mode {
 	case modeCentral:
 		cfg.Redis = client(spec.Global, true)
 		cfg.Keyspace = syncer.Keyspace{Prefix: spec.Prefix + ":" + mode}
-		cfg.Sync = hybrid.SyncConfig{NodeID: spec.Name, Nodes: spec.Regions * spec.Nodes}
+		cfg.Sync = hybrid.SyncConfig{NodeID: spec.Name, Nodes: spec.Regions * spec.Nodes, Timeout: spec.SyncTimeout}
+		cfg.Timeout = spec.Timeout
 		rule.Mode = hybrid.Central
 	case modeSplit:
 		cfg.Redis = client(spec.Regional, false)
@@ -192,7 +205,7 @@ func offer(spec nodeSpec, lims map[string]*hybrid.Limiter, rules map[string]*hyb
 		acc = map[accKey]*line{}
 		wg  sync.WaitGroup
 	)
-	record := func(mode string, wid int64, ok, degraded bool, lat time.Duration) {
+	record := func(mode string, wid int64, d hybrid.Decision, err error, lat time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		k := accKey{mode, wid}
@@ -202,11 +215,14 @@ func offer(spec nodeSpec, lims map[string]*hybrid.Limiter, rules map[string]*hyb
 			acc[k] = l
 		}
 		l.Offered++
-		if ok {
+		if d.Allowed() {
 			l.Admitted++
+			if d.Degraded() {
+				l.Degraded++
+			}
 		}
-		if degraded {
-			l.Degraded++
+		if err != nil {
+			l.Errors++
 		}
 		l.Lat = append(l.Lat, int32(min(lat.Microseconds(), 1<<31-1)))
 	}
@@ -236,8 +252,8 @@ func offer(spec nodeSpec, lims map[string]*hybrid.Limiter, rules map[string]*hyb
 			go func() {
 				defer wg.Done()
 				t0 := time.Now()
-				d, _ := lims[m].Allow(ctx, rules[m], "k")
-				record(m, wid, d.Allowed(), d.Allowed() && d.Degraded(), time.Since(t0))
+				d, err := lims[m].Allow(ctx, rules[m], "k")
+				record(m, wid, d, err, time.Since(t0))
 			}()
 		}
 	}

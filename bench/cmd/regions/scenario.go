@@ -84,6 +84,7 @@ type modeResult struct {
 	admitted [][]int64 // [window][region]
 	offered  [][]int64
 	degraded int64
+	errors   int64
 	lat      []int32 // µs
 }
 
@@ -91,8 +92,6 @@ type modeResult struct {
 // they report.
 func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 	wus := o.window.Microseconds()
-	lead := max(4*time.Second, o.window)
-	start := (time.Now().Add(lead).UnixMicro()/wus + 1) * wus
 	total := warm + o.windows
 	res := result{sc: sc, modes: map[string]*modeResult{}}
 	perNode := make([][]float64, o.regions) // [region][window] rate at each node
@@ -122,7 +121,8 @@ func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 		for j := range o.nodes {
 			spec := nodeSpec{Name: fmt.Sprintf("r%dn%d", i, j), Region: i, Regional: e.regional[i].Addr, Global: e.links[i].Addr(),
 				Prefix: prefix, Regions: o.regions, Nodes: o.nodes, Limit: o.limit, Window: o.window,
-				Start: start, Rates: perNode[i], Seed: o.seed}
+				Rates: perNode[i], Seed: o.seed, Log: o.log,
+				Timeout: o.timeout, SyncTimeout: o.syncTimeout}
 			n, err := startNode(exe, spec)
 			if err != nil {
 				return res, err
@@ -135,9 +135,16 @@ func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 		case <-n.ready:
 		case <-n.done:
 			return res, fmt.Errorf("a node exited before it was ready: %v", n.err)
-		case <-time.After(time.Until(time.UnixMicro(start))):
-			return res, fmt.Errorf("the nodes were not ready by the first window: give them a longer lead")
+		case <-time.After(time.Minute):
+			return res, fmt.Errorf("a node not ready after a minute")
 		}
+	}
+	// The first window boundary a second or more away: time for every
+	// node to read it.
+	start := (time.Now().Add(time.Second).UnixMicro()/wus + 1) * wus
+	for _, n := range nodes {
+		fmt.Fprintln(n.in, start)
+		n.in.Close()
 	}
 	if err := timeline(o, e, sc, start, &res); err != nil {
 		return res, err
@@ -235,6 +242,7 @@ func (r *result) sum(o opts, w0 int64, nodes []*node) {
 			mr.admitted[w][l.Region] += l.Admitted
 			mr.offered[w][l.Region] += l.Offered
 			mr.degraded += l.Degraded
+			mr.errors += l.Errors
 			mr.lat = append(mr.lat, l.Lat...)
 		}
 	}
