@@ -71,8 +71,10 @@ type line struct {
 	Window int64  `json:",omitempty"` // window id: unix time ÷ Window
 	// Offered and Admitted count the requests that arrived in the window;
 	// Degraded, the admissions the failure policy made; Errors, the
-	// decisions that came with an error (Redis out of reach).
-	Offered, Admitted, Degraded, Errors int64 `json:",omitempty"`
+	// decisions that came with an error (Redis out of reach); Late, the
+	// arrivals the node began to decide lateBy or more after their time
+	// (a process starved of CPU).
+	Offered, Admitted, Degraded, Errors, Late int64 `json:",omitempty"`
 	// P50 and P99 are the window's decision latencies (µs); Lat all of
 	// them, for the driver to merge.
 	P50, P99 int64   `json:",omitempty"`
@@ -185,6 +187,9 @@ func client(addr string, remote bool) redis.UniversalClient {
 	return redis.NewClient(o)
 }
 
+// lateBy is how far behind its time an arrival is counted late.
+const lateBy = 50 * time.Millisecond
+
 type accKey struct {
 	mode string
 	wid  int64
@@ -205,7 +210,7 @@ func offer(spec nodeSpec, lims map[string]*hybrid.Limiter, rules map[string]*hyb
 		acc = map[accKey]*line{}
 		wg  sync.WaitGroup
 	)
-	record := func(mode string, wid int64, d hybrid.Decision, err error, lat time.Duration) {
+	record := func(mode string, wid int64, d hybrid.Decision, err error, late bool, lat time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		k := accKey{mode, wid}
@@ -223,6 +228,9 @@ func offer(spec nodeSpec, lims map[string]*hybrid.Limiter, rules map[string]*hyb
 		}
 		if err != nil {
 			l.Errors++
+		}
+		if late {
+			l.Late++
 		}
 		l.Lat = append(l.Lat, int32(min(lat.Microseconds(), 1<<31-1)))
 	}
@@ -246,14 +254,15 @@ func offer(spec nodeSpec, lims map[string]*hybrid.Limiter, rules map[string]*hyb
 		if d := time.Until(time.UnixMicro(at)); d > 0 {
 			time.Sleep(d)
 		}
-		wid := time.Now().UnixMicro() / wus
+		now := time.Now().UnixMicro()
+		wid, late := now/wus, now-at >= lateBy.Microseconds()
 		for _, m := range modes {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				t0 := time.Now()
 				d, err := lims[m].Allow(ctx, rules[m], "k")
-				record(m, wid, d, err, time.Since(t0))
+				record(m, wid, d, err, late, time.Since(t0))
 			}()
 		}
 	}

@@ -83,8 +83,10 @@ type result struct {
 type modeResult struct {
 	admitted [][]int64 // [window][region]
 	offered  [][]int64
+	lateW    []int64 // late arrivals per window
 	degraded int64
 	errors   int64
+	late     int64
 	lat      []int32 // µs
 }
 
@@ -182,7 +184,12 @@ func timeline(o opts, e *env, sc scenario, start int64, res *result) error {
 		case "cut":
 			e.links[len(e.links)-1].Cut()
 		case "kill":
-			before = commands(e.global.Addr) - c0
+			before = commands(e.global.Addr)
+			if before >= 0 && c0 >= 0 {
+				before -= c0
+			} else {
+				before = -1
+			}
 			c0 = 0
 			e.global.Kill()
 		}
@@ -198,34 +205,40 @@ func timeline(o opts, e *env, sc scenario, start int64, res *result) error {
 	}
 	time.Sleep(time.Until(at(o.windows)))
 	secs := (time.Duration(o.windows) * o.window).Seconds()
-	res.cmds = float64(before+commands(e.global.Addr)-c0) / secs
+	c1 := commands(e.global.Addr)
+	res.cmds = float64(before+c1-c0) / secs
+	if c0 < 0 || c1 < 0 || before < 0 {
+		res.cmds = math.NaN()
+	}
 	res.linkBytes = float64(bytes()-b0) / secs
 	return nil
 }
 
-// commands is the count of commands the Redis at addr has processed.
+// commands is the count of commands the Redis at addr has processed; -1
+// when INFO does not answer.
 func commands(addr string) int64 {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	info, err := c.Info(ctx, "stats").Result()
 	if err != nil {
-		return 0
+		return -1
 	}
 	for _, l := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(l, "total_commands_processed:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
 		}
 	}
-	return 0
+	return -1
 }
 
 // sum adds up the nodes' lines of the measured windows, from window id w0.
 func (r *result) sum(o opts, w0 int64, nodes []*node) {
 	for _, m := range modes {
-		mr := &modeResult{}
+		mr := &modeResult{lateW: make([]int64, o.windows)}
 		for range o.windows {
 			mr.admitted = append(mr.admitted, make([]int64, o.regions))
 			mr.offered = append(mr.offered, make([]int64, o.regions))
@@ -243,6 +256,8 @@ func (r *result) sum(o opts, w0 int64, nodes []*node) {
 			mr.offered[w][l.Region] += l.Offered
 			mr.degraded += l.Degraded
 			mr.errors += l.Errors
+			mr.late += l.Late
+			mr.lateW[w] += l.Late
 			mr.lat = append(mr.lat, l.Lat...)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
@@ -17,7 +18,7 @@ var baselines = map[string]string{
 // printTable prints a row per scenario and baseline.
 func printTable(o opts, results []result) {
 	rows := [][]string{{"scenario", "baseline", "admitted ÷ L per window: mean [min–max]", "per region (mean ÷ L)",
-		"fault windows (mean ÷ L)", "over L", "false refusals", "degraded", "decision p50", "p99",
+		"fault windows (mean ÷ L)", "over L", "false refusals", "degraded", "decision p50", "p99", "late arrivals",
 		"global Redis commands/s", "cross-region KB/s"}}
 	for _, r := range results {
 		for _, m := range modes {
@@ -25,10 +26,10 @@ func printTable(o opts, results []result) {
 			var sum, lo, hi, fault, over, falseRef, exact float64
 			lo = 1e18
 			per := make([]float64, o.regions)
-			var admitted int64
+			var admitted, offered int64
 			for w := range o.windows {
 				a, off := float64(total(mr.admitted[w])), float64(total(mr.offered[w]))
-				admitted += int64(a)
+				admitted, offered = admitted+int64(a), offered+int64(off)
 				g := a / float64(o.limit)
 				sum += g
 				lo, hi = min(lo, g), max(hi, g)
@@ -55,10 +56,13 @@ func printTable(o opts, results []result) {
 			cmds, link := "—", "—"
 			if m == modeCentral { // B never reaches the global Redis
 				cmds, link = fmt.Sprintf("%.0f", r.cmds), fmt.Sprintf("%.1f", r.linkBytes/1e3)
+				if math.IsNaN(r.cmds) {
+					cmds = "n/a (INFO timed out)"
+				}
 			}
 			rows = append(rows, []string{r.sc.name, baselines[m], fmt.Sprintf("%.2f [%.2f–%.2f]", sum/n, lo, hi),
 				strings.Join(ps, " / "), faultCol, pct(over, float64(o.limit)*n), pct(falseRef, exact),
-				pct(float64(mr.degraded), float64(admitted)), ms(quantile(mr.lat, 0.5)), ms(quantile(mr.lat, 0.99)), cmds, link})
+				pct(float64(mr.degraded), float64(admitted)), ms(quantile(mr.lat, 0.5)), ms(quantile(mr.lat, 0.99)), pct(float64(mr.late), float64(offered)), cmds, link})
 		}
 	}
 	table.Print(os.Stdout, rows, true)
@@ -68,6 +72,7 @@ func printTable(o opts, results []result) {
 - over L: admissions beyond L, summed over the windows, ÷ L × windows.
 - false refusals: requests refused while the window's global count was under L: Σ max(0, min(offered, L) − admitted) ÷ Σ min(offered, L).
 - degraded: admissions the failure policy made (A: FailLocal, L ÷ %d nodes each) ÷ admissions.
+- late arrivals: arrivals a node began to decide 50 ms or more after their time, a node starved of CPU: where they are many, the row measures the machine more than the limiter.
 - global Redis commands/s: INFO total_commands_processed over the measured windows, A's alone (B's nodes never reach the global Redis); cross-region KB/s: bytes both ways on the links of regions 1 to %d.
 `, o.faultFrom, o.faultTo-1, o.regions*o.nodes, o.regions-1)
 }
@@ -75,7 +80,7 @@ func printTable(o opts, results []result) {
 // printWindows prints each window of r: offered ÷ L and each baseline's
 // admitted ÷ L, globally and per region.
 func printWindows(o opts, r result) {
-	fmt.Printf("%s: per window, ÷ L: offered (per region) | A admitted (per region) | B admitted (per region)\n", r.sc.name)
+	fmt.Printf("%s: per window, ÷ L: offered (per region) | A admitted (per region) | B admitted (per region) | late arrivals\n", r.sc.name)
 	L := float64(o.limit)
 	for w := range o.windows {
 		var b strings.Builder
@@ -95,6 +100,8 @@ func printWindows(o opts, r result) {
 			}
 			fmt.Fprintf(&b, " | %.2f (%s)", float64(total(mr.admitted[w]))/L, strings.Join(per, " "))
 		}
+		mr := r.modes[modeCentral]
+		fmt.Fprintf(&b, " | %s", pct(float64(mr.lateW[w]), float64(total(mr.offered[w]))))
 		fmt.Println(b.String())
 	}
 	fmt.Println()
