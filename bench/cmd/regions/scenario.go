@@ -66,7 +66,7 @@ func alone(_, _, regions int) []float64 {
 
 // warm is the windows each node offers before those measured: the
 // connections across the links open, the hybrid rules take their leases.
-const warm = 1
+const warm = 2
 
 // result is what a scenario measured: per mode, the sums of its nodes'
 // lines per measured window.
@@ -84,6 +84,7 @@ type modeResult struct {
 	admitted [][]int64 // [window][region]
 	offered  [][]int64
 	lateW    []int64 // late arrivals per window
+	degW     []int64 // degraded admissions per window
 	degraded int64
 	errors   int64
 	late     int64
@@ -238,7 +239,7 @@ func commands(addr string) int64 {
 // sum adds up the nodes' lines of the measured windows, from window id w0.
 func (r *result) sum(o opts, w0 int64, nodes []*node) {
 	for _, m := range modes {
-		mr := &modeResult{lateW: make([]int64, o.windows)}
+		mr := &modeResult{lateW: make([]int64, o.windows), degW: make([]int64, o.windows)}
 		for range o.windows {
 			mr.admitted = append(mr.admitted, make([]int64, o.regions))
 			mr.offered = append(mr.offered, make([]int64, o.regions))
@@ -258,6 +259,7 @@ func (r *result) sum(o opts, w0 int64, nodes []*node) {
 			mr.errors += l.Errors
 			mr.late += l.Late
 			mr.lateW[w] += l.Late
+			mr.degW[w] += l.Degraded
 			mr.lat = append(mr.lat, l.Lat...)
 		}
 	}

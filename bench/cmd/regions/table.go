@@ -80,7 +80,7 @@ func printTable(o opts, results []result) {
 // printWindows prints each window of r: offered ÷ L and each baseline's
 // admitted ÷ L, globally and per region.
 func printWindows(o opts, r result) {
-	fmt.Printf("%s: per window, ÷ L: offered (per region) | A admitted (per region) | B admitted (per region) | late arrivals\n", r.sc.name)
+	fmt.Printf("%s: per window, ÷ L: offered (per region) | A admitted (per region) | B admitted (per region) | A's admissions degraded | late arrivals\n", r.sc.name)
 	L := float64(o.limit)
 	for w := range o.windows {
 		var b strings.Builder
@@ -101,7 +101,7 @@ func printWindows(o opts, r result) {
 			fmt.Fprintf(&b, " | %.2f (%s)", float64(total(mr.admitted[w]))/L, strings.Join(per, " "))
 		}
 		mr := r.modes[modeCentral]
-		fmt.Fprintf(&b, " | %s", pct(float64(mr.lateW[w]), float64(total(mr.offered[w]))))
+		fmt.Fprintf(&b, " | %s | %s", pct(float64(mr.degW[w]), float64(total(mr.admitted[w]))), pct(float64(mr.lateW[w]), float64(total(mr.offered[w]))))
 		fmt.Println(b.String())
 	}
 	fmt.Println()
