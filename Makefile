@@ -183,8 +183,8 @@ bench-outage:
 ## (internal/netproxy): uniform traffic, traffic shifting between regions,
 ## one region alone, a region cut off, the global store killed; today's two
 ## answers side by side, (A) Central against the global Redis and (B) each
-## region at L ÷ regions. About 2.5 minutes. REGIONS_FLAGS passes flags
-## (e.g. REGIONS_FLAGS='-scenario cut -v', '-latency 0,40ms,80ms').
+## region at L ÷ regions. About 3 minutes. REGIONS_FLAGS passes flags
+## (e.g. '-scenario cut -v', '-latency 0,40ms,80ms', '-window 60s -windows 3').
 bench-regions:
 	bash scripts/redis.sh ensure >&2
 	mkdir -p .run/regions

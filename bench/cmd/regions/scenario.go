@@ -64,9 +64,12 @@ func alone(_, _, regions int) []float64 {
 	return s
 }
 
-// warm is the windows each node offers before those measured: the
-// connections across the links open, the hybrid rules take their leases.
-const warm = 2
+// warmFor is the windows each node offers before those measured, 2 s or
+// more of them: the connections across the links open, the hybrid rules
+// take their leases.
+func warmFor(window time.Duration) int {
+	return max(1, int(math.Ceil(2*time.Second.Seconds()/window.Seconds())))
+}
 
 // result is what a scenario measured: per mode, the sums of its nodes'
 // lines per measured window.
@@ -95,6 +98,7 @@ type modeResult struct {
 // they report.
 func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 	wus := o.window.Microseconds()
+	warm := warmFor(o.window)
 	total := warm + o.windows
 	res := result{sc: sc, modes: map[string]*modeResult{}}
 	perNode := make([][]float64, o.regions) // [region][window] rate at each node
@@ -158,7 +162,7 @@ func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 			return res, fmt.Errorf("a node failed: %v", n.err)
 		}
 	}
-	res.sum(o, start/wus+warm, nodes)
+	res.sum(o, start/wus+int64(warm), nodes)
 	nodes = nil
 	return res, nil
 }
@@ -167,7 +171,7 @@ func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 // and counting the global Redis's commands and the bytes across the links.
 func timeline(o opts, e *env, sc scenario, start int64, res *result) error {
 	at := func(w int) time.Time {
-		return time.UnixMicro(start).Add(time.Duration(warm+w) * o.window)
+		return time.UnixMicro(start).Add(time.Duration(warmFor(o.window)+w) * o.window)
 	}
 	bytes := func() int64 {
 		var b int64
