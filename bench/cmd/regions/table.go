@@ -66,15 +66,20 @@ func printTable(o opts, results []result) {
 		}
 	}
 	table.Print(os.Stdout, rows, true)
-	fmt.Printf(`
-- admitted ÷ L: all regions' admissions in a window over the global limit; per region, each region's mean.
-- fault windows: the mean over the windows %d to %d, while the last region's link is cut (cut) or the global Redis is down (kill).
+	fmt.Println()
+	for _, r := range results {
+		if r.sc.fault != "" {
+			fmt.Printf("- fault windows: the mean over the windows %d to %d, while the last region's link is cut (cut) or the global Redis is down (kill).\n", o.faultFrom, o.faultTo-1)
+			break
+		}
+	}
+	fmt.Printf(`- admitted ÷ L: all regions' admissions in a window over the global limit; per region, each region's mean.
 - over L: admissions beyond L, summed over the windows, ÷ L × windows.
 - false refusals: requests refused while the window's global count was under L: Σ max(0, min(offered, L) − admitted) ÷ Σ min(offered, L).
 - degraded: admissions the failure policy made (A: FailLocal, L ÷ %d nodes each) ÷ admissions.
 - late arrivals: arrivals a node began to decide 50 ms or more after their time, a node starved of CPU: where they are many, the row measures the machine more than the limiter.
 - global Redis commands/s: INFO total_commands_processed over the measured windows, A's alone (B's nodes never reach the global Redis); cross-region KB/s: bytes both ways on the links of regions 1 to %d.
-`, o.faultFrom, o.faultTo-1, o.regions*o.nodes, o.regions-1)
+`, o.regions*o.nodes, o.regions-1)
 }
 
 // printWindows prints each window of r: offered ÷ L and each baseline's
