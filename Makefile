@@ -16,7 +16,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 # their users.
 MODULES := . $(if $(wildcard bench/go.mod),bench) $(if $(wildcard envoy/go.mod),envoy) $(if $(wildcard grpclimit/go.mod),grpclimit)
 
-.PHONY: test test-go bench bench-envoy demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle bench-scale
+.PHONY: test test-go bench bench-envoy demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle bench-scale bench-regions
 
 ## test: start a Redis server, a 3-master Cluster, a Sentinel topology and a replicated Cluster, vet and test every module with -race, stop them.
 test:
@@ -181,6 +181,19 @@ bench-outage:
 	$(GO) build -o .run/outage/gossipnode ./internal/cmd/gossipnode
 	cd bench && $(GO) build -o ../.run/outage/outage ./cmd/outage
 	.run/outage/outage -node .run/outage/gossipnode -doc docs/outage.md -img docs/img $(OUTAGE_FLAGS)
+
+## bench-regions: regions × node processes under one global limit, a
+## redis-server per region and a global one behind slow links
+## (internal/netproxy): uniform traffic, traffic shifting between regions,
+## one region alone, a region cut off, the global store killed; today's two
+## answers side by side, (A) Central against the global Redis and (B) each
+## region at L ÷ regions. About 3 minutes. REGIONS_FLAGS passes flags
+## (e.g. '-scenario cut -v', '-latency 0,40ms,80ms', '-window 60s -windows 3').
+bench-regions:
+	bash scripts/redis.sh ensure >&2
+	mkdir -p .run/regions
+	cd bench && $(GO) build -o ../.run/regions/regions ./cmd/regions
+	.run/regions/regions $(REGIONS_FLAGS)
 
 ## bench-envoy: envoy/cmd/hybridlimit-ratelimit beside a reproduction of
 ## envoyproxy/ratelimit's decision path (one pipelined INCRBY + EXPIRE per
