@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +233,46 @@ func TestMaxmemoryNoeviction(t *testing.T) {
 		"FailClosed refuses keys under their limits only while Redis is full, or for their first lease")
 }
 
+// TestMaxmemoryAtTheLimit: Redis at its maxmemory under noeviction, memory
+// hovering about the limit, takes some writes and refuses others (OOM):
+// here, before each step, maxmemory is set 2 KB above what Redis holds, so
+// each round's first writes pass and the rest are refused. The rounds it
+// answers keep the breaker closed; a key whose exchange Redis refused goes
+// to its failure policy: a FailOpen or FailLocal key under its limit is
+// admitted, never refused for want of a lease Redis could not write.
+func TestMaxmemoryAtTheLimit(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	prefix := redistest.Prefix(t)
+	const L = 1000
+	W := time.Second
+	clk := clocktest.New(epoch2030)
+	nodes, rules := policyNodes(t, srv.Addr, prefix, clk, fixed(L, W))
+	admin := redistest.Client(t, srv.Addr)
+	run := newMemRun(t, clk, nodes, rules, W, memLoad{hot: 10, calm: []string{"calm-1", "calm-2"}, flood: 1}) // 2 × L; 0.1 × L
+	const from, end = 1, 4
+	for run.window() < end {
+		if run.window() >= from {
+			require.NoError(t, admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(usedMemory(t, admin)+2048, 10)).Err())
+		}
+		run.step()
+	}
+	run.logPolicies(end, L)
+	require.NotZero(t, run.syncErr, "rounds failed while Redis was full")
+	assert.Zero(t, run.errs, "no decision returns an error")
+	open, closed, flocal := 0, 1, 2
+	assert.Zero(t, sum(run.refused[open]), "bug: FailOpen refused keys under their limits while Redis refused some writes (OOM)")
+	assert.Zero(t, sum(run.refused[flocal]), "bug: FailLocal refused keys at a tenth of their even split while Redis refused some writes (OOM)")
+	assert.Equal(t, run.refused[closed][local.ReasonNoLease]+run.refused[closed][local.ReasonUnavailable], sum(run.refused[closed]),
+		"FailClosed refuses keys under their limits only for Redis, or for their first lease")
+	for w := int64(0); w < end; w++ {
+		assert.LessOrEqual(t, run.hot[closed][w], int64(L), "FailClosed, window %d: what Redis granted, at most the limit", w)
+		// docs/accuracy.md, item 5: node i admits up to max(g_i, L/N),
+		// counting its lease's use; at most 2L.
+		assert.LessOrEqual(t, run.hot[flocal][w], int64(2*L), "FailLocal, window %d", w)
+	}
+}
+
 // policyNodes returns nodes a and b (two in all) on one Redis, each with a
 // rule of lim per failure policy (policyRules, in that order).
 func policyNodes(t *testing.T, addr, prefix string, clk *clocktest.Clock, lim hybrid.Limit) ([]*hybrid.Limiter, [][]*hybrid.Rule) {
@@ -262,6 +303,22 @@ func (r *memRun) logPolicies(end, l int64) {
 		r.t.Logf("%-6s refusals of keys under their limits: %v", p.name, r.refused[j])
 	}
 	r.t.Logf("decision errors %d, failed rounds %d", r.errs, r.syncErr)
+}
+
+// usedMemory returns Redis's used_memory (INFO memory).
+func usedMemory(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "memory").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err, "used_memory %q", v)
+			return n
+		}
+	}
+	require.FailNow(t, "no used_memory in INFO memory")
+	return 0
 }
 
 // sum adds up m's values.
