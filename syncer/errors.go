@@ -77,6 +77,13 @@ func reloadSlots(c redis.UniversalClient, err error) {
 	}
 }
 
+// outOfMemory reports whether err is Redis's OOM answer: a write refused at
+// maxmemory under noeviction (or with nothing left to evict).
+func outOfMemory(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "OOM")
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()

@@ -349,7 +349,10 @@ func (s *syncer) replies(ctx context.Context, b *batch, idx []int, cmds []*redis
 // answered records that p's exchange failed with err: its lease is left
 // as it was, but for its request no longer in flight, and for the fault
 // when Redis answered it with an error (lease.Lease.Fault), or Redis out
-// of reach (lease.Lease.Unreach).
+// of reach (lease.Lease.Unreach). A write refused for want of memory is
+// both: at maxmemory Redis refuses some writes and takes others as memory
+// comes and goes, so the rounds it answers keep the breaker closed, and the
+// key goes to its failure policy until an exchange succeeds.
 func (s *syncer) answered(p *pending, err error) {
 	p.entry.Lock()
 	p.entry.Value.Answered()
@@ -357,6 +360,9 @@ func (s *syncer) answered(p *pending, err error) {
 	case errors.Is(err, ErrRedis):
 		p.entry.Value.Fault()
 	case errors.Is(err, ErrUnavailable):
+		if outOfMemory(err) {
+			p.entry.Value.Fault()
+		}
 		p.entry.Value.Unreach()
 	}
 	p.entry.Unlock()
