@@ -585,9 +585,24 @@ const docNotes = `
   every outage window, at 4 nodes and at 5. A member whose traffic stops holds its share for
   the rest of the window, and its share shrinks with its demand (DemandHalfLife).
 - A node joining during the outage counts in every node's member count once memberlist has
-  gossiped its join, and its demand once its first record arrives; a killed node's share goes
-  to the others once memberlist declares it dead (suspected members still count, so a
-  partition does not hand each side the whole limit).
+  gossiped its join, and its demand once its first record arrives. A member that falls
+  silent counts on: while memberlist only suspects it, at its last demand and claim; once
+  memberlist declares it dead (seconds on the LAN defaults), at the live members' mean
+  demand, holding 1 ÷ N of the limit, until it is back or Redis is reachable again. A node
+  cannot tell a dead peer from the far side of a partition, and a side that dropped the far
+  side's members would split the whole limit among itself: k sides, up to k × L a window. So
+  the split stays at the most members seen since Redis was last reachable (and at least
+  SyncConfig.Nodes), less the nodes that left (a Limiter's Close announces it), and each side
+  of a partition admits about its members ÷ N of L, the sides about L between them. In the
+  test hybrid/gossip_partition_test.go (4 nodes, a fixed window, 5 × L offered, the gossip
+  split 2|2 or 3|1 past memberlist's dead-node detection, then healed), each window once
+  the far side is declared dead admitted 1.00–1.08 × L (each side of 2|2 0.50 × L; the three
+  of 3|1 0.77–0.83 × L and the one 0.25 × L) where dropping the dead admitted 2.0–2.1 × L;
+  before, while suspected and after healing, about L. While suspected the far side counts
+  at the demand it last gossiped, which the demands' noise of that moment may leave off by
+  more than usual. The cost: a node killed during the outage leaves its share idle until
+  Redis returns (the cluster keeps (N − 1) ÷ N × L, 0.8 × L here, where the "one killed"
+  rows above, measured before this rule, show its share going to the others).
 - Token bucket and GCRA rules under Gossip give each node, per key, rate × share and
   burst × share, its demand-weighted share from the same snapshot (an even split for a key no
   node has gossiped yet), so skewed traffic keeps about L too. Unlike a window's remainder,
