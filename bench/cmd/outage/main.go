@@ -598,11 +598,11 @@ const docNotes = `
   split 2|2 or 3|1 past memberlist's dead-node detection, then healed), the windows once
   the far side was declared dead admitted 1.0–1.1 × L on average (each side of 2|2
   0.50–0.55 × L; the three of 3|1 0.77–0.85 × L and the one 0.25 × L), where dropping the
-  dead admitted 2.0–2.1 × L; before the split and after healing, 0.9–1.2 × L. While the far
-  side is only suspected it counts at the demand and claim it last gossiped, not at what it
-  asks since: 0.9–1.4 × L, the lone node of 3|1 taking two to three times its part. The
-  machine was loaded (2 cores, load average 7–20), which adds the demands' noise to every
-  figure.
+  dead admitted 2.0–2.1 × L; before the split, while the far side was only suspected and
+  after healing, 1.0–1.1 × L. A suspected member counts at the demand and claim it last
+  gossiped, not at what it asks since, so a machine whose stalls throw the demands off
+  (2 cores at load average 7–20) saw up to 1.4 × L in those windows, the lone node of 3|1
+  taking two to three times its part, and up to 1.1 × L once the far side was dead.
   The cost: a node killed during the outage leaves its share idle until
   Redis returns (the cluster keeps (N − 1) ÷ N × L, 0.8 × L here, where the "one killed"
   rows above, measured before this rule, show its share going to the others).
