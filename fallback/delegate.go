@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"bytes"
 	"cmp"
 	"slices"
 	"time"
@@ -39,7 +40,18 @@ type delegate struct{ n *node }
 
 var _ memberlist.Delegate = delegate{}
 
-func (d delegate) NodeMeta(int) []byte { return nil }
+// metaLeaving is the meta of a node that is leaving the cluster.
+var metaLeaving = []byte{1}
+
+// NodeMeta is empty but for a node that is leaving (Close): its peers then
+// drop it from the member count when it is gone, where they would keep
+// counting a member declared dead while Redis is out of reach.
+func (d delegate) NodeMeta(int) []byte {
+	if d.n.leaving.Load() {
+		return metaLeaving
+	}
+	return nil
+}
 
 // NotifyMsg takes a peer's record; a newer one is stored and passed on once,
 // so it reaches every member and not only those its origin picked.
@@ -123,32 +135,50 @@ type events struct {
 var _ memberlist.EventDelegate = events{}
 
 func (e events) NotifyJoin(m *memberlist.Node) {
-	e.set(m.Name, m.Address())
+	e.set(m)
 	if e.next != nil {
 		e.next.NotifyJoin(m)
 	}
 }
 
 func (e events) NotifyUpdate(m *memberlist.Node) {
-	e.set(m.Name, m.Address())
+	e.set(m)
 	if e.next != nil {
 		e.next.NotifyUpdate(m)
 	}
 }
 
+// NotifyLeave drops m from the members; and from those seen during an
+// outage if it announced it was leaving: memberlist's event does not say
+// whether a member left or died (it leaves m.State unset).
 func (e events) NotifyLeave(m *memberlist.Node) {
-	e.n.memMu.Lock()
-	delete(e.n.mem, m.Name)
-	e.n.memMu.Unlock()
+	n := e.n
+	n.memMu.Lock()
+	delete(n.mem, m.Name)
+	if n.left[m.Name] {
+		delete(n.left, m.Name)
+		delete(n.seen, m.Name)
+	}
+	n.memMu.Unlock()
 	e.n.stale.Store(true)
 	if e.next != nil {
 		e.next.NotifyLeave(m)
 	}
 }
 
-func (e events) set(name, addr string) {
-	e.n.memMu.Lock()
-	e.n.mem[name] = addr
-	e.n.memMu.Unlock()
-	e.n.stale.Store(true)
+// set records m as a member, and whether it is leaving (its meta).
+func (e events) set(m *memberlist.Node) {
+	n := e.n
+	n.memMu.Lock()
+	n.mem[m.Name] = m.Address()
+	if n.seen != nil {
+		n.seen[m.Name] = true
+	}
+	if bytes.Equal(m.Meta, metaLeaving) {
+		n.left[m.Name] = true
+	} else {
+		delete(n.left, m.Name)
+	}
+	n.memMu.Unlock()
+	n.stale.Store(true)
 }

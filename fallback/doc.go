@@ -27,9 +27,15 @@
 // it rate × share and burst × share. Dividing evenly would starve nodes
 // that take most of the traffic; admitting while the gossiped sum is below
 // the limit would let every node take the remainder at once. While members
-// are only suspected the member count the split assumes does not fall, so
-// a partition does not hand each side the whole limit before memberlist
-// declares the far side dead.
+// are only suspected the member count the split assumes does not fall; and
+// while Redis is out of reach it does not fall when memberlist declares
+// them dead either: a member seen since Redis was last reachable counts,
+// at the live members' mean demand, until it is back or Redis is, unless
+// it left (a Limiter's Close says so). A node cannot tell a dead peer from
+// the far side of a partition, and a side that dropped the far side would
+// split the whole limit among itself; so each side of a partition keeps
+// about its members' part of the limit, and a node killed during an outage
+// leaves its share idle until Redis returns (docs/outage.md).
 //
 // Every packet and stream is encrypted and authenticated with the keyring
 // in GossipConfig.Keys, and carries GossipConfig.Label: a node without the

@@ -34,8 +34,14 @@ type node struct {
 	snap  atomic.Pointer[snapshot]
 	stale atomic.Bool // records or members changed since the last snapshot
 
-	memMu sync.Mutex        // guards mem
+	memMu sync.Mutex        // guards mem, seen, least and left
 	mem   map[string]string // members' names and addresses, from events
+	// seen are the members seen since Redis was last reachable, but those
+	// that left, while it is not (nil while it is); least is the least
+	// member count to assume meanwhile (see Outage and liveMembers).
+	seen  map[string]bool
+	least int
+	left  map[string]bool // members that announced they are leaving
 
 	mu     sync.Mutex         // guards remote and nrec
 	remote map[digest][]*peer // peers' records by key
@@ -59,6 +65,7 @@ type node struct {
 		members                      atomic.Int64
 	}
 
+	leaving   atomic.Bool // Close has begun: the node's meta says so
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -135,6 +142,7 @@ func newNode(c config, name string, retransmitMult int) *node {
 		table:  newTable(c.MaxKeys),
 		remote: make(map[digest][]*peer),
 		mem:    map[string]string{name: ""},
+		left:   map[string]bool{},
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -171,8 +179,32 @@ func (n *node) Report(key digest, window, asked, consumed, limit int64) {
 }
 
 // Members returns the count of members the estimates assume, this node and
-// suspected ones included, as of the last snapshot.
+// suspected ones included, and while Redis is out of reach those declared
+// dead since it was last reachable, as of the last snapshot.
 func (n *node) Members() int { return n.snap.Load().members }
+
+// Outage tells the node whether Redis is out of reach. While it is, the
+// member count the estimates split by does not fall below least, nor below
+// the members seen since Redis was last reachable but those that left: a
+// member declared dead may be the far side of a partition, which would
+// take the whole limit too were each side to split it among itself.
+func (n *node) Outage(down bool, least int) {
+	n.memMu.Lock()
+	switch {
+	case !down:
+		n.seen, n.least = nil, 0
+	case n.seen == nil:
+		n.seen = make(map[string]bool, len(n.mem))
+		for name := range n.mem {
+			n.seen[name] = true
+		}
+		fallthrough
+	default:
+		n.least = least
+	}
+	n.memMu.Unlock()
+	n.stale.Store(true)
+}
 
 // Estimate returns this node's share of key's budget from the last
 // snapshot, without allocating or locking.
@@ -231,6 +263,13 @@ func (n *node) Close() error {
 		n.closed.Store(true)
 		close(n.stop)
 		<-n.done
+		// The peers learn from the node's meta that it leaves, not dies:
+		// memberlist tells them only that it is gone.
+		// Best effort: a peer that misses it counts the node as absent.
+		n.leaving.Store(true)
+		if err := n.ml.UpdateNode(n.cfg.LeaveTimeout); err != nil {
+			n.log.Debug("fallback: announce leaving", "err", err)
+		}
 		err := n.ml.Leave(n.cfg.LeaveTimeout)
 		n.closeErr = errors.Join(err, n.ml.Shutdown())
 	})

@@ -7,10 +7,9 @@ import (
 // rebuild recomputes every key's estimate from this node's last records
 // and its peers', and publishes the snapshot. Of a window rule's key, whose
 // limit this node knows, each member with demand holds at least its share
-// of the limit (claim).
+// of the limit (claim), and so do the absent members (holdAbsent).
 func (n *node) rebuild(now time.Time) {
-	members := n.liveMembers()
-	split := len(members)
+	members, absent, split := n.liveMembers()
 	n.stats.members.Store(int64(split))
 	acc := accs{}
 	n.addOwn(acc, now)
@@ -21,6 +20,13 @@ func (n *node) rebuild(now time.Time) {
 			if members[p.origin] {
 				acc.demand(&p.record, false)
 			}
+		}
+	}
+	if live := len(members); split > live {
+		// The absent members are taken at the live ones' mean demand, so
+		// the live members' shares sum to live ÷ split.
+		for _, a := range acc {
+			a.sum *= float64(split) / float64(live)
 		}
 	}
 	for k, peers := range n.remote {
@@ -34,6 +40,7 @@ func (n *node) rebuild(now time.Time) {
 			}
 		}
 	}
+	n.holdAbsent(acc, absent, split-len(members), split)
 	n.mu.Unlock()
 
 	s := &snapshot{keys: make(map[digest]estimate, len(acc)), members: split}
@@ -57,20 +64,60 @@ func (n *node) rebuild(now time.Time) {
 	n.snap.Store(s)
 }
 
+// holdAbsent holds, of each window rule's key in acc, the claims of the
+// ghosts, the members the split counts beyond the live ones (those
+// memberlist holds dead are absent, by name): each holds its share of the
+// limit, 1 ÷ split at the live members' mean demand, less what the absent
+// members' records count in the key's window. It keeps a side of a
+// partition to its part of the limit once memberlist has declared the far
+// side dead. The caller holds n.mu.
+func (n *node) holdAbsent(acc accs, absent map[string]bool, ghosts, split int) {
+	if ghosts <= 0 {
+		return
+	}
+	for k, a := range acc {
+		if a.limit <= 0 {
+			a.limit = n.table.limitOf(&k)
+		}
+		if a.limit <= 0 {
+			continue
+		}
+		var counted int64
+		for _, p := range n.remote[k] {
+			if absent[p.origin] && p.window == a.window {
+				counted += p.consumed
+			}
+		}
+		a.held += max(int64(ghosts)*a.limit/int64(split)-counted, 0)
+	}
+}
+
 // liveMembers returns the members the estimates split among, this node
-// included. memberlist keeps a suspected member among Members until it
-// declares it dead, so the count does not drop while members are only
-// suspected (a partition must not hand each side the whole limit), and
-// drops once they are dead or have left. It exposes no suspect state to
-// count apart.
-func (n *node) liveMembers() map[string]bool {
-	members := map[string]bool{n.name: true}
+// included, as memberlist holds them, and the count the split assumes.
+// memberlist keeps a suspected member among its members until it declares
+// it dead, so the count does not drop while members are only suspected;
+// and while Redis is out of reach (Outage) it does not drop when they are
+// declared dead either, nor below the least count given: those are absent,
+// by name, a partition's far side as likely as dead, and are counted at
+// the live members' mean demand. A member that left is no longer counted.
+func (n *node) liveMembers() (members, absent map[string]bool, split int) {
+	members = map[string]bool{n.name: true}
 	n.memMu.Lock()
+	defer n.memMu.Unlock()
 	for name := range n.mem {
 		members[name] = true
 	}
-	n.memMu.Unlock()
-	return members
+	split = len(members)
+	if n.seen == nil {
+		return members, nil, split
+	}
+	absent = map[string]bool{}
+	for name := range n.seen {
+		if !members[name] {
+			absent[name] = true
+		}
+	}
+	return members, absent, max(split+len(absent), n.least)
 }
 
 // addOwn adds this node's records to acc. Its counts are taken as old as

@@ -47,6 +47,7 @@ func (l *Limiter) markUnavailable(now int64, err error) {
 		l.handBack.Store(true)
 		l.logger.Warn("hybridlimit: redis unavailable; failure policies apply", "err", err)
 		l.metrics.modeChanged(false)
+		l.gossipOutage()
 	}
 	l.noteOutage(now)
 	l.startProbe()
@@ -61,6 +62,7 @@ func (l *Limiter) markAvailable() {
 	if l.unavailable.Swap(0) != 0 {
 		l.logger.Info("hybridlimit: redis available again; what was admitted without it is reported")
 		l.metrics.modeChanged(true)
+		l.gossipOutage()
 	}
 }
 

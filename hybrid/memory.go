@@ -22,8 +22,10 @@ type Stats struct {
 	// Memberlist.BindPort 0, the port it bound.
 	GossipAddr string
 	// GossipMembers counts the gossip cluster's members, this node and
-	// suspected ones included (hybridlimit.gossip.members): the nodes the
-	// Gossip policy splits a limit among.
+	// suspected ones included, and while Redis is out of reach those
+	// declared dead since it was last reachable, which may be a partition's
+	// far side (hybridlimit.gossip.members): the nodes the Gossip policy
+	// splits a limit among.
 	GossipMembers int
 	// GossipKeys counts the keys the gossip node tracks now.
 	GossipKeys            int

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -98,7 +99,9 @@ type GossipConfig struct {
 	// push/pull state exchange. Default: 8,192.
 	MaxStateRecords int
 	// LeaveTimeout bounds how long the Limiter's Shutdown (or Close) waits
-	// for the node's leave message to reach a peer. Default: 1s.
+	// for each of the node's two leave messages to reach a peer: that it is
+	// leaving (so the others, while Redis is out of reach, do not count it
+	// as possibly cut off), then the leave. Default: 1s.
 	LeaveTimeout time.Duration
 
 	// Logger receives memberlist's log lines at their levels, and this
@@ -117,6 +120,22 @@ var _ gossiphook.Digest = [lease.DigestSize]byte{}
 type gossip struct {
 	node gossiphook.Node
 	reg  metric.Registration
+	mu   sync.Mutex // orders the breaker's news to the node (gossipOutage)
+}
+
+// gossipOutage tells the gossip node, if any, whether the breaker is open:
+// while it is, the node's split counts the members declared dead since
+// Redis was last reachable, and at least SyncConfig.Nodes. It reads the
+// breaker under g.mu, so that of two transitions racing the node hears the
+// later last.
+func (l *Limiter) gossipOutage() {
+	g := l.gossip
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.node.Outage(l.breakerOpen(), l.cfg.Sync.Nodes)
 }
 
 // startGossip starts the node cfg describes and registers its figures as
@@ -160,7 +179,7 @@ func (g *gossip) stats(out *Stats) {
 // when the SDK collects.
 func gossipMetrics(meter metric.Meter, node gossiphook.Node) (metric.Registration, error) {
 	members, err := meter.Int64ObservableGauge("hybridlimit.gossip.members",
-		metric.WithDescription("Members of the gossip cluster, this node and suspected ones included."), metric.WithUnit("{node}"))
+		metric.WithDescription("Members the gossip splits a limit among: this node, suspected ones, and during an outage those declared dead since."), metric.WithUnit("{node}"))
 	if err != nil {
 		return nil, err
 	}

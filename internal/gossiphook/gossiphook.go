@@ -65,8 +65,15 @@ type Node interface {
 	// snapshot, without allocating or locking.
 	Estimate(key Digest) Estimate
 	// Members returns the count of members the estimates assume, this node
-	// and suspected ones included, as of the last snapshot.
+	// and suspected ones included, and during an outage (Outage) those
+	// declared dead since Redis was last reachable, as of the last snapshot.
 	Members() int
+	// Outage tells the node whether Redis is out of reach (down). While it
+	// is, the member count the estimates split by falls neither below least
+	// (0 for none) nor below the members seen since Redis was last
+	// reachable, but those that left: a member declared dead may be the far
+	// side of a partition, which splits the limit among itself too.
+	Outage(down bool, least int)
 	// Stats returns the node's figures without blocking on the network.
 	Stats() Stats
 	// Addr returns the "host:port" this node advertises, which peers list
@@ -118,7 +125,8 @@ type Estimate struct {
 	Share float64
 	// Members is the count of nodes the split assumes: memberlist's
 	// members, suspected ones included, so it drops only once memberlist
-	// declares a node dead or the node leaves.
+	// declares a node dead or the node leaves; and while Redis is out of
+	// reach, those declared dead since it was last reachable too.
 	Members int
 }
 

@@ -606,9 +606,27 @@ const docNotes = `
   every outage window, at 4 nodes and at 5. A member whose traffic stops holds its share for
   the rest of the window, and its share shrinks with its demand (DemandHalfLife).
 - A node joining during the outage counts in every node's member count once memberlist has
-  gossiped its join, and its demand once its first record arrives; a killed node's share goes
-  to the others once memberlist declares it dead (suspected members still count, so a
-  partition does not hand each side the whole limit).
+  gossiped its join, and its demand once its first record arrives. A member that falls
+  silent counts on: while memberlist only suspects it, at its last demand and claim; once
+  memberlist declares it dead (seconds on the LAN defaults), at the live members' mean
+  demand, holding 1 ÷ N of the limit, until it is back or Redis is reachable again. A node
+  cannot tell a dead peer from the far side of a partition, and a side that dropped the far
+  side's members would split the whole limit among itself: k sides, up to k × L a window. So
+  the split stays at the most members seen since Redis was last reachable (and at least
+  SyncConfig.Nodes), less the nodes that left (a Limiter's Close announces it), and each side
+  of a partition admits about its members ÷ N of L, the sides about L between them. In the
+  test hybrid/gossip_partition_test.go (4 nodes, a fixed window, 5 × L offered, the gossip
+  split 2|2 or 3|1 past memberlist's dead-node detection, then healed), the windows once
+  the far side was declared dead admitted 1.0–1.1 × L on average (each side of 2|2
+  0.50–0.55 × L; the three of 3|1 0.77–0.85 × L and the one 0.25 × L), where dropping the
+  dead admitted 2.0–2.1 × L; before the split, while the far side was only suspected and
+  after healing, 1.0–1.1 × L. A suspected member counts at the demand and claim it last
+  gossiped, not at what it asks since, so a machine whose stalls throw the demands off
+  (2 cores at load average 7–20) saw up to 1.4 × L in those windows, the lone node of 3|1
+  taking two to three times its part, and up to 1.1 × L once the far side was dead.
+  The cost: a node killed during the outage leaves its share idle until
+  Redis returns (the cluster keeps (N − 1) ÷ N × L, 0.8 × L here, where the "one killed"
+  rows above, measured before this rule, show its share going to the others).
 - Token bucket and GCRA rules under Gossip give each node, per key, rate × share and
   burst × share, its demand-weighted share from the same snapshot (an even split for a key no
   node has gossiped yet), so skewed traffic keeps about L too. Unlike a window's remainder,
