@@ -86,16 +86,48 @@ func (t *tally) counts() counts {
 var phaseNames = []string{"before", "flood", "after"}
 
 // load is the requests a case offers and what became of them, by phase.
+// The legitimate requests and the newcomers' are open-loop: each runs in a
+// goroutine of its own, launched on schedule, so that one that waits delays
+// no other (and no user sends faster to catch up).
 type load struct {
 	l *hybrid.Limiter
 	r *hybrid.Rule
-	// mu is read-locked around each legitimate request, phase read inside
-	// it, so that once the phase has moved on a write lock waits out the
-	// requests still counted in the one that ended.
-	mu                      sync.RWMutex
-	phase                   atomic.Int32 // index into phaseNames; len(phaseNames) once over
+	// mu orders launches against the end of a phase: a request launched in
+	// a phase is counted in it, and the phase's figures wait for it.
+	mu                      sync.Mutex
+	phase                   int // index into phaseNames; len(phaseNames) once over; guarded by mu
+	inflight                [3]sync.WaitGroup
 	legit, newcomers, flood [3]tally
-	lat                     [3][][]time.Duration // per phase, per legitimate driver
+	latMu                   sync.Mutex
+	lat                     [3][]time.Duration // legitimate decisions' latency, per phase; guarded by latMu
+}
+
+// launch runs f(phase) in a goroutine of its own, counted in the current
+// phase, and reports true; false once the last phase is over.
+func (ld *load) launch(f func(ph int)) bool {
+	ld.mu.Lock()
+	ph := ld.phase
+	if ph < len(phaseNames) {
+		ld.inflight[ph].Add(1)
+	}
+	ld.mu.Unlock()
+	if ph >= len(phaseNames) {
+		return false
+	}
+	go func() {
+		defer ld.inflight[ph].Done()
+		f(ph)
+	}()
+	return true
+}
+
+// end ends phase i: nothing is launched in it any more, and what was is
+// over when end returns.
+func (ld *load) end(i int) {
+	ld.mu.Lock()
+	ld.phase = i + 1
+	ld.mu.Unlock()
+	ld.inflight[i].Wait()
 }
 
 // runChild builds the case's Limiter and rule, runs the three phases and
@@ -130,18 +162,12 @@ func runChild(p params) error {
 		return err
 	}
 	ld := &load{l: l, r: r}
-	const drivers = 8
 	phases := []time.Duration{p.Before, p.Flood, p.After}
 	for i, d := range phases {
-		ld.lat[i] = make([][]time.Duration, drivers)
-		for j := range drivers {
-			ld.lat[i][j] = make([]time.Duration, 0, int(1.2*d.Seconds()*float64(p.Users)*p.UserRate/drivers)+1024)
-		}
+		ld.lat[i] = make([]time.Duration, 0, int(1.2*d.Seconds()*float64(p.Users)*p.UserRate)+1024)
 	}
 	var wg sync.WaitGroup
-	for j := range drivers {
-		wg.Go(func() { ld.legitimate(ctx, j, drivers, p) })
-	}
+	wg.Go(func() { ld.legitimate(ctx, p) })
 	wg.Go(func() { ld.newcomer(ctx, p.Newcomers) })
 	out := json.NewEncoder(os.Stdout)
 	var floodDone chan floodResult
@@ -160,7 +186,7 @@ func runChild(p params) error {
 		if i == 1 {
 			fr = <-floodDone
 		}
-		ld.phase.Store(int32(i + 1))
+		ld.end(i)
 		end := time.Now()
 		ph := ld.measure(ctx, i, end.Sub(start), rc)
 		start = end
@@ -174,25 +200,24 @@ func runChild(p params) error {
 	return nil
 }
 
-// legitimate offers the legitimate keys j, j+n, j+2n, … their requests, in
-// turn, until the last phase ends.
-func (ld *load) legitimate(ctx context.Context, j, n int, p params) {
-	var keys []string
-	for k := j; k < p.Users; k += n {
-		keys = append(keys, "user-"+strconv.Itoa(k))
+// legitimate offers each legitimate key its requests, p.UserRate a second
+// evenly spaced, the keys in turn, until the last phase ends.
+func (ld *load) legitimate(ctx context.Context, p params) {
+	keys := make([]string, p.Users)
+	for k := range keys {
+		keys[k] = "user-" + strconv.Itoa(k)
 	}
 	pace(float64(len(keys))*p.UserRate, func(i int64) bool {
-		ld.mu.RLock()
-		defer ld.mu.RUnlock()
-		ph := ld.phase.Load()
-		if int(ph) >= len(phaseNames) {
-			return false
-		}
-		s := time.Now()
-		d, _ := ld.l.Allow(ctx, ld.r, keys[i%int64(len(keys))])
-		ld.lat[ph][j] = append(ld.lat[ph][j], time.Since(s))
-		ld.legit[ph].add(d)
-		return true
+		key := keys[i%int64(len(keys))]
+		return ld.launch(func(ph int) {
+			s := time.Now()
+			d, _ := ld.l.Allow(ctx, ld.r, key)
+			took := time.Since(s)
+			ld.latMu.Lock()
+			ld.lat[ph] = append(ld.lat[ph], took)
+			ld.latMu.Unlock()
+			ld.legit[ph].add(d)
+		})
 	})
 }
 
@@ -202,40 +227,47 @@ func (ld *load) newcomer(ctx context.Context, rate float64) {
 		return
 	}
 	pace(rate, func(i int64) bool {
-		ld.mu.RLock()
-		defer ld.mu.RUnlock()
-		ph := ld.phase.Load()
-		if int(ph) >= len(phaseNames) {
-			return false
-		}
-		d, _ := ld.l.Allow(ctx, ld.r, "newcomer-"+strconv.FormatInt(i, 10))
-		ld.newcomers[ph].add(d)
-		return true
+		key := "newcomer-" + strconv.FormatInt(i, 10)
+		return ld.launch(func(ph int) {
+			d, _ := ld.l.Allow(ctx, ld.r, key)
+			ld.newcomers[ph].add(d)
+		})
 	})
 }
 
 // floodResult is what the flood offered, and how many requests it fell
-// behind its rate by at its end (one goroutine could not go faster).
+// behind its rate by at its end (its goroutines could not go faster).
 type floodResult struct{ offered, behind int64 }
 
-// floodKeys offers never-repeating keys at rate per second for d, from one
-// goroutine.
+// floodGoroutines send the flood, each at its part of the rate: an
+// attacker's few connections, each waiting for its answers.
+const floodGoroutines = 4
+
+// floodKeys offers never-repeating keys at rate per second for d.
 func (ld *load) floodKeys(ctx context.Context, rate float64, d time.Duration) floodResult {
 	end := time.Now().Add(d)
-	buf := []byte("attacker-key-")
-	n := len(buf)
-	var offered int64
-	behind := pace(rate, func(i int64) bool {
-		if time.Now().After(end) {
-			return false
-		}
-		buf = strconv.AppendUint(buf[:n], uint64(i)*0x9E3779B97F4A7C15, 36) // distinct, spread over the shards
-		dec, _ := ld.l.Allow(ctx, ld.r, string(buf))
-		ld.flood[1].add(dec)
-		offered++
-		return true
-	})
-	return floodResult{offered: offered, behind: behind}
+	var offered, behind atomic.Int64
+	var wg sync.WaitGroup
+	for g := range floodGoroutines {
+		wg.Go(func() {
+			buf := []byte("attacker-key-")
+			n := len(buf)
+			b := pace(rate/floodGoroutines, func(i int64) bool {
+				if time.Now().After(end) {
+					return false
+				}
+				k := uint64(i*floodGoroutines + int64(g))
+				buf = strconv.AppendUint(buf[:n], k*0x9E3779B97F4A7C15, 36) // distinct, spread over the shards
+				dec, _ := ld.l.Allow(ctx, ld.r, string(buf))
+				ld.flood[1].add(dec)
+				offered.Add(1)
+				return true
+			})
+			behind.Add(b)
+		})
+	}
+	wg.Wait()
+	return floodResult{offered: offered.Load(), behind: behind.Load()}
 }
 
 // pace calls f(0), f(1), … at rate calls a second, catching up when it
@@ -255,16 +287,13 @@ func pace(rate float64, f func(i int64) bool) int64 {
 	}
 }
 
-// measure is phase i's figures: its decisions, the legitimate ones'
+// measure is phase i's figures, once its requests are over: its decisions, the legitimate ones'
 // latency, and the process's memory and Redis's at its end.
 func (ld *load) measure(ctx context.Context, i int, d time.Duration, rc *redis.Client) phase {
-	ld.mu.Lock() // the requests still counted in phase i are over
 	ph := phase{Name: phaseNames[i], Seconds: d.Seconds(), Legit: ld.legit[i].counts(), Newcomers: ld.newcomers[i].counts(), Flood: ld.flood[i].counts()}
-	var lats []time.Duration
-	for _, l := range ld.lat[i] {
-		lats = append(lats, l...)
-	}
-	ld.mu.Unlock()
+	ld.latMu.Lock()
+	lats := ld.lat[i]
+	ld.latMu.Unlock()
 	slices.Sort(lats)
 	if n := len(lats); n > 0 {
 		ph.P50, ph.P99, ph.Max = lats[n/2], lats[min(n*99/100, n-1)], lats[n-1]

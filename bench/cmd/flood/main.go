@@ -4,9 +4,10 @@
 // hybrid.Limiter with one per-key rule (-quota per -window), in local mode
 // (no Redis) or hybrid mode (a private redis-server this command starts).
 // The child offers -users legitimate keys -user-rate requests/s each, under
-// their limit, and -newcomers new legitimate keys a second, for three
+// their limit, and -newcomers new legitimate keys a second, open-loop (a
+// request that waits delays no other), for three
 // phases: -before, then -flood with never-repeating keys at -rates keys/s
-// added (or as fast as one goroutine goes, when that is less), then -after.
+// added from 4 goroutines (or as fast as they go, when that is less), then -after.
 // At the end of each phase it reports its Go heap (after a collection), its
 // RSS, the keys its table holds, its goroutines, the legitimate requests
 // refused and why, the flood's keys refused for overflow, the legitimate
