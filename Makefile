@@ -170,7 +170,7 @@ bench-scale:
 ## child process holding the Limiter, against a private redis-server; per
 ## phase (before, during and after a 30 s flood) the heap, RSS, keys held,
 ## legitimate requests refused and why, their latency, and Redis's keys and
-## memory. About 10 minutes. FLOOD_FLAGS passes flags (e.g. -maxkeys 100000
+## memory. About 11 minutes. FLOOD_FLAGS passes flags (e.g. -maxkeys 100000
 ## -rates 20000 -modes hybrid).
 bench-flood:
 	bash scripts/redis.sh ensure >&2
