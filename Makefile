@@ -16,7 +16,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 # their users.
 MODULES := . $(if $(wildcard bench/go.mod),bench) $(if $(wildcard envoy/go.mod),envoy) $(if $(wildcard grpclimit/go.mod),grpclimit)
 
-.PHONY: test test-go bench bench-envoy demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle bench-scale bench-regions
+.PHONY: test test-go bench bench-envoy demo demo-local lint staticcheck redis-start redis-stop cluster-start clean bench-accuracy bench-accuracy-short bench-accuracy-run bench-outage bench-idle bench-scale bench-regions bench-flood
 
 ## test: start a Redis server, a 3-master Cluster, a Sentinel topology and a replicated Cluster, vet and test every module with -race, stop them.
 test:
@@ -167,6 +167,20 @@ bench-scale:
 	mkdir -p .run/scale
 	cd bench && $(GO) build -o ../.run/scale/scale ./cmd/scale
 	.run/scale/scale -dir .run/scale $(SCALE_FLAGS)
+
+## bench-flood: a flood of never-repeating keys against one node while
+## 1,000 legitimate keys keep asking under their limit: each case (local and
+## hybrid mode, fixed window and GCRA, 20,000 and 100,000 flood keys/s) in a
+## child process holding the Limiter, against a private redis-server; per
+## phase (before, during and after a 30 s flood) the heap, RSS, keys held,
+## legitimate requests refused and why, their latency, and Redis's keys and
+## memory. About 11 minutes. FLOOD_FLAGS passes flags (e.g. -maxkeys 100000
+## -rates 20000 -modes hybrid).
+bench-flood:
+	bash scripts/redis.sh ensure >&2
+	mkdir -p .run/flood
+	cd bench && $(GO) build -o ../.run/flood/flood ./cmd/flood
+	.run/flood/flood -dir .run/flood $(FLOOD_FLAGS)
 
 ## bench-outage: the outage benchmark: node processes (5 with steady
 ## arrivals, 4 with Poisson ones) per workload against a redis-server it
