@@ -636,7 +636,11 @@ const docNotes = `
   node held when Redis went (its share's tokens and its part of the pool's, as its last
   reply left them), not with a fresh burst: the nodes, which had spent the burst through
   Redis, would otherwise each take their part of it again, 0.7-0.8 × B over the arrival
-  curve through a kill (the curve table: 0.00 now, where the machine kept up).
+  curve through a kill. The curve table reads 0.00 through every kill, stop and Sentinel
+  failover but where FailLocal counts a node that joined during the outage (its even
+  split of the rate comes on top: a rate above L, not a burst); the Cluster rows, whose six
+  servers share the 2 cores with the nodes, also pass it before the fault, when a node's
+  call times out and its policy decides.
 - When Redis returns, under every policy, replies grant nothing on top of what each node
   held for thirty sync intervals (in the window the outage touched, or one begun since, where
   a node that came back later still decides by its policy), and the node decides meanwhile
