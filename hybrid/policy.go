@@ -121,7 +121,7 @@ func (f *failover) evenOn(nodes int64) *evenSplit {
 // the policy's first decision on a key since its last reply
 // (lease.Lease.PolicyStart).
 func (f *failover) begin(part *local.Limiter, lim *localx.Limit, now int64, key string, avail float64) {
-	if c := lim.MaxCost() - int64(max(avail, 0)); c > 0 && avail < float64(lim.MaxCost()) {
+	if c := lim.MaxCost() - int64(min(max(avail, 0), float64(lim.MaxCost()))); c > 0 {
 		part.AllowNAt(time.UnixMicro(now), key, c)
 	}
 }

@@ -297,10 +297,7 @@ func (m *hybridRule) beginPart(e *keyed.Entry[lease.Lease], gossip bool, nodes, 
 		if share <= 0 {
 			return
 		}
-		sc := f.scale.Load()
-		if lim := f.rs.limit.Load(); sc == nil || sc.base != lim {
-			sc = f.rescale(lim)
-		}
+		sc := f.scaled(f.rs.limit.Load())
 		// byShare charges a request k ÷ share units of part.
 		avail := (float64(held) + share*float64(pool)) * float64(sc.k) / share
 		f.begin(f.partOn(sc.lim), &sc.lim, now, key, avail)
@@ -339,10 +336,7 @@ type shareScaled struct {
 // requests at this share.
 func (f *failover) byShare(now int64, key string, n int64, share float64, charge bool) local.Decision {
 	lim := f.rs.limit.Load()
-	sc := f.scale.Load()
-	if sc == nil || sc.base != lim {
-		sc = f.rescale(lim)
-	}
+	sc := f.scaled(lim)
 	part := f.partOn(sc.lim)
 	limit := lim.MaxCost()
 	cost := math.Ceil(float64(n*sc.k) / share)
@@ -355,6 +349,15 @@ func (f *failover) byShare(now int64, key string, n int64, share float64, charge
 	reason := d.Reason()
 	remaining := min(int64(float64(d.Remaining())*share/float64(sc.k)), limit)
 	return localx.Degraded(localx.NewDecision(d.Allowed(), reason, limit, remaining, d.ResetAfter(), d.RetryAfter()))
+}
+
+// scaled returns the scaled limit byShare's part runs on for lim, the
+// rule's limit: the last one made, or a new one if lim changed since.
+func (f *failover) scaled(lim *localx.Limit) *shareScaled {
+	if sc := f.scale.Load(); sc != nil && sc.base == lim {
+		return sc
+	}
+	return f.rescale(lim)
 }
 
 // rescale returns lim with its rate and burst scaled by shareScale, or by

@@ -136,7 +136,7 @@ func (s *syncer) round(ctx context.Context, now int64, final, all bool, budget t
 	})
 	soon := s.cluster.TakeSoon()
 	b := batch{final: final, budget: budget}
-	if c, ok := s.register(now, final, len(s.active) == 0 && len(s.carry) == 0); ok {
+	if c, ok := s.register(now, final, s.idle()); ok {
 		b.reg = &c
 	}
 	if all {

@@ -250,13 +250,17 @@ func (s *syncer) loop() {
 	}
 }
 
+// idle reports whether the syncer has no key to look after: none in its
+// set, none carried to the next round. The caller holds mu.
+func (s *syncer) idle() bool { return len(s.active) == 0 && len(s.carry) == 0 }
+
 // idleFor reports whether the syncer has no key to look after (none in its
 // set, none carried to the next round), and if so how long until its
 // registration is due again.
 func (s *syncer) idleFor() (time.Duration, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.active) > 0 || len(s.carry) > 0 {
+	if !s.idle() {
 		return 0, false
 	}
 	if s.registered == 0 {
