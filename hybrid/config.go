@@ -3,6 +3,7 @@ package hybrid
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/config"
 	"github.com/hybridlimit/hybridlimit/internal/keyed"
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 	"github.com/hybridlimit/hybridlimit/local"
 )
 
@@ -73,6 +75,20 @@ type Config struct {
 	// decide by their failure policy until it answers (see Ping for a
 	// health check later).
 	RequireRedis bool
+	// Global is the global store of the rules of global reach
+	// (Rule.Global): a Redis every region reaches, single or Sentinel,
+	// which holds one limit across regions that each run their own Redis
+	// (Redis, single or Sentinel). A region's nodes lease from their own
+	// Redis as for any rule, from the region's part of the limit; one of
+	// them at a time exchanges those parts with Global every
+	// Sync.Interval, never on a request's path. docs/multiregion.md has the
+	// design, its bounds and what to run where. Default nil: no rule may be
+	// Global.
+	Global redis.UniversalClient
+	// Region names this node's region in Global: the same for every node
+	// that shares its Redis, and another for each region. 1 to 64 bytes of
+	// letters, digits and -_.:. Required with Global.
+	Region string
 	// Keyspace names the Redis keys; every node must use the same one.
 	// Default: prefix "hl", no secret.
 	Keyspace Keyspace
@@ -207,10 +223,55 @@ func (c Config) validate() error {
 	case c.MaxKeys < 1:
 		return configError("MaxKeys", c.MaxKeys, "must be positive")
 	}
+	return c.validateGlobal()
+}
+
+// validateGlobal checks Global and Region.
+func (c Config) validateGlobal() error {
+	if c.Global == nil {
+		if c.Region != "" {
+			return configError("Region", c.Region, "needs Global")
+		}
+		return nil
+	}
+	switch {
+	case c.Redis == nil:
+		return configError("Global", "set", "needs Redis: the region's own")
+	case !validRegion(c.Region):
+		return configError("Region", c.Region, "must be 1 to 64 bytes of letters, digits and -_.:")
+	}
+	for f, r := range map[string]redis.UniversalClient{"Redis": c.Redis, "Global": c.Global} {
+		if _, ok := r.(*redis.ClusterClient); ok {
+			return configError(f, "a Cluster client", "rules of global reach need a single or Sentinel Redis in the region and as the global store")
+		}
+	}
 	return nil
+}
+
+// validRegion reports whether name may name a region.
+func validRegion(name string) bool {
+	if len(name) < 1 || len(name) > 64 {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // configError is the error of a bad Config field.
 func configError(field string, value any, reason string) error {
 	return config.Invalid(ErrInvalidConfig, field, value, reason)
+}
+
+// global is the exchange of the rules of global reach, nil without Global;
+// the syncer sets its period and bound (Sync.Interval, and a second or
+// Sync.Timeout when longer).
+func (c Config) global() *synchook.Global {
+	if c.Global == nil {
+		return nil
+	}
+	return &synchook.Global{Client: c.Global, Region: c.Region}
 }

@@ -148,7 +148,7 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		sc := syncx.Config{
 			Tuning: cfg.Sync.tuning(), Client: cfg.Redis, Keyspace: cfg.Keyspace, Clock: l.clock,
-			Observer: observer{l}, PassTime: cfg.virtualTime,
+			Observer: observer{l}, PassTime: cfg.virtualTime, Global: cfg.global(),
 		}
 		if l.sync, err = syncx.NewSyncer(sc); err != nil {
 			return fail(fmt.Errorf("%w: Sync: %w", ErrInvalidConfig, err))
@@ -212,10 +212,13 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	switch {
 	case wait > WaitFirst:
 		return nil, fmt.Errorf("%w: rule %q: Wait %d: unknown", ErrInvalidRule, r.Name, wait)
-	case wait == waitDefault && l.cfg.manualSync:
+	case wait == waitDefault && (l.cfg.manualSync || r.Global):
 		wait = WaitNever
 	case wait == waitDefault:
 		wait = WaitInFlight
+	}
+	if err := l.checkGlobal(r, mode, lim); err != nil {
+		return nil, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -226,14 +229,14 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 		if *rs.limit.Load() != lim {
 			return nil, fmt.Errorf("%w: rule %q is registered with %v; use SetLimit to change it", ErrInvalidRule, r.Name, *rs.limit.Load())
 		}
-		if (rs.requested != mode && rs.mode.kind() != mode) || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() || rs.wait != wait {
-			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy, key TTL or Wait", ErrInvalidRule, r.Name)
+		if (rs.requested != mode && rs.mode.kind() != mode) || rs.policy != policy || rs.keyTTL != r.KeyTTL.Microseconds() || rs.wait != wait || rs.global != r.Global {
+			return nil, fmt.Errorf("%w: rule %q is registered with another mode, policy, key TTL, Wait or reach", ErrInvalidRule, r.Name)
 		}
 		out := r
 		out.state, out.Mode = rs, rs.mode.kind()
 		return &out, nil
 	}
-	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), wait: wait, counts: new(counters)}
+	rs := &ruleState{l: l, name: r.Name, requested: mode, policy: policy, keyTTL: r.KeyTTL.Microseconds(), wait: wait, global: r.Global, counts: new(counters)}
 	rs.owner.Store(l)
 	rs.limit.Store(&lim)
 	m, err := l.newMode(rs, mode, r.Mode == Hybrid, lim)
@@ -245,6 +248,21 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	out := r
 	out.state, out.Mode = rs, m.kind()
 	return &out, nil
+}
+
+// checkGlobal refuses a rule of global reach that cannot be one.
+func (l *Limiter) checkGlobal(r Rule, mode Mode, lim localx.Limit) error {
+	switch {
+	case !r.Global:
+		return nil
+	case l.cfg.Global == nil:
+		return fmt.Errorf("%w: rule %q: Global needs Config.Global", ErrInvalidRule, r.Name)
+	case mode != Hybrid:
+		return fmt.Errorf("%w: rule %q: Global needs Mode hybrid, not %s", ErrInvalidRule, r.Name, mode)
+	case lim.Algorithm() != local.FixedWindow:
+		return fmt.Errorf("%w: rule %q: Global needs the fixed window, not %s", ErrInvalidRule, r.Name, lim.Algorithm())
+	}
+	return nil
 }
 
 // newMode builds the mode rs runs in: mode, or Central for a limit with no

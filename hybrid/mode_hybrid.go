@@ -40,8 +40,13 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule) (*hybridRule, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rs.wait == WaitFirst || rs.policy == FailClosed {
-		lr.SetWaitFirst() // no allowance: nothing admitted that Redis did not grant
+	if rs.wait == WaitFirst || rs.policy == FailClosed || rs.global {
+		// no allowance: nothing admitted that Redis did not grant (a rule of
+		// global reach: nothing beyond the region's part)
+		lr.SetWaitFirst()
+	}
+	if rs.global {
+		lr.SetGlobal()
 	}
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts, salt: gossipSalt(rs.name)}
 	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {

@@ -151,6 +151,16 @@ type Rule struct {
 	// Default WaitInFlight. A request whose context ends while it waits is
 	// refused with ReasonNoLease. Other modes ignore it.
 	Wait Wait
+	// Global holds the limit across every region (Config.Global), not only
+	// across this region's cluster: a Hybrid rule of the fixed window whose
+	// regions lease parts of one limit from the global store. Its nodes
+	// have no cold-start allowance (nothing is admitted beyond the
+	// region's part), and its Wait defaults to WaitNever: what a request
+	// would wait for is the region's part, which comes across regions.
+	// Default false: the limit is this region's cluster's, as it is
+	// without regions. Register refuses it without Config.Global, in
+	// another mode or for another algorithm.
+	Global bool
 
 	state *ruleState // set by Register on the Rule it returns, before returning it
 }
@@ -166,6 +176,7 @@ type ruleState struct {
 	requested Mode // as registered (Hybrid may run Central)
 	policy    Policy
 	wait      Wait  // Rule.Wait, its default resolved
+	global    bool  // Rule.Global
 	keyTTL    int64 // µs
 
 	limit  atomic.Pointer[localx.Limit]

@@ -21,11 +21,14 @@ type leaseConsts struct {
 	demandTTL int64  // how long a reported demand counts (µs)
 }
 
+// flagGlobal is lua/lease_window.lua's flag of a rule of global reach.
+const flagGlobal = 2
+
 // encodeLeaseWindow is the ARGV of lua/lease_window.lua for q under r:
 // now, node, r's fingerprint, then q's numbers and r's packed in one
-// argument.
-func encodeLeaseWindow(q *lease.Request, c leaseConsts, r *Rule) []any {
-	return leaseArgs(c, r, int64(boolFlag(q.Release)), q.Demand, q.WantCur, q.WantNext, q.Horizon,
+// argument; flags adds to the request's (flagGlobal).
+func encodeLeaseWindow(q *lease.Request, c leaseConsts, r *Rule, flags int64) []any {
+	return leaseArgs(c, r, int64(boolFlag(q.Release))|flags, q.Demand, q.WantCur, q.WantNext, q.Horizon,
 		q.Prev.Window, q.Prev.Used, q.Cur.Window, q.Cur.Used, c.demandTTL, q.Nodes, q.GuessTTL, q.PaceSpan, q.WaitCur)
 }
 

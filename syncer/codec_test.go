@@ -82,10 +82,10 @@ func TestEncodeLease(t *testing.T) {
 	w := encodeLeaseWindow(&lease.Request{
 		Release: true, Demand: -1, WantCur: 4, WantNext: 5, Horizon: 6, Prev: lease.Report{Window: 7, Used: 8},
 		Cur: lease.Report{Window: 9, Used: 10}, Nodes: 11, GuessTTL: 12, PaceSpan: 13, WaitCur: 14,
-	}, c, r)
+	}, c, r, flagGlobal)
 	require.Len(t, w, 4)
 	assert.Equal(t, []any{"99", "n", r.fp}, w[:3])
-	assert.Equal(t, append([]float64{1, -1, 4, 5, 6, 7, 8, 9, 10, 600, 11, 12, 13, 14}, ruleNums...), unpack(t, w[3]))
+	assert.Equal(t, append([]float64{1 | flagGlobal, -1, 4, 5, 6, 7, 8, 9, 10, 600, 11, 12, 13, 14}, ruleNums...), unpack(t, w[3]))
 	b := encodeLeaseBucket(&lease.Request{
 		Bucket: true, Seq: 3, Demand: 5, Tokens: 6, Debt: 7, Rate: 10, Burst: 11, Expiry: 1 << 52, Nodes: 13,
 		Horizon: 14, Allowance: 15, Want: 16, Return: 17,

@@ -12,8 +12,8 @@ import (
 // rules, and the names of keys. internal/syncx asserts each function's type
 // once and offers it typed; see internal/synchook.
 func init() {
-	synchook.NewSyncer = func(t synchook.Tuning, c redis.UniversalClient, ks Keyspace, clock local.Clock, obs synchook.Observer, passTime bool) (synchook.Syncer[*Rule], error) {
-		s, err := newSyncer(syncConfig{Tuning: t, Client: c, Keyspace: ks, Clock: clock, Observer: obs, PassTime: passTime})
+	synchook.NewSyncer = func(t synchook.Tuning, c redis.UniversalClient, ks Keyspace, clock local.Clock, obs synchook.Observer, passTime bool, g *synchook.Global) (synchook.Syncer[*Rule], error) {
+		s, err := newSyncer(syncConfig{Tuning: t, Client: c, Keyspace: ks, Clock: clock, Observer: obs, PassTime: passTime, Global: g})
 		if err != nil {
 			return nil, err // a nil interface, not a nil *syncer in one
 		}

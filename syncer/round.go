@@ -419,5 +419,8 @@ func (s *syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Re
 	}
 	n := r.name
 	keys := []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
-	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r)}
+	if lr.Global() {
+		return call{scriptLeaseWindow, append(keys, s.ks.regionKey("active")), encodeLeaseWindow(q, c, r, flagGlobal)}
+	}
+	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r, 0)}
 }

@@ -33,6 +33,10 @@ const (
 // minInterval bounds Tuning.Interval from below.
 const minInterval = time.Millisecond
 
+// minGlobalTimeout is the least default bound of an exchange with the
+// global store: a link across regions takes tens of milliseconds each way.
+const minGlobalTimeout = time.Second
+
 // syncConfig configures a syncer: the Tuning of hybrid.SyncConfig, which
 // documents each field and its default, and what the hybrid Limiter
 // provides. Every zero field takes its default; the durations derive from
@@ -53,6 +57,9 @@ type syncConfig struct {
 	// (the node then learns no offset between the two): for simulations on
 	// a virtual clock. Default false: Redis's clock rules.
 	PassTime bool
+	// Global is the exchange of the rules of global reach (region.go); nil:
+	// none.
+	Global *synchook.Global
 }
 
 // withDefaults returns c with each zero field that has a default set to
@@ -72,6 +79,12 @@ func (c syncConfig) withDefaults() syncConfig {
 	def(&c.DemandTTL, defaultDemandTTLIntervals*c.Interval)
 	def(&c.IdleRelease, defaultIdleReleaseIntervals*c.Interval)
 	def(&c.Timeout, c.Interval)
+	if c.Global != nil {
+		g := *c.Global
+		def(&g.Interval, c.Interval)
+		def(&g.Timeout, max(c.Timeout, minGlobalTimeout))
+		c.Global = &g
+	}
 	def(&c.Safety, c.MinGap)
 	def(&c.FirstGap, c.MinGap/defaultFirstGapsPerMinGap)
 	def(&c.PaceGap, c.MinGap/defaultPaceGapsPerMinGap)

@@ -55,6 +55,9 @@ type syncer struct {
 	failed atomic.Bool
 	// masters are a Cluster's masters out of reach (runByMaster).
 	masters masters
+	// region exchanges the rules of global reach with the global store;
+	// nil without one.
+	region *exchanger
 
 	life            sync.Mutex // guards the fields below
 	stop            chan struct{}
@@ -90,6 +93,9 @@ func newSyncer(cfg syncConfig) (*syncer, error) {
 		s.params.Epsilon = 0
 	}
 	s.ks.Secret = append([]byte(nil), s.ks.Secret...)
+	if cfg.Global != nil {
+		s.region = newExchanger(s)
+	}
 	if s.cfg.Clock == nil {
 		s.ownClock = coarse.New(config.ClockResolution)
 		s.cfg.Clock = s.ownClock
@@ -187,6 +193,10 @@ func (s *syncer) Start() {
 	s.loops.Add(2)
 	go s.loop()
 	go s.firstLoop()
+	if s.region != nil {
+		s.loops.Add(1)
+		go s.region.loop(s.stop)
+	}
 }
 
 func (s *syncer) loop() {

@@ -45,6 +45,7 @@ type Rule struct {
 	epsilon     float64
 	virtual     bool // Params.Virtual
 	waitFirst   bool // admit nothing without a lease (SetWaitFirst)
+	global      bool // leased from the region's part of the limit (SetGlobal)
 
 	cluster *Cluster // counts the live nodes
 	ref     any      // the caller's (the syncer's Redis form of the rule); opaque here
@@ -155,6 +156,14 @@ func (r *Rule) SetWaitFirst() { r.waitFirst = true }
 
 // WaitsFirst reports whether r waits for its leases (SetWaitFirst).
 func (r *Rule) WaitsFirst() bool { return r.waitFirst }
+
+// SetGlobal makes r's leases come from its region's part of the limit,
+// which the region's exchanger leases from the global store, rather than
+// from the whole limit. Call it before r is used.
+func (r *Rule) SetGlobal() { r.global = true }
+
+// Global reports whether r is of global reach (SetGlobal).
+func (r *Rule) Global() bool { return r.global }
 
 // MinGap is the least gap between two early exchanges of a key (µs): about
 // when a lease asked for now arrives.

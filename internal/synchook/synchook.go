@@ -11,6 +11,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hybridlimit/hybridlimit/internal/lease"
 )
 
@@ -33,6 +35,15 @@ type Tuning struct {
 	Nodes       int           // the nodes to assume, at least
 	Batch       int           // scripts per pipeline
 	Timeout     time.Duration // bounds each pipeline, and each round of the loop
+}
+
+// Global configures a syncer's exchanges of the rules of global reach with
+// the global store: hybrid.GlobalConfig, with its defaults set.
+type Global struct {
+	Client   redis.UniversalClient // the global store
+	Region   string                // this region's name there
+	Interval time.Duration         // the period of the region's exchanges
+	Timeout  time.Duration         // bounds each exchange with the global store
 }
 
 // Syncer exchanges leases with Redis for the keys of a hybrid limiter: it

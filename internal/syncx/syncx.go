@@ -44,11 +44,13 @@ type Config struct {
 	// PassTime makes the scripts take the node's clock instead of Redis's:
 	// for simulations on a virtual clock.
 	PassTime bool
+	// Global is the exchange of the rules of global reach; nil: none.
+	Global *synchook.Global
 }
 
 // The functions of package syncer, typed once.
 var (
-	newSyncer     = synchook.NewSyncer.(func(synchook.Tuning, redis.UniversalClient, syncer.Keyspace, local.Clock, synchook.Observer, bool) (Syncer, error))
+	newSyncer     = synchook.NewSyncer.(func(synchook.Tuning, redis.UniversalClient, syncer.Keyspace, local.Clock, synchook.Observer, bool, *synchook.Global) (Syncer, error))
 	validRuleName = synchook.ValidRuleName.(func(string) error)
 	digest        = synchook.Digest.(func(*syncer.Keyspace, string) string)
 	keys          = synchook.Keys.(func(*syncer.Keyspace, *syncer.Rule, string) (string, string))
@@ -69,7 +71,7 @@ var ErrNotLeasable = synchook.ErrNotLeasable
 // c with its zero fields set to their defaults, and reports a bad field
 // with an error wrapping syncer.ErrInvalidConfig.
 func NewSyncer(c Config) (Syncer, error) {
-	return newSyncer(c.Tuning, c.Client, c.Keyspace, c.Clock, c.Observer, c.PassTime)
+	return newSyncer(c.Tuning, c.Client, c.Keyspace, c.Clock, c.Observer, c.PassTime, c.Global)
 }
 
 // ValidRuleName reports, as an error wrapping syncer.ErrInvalidRule,

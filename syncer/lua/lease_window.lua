@@ -23,7 +23,7 @@
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] the rule's
 -- fingerprint, [4] numbers packed as little-endian doubles (each an integer
 -- below 2^53, so exact; one argument costs Redis less than many to pass and
--- parse): flags (1: release what is unused), demand (requests per window;
+-- parse): flags (1: release what is unused; 2: the rule is of global reach, below), demand (requests per window;
 -- -1: unknown), target for the current window (the total the node wants
 -- granted in it), target for the next window (0: none), horizon (us:
 -- pre-grant the next window when it starts within it), two reports
@@ -69,11 +69,19 @@ if sub then W, K = step, ws end
 demand_ttl = math.max(demand_ttl, 2 * W)
 local counter = alg == 3
 local m = KEYS[1]
+-- A rule of global reach (flags 2; the fixed window only) is leased from
+-- the region's part of the limit, not from L: reg, written by the region's
+-- exchange with the global store (region.lua), holds that part per window
+-- (caps: window -> budget) and the region's standing share (S), the budget
+-- of a window it holds no part of yet, which the global store keeps for it
+-- (global.lua) until reg[4] (its last exchange and the store's keep). The key is listed in KEYS[5], the region's keys of global
+-- reach, for its exchanger to find.
+local global = fdiv(flags, 2) % 2 == 1
 
 local wt = now - fmod(now, W)
 
 local st = redis.pcall('GET', m)
-local fp, ep, nd, hist
+local fp, ep, nd, hist, reg
 if type(st) == 'table' then
   -- a hash: the earlier layout's state (its slots' keys too): start afresh
   other_family(st, m)
@@ -84,7 +92,7 @@ elseif st then
   if not st[1] or type(st[2]) ~= 'string' then
     error('lease_window: ' .. m .. ' holds a string that is not its state')
   end
-  fp, ep, nd, hist = st[2], st[3], st[4], st[5]
+  fp, ep, nd, hist, reg = st[2], st[3], st[4], st[5], st[9]
 else
   st = {}
 end
@@ -385,7 +393,15 @@ local function grant(k, target, avail, budget, reserve, start)
 end
 
 local Rprev, Rnext = kprev[2], knext[2]
-local budget = L
+-- part is the budget of window x: L, or the region's part of it.
+local function part(x)
+  if not global then return L end
+  reg = reg or {{}, 0}
+  local S = reg[2]
+  if (reg[4] or 0) < now then S = 0 end
+  return math.min(reg[1][x] or S, L)
+end
+local budget = part(wt)
 if counter then
   -- The counter admits while prev * left / ws + cur <= L: the budget of the
   -- current window grows as the previous one weighs less. A grant is safe
@@ -423,7 +439,7 @@ gcur, Rcur, exhausted, is_paced = grant(kcur, want_cur, budget - Rcur, budget, n
 -- with what it holds unused of this one instead (the reports above).
 local gnext = 0
 if want_next > 0 and not counter and now >= wt + W - horizon then
-  local nbudget = L
+  local nbudget = part(wt + W)
   if sub and K >= 2 then nbudget = math.max(L - hist2 - Rcur, 0) end
   local paced_next, _
   gnext, Rnext, _, paced_next = grant(knext, want_next, nbudget - Rnext, nbudget, true, wt + W)
@@ -438,14 +454,17 @@ local w = {}
 for x, s in pairs(slots) do
   if kept[x] then w[1 + fmod(fdiv(x, W), 3)] = s end
 end
-redis.call('SET', m, cmsgpack.pack(rule_fp, ep, nd, hist, w[1], w[2], w[3]),
+redis.call('SET', m, cmsgpack.pack(rule_fp, ep, nd, hist, w[1], w[2], w[3], reg),
   'PX', ttl_ms(math.max(3 * W, demand_ttl, K * W)))
+if global then redis.call('ZADD', KEYS[5], now, m) end
 
 local _, ucur = state(kcur)
 -- Exhausted means until the window ends: true of the fixed window only. The
 -- counter's budget grows with every step of its window.
 local ex = 0
-if exhausted and not counter then ex = 1 end
+-- A region's part grows as its exchanger brings more, until the global
+-- store says the limit is spent (reg[3]: the window whose part is final).
+if exhausted and not counter and (not global or reg[3] == wt) then ex = 1 end
 local room = budget - Rcur
 local pc = 0
 if is_paced then pc = 1 end

@@ -6,7 +6,8 @@
 // traffic moving from region to region over the run, one region alone, a
 // region cut off from the global store mid-run, the global store killed
 // mid-run and restarted empty. Each node runs today's two answers side by
-// side on the same arrivals: (A) a Central rule against the global Redis,
+// side on the same arrivals: (C) a Hybrid rule of global reach (Rule.Global), its
+// regions leasing parts of L from a global Redis of its own, (A) a Central rule against the global Redis,
 // asked on every request, and (B) each region limited to L ÷ regions, a
 // hybrid rule against its own Redis. It prints admitted ÷ L per window,
 // globally and per region, decision latency and the traffic that crosses
@@ -121,11 +122,16 @@ type env struct {
 	regional []*redisproc.Redis
 	global   *redisproc.Redis
 	links    []*netproxy.Proxy // region i's link to the global Redis
+	store    *redisproc.Redis  // C's global Redis
+	slinks   []*netproxy.Proxy // region i's link to C's
 }
 
 func (e *env) close() {
-	for _, p := range e.links {
+	for _, p := range append(e.links, e.slinks...) {
 		p.Close()
+	}
+	if e.store != nil {
+		e.store.Close()
 	}
 	for _, r := range e.regional {
 		r.Close()
@@ -141,6 +147,9 @@ func startEnv(o opts, dir string) (*env, error) {
 	if e.global, err = redisproc.Start(filepath.Join(dir, "global")); err != nil {
 		return e, err
 	}
+	if e.store, err = redisproc.Start(filepath.Join(dir, "store")); err != nil {
+		return e, err
+	}
 	for i := range o.regions {
 		r, err := redisproc.Start(filepath.Join(dir, fmt.Sprintf("region%d", i)))
 		if err != nil {
@@ -152,6 +161,10 @@ func startEnv(o opts, dir string) (*env, error) {
 			return e, err
 		}
 		e.links = append(e.links, p)
+		if p, err = netproxy.Start(e.store.Addr, o.latency[i]); err != nil {
+			return e, err
+		}
+		e.slinks = append(e.slinks, p)
 	}
 	return e, nil
 }

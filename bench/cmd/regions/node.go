@@ -32,9 +32,15 @@ const (
 	// modeSplit is each region limited to L ÷ regions: a hybrid rule
 	// against the region's own Redis with Quota L/3.
 	modeSplit = "split"
+	// modeGlobal is the library's answer: a Hybrid rule of global reach
+	// (Rule.Global), its nodes leasing from their region's Redis the
+	// region's part of L, which the region leases from a global Redis of
+	// its own (so that its commands and bytes are counted apart from A's)
+	// across links of its own, cut and killed with A's.
+	modeGlobal = "global"
 )
 
-var modes = []string{modeCentral, modeSplit}
+var modes = []string{modeGlobal, modeCentral, modeSplit}
 
 // nodeSpec is one node process's run, passed as JSON on its command line.
 type nodeSpec struct {
@@ -42,6 +48,7 @@ type nodeSpec struct {
 	Region   int
 	Regional string // the region's Redis, reached directly
 	Global   string // the global Redis, through the region's link
+	Store    string // C's global Redis, through the region's link of its own
 	Prefix   string // Redis key prefix; each mode appends its name
 	Regions  int
 	Nodes    int // nodes per region
@@ -158,6 +165,13 @@ func newMode(spec nodeSpec, mode string) (*hybrid.Limiter, *hybrid.Rule, error) 
 		cfg.Sync = hybrid.SyncConfig{NodeID: spec.Name, Nodes: spec.Nodes}
 		rule.Mode = hybrid.Hybrid
 		rule.Limit.Quota = max(spec.Limit/int64(spec.Regions), 1)
+	case modeGlobal:
+		cfg.Redis = client(spec.Regional, false)
+		cfg.Global = client(spec.Store, true)
+		cfg.Region = fmt.Sprintf("r%d", spec.Region)
+		cfg.Keyspace = syncer.Keyspace{Prefix: spec.Prefix + ":" + mode}
+		cfg.Sync = hybrid.SyncConfig{NodeID: spec.Name, Nodes: spec.Nodes}
+		rule.Mode, rule.Global = hybrid.Hybrid, true
 	default:
 		return nil, nil, fmt.Errorf("regions: unknown mode %q", mode)
 	}
@@ -266,6 +280,9 @@ func offer(spec nodeSpec, lims map[string]*hybrid.Limiter, rules map[string]*hyb
 			}()
 		}
 	}
+	// A region whose traffic ended stays up to the run's end: its regions
+	// go quiet, they do not leave.
+	time.Sleep(time.Until(time.UnixMicro(end)))
 	wg.Wait()
 	return acc
 }

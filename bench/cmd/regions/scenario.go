@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/netproxy"
+	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 )
 
 // scenario is a run's traffic and fault.
@@ -77,10 +80,10 @@ type result struct {
 	sc      scenario
 	offered [][]float64 // [window][region], requests offered per region
 	modes   map[string]*modeResult
-	// cmds is the global Redis's commands per second, linkBytes the bytes
+	// cmds is each mode's global Redis's commands per second, linkBytes the bytes
 	// per second across the links outside its home region, over the
 	// measured windows.
-	cmds, linkBytes float64
+	cmds, linkBytes map[string]float64
 }
 
 type modeResult struct {
@@ -126,7 +129,7 @@ func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 	}()
 	for i := range o.regions {
 		for j := range o.nodes {
-			spec := nodeSpec{Name: fmt.Sprintf("r%dn%d", i, j), Region: i, Regional: e.regional[i].Addr, Global: e.links[i].Addr(),
+			spec := nodeSpec{Name: fmt.Sprintf("r%dn%d", i, j), Region: i, Regional: e.regional[i].Addr, Global: e.links[i].Addr(), Store: e.slinks[i].Addr(),
 				Prefix: prefix, Regions: o.regions, Nodes: o.nodes, Limit: o.limit, Window: o.window,
 				Rates: perNode[i], Seed: o.seed, Log: o.log,
 				Timeout: o.timeout, SyncTimeout: o.syncTimeout}
@@ -167,55 +170,77 @@ func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 	return res, nil
 }
 
+// store is a global Redis and the regions' links to it: A's, or C's.
+type store struct {
+	mode  string
+	srv   *redisproc.Redis
+	links []*netproxy.Proxy
+	c0    int64 // commands at the measure's start
+	b0    int64 // bytes at the measure's start
+	// before is the commands counted by the server since killed; -1 when
+	// unknown.
+	before int64
+}
+
+func (st *store) bytes() int64 {
+	var b int64
+	for _, p := range st.links[1:] {
+		b += p.Bytes()
+	}
+	return b
+}
+
 // timeline waits out the measured windows from start, applying sc's fault
-// and counting the global Redis's commands and the bytes across the links.
+// and counting each global Redis's commands and the bytes across its links.
 func timeline(o opts, e *env, sc scenario, start int64, res *result) error {
 	at := func(w int) time.Time {
 		return time.UnixMicro(start).Add(time.Duration(warmFor(o.window)+w) * o.window)
 	}
-	bytes := func() int64 {
-		var b int64
-		for _, p := range e.links[1:] {
-			b += p.Bytes()
-		}
-		return b
-	}
+	stores := []*store{{mode: modeCentral, srv: e.global, links: e.links}, {mode: modeGlobal, srv: e.store, links: e.slinks}}
 	time.Sleep(time.Until(at(0)))
-	c0, b0 := commands(e.global.Addr), bytes()
-	var before int64 // commands counted by a server since killed
+	for _, st := range stores {
+		st.c0, st.b0 = commands(st.srv.Addr), st.bytes()
+	}
 	if sc.fault != "" {
 		time.Sleep(time.Until(at(o.faultFrom)))
-		switch sc.fault {
-		case "cut":
-			e.links[len(e.links)-1].Cut()
-		case "kill":
-			before = commands(e.global.Addr)
-			if before >= 0 && c0 >= 0 {
-				before -= c0
-			} else {
-				before = -1
+		for _, st := range stores {
+			switch sc.fault {
+			case "cut":
+				st.links[len(st.links)-1].Cut()
+			case "kill":
+				st.before = commands(st.srv.Addr)
+				if st.before >= 0 && st.c0 >= 0 {
+					st.before -= st.c0
+				} else {
+					st.before = -1
+				}
+				st.c0 = 0
+				st.srv.Kill()
 			}
-			c0 = 0
-			e.global.Kill()
 		}
 		time.Sleep(time.Until(at(o.faultTo)))
-		switch sc.fault {
-		case "cut":
-			e.links[len(e.links)-1].Heal()
-		case "kill":
-			if err := e.global.Restart(); err != nil {
-				return err
+		for _, st := range stores {
+			switch sc.fault {
+			case "cut":
+				st.links[len(st.links)-1].Heal()
+			case "kill":
+				if err := st.srv.Restart(); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	time.Sleep(time.Until(at(o.windows)))
 	secs := (time.Duration(o.windows) * o.window).Seconds()
-	c1 := commands(e.global.Addr)
-	res.cmds = float64(before+c1-c0) / secs
-	if c0 < 0 || c1 < 0 || before < 0 {
-		res.cmds = math.NaN()
+	res.cmds, res.linkBytes = map[string]float64{}, map[string]float64{}
+	for _, st := range stores {
+		c1 := commands(st.srv.Addr)
+		res.cmds[st.mode] = float64(st.before+c1-st.c0) / secs
+		if st.c0 < 0 || c1 < 0 || st.before < 0 {
+			res.cmds[st.mode] = math.NaN()
+		}
+		res.linkBytes[st.mode] = float64(st.bytes()-st.b0) / secs
 	}
-	res.linkBytes = float64(bytes()-b0) / secs
 	return nil
 }
 

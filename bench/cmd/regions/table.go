@@ -11,6 +11,7 @@ import (
 
 // baselines names the modes in the table.
 var baselines = map[string]string{
+	modeGlobal:  "C: two-level leases (Rule.Global)",
 	modeCentral: "A: central, global Redis",
 	modeSplit:   "B: L ÷ regions per region",
 }
@@ -54,9 +55,9 @@ func printTable(o opts, results []result) {
 				faultCol = fmt.Sprintf("%.2f", fault/float64(o.faultTo-o.faultFrom))
 			}
 			cmds, link := "—", "—"
-			if m == modeCentral { // B never reaches the global Redis
-				cmds, link = fmt.Sprintf("%.0f", r.cmds), fmt.Sprintf("%.1f", r.linkBytes/1e3)
-				if math.IsNaN(r.cmds) {
+			if m != modeSplit { // B never reaches a global Redis
+				cmds, link = fmt.Sprintf("%.0f", r.cmds[m]), fmt.Sprintf("%.1f", r.linkBytes[m]/1e3)
+				if math.IsNaN(r.cmds[m]) {
 					cmds = "n/a (INFO timed out)"
 				}
 			}
@@ -85,7 +86,7 @@ func printTable(o opts, results []result) {
 // printWindows prints each window of r: offered ÷ L and each baseline's
 // admitted ÷ L, globally and per region.
 func printWindows(o opts, r result) {
-	fmt.Printf("%s: per window, ÷ L: offered (per region) | A admitted (per region) | B admitted (per region) | A's admissions degraded | late arrivals\n", r.sc.name)
+	fmt.Printf("%s: per window, ÷ L: offered (per region) | C admitted (per region) | A admitted (per region) | B admitted (per region) | A's admissions degraded | late arrivals\n", r.sc.name)
 	L := float64(o.limit)
 	for w := range o.windows {
 		var b strings.Builder

@@ -1,0 +1,139 @@
+-- The global store's side of a global rule's exchange (see region.lua): the
+-- regions lease parts of the limit L per window from it, as nodes lease
+-- from their region's Redis.
+--
+-- Per window x, each region r holds a part g[x][r], or, until it asks,
+-- its standing share: the most it admits in a window it holds no part of
+-- (a window that opens before it reaches the global store: cut off, or
+-- the store down). A region's standing share is its part of L by demand,
+-- within what the other regions' shares leave: the shares never sum past
+-- L, so neither do the regions that fall back on them. What a region holds
+-- in x is max(S, B) without a part, where B is the share it last said it
+-- holds (its reply may be lost; it holds the one before), or its part.
+-- Parts are granted from L less what the others hold: the regions together
+-- never pass L.
+--
+-- A state the store lost (a restart: the first region to ask holds some of
+-- the key) takes the first fresh µs of its life to hear from every region:
+-- each says what it holds, and nothing more is granted until they have.
+--
+-- KEYS[1] the key's global state, a string of four values packed with
+-- cmsgpack: fp, ep (the epoch), regions (r -> {d, t, S, B}: demand per
+-- window, when it last asked, standing share, share held), parts (x -> {r
+-- -> part}).
+-- ARGV: [1] now ('' for Redis's clock), [2] region, [3] the rule's
+-- fingerprint, [4] numbers packed as little-endian doubles: demand, window,
+-- part held there, used there, wanted there (the part the region asks
+-- for), next window, part held there, wanted there (0: no ask), standing
+-- share held, fresh (µs), how long a region that stopped asking keeps its
+-- standing share (µs), the region's lookahead (µs: how long before a window's end the
+-- parts kept for the others' demands are released).
+-- Returns {now, part in the window, part in the next (-1: none),
+-- standing share, left (L less every region's hold, after the grant)}.
+local now = clock(ARGV[1])
+local region, rule_fp = ARGV[2], ARGV[3]
+local D, x, hx, ux, wx, xn, hn, wn, B, fresh, keep, look =
+  struct.unpack('<dddddddddddd', ARGV[4])
+local L, W = parse_fp(rule_fp).L, parse_fp(rule_fp).w
+local m = KEYS[1]
+
+local fp, ep, regs, parts
+local raw = redis.call('GET', m)
+if raw then
+  local st = {pcall(cmsgpack.unpack, raw)}
+  if not st[1] or type(st[2]) ~= 'string' then
+    error('global: ' .. m .. ' holds a string that is not its state')
+  end
+  fp, ep, regs, parts = st[2], st[3], st[4], st[5]
+end
+if not ep then
+  ep, regs, parts = now, {}, {}
+  -- A key new to the store is not young unless its first region holds
+  -- some of it: then the store lost the state.
+  if hx <= 0 and B <= 0 then ep = now - fresh end
+end
+if fp and fp ~= rule_fp then
+  -- The limit changed: standing shares scale to it; parts held stay, to
+  -- their windows' end.
+  local old = parse_fp(fp).L
+  for _, g in pairs(regs) do g[3] = fdiv(g[3] * L, math.max(old, 1)) end
+end
+
+-- Forget the windows over, and the regions that stopped asking keep ago:
+-- a region cut off holds its standing share that long, then nothing.
+for y in pairs(parts) do
+  if y < x - W then parts[y] = nil end
+end
+for r, g in pairs(regs) do
+  if r ~= region and g[2] + keep < now then regs[r] = nil end
+end
+local me = regs[region] or {0, now, 0, 0}
+regs[region] = me
+me[1], me[2], me[4] = D, now, B
+
+-- holds(y, r) is what region r holds in window y.
+local function holds(y, r, g)
+  local p = parts[y]
+  if p and p[r] then return p[r] end
+  return math.max(g[3], g[4])
+end
+local function others(y)
+  local c = 0
+  for r, g in pairs(regs) do
+    if r ~= region then c = c + holds(y, r, g) end
+  end
+  return c
+end
+
+-- fair(r) is region r's part of L by demand (all of it when nobody
+-- reported any).
+local total = 0
+for _, g in pairs(regs) do total = total + g[1] end
+local function fair(g)
+  if total <= 0 then return L end
+  return fdiv(L * g[1], total)
+end
+
+-- grant gives the region up to want in window y, from what the others do
+-- not hold. Of that, what the others' demands entitle them to and they do
+-- not hold yet is kept for them until the window's last lookahead: the
+-- region gets at least its own part by demand, and beyond it what nobody
+-- else is entitled to.
+local young = now - ep < fresh
+local function grant(y, have, want)
+  parts[y] = parts[y] or {}
+  local g = have
+  if not young and want > have then
+    local avail = L - others(y) - have
+    local kept = 0
+    if now < y + W - look then
+      for r, o in pairs(regs) do
+        if r ~= region then kept = kept + math.max(fair(o) - holds(y, r, o), 0) end
+      end
+    end
+    g = have + math.max(math.min(want - have, avail, math.max(avail - kept, fair(me) - have)), 0)
+  end
+  parts[y][region] = g
+  return g
+end
+local gx = grant(x, math.max(hx, ux), wx)
+local gn = -1
+if wn > 0 then gn = grant(xn, hn, wn) end
+
+-- The standing share: the region's part of L by demand, within what the
+-- others may hold in a window it holds nothing of.
+local S = B
+if not young then
+  S = 0
+  if total > 0 then S = fair(me) end
+  local room = L
+  for r, g in pairs(regs) do
+    if r ~= region then room = room - math.max(g[3], g[4]) end
+  end
+  if gn < 0 then room = math.min(room, L - others(xn)) end
+  S = math.max(math.min(S, room), 0)
+end
+me[3] = S
+
+redis.call('SET', m, cmsgpack.pack(rule_fp, ep, regs, parts), 'PX', ttl_ms(math.max(3 * W, keep)))
+return {now, gx, gn, S, L - others(x) - gx}

@@ -1,0 +1,99 @@
+-- A region's side of a global rule's exchange with the global store, run on
+-- the region's Redis by the region's exchanger (see global.lua for the other
+-- side, and lease_window.lua for the state and its part reg).
+--
+-- KEYS[1] the key's state (lease_window.lua). ARGV[1] 'r' or 'w', [2] now
+-- ('' for Redis's clock), [3] numbers packed as little-endian doubles.
+--
+-- 'r' reads what the region needs and holds; its numbers: the lookahead
+-- (us: how far ahead a part must last, two exchanges and a round trip),
+-- and the nodes' demand TTL (us; lease_window.lua's).
+-- Before it reads, it gives back what the region holds of the current
+-- window beyond what its nodes hold and two lookaheads of its demand: the
+-- part the global store then records is never below what the region may
+-- admit. Returns {0} for a state that is gone or not of a global rule's
+-- fixed window, else {1, fp, now, window, W, demand (the region's nodes',
+-- requests per window), R (what its nodes hold or used in the window),
+-- used, part held, R of the next window, part held there, standing share}.
+--
+-- 'w' records the global store's answer; its numbers: window, part, next
+-- window, part there (-1: none), standing share, what the limit has left
+-- in the window (0: the part is final, reg[3], which lease_window.lua
+-- tells the nodes), how long the store keeps the share for the region
+-- (us: the region holds it that long, reg[4]). A part only grows here: 'r' alone lowers one. Returns
+-- 1, or 0 for a state that is gone.
+local m, op, now = KEYS[1], ARGV[1], clock(ARGV[2])
+local raw = redis.call('GET', m)
+if not raw then return {0} end
+local st = {pcall(cmsgpack.unpack, raw)}
+if not st[1] or type(st[2]) ~= 'string' then return {0} end
+local p = parse_fp(st[2])
+local reg = st[9]
+if p.alg ~= 1 or not reg then return {0} end
+local W, L = p.w, p.L
+local caps = reg[1]
+
+local function save()
+  redis.call('SET', m, cmsgpack.pack(st[2], st[3], st[4], st[5], st[6], st[7], st[8], reg), 'KEEPTTL')
+end
+
+if op == 'w' then
+  local x, c, xn, cn, S, left, keep = struct.unpack('<ddddddd', ARGV[3])
+  reg[4] = now + keep
+  caps[x] = math.max(caps[x] or 0, c)
+  -- the window's part is final: the limit is spent, its nodes are told
+  if left <= 0 then reg[3] = x end
+  if cn >= 0 then caps[xn] = math.max(caps[xn] or 0, cn) end
+  for y in pairs(caps) do
+    if y < x - W then caps[y] = nil end
+  end
+  reg[2] = S
+  save()
+  return 1
+end
+
+local look, dttl = struct.unpack('<dd', ARGV[3])
+dttl = math.max(dttl, 2 * W)
+local wt = now - fmod(now, W)
+local function slot(x)
+  local s = st[6 + fmod(fdiv(x, W), 3)]
+  if s and s[1] == x then return s end
+  return nil
+end
+local function sum(t)
+  local n = 0
+  for _, v in pairs(t) do n = n + v end
+  return n
+end
+local function held(x)
+  local S = reg[2]
+  if (reg[4] or 0) < now then S = 0 end
+  return math.min(caps[x] or S, L)
+end
+
+-- The demands its nodes reported within the demand TTL: a node that
+-- stopped asking no longer wants the key.
+local D = 0
+if st[4] then
+  local live = {}
+  for id, d in pairs(st[4][1]) do
+    if (st[4][2][id] or 0) + dttl >= now then live[id] = d end
+  end
+  D = demand_total(live, 0)
+end
+local Rc, Uc, Rn = 0, 0, 0
+local sc, sn = slot(wt), slot(wt + W)
+if sc then Rc, Uc = sc[2], sum(sc[4]) end
+if sn then Rn = sn[2] end
+local hc = held(wt)
+-- A region that holds more than its nodes took wants no more than it
+-- uses: its nodes' demands, reported as they last asked, lag a region
+-- gone quiet by up to their TTL.
+if now - wt >= look and Rc < hc then D = math.min(D, cdiv(Uc * W, now - wt)) end
+local ahead = cdiv(D * look, W)
+local keep = math.max(Rc, Uc + 2 * ahead)
+if hc > keep + ahead then
+  caps[wt], hc = keep, keep
+  save()
+end
+return {1, st[2], now, wt, W, D, Rc, Uc, hc, Rn, held(wt + W), reg[2]}

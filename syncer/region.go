@@ -1,0 +1,259 @@
+package syncer
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A rule of global reach holds one limit across regions, each with its own
+// Redis. Its nodes lease from their region's Redis as for any rule, but
+// from the region's part of the limit, not from the whole of it
+// (lua/lease_window.lua: reg); one node per region at a time, the
+// exchanger, leases those parts from the global store for the region's keys
+// (lua/region.lua on the region's Redis, lua/global.lua on the global
+// store), every GlobalInterval, in one pipeline per round. The request path
+// never waits on the global store, and the traffic to it grows with the
+// keys the region uses, not with its requests. docs/multiregion.md has the
+// design and its bounds.
+
+// The region's keys: its keys of global reach (a sorted set of their state
+// keys, scored by their last exchange) and the lock of its exchanger.
+const (
+	regionActive = "active"
+	regionLock   = "exchanger"
+)
+
+// regionKey names one of the region's keys.
+func (ks *Keyspace) regionKey(part string) string { return ks.prefix() + ":region:" + part }
+
+var (
+	scriptRegion = compose("prelude", "params", "region")
+	scriptGlobal = compose("prelude", "params", "global")
+	// scriptLead takes or keeps the region's lock: KEYS[1] the lock, ARGV
+	// the node and the lock's TTL (ms). Returns 1 if the node holds it.
+	scriptLead = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1`)
+)
+
+// standingKeep is how long a region that stopped reaching the global
+// store holds its standing share, and the store keeps it for the region:
+// the longest cut-off a region rides out at its share of the limit. After
+// it the region admits nothing of a window it holds no part of, and the
+// others may take the whole limit.
+const standingKeep = 5 * time.Minute
+
+// exchangeBatch is how many keys one round's pipelines carry at most.
+const exchangeBatch = 512
+
+// exchanger runs the region's exchanges, on the node that holds the
+// region's lock.
+type exchanger struct {
+	s      *syncer
+	global redis.UniversalClient
+	region string
+	every  time.Duration // the round's period
+	limit  time.Duration // bounds each exchange with the global store
+	rtt    atomic.Int64  // the global store's round trip, smoothed (ns)
+	// measured is set once the first round trip, which dials and loads
+	// the script, is past: it does not count.
+	measured bool
+
+	rounds, failed atomic.Int64 // rounds led, and failed
+}
+
+func newExchanger(s *syncer) *exchanger {
+	g := s.cfg.Global
+	return &exchanger{s: s, global: g.Client, region: g.Region, every: g.Interval, limit: g.Timeout}
+}
+
+// loop runs a round every period while this node leads, until stop.
+func (x *exchanger) loop(stop <-chan struct{}) {
+	defer x.s.loops.Done()
+	tick := time.NewTicker(x.every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(context.Background(), x.every+x.limit)
+			if x.lead(ctx) {
+				x.rounds.Add(1)
+				if err := x.round(ctx); err != nil {
+					x.failed.Add(1)
+				}
+			}
+			cancel()
+		}
+	}
+}
+
+// lead reports whether this node holds the region's lock, taking it when
+// free: it lasts three rounds.
+func (x *exchanger) lead(ctx context.Context) bool {
+	c := x.s.cfg.Client
+	ttl := (3 * (x.every + x.limit)).Milliseconds()
+	v, err := scriptLead.Run(ctx, c, []string{x.s.ks.regionKey(regionLock)}, x.s.node, ttl).Int()
+	return err == nil && v == 1
+}
+
+// round exchanges every key of the region's set, a batch at a time.
+func (x *exchanger) round(ctx context.Context) error {
+	c := x.s.cfg.Client
+	set := x.s.ks.regionKey(regionActive)
+	var first error
+	for start := int64(0); ; start += exchangeBatch {
+		names, err := c.ZRange(ctx, set, start, start+exchangeBatch-1).Result()
+		if err != nil {
+			return err
+		}
+		if len(names) == 0 {
+			return first
+		}
+		gone, err := x.batch(ctx, names)
+		if err != nil && first == nil {
+			first = err
+		}
+		if len(gone) > 0 {
+			c.ZRem(ctx, set, gone...)
+			start -= int64(len(gone))
+		}
+		if len(names) < exchangeBatch {
+			return first
+		}
+	}
+}
+
+// regionRead is lua/region.lua's 'r' reply.
+type regionRead struct {
+	fp                                           string
+	now, window, w, demand, r, used, held, rNext int64
+	heldNext, standing                           int64
+}
+
+// batch exchanges the keys names: reads them in the region, asks the
+// global store, writes its answers back. It returns the keys whose state
+// is gone.
+func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
+	c := x.s.cfg.Client
+	look := 2*x.every + 2*time.Duration(x.rtt.Load())
+	reads := make([]call, len(names))
+	for i, n := range names {
+		reads[i] = call{scriptRegion, []string{n}, []any{"r", "", appendNumbers(nil, look.Microseconds(), x.s.cfg.DemandTTL.Microseconds())}}
+	}
+	cmds, err := runPipelined(ctx, c, c.Pipeline, reads)
+	if err != nil && len(cmds) == 0 {
+		return nil, wrap(ctx, "region", err)
+	}
+	var gone []any
+	var keys []string
+	var rs []regionRead
+	var asks []call
+	for i, cmd := range cmds {
+		v, err := cmd.Slice()
+		if err != nil {
+			continue
+		}
+		r, ok := decodeRegionRead(v)
+		if !ok {
+			gone = append(gone, names[i])
+			continue
+		}
+		keys, rs = append(keys, names[i]), append(rs, r)
+		asks = append(asks, call{scriptGlobal, []string{names[i]}, x.ask(r, look)})
+	}
+	if len(asks) == 0 {
+		return gone, nil
+	}
+	gctx, cancel := context.WithTimeout(ctx, x.limit)
+	sent := time.Now()
+	gcmds, err := runPipelined(gctx, x.global, x.global.Pipeline, asks)
+	cancel()
+	if err != nil {
+		return gone, wrap(gctx, "global", err)
+	}
+	x.measure(time.Since(sent))
+	writes := make([]call, 0, len(gcmds))
+	for i, cmd := range gcmds {
+		v, err := cmd.Int64Slice()
+		if err != nil || len(v) != 5 {
+			continue
+		}
+		r := rs[i]
+		writes = append(writes, call{scriptRegion, []string{keys[i]},
+			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], v[4], standingKeep.Microseconds())}})
+	}
+	if _, err := runPipelined(ctx, c, c.Pipeline, writes); err != nil {
+		return gone, wrap(ctx, "region", err)
+	}
+	return gone, nil
+}
+
+// ask is the global store's call for the key r read: its demand, what it
+// holds and uses in the window, what it wants there (two lookaheads of its
+// demand beyond its use, and more when its nodes hold all its part), and
+// in the next window, once that opens within a lookahead and a round.
+func (x *exchanger) ask(r regionRead, look time.Duration) []any {
+	ahead := ceilDiv(r.demand*look.Microseconds(), r.w)
+	want := r.used + 2*ahead
+	if r.r >= r.held {
+		want = max(want, r.held+max(ahead, 1))
+	}
+	wantNext := int64(0)
+	if r.now >= r.window+r.w-look.Microseconds()-x.every.Microseconds() {
+		wantNext = max(2*ahead, r.heldNext)
+	}
+	// A restarted store hears from every region within a round's bound
+	// and a few rounds; until then the regions keep their standing shares.
+	fresh := 2*x.limit + 5*x.every
+	keep := standingKeep
+	return []any{"", x.region, r.fp, appendNumbers(nil, r.demand, r.window, r.held, r.r, want,
+		r.window+r.w, r.heldNext, wantNext, r.standing, fresh.Microseconds(), keep.Microseconds(), look.Microseconds())}
+}
+
+// measure folds a round trip to the global store into the smoothed one.
+func (x *exchanger) measure(d time.Duration) {
+	if !x.measured {
+		x.measured = true // the first dials, and loads the script
+		return
+	}
+	old := x.rtt.Load()
+	if old == 0 {
+		x.rtt.Store(int64(d))
+		return
+	}
+	x.rtt.Store(old + (int64(d)-old)/8)
+}
+
+func decodeRegionRead(v []any) (regionRead, bool) {
+	if len(v) != 12 {
+		return regionRead{}, false
+	}
+	fp, ok := v[1].(string)
+	if !ok {
+		return regionRead{}, false
+	}
+	n := make([]int64, 10)
+	for i := range n {
+		x, ok := v[i+2].(int64)
+		if !ok {
+			return regionRead{}, false
+		}
+		n[i] = x
+	}
+	return regionRead{fp: fp, now: n[0], window: n[1], w: n[2], demand: n[3], r: n[4], used: n[5],
+		held: n[6], rNext: n[7], heldNext: n[8], standing: n[9]}, true
+}
+
+func ceilDiv(a, b int64) int64 {
+	if b <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(float64(a) / float64(b)))
+}
