@@ -40,6 +40,8 @@ var luaFS embed.FS
 //	lease_window  the window algorithms' lease exchange; prelude
 //	lease_bucket  the buckets' lease exchange; prelude, params
 //	registry      a node's round in the registry of live nodes; prelude, params
+//	region        a region's side of a global rule's exchange (region.go); prelude, params
+//	global        the global store's side of it; prelude, params
 //
 // The lines are described beside them.
 var lines = map[string]string{
@@ -135,7 +137,9 @@ var (
 )
 
 // scripts lists every script, for loading them ahead (preload).
-var scripts = []*redis.Script{scriptFixed, scriptLog, scriptCounter, scriptSub, scriptBucket, scriptMulti, scriptRefund, scriptLeaseWindow, scriptLeaseBucket, scriptRegistry}
+// The global store's script is among them: loading it in a region's Redis
+// costs nothing, and keeps one list.
+var scripts = []*redis.Script{scriptFixed, scriptLog, scriptCounter, scriptSub, scriptBucket, scriptMulti, scriptRefund, scriptLeaseWindow, scriptLeaseBucket, scriptRegistry, scriptRegion, scriptGlobal}
 
 func scriptFor(r *Rule) *redis.Script {
 	switch a := r.limit.Algorithm(); {
