@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,6 +54,9 @@ type opts struct {
 	log       bool
 	// timeout and syncTimeout are A's Config.Timeout and Sync.Timeout.
 	timeout, syncTimeout time.Duration
+	modes                []string      // the modes each node runs
+	warm                 time.Duration // offered before the measured windows
+	jsonOut, svgOut      string        // where to write the results and the shift run's plot
 }
 
 func main() {
@@ -73,6 +77,10 @@ func main() {
 	flag.DurationVar(&o.syncTimeout, "sync-timeout", time.Second, "A: the sync rounds' bound (Sync.Timeout; the library's default, Interval = 100ms, times out across a slow link)")
 	flag.BoolVar(&o.log, "log", false, "the nodes' Limiters log their warnings on stderr")
 	dir := flag.String("dir", "", "where the redis-servers keep their files (default a temporary directory)")
+	ms := flag.String("modes", strings.Join(modes, ","), "the modes each node runs, side by side: "+strings.Join(modes, ", "))
+	flag.DurationVar(&o.warm, "warm", 4*time.Second, "traffic offered before the measured windows: connections open, the key's parts reach every region")
+	flag.StringVar(&o.jsonOut, "json", "", "write every scenario's windows, per mode, to this file as JSON")
+	flag.StringVar(&o.svgOut, "svg", "", "plot the shift scenario's windows to this SVG file")
 	flag.Parse()
 	log.SetFlags(0)
 	redis.SetLogger(quietRedis{}) // redisproc's and the nodes' clients log every failed dial
@@ -94,6 +102,12 @@ func main() {
 		o.latency = append(o.latency, d)
 	}
 	o.regions = len(o.latency)
+	for _, m := range strings.Split(*ms, ",") {
+		if !slices.Contains(modes, m) {
+			log.Fatalf("regions: -modes: unknown mode %q", m)
+		}
+		o.modes = append(o.modes, m)
+	}
 	if o.faultFrom == 0 {
 		o.faultFrom = o.windows / 3
 	}
@@ -201,6 +215,18 @@ func bench(o opts, dir string, run []scenario) error {
 		results = append(results, res)
 	}
 	printTable(o, results)
+	if o.jsonOut != "" {
+		if err := writeJSON(o, results, o.jsonOut); err != nil {
+			return err
+		}
+	}
+	for _, r := range results {
+		if o.svgOut != "" && r.sc.name == "shift" {
+			if err := os.WriteFile(o.svgOut, []byte(plotShift(o, r)), 0o644); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 

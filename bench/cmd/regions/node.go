@@ -61,7 +61,8 @@ type nodeSpec struct {
 	Start int64 `json:"-"`
 	Rates []float64
 	Seed  int64
-	Log   bool // the Limiters' warnings on stderr
+	Log   bool     // the Limiters' warnings on stderr
+	Modes []string // the modes to run side by side
 	// Timeout and SyncTimeout are the central Limiter's Config.Timeout
 	// and Sync.Timeout.
 	Timeout, SyncTimeout time.Duration
@@ -110,7 +111,7 @@ func runNode(spec nodeSpec, in io.Reader, out io.Writer) error {
 			l.Close()
 		}
 	}()
-	for _, m := range modes {
+	for _, m := range spec.Modes {
 		l, r, err := newMode(spec, m)
 		if err != nil {
 			return err
@@ -122,7 +123,7 @@ func runNode(spec nodeSpec, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("reading the start: %w", err)
 	}
 	acc := offer(spec, lims, rules)
-	for _, m := range modes {
+	for _, m := range spec.Modes {
 		l := lims[m]
 		delete(lims, m)
 		l.Close()
@@ -270,7 +271,7 @@ func offer(spec nodeSpec, lims map[string]*hybrid.Limiter, rules map[string]*hyb
 		}
 		now := time.Now().UnixMicro()
 		wid, late := now/wus, now-at >= lateBy.Microseconds()
-		for _, m := range modes {
+		for _, m := range spec.Modes {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -67,11 +67,11 @@ func alone(_, _, regions int) []float64 {
 	return s
 }
 
-// warmFor is the windows each node offers before those measured, 2 s or
-// more of them: the connections across the links open, the hybrid rules
-// take their leases.
-func warmFor(window time.Duration) int {
-	return max(1, int(math.Ceil(2*time.Second.Seconds()/window.Seconds())))
+// warmFor is the windows each node offers before those measured, o.warm
+// or more of them: the connections across the links open, the hybrid rules
+// take their leases, the key's parts reach every region.
+func warmFor(o opts) int {
+	return max(1, int(math.Ceil(o.warm.Seconds()/o.window.Seconds())))
 }
 
 // result is what a scenario measured: per mode, the sums of its nodes'
@@ -101,7 +101,7 @@ type modeResult struct {
 // they report.
 func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 	wus := o.window.Microseconds()
-	warm := warmFor(o.window)
+	warm := warmFor(o)
 	total := warm + o.windows
 	res := result{sc: sc, modes: map[string]*modeResult{}}
 	perNode := make([][]float64, o.regions) // [region][window] rate at each node
@@ -131,7 +131,7 @@ func runScenario(o opts, e *env, exe string, sc scenario) (result, error) {
 		for j := range o.nodes {
 			spec := nodeSpec{Name: fmt.Sprintf("r%dn%d", i, j), Region: i, Regional: e.regional[i].Addr, Global: e.links[i].Addr(), Store: e.slinks[i].Addr(),
 				Prefix: prefix, Regions: o.regions, Nodes: o.nodes, Limit: o.limit, Window: o.window,
-				Rates: perNode[i], Seed: o.seed, Log: o.log,
+				Rates: perNode[i], Seed: o.seed, Log: o.log, Modes: o.modes,
 				Timeout: o.timeout, SyncTimeout: o.syncTimeout}
 			n, err := startNode(exe, spec)
 			if err != nil {
@@ -194,7 +194,7 @@ func (st *store) bytes() int64 {
 // and counting each global Redis's commands and the bytes across its links.
 func timeline(o opts, e *env, sc scenario, start int64, res *result) error {
 	at := func(w int) time.Time {
-		return time.UnixMicro(start).Add(time.Duration(warmFor(o.window)+w) * o.window)
+		return time.UnixMicro(start).Add(time.Duration(warmFor(o)+w) * o.window)
 	}
 	stores := []*store{{mode: modeCentral, srv: e.global, links: e.links}, {mode: modeGlobal, srv: e.store, links: e.slinks}}
 	time.Sleep(time.Until(at(0)))
@@ -267,7 +267,7 @@ func commands(addr string) int64 {
 
 // sum adds up the nodes' lines of the measured windows, from window id w0.
 func (r *result) sum(o opts, w0 int64, nodes []*node) {
-	for _, m := range modes {
+	for _, m := range o.modes {
 		mr := &modeResult{lateW: make([]int64, o.windows), degW: make([]int64, o.windows)}
 		for range o.windows {
 			mr.admitted = append(mr.admitted, make([]int64, o.regions))

@@ -22,7 +22,7 @@ func printTable(o opts, results []result) {
 		"fault windows (mean ÷ L)", "over L", "false refusals", "degraded", "decision p50", "p99", "late arrivals",
 		"global Redis commands/s", "cross-region KB/s"}}
 	for _, r := range results {
-		for _, m := range modes {
+		for _, m := range o.modes {
 			mr := r.modes[m]
 			var sum, lo, hi, fault, over, falseRef, exact float64
 			lo = 1e18
@@ -86,7 +86,14 @@ func printTable(o opts, results []result) {
 // printWindows prints each window of r: offered ÷ L and each baseline's
 // admitted ÷ L, globally and per region.
 func printWindows(o opts, r result) {
-	fmt.Printf("%s: per window, ÷ L: offered (per region) | C admitted (per region) | A admitted (per region) | B admitted (per region) | A's admissions degraded | late arrivals\n", r.sc.name)
+	head := []string{"offered (per region)"}
+	for _, m := range o.modes {
+		head = append(head, baselines[m][:1]+" admitted (per region)")
+	}
+	if r.modes[modeCentral] != nil {
+		head = append(head, "A's admissions degraded", "late arrivals")
+	}
+	fmt.Printf("%s: per window, ÷ L: %s\n", r.sc.name, strings.Join(head, " | "))
 	L := float64(o.limit)
 	for w := range o.windows {
 		var b strings.Builder
@@ -98,7 +105,7 @@ func printWindows(o opts, r result) {
 			per = append(per, fmt.Sprintf("%.2f", x/L))
 		}
 		fmt.Fprintf(&b, " %.2f (%s)", off/L, strings.Join(per, " "))
-		for _, m := range modes {
+		for _, m := range o.modes {
 			mr := r.modes[m]
 			per = per[:0]
 			for _, a := range mr.admitted[w] {
@@ -106,8 +113,9 @@ func printWindows(o opts, r result) {
 			}
 			fmt.Fprintf(&b, " | %.2f (%s)", float64(total(mr.admitted[w]))/L, strings.Join(per, " "))
 		}
-		mr := r.modes[modeCentral]
-		fmt.Fprintf(&b, " | %s | %s", pct(float64(mr.degW[w]), float64(total(mr.admitted[w]))), pct(float64(mr.lateW[w]), float64(total(mr.offered[w]))))
+		if mr := r.modes[modeCentral]; mr != nil {
+			fmt.Fprintf(&b, " | %s | %s", pct(float64(mr.degW[w]), float64(total(mr.admitted[w]))), pct(float64(mr.lateW[w]), float64(total(mr.offered[w]))))
+		}
 		fmt.Println(b.String())
 	}
 	fmt.Println()
