@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -17,32 +16,44 @@ import (
 	"github.com/hybridlimit/hybridlimit/syncer"
 )
 
-// regions is a test's regions: each a redis-server and nodes, and a global
-// redis-server each reaches through a link that adds latency.
+// The rules of global reach, with real processes: a redis-server per
+// region and a global one, each region's link to it a proxy that adds
+// latency and can be cut, the nodes Limiters in this process. Time is
+// real: the exchanges run on their loops.
+
+const (
+	globalL      = 300 // per second, the global limit
+	globalRate   = 100 // requests per second per node
+	globalNodes  = 2   // nodes per region
+	globalRegion = 3
+)
+
+// regions is a test's regions.
 type regions struct {
 	global *redistest.Server
+	local  []*redistest.Server
 	links  []*netproxy.Proxy
 	nodes  [][]*hybrid.Limiter
 	rules  [][]*hybrid.Rule
 }
 
 // startRegions starts n regions of k nodes under one global rule of limit
-// lim, their links to the global store delay one way.
+// lim, each link to the global store delaying delay one way.
 func startRegions(t *testing.T, n, k int, lim hybrid.Limit, delay time.Duration) *regions {
 	t.Helper()
 	rg := &regions{global: redistest.Start(t)}
 	prefix := redistest.Prefix(t)
 	for i := range n {
-		local := redistest.Start(t)
+		srv := redistest.Start(t)
 		p, err := netproxy.Start(rg.global.Addr, delay)
 		require.NoError(t, err)
 		t.Cleanup(func() { p.Close() })
-		rg.links = append(rg.links, p)
+		rg.local, rg.links = append(rg.local, srv), append(rg.links, p)
 		var ls []*hybrid.Limiter
 		var rs []*hybrid.Rule
 		for j := range k {
 			l := newNode(t, hybrid.Config{
-				Redis: redistest.Client(t, local.Addr), Global: redistest.Client(t, p.Addr()),
+				Redis: redistest.Client(t, srv.Addr), Global: redistest.Client(t, p.Addr()),
 				Region: fmt.Sprintf("r%d", i), Keyspace: syncer.Keyspace{Prefix: prefix}, Logger: quiet,
 				Sync: hybrid.SyncConfig{NodeID: fmt.Sprintf("r%dn%d", i, j)},
 			})
@@ -54,47 +65,188 @@ func startRegions(t *testing.T, n, k int, lim hybrid.Limit, delay time.Duration)
 	return rg
 }
 
-// drive sends rate requests per second for key to each node of the regions
-// whose weight is not 0 (weight × rate), for d, and returns what each
-// region admitted per window of w.
-func (rg *regions) drive(t *testing.T, key string, rate float64, weights []float64, w, d time.Duration) []map[int64]int64 {
-	out := make([]map[int64]int64, len(rg.nodes))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for i, ls := range rg.nodes {
-		out[i] = map[int64]int64{}
-		if weights[i] == 0 {
-			continue
+// windows counts admissions per region and window (unix seconds).
+type windows struct {
+	mu  sync.Mutex
+	got []map[int64]int64
+}
+
+func (w *windows) add(region int, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got[region][at.Unix()]++
+}
+
+// totals returns the whole windows from..to-1 (unix seconds) summed over
+// the regions, and region r's.
+func (w *windows) totals(from, to int64, r int) (all, one []int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for x := from; x < to; x++ {
+		var s int64
+		for i := range w.got {
+			s += w.got[i][x]
 		}
-		gap := time.Duration(float64(time.Second) / (rate * weights[i]))
+		all, one = append(all, s), append(one, w.got[r][x])
+	}
+	return all, one
+}
+
+// drive offers globalRate requests per second at each node of the regions
+// active returns true for, until stop is closed; it returns the tally and
+// a function that waits for the drivers to end.
+func (rg *regions) drive(t *testing.T, key string, active func(region int) bool, stop <-chan struct{}) (*windows, func()) {
+	w := &windows{got: make([]map[int64]int64, len(rg.nodes))}
+	var wg sync.WaitGroup
+	for i, ls := range rg.nodes {
+		w.got[i] = map[int64]int64{}
 		for j, l := range ls {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for next := time.Now(); next.Before(end); next = next.Add(gap) {
-					time.Sleep(time.Until(next))
-					dec, err := l.Allow(context.Background(), rg.rules[i][j], key)
-					if err == nil && dec.Allowed() {
-						x := time.Now().UnixMicro() / w.Microseconds()
-						mu.Lock()
-						out[i][x]++
-						mu.Unlock()
+				tick := time.NewTicker(time.Second / globalRate)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if !active(i) {
+						continue
+					}
+					d, err := l.Allow(context.Background(), rg.rules[i][j], key)
+					if assert.NoError(t, err) && d.Allowed() {
+						w.add(i, time.Now())
 					}
 				}
 			}()
 		}
 	}
-	wg.Wait()
-	return out
+	return w, wg.Wait
+}
+
+// nextSecond sleeps to the start of the next second and returns it.
+func nextSecond() int64 {
+	now := time.Now()
+	next := now.Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(next))
+	return next.Unix()
 }
 
 func TestGlobalRegionsShareOneLimit(t *testing.T) {
-	rg := startRegions(t, 3, 2, fixed(300, time.Second), 20*time.Millisecond)
-	got := rg.drive(t, "k", 100, []float64{1, 1, 1}, time.Second, 6*time.Second)
-	for i := range got {
-		t.Logf("region %d: %v", i, got[i])
+	rg := startRegions(t, globalRegion, globalNodes, fixed(globalL, time.Second), 20*time.Millisecond)
+	stop := make(chan struct{})
+	w, wait := rg.drive(t, "k", func(int) bool { return true }, stop)
+	start := nextSecond()
+	time.Sleep(5 * time.Second)
+	close(stop)
+	wait()
+	// The first two windows open the key in every region.
+	all, _ := w.totals(start+2, start+5, 0)
+	t.Logf("admitted per window, all regions: %v (L = %d, offered %d)", all, globalL, 2*globalL)
+	for i, a := range all {
+		// 2% of counting slack: a decision's window is read after it
+		assert.LessOrEqual(t, a, int64(globalL*102/100), "window %d", i)
+		assert.GreaterOrEqual(t, a, int64(globalL*90/100), "window %d: the limit is shared, not split", i)
 	}
-	_ = assert.True
-	_ = redis.Nil
+	// One node per region leads its exchanges; the others do not.
+	for i, ls := range rg.nodes {
+		var leaders int
+		for _, l := range ls {
+			if st := l.Stats(); st.GlobalRounds > 0 {
+				leaders++
+				assert.Equal(t, int64(1), st.GlobalKeys, "region %d: the keys its last round exchanged", i)
+			}
+		}
+		assert.Equal(t, 1, leaders, "region %d: nodes that led its exchanges", i)
+	}
+}
+
+func TestGlobalRegionAloneGetsTheLimit(t *testing.T) {
+	const L = globalL / 2
+	rg := startRegions(t, globalRegion, globalNodes, fixed(L, time.Second), 20*time.Millisecond)
+	stop := make(chan struct{})
+	// Region 1 alone, offered 4/3 × L.
+	w, wait := rg.drive(t, "k", func(r int) bool { return r == 1 }, stop)
+	start := nextSecond()
+	time.Sleep(5 * time.Second)
+	close(stop)
+	wait()
+	all, one := w.totals(start+2, start+5, 1)
+	t.Logf("admitted per window: %v, region 1 %v", all, one)
+	assert.Equal(t, all, one, "only region 1 had traffic")
+	for i, a := range one {
+		assert.GreaterOrEqual(t, a, int64(L*95/100), "window %d: a region alone gets the limit, not L ÷ regions", i)
+		assert.LessOrEqual(t, a, int64(L*102/100), "window %d", i)
+	}
+}
+
+func TestGlobalRegionCutOffHoldsItsShare(t *testing.T) {
+	rg := startRegions(t, globalRegion, globalNodes, fixed(globalL, time.Second), 20*time.Millisecond)
+	stop := make(chan struct{})
+	w, wait := rg.drive(t, "k", func(int) bool { return true }, stop)
+	start := nextSecond()
+	time.Sleep(3 * time.Second)
+	rg.links[2].Cut() // region 2 loses the global store
+	time.Sleep(4 * time.Second)
+	close(stop)
+	wait()
+	all, cut := w.totals(start+4, start+7, 2)
+	t.Logf("admitted per window while region 2 is cut off: %v, region 2 %v", all, cut)
+	for i := range all {
+		assert.LessOrEqual(t, all[i], int64(globalL*105/100), "window %d: the cluster with a region cut off", i)
+		assert.GreaterOrEqual(t, cut[i], int64(globalL/5), "window %d: the region cut off admits its standing share", i)
+	}
+	var failed int64
+	for _, l := range rg.nodes[2] {
+		failed += l.Stats().GlobalFailures
+	}
+	assert.Positive(t, failed, "region 2's exchanges failed while cut off")
+}
+
+func TestGlobalStoreKilledAndRestarted(t *testing.T) {
+	rg := startRegions(t, globalRegion, globalNodes, fixed(globalL, time.Second), 20*time.Millisecond)
+	stop := make(chan struct{})
+	w, wait := rg.drive(t, "k", func(int) bool { return true }, stop)
+	start := nextSecond()
+	time.Sleep(3 * time.Second)
+	rg.global.Kill() // every region loses the store, which comes back empty
+	time.Sleep(3 * time.Second)
+	rg.global.Restart()
+	time.Sleep(4 * time.Second)
+	close(stop)
+	wait()
+	all, _ := w.totals(start+3, start+10, 0)
+	t.Logf("admitted per window, the store down from the first, back from the fourth: %v", all)
+	for i, a := range all {
+		assert.LessOrEqual(t, a, int64(globalL*102/100), "window %d: the standing shares never sum past L, nor what a restarted store grants", i)
+	}
+	assert.GreaterOrEqual(t, all[1], int64(globalL*80/100), "the store down: each region holds its standing share")
+	assert.GreaterOrEqual(t, all[len(all)-1], int64(globalL*90/100), "the store back: the limit shared again")
+}
+
+func TestGlobalRegionRedisDownUsesThePolicy(t *testing.T) {
+	rg := startRegions(t, 2, 1, fixed(globalL, time.Second), 0)
+	l, r := rg.nodes[0][0], rg.rules[0][0]
+	ctx := context.Background()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if d, err := l.Allow(ctx, r, "k"); err == nil && d.Allowed() && !d.Degraded() {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rg.local[0].Kill()
+	// The lease held is used to its end; then the failure policy decides.
+	var degraded int
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && degraded == 0; {
+		d, err := l.Allow(ctx, r, "k")
+		require.NoError(t, err, "a region's Redis down: the failure policy decides, %v", d)
+		if d.Degraded() {
+			degraded++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	assert.Positive(t, degraded, "decisions made by the failure policy within the region")
 }

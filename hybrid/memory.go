@@ -1,6 +1,10 @@
 package hybrid
 
-import "github.com/hybridlimit/hybridlimit/local"
+import (
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/local"
+)
 
 // Stats are a Limiter's figures (Limiter.Stats): its rules', for sizing,
 // and its gossip node's, zero without Config.Gossip. The gossip's counts
@@ -40,6 +44,15 @@ type Stats struct {
 	// GossipKeysDropped counts reports of keys beyond GossipConfig.MaxKeys,
 	// which the gossip does not track.
 	GossipKeysDropped uint64
+
+	// GlobalRounds counts the rounds this node led as its region's
+	// exchanger with Config.Global (rules of global reach), GlobalFailures
+	// those that failed (both hybridlimit.global.rounds), GlobalKeys the
+	// keys the last one carried (hybridlimit.global.keys), and GlobalRTT
+	// is the smoothed round trip to the global store. Zero on a node that
+	// never led, and without Config.Global.
+	GlobalRounds, GlobalFailures, GlobalKeys int64
+	GlobalRTT                                time.Duration
 }
 
 // Stats returns the Limiter's rules, their keys, and an estimate of the
@@ -62,6 +75,10 @@ func (l *Limiter) Stats() Stats {
 	}
 	if l.gossip != nil {
 		l.gossip.stats(&out)
+	}
+	if l.sync != nil {
+		g := l.sync.GlobalStats()
+		out.GlobalRounds, out.GlobalFailures, out.GlobalKeys, out.GlobalRTT = g.Rounds, g.Failed, g.Keys, g.RTT
 	}
 	return out
 }

@@ -110,6 +110,11 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 		rules:     b.gauge("hybridlimit.rules", "Rules registered, by mode.", "{rule}"),
 		memory:    b.gauge("hybridlimit.memory", "Estimated heap bytes the rules hold: their fixed parts, tables of keys and entries (Limiter.Stats).", "By"),
 	}
+	if l.cfg.Global != nil {
+		ob.region = attribute.String("region", l.cfg.Region)
+		ob.globalRounds = b.observedCounter("hybridlimit.global.rounds", "Rounds this node led as its region's exchanger with the global store (rules of global reach), by region and result (ok, failed).", "{round}")
+		ob.globalKeys = b.gauge("hybridlimit.global.keys", "Keys the last round this node led exchanged with the global store, by region.", "{key}")
+	}
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -117,7 +122,7 @@ func newMetrics(mp metric.MeterProvider, l *Limiter) (*metrics, error) {
 	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ob.observe(l, o)
 		return nil
-	}, ob.decisions, ob.fallbacks, ob.keys, ob.evictions, ob.overflows, ob.available, ob.waits, ob.rules, ob.memory)
+	}, ob.instruments()...)
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +178,30 @@ func (b *instruments) gauge(name, desc, unit string) metric.Int64ObservableGauge
 type observed struct {
 	decisions, fallbacks, evictions, overflows, waits metric.Int64ObservableCounter
 	keys, available, rules, memory                    metric.Int64ObservableGauge
+	// the exchanges with the global store, with Config.Global only
+	globalRounds metric.Int64ObservableCounter
+	globalKeys   metric.Int64ObservableGauge
+	region       attribute.KeyValue
+}
+
+// instruments lists the instruments observe reports.
+func (ob observed) instruments() []metric.Observable {
+	out := []metric.Observable{ob.decisions, ob.fallbacks, ob.keys, ob.evictions, ob.overflows, ob.available, ob.waits, ob.rules, ob.memory}
+	if ob.globalRounds != nil {
+		out = append(out, ob.globalRounds, ob.globalKeys)
+	}
+	return out
+}
+
+// observeGlobal reports the node's exchanges with the global store.
+func (ob observed) observeGlobal(l *Limiter, o metric.Observer) {
+	if ob.globalRounds == nil || l.sync == nil {
+		return
+	}
+	g := l.sync.GlobalStats()
+	o.ObserveInt64(ob.globalRounds, g.Rounds-g.Failed, metric.WithAttributes(ob.region, attribute.String("result", "ok")))
+	o.ObserveInt64(ob.globalRounds, g.Failed, metric.WithAttributes(ob.region, attribute.String("result", "failed")))
+	o.ObserveInt64(ob.globalKeys, g.Keys, metric.WithAttributes(ob.region))
 }
 
 // observe reports l's figures to o.
@@ -198,6 +227,7 @@ func (ob observed) observe(l *Limiter, o metric.Observer) {
 		o.ObserveInt64(ob.rules, byMode[m], metric.WithAttributes(attribute.String("mode", m.String())))
 	}
 	o.ObserveInt64(ob.memory, bytes)
+	ob.observeGlobal(l, o)
 }
 
 // observeRule reports rs's figures to o and returns the bytes it holds.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/internal/synchook"
 )
 
 // A rule of global reach holds one limit across regions, each with its own
@@ -33,11 +35,19 @@ func (ks *Keyspace) regionKey(part string) string { return ks.prefix() + ":regio
 var (
 	scriptRegion = compose("prelude", "params", "region")
 	scriptGlobal = compose("prelude", "params", "global")
-	// scriptLead takes or keeps the region's lock: KEYS[1] the lock, ARGV
-	// the node and the lock's TTL (ms). Returns 1 if the node holds it.
+	// scriptLead takes or keeps the region's lock: KEYS[1] the lock,
+	// KEYS[2] the region's set of keys, ARGV the node, the lock's TTL (ms)
+	// and how long a key stays in the set unused (us). Returns 1 if the node
+	// holds the lock, having dropped from the set the keys unused that long.
 	scriptLead = redis.NewScript(`local v = redis.call('GET', KEYS[1])
 if v and v ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local t = redis.call('TIME')
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%d', t[1] * 1000000 + t[2] - ARGV[3]))
+return 1`)
+	// scriptResign gives the region's lock up: KEYS[1] the lock, ARGV the
+	// node; another node takes it at its next round.
+	scriptResign = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1`)
 )
 
@@ -47,6 +57,16 @@ return 1`)
 // it the region admits nothing of a window it holds no part of, and the
 // others may take the whole limit.
 const standingKeep = 5 * time.Minute
+
+// keepFor is standingKeep for a window of w µs, or three windows when
+// longer: a region's part of a window outlives its silence.
+func keepFor(w int64) time.Duration {
+	return max(standingKeep, 3*time.Duration(w)*time.Microsecond)
+}
+
+// globalKey names, in the global store, the key whose state the region's
+// Redis holds under name: apart from it, should the two be one server.
+func globalKey(name string) string { return name + ":g" }
 
 // exchangeBatch is how many keys one round's pipelines carry at most.
 const exchangeBatch = 512
@@ -65,6 +85,17 @@ type exchanger struct {
 	measured bool
 
 	rounds, failed atomic.Int64 // rounds led, and failed
+	keys           atomic.Int64 // keys the last round exchanged
+}
+
+// GlobalStats returns the figures of the node's exchanges with the global
+// store; zero without one.
+func (s *syncer) GlobalStats() synchook.GlobalStats {
+	x := s.region
+	if x == nil {
+		return synchook.GlobalStats{}
+	}
+	return synchook.GlobalStats{Rounds: x.rounds.Load(), Failed: x.failed.Load(), Keys: x.keys.Load(), RTT: time.Duration(x.rtt.Load())}
 }
 
 func newExchanger(s *syncer) *exchanger {
@@ -80,6 +111,9 @@ func (x *exchanger) loop(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
+			ctx, cancel := context.WithTimeout(context.Background(), x.every)
+			scriptResign.Run(ctx, x.s.cfg.Client, []string{x.s.ks.regionKey(regionLock)}, x.s.node)
+			cancel()
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), x.every+x.limit)
@@ -99,17 +133,22 @@ func (x *exchanger) loop(stop <-chan struct{}) {
 func (x *exchanger) lead(ctx context.Context) bool {
 	c := x.s.cfg.Client
 	ttl := (3 * (x.every + x.limit)).Milliseconds()
-	v, err := scriptLead.Run(ctx, c, []string{x.s.ks.regionKey(regionLock)}, x.s.node, ttl).Int()
+	keys := []string{x.s.ks.regionKey(regionLock), x.s.ks.regionKey(regionActive)}
+	v, err := scriptLead.Run(ctx, c, keys, x.s.node, ttl, standingKeep.Microseconds()).Int()
 	return err == nil && v == 1
 }
 
-// round exchanges every key of the region's set, a batch at a time.
+// round exchanges every key of the region's set, a batch at a time, the
+// most recently used first: a round that runs out of time leaves the keys
+// idle longest.
 func (x *exchanger) round(ctx context.Context) error {
 	c := x.s.cfg.Client
 	set := x.s.ks.regionKey(regionActive)
 	var first error
+	var keys int64
+	defer func() { x.keys.Store(keys) }()
 	for start := int64(0); ; start += exchangeBatch {
-		names, err := c.ZRange(ctx, set, start, start+exchangeBatch-1).Result()
+		names, err := c.ZRevRange(ctx, set, start, start+exchangeBatch-1).Result()
 		if err != nil {
 			return err
 		}
@@ -120,6 +159,7 @@ func (x *exchanger) round(ctx context.Context) error {
 		if err != nil && first == nil {
 			first = err
 		}
+		keys += int64(len(names) - len(gone))
 		if len(gone) > 0 {
 			c.ZRem(ctx, set, gone...)
 			start -= int64(len(gone))
@@ -166,7 +206,7 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 			continue
 		}
 		keys, rs = append(keys, names[i]), append(rs, r)
-		asks = append(asks, call{scriptGlobal, []string{names[i]}, x.ask(r, look)})
+		asks = append(asks, call{scriptGlobal, []string{globalKey(names[i])}, x.ask(r, look)})
 	}
 	if len(asks) == 0 {
 		return gone, nil
@@ -187,7 +227,7 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 		}
 		r := rs[i]
 		writes = append(writes, call{scriptRegion, []string{keys[i]},
-			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], v[4], standingKeep.Microseconds())}})
+			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], v[4], keepFor(r.w).Microseconds())}})
 	}
 	if _, err := runPipelined(ctx, c, c.Pipeline, writes); err != nil {
 		return gone, wrap(ctx, "region", err)
@@ -212,7 +252,7 @@ func (x *exchanger) ask(r regionRead, look time.Duration) []any {
 	// A restarted store hears from every region within a round's bound
 	// and a few rounds; until then the regions keep their standing shares.
 	fresh := 2*x.limit + 5*x.every
-	keep := standingKeep
+	keep := keepFor(r.w)
 	return []any{"", x.region, r.fp, appendNumbers(nil, r.demand, r.window, r.held, r.r, want,
 		r.window+r.w, r.heldNext, wantNext, r.standing, fresh.Microseconds(), keep.Microseconds(), look.Microseconds())}
 }

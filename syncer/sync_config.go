@@ -103,6 +103,11 @@ func (c syncConfig) validate() error {
 	if err := checkRedis(c.Client, c.Keyspace, "syncs"); err != nil {
 		return err
 	}
+	if g := c.Global; g != nil {
+		if enabled, known := contextTimeouts(g.Client); known && !enabled {
+			return invalidConfig("Global", fmt.Sprintf("%T", g.Client), "set ContextTimeoutEnabled in its options, or deadlines will not bound the exchanges with the global store")
+		}
+	}
 	for _, f := range []struct {
 		name string
 		d    time.Duration

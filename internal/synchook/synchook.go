@@ -38,12 +38,21 @@ type Tuning struct {
 }
 
 // Global configures a syncer's exchanges of the rules of global reach with
-// the global store: hybrid.GlobalConfig, with its defaults set.
+// the global store: hybrid.Config's Global and Region, with the period and
+// bound the syncer derives from its Tuning.
 type Global struct {
 	Client   redis.UniversalClient // the global store
 	Region   string                // this region's name there
 	Interval time.Duration         // the period of the region's exchanges
 	Timeout  time.Duration         // bounds each exchange with the global store
+}
+
+// GlobalStats are a syncer's exchanges with the global store: the rounds
+// it led for its region (its exchanger's), those that failed, the keys the
+// last one carried, and the smoothed round trip to the store.
+type GlobalStats struct {
+	Rounds, Failed, Keys int64
+	RTT                  time.Duration
 }
 
 // Syncer exchanges leases with Redis for the keys of a hybrid limiter: it
@@ -91,6 +100,9 @@ type Syncer[R any] interface {
 	// WantedFirst reports, and clears, whether a key asked for a
 	// first-lease round since the last call.
 	WantedFirst() bool
+	// GlobalStats returns the figures of the node's exchanges with the
+	// global store (rules of global reach); zero without one.
+	GlobalStats() GlobalStats
 }
 
 // RoundStats are one sync round's figures: what package hybrid takes into
