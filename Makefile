@@ -199,15 +199,16 @@ bench-outage:
 ## bench-regions: regions × node processes under one global limit, a
 ## redis-server per region and a global one behind slow links
 ## (internal/netproxy): uniform traffic, traffic shifting between regions,
-## one region alone, a region cut off, the global store killed; today's two
-## answers side by side, (A) Central against the global Redis and (B) each
-## region at L ÷ regions. About 3 minutes. REGIONS_FLAGS passes flags
+## one region alone, a region cut off, the global store killed; (C) the
+## rules of global reach beside today's two answers, (A) Central against the
+## global Redis and (B) each region at L ÷ regions; the shift run's plot in
+## docs/img/regions-shift.svg. About 4 minutes. REGIONS_FLAGS passes flags
 ## (e.g. '-scenario cut -v', '-latency 0,40ms,80ms', '-window 60s -windows 3').
 bench-regions:
 	bash scripts/redis.sh ensure >&2
 	mkdir -p .run/regions
 	cd bench && $(GO) build -o ../.run/regions/regions ./cmd/regions
-	.run/regions/regions $(REGIONS_FLAGS)
+	.run/regions/regions -svg docs/img/regions-shift.svg -json .run/regions/regions.json $(REGIONS_FLAGS)
 
 ## bench-envoy: envoy/cmd/hybridlimit-ratelimit beside a reproduction of
 ## envoyproxy/ratelimit's decision path (one pipelined INCRBY + EXPIRE per

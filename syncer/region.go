@@ -108,6 +108,9 @@ func (x *exchanger) loop(stop <-chan struct{}) {
 	defer x.s.loops.Done()
 	tick := time.NewTicker(x.every)
 	defer tick.Stop()
+	// A node that does not lead asks for the lock once a second or so: it
+	// lasts three rounds, and the leader renews it every round.
+	wait := 0
 	for {
 		select {
 		case <-stop:
@@ -116,12 +119,18 @@ func (x *exchanger) loop(stop <-chan struct{}) {
 			cancel()
 			return
 		case <-tick.C:
+			if wait > 0 {
+				wait--
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), x.every+x.limit)
 			if x.lead(ctx) {
 				x.rounds.Add(1)
 				if err := x.round(ctx); err != nil {
 					x.failed.Add(1)
 				}
+			} else {
+				wait = int(time.Second / x.every)
 			}
 			cancel()
 		}

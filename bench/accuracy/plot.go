@@ -155,9 +155,11 @@ func (c Chart) SVG() string {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", padL+plotW+12, ly, padL+plotW+40, ly, s.Color, dash)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" %s fill="%s">%s</text>`+"\n", padL+plotW+46, ly+4, fontAttrs, text, html.EscapeString(s.Name))
 	}
-	ly := padT + 10 + len(c.Series)*20 + 10
-	fmt.Fprintf(&b, `<circle cx="%d" cy="%d" r="4" fill="white" stroke="%s" stroke-width="1.5"/>`+"\n", padL+plotW+26, ly, axisColor)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" %s fill="%s">invalid run</text>`+"\n", padL+plotW+46, ly+4, fontAttrs, text)
+	if c.anyInvalid() {
+		ly := padT + 10 + len(c.Series)*20 + 10
+		fmt.Fprintf(&b, `<circle cx="%d" cy="%d" r="4" fill="white" stroke="%s" stroke-width="1.5"/>`+"\n", padL+plotW+26, ly, axisColor)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" %s fill="%s">invalid run</text>`+"\n", padL+plotW+46, ly+4, fontAttrs, text)
+	}
 	b.WriteString("</svg>\n")
 	return b.String()
 }
@@ -194,4 +196,17 @@ func group(v float64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// anyInvalid reports whether a point of c is marked Invalid: the legend
+// then says what a hollow marker means.
+func (c Chart) anyInvalid() bool {
+	for _, s := range c.Series {
+		for _, v := range s.Invalid {
+			if v {
+				return true
+			}
+		}
+	}
+	return false
 }
