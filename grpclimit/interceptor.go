@@ -92,9 +92,9 @@ func cloneRules(rules []httplimit.Rule) []httplimit.Rule {
 // each Endpoint. As with httplimit.Middleware.SetRules, a rule whose limit
 // is unchanged keeps its counters, a changed limit keeps consumption, a
 // removed rule's hybrid rules are unregistered from the Limiter, and a
-// rule may not change its Mode, Policy or Wait under the same ID. Rule IDs
-// name hybrid rules: they must not be used by another Interceptor or
-// Middleware on the same Limiter.
+// rule may not change its Mode, Policy, Wait or Global under the same ID.
+// Rule IDs name hybrid rules: they must not be used by another
+// Interceptor or Middleware on the same Limiter.
 //
 // The error is a *httplimit.RuleError naming the rule and the field.
 func (ic *Interceptor) SetRules(rules []httplimit.Rule) error {

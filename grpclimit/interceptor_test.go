@@ -245,6 +245,8 @@ func TestConfigErrors(t *testing.T) {
 		{httplimit.Rule{ID: "no-algorithm", Key: httplimit.KeyIP, Quota: 1, Window: time.Second}, "algorithm"},
 		{httplimit.Rule{ID: "bad-key", Key: "peer", Algorithm: hybrid.GCRA, Quota: 1, Window: time.Second}, "key"},
 		{ipRule("bad id", "/*", 1, time.Second), "id"},
+		{httplimit.Rule{ID: "global-gcra", Key: httplimit.KeyIP, Algorithm: hybrid.GCRA, Quota: 1, Window: time.Second, Global: true}, "global"},
+		{withGlobal(ipRule("global-no-store", "/*", 1, time.Second)), "global"},
 	} {
 		t.Run(tc.rule.ID, func(t *testing.T) {
 			_, err := grpclimit.New(l, grpclimit.Config{Rules: []httplimit.Rule{tc.rule}})
@@ -272,4 +274,31 @@ func TestSetRulesKeepsRules(t *testing.T) {
 	require.ErrorAs(t, err, &re)
 	assert.Equal(t, "mode", re.Field)
 	assert.Equal(t, rules, ic.Rules())
+}
+
+// withGlobal returns r made a rule of global reach.
+func withGlobal(r httplimit.Rule) httplimit.Rule {
+	r.Global = true
+	return r
+}
+
+// TestSetRulesGlobal: a rule cannot become global under the same ID, as
+// its mode cannot change.
+func TestSetRulesGlobal(t *testing.T) {
+	rules := []httplimit.Rule{ipRule("one", "/*", 1, time.Minute)}
+	ic := newInterceptor(t, clocktest.New(t0), grpclimit.Config{Rules: rules})
+	err := ic.SetRules([]httplimit.Rule{withGlobal(rules[0])})
+	var re *httplimit.RuleError
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, "global", re.Field)
+	assert.Contains(t, re.Reason, "was false")
+	assert.Equal(t, rules, ic.Rules())
+
+	// Checked as a rules file checks it: the document carries global.
+	bucket := withGlobal(ipRule("two", "/*", 1, time.Minute))
+	bucket.Algorithm = hybrid.GCRA
+	err = ic.SetRules([]httplimit.Rule{bucket})
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, "global", re.Field)
+	assert.Contains(t, re.Reason, "needs algorithm fixed_window, not gcra")
 }

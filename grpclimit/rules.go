@@ -75,6 +75,7 @@ type docRule struct {
 	Mode        string           `json:"mode,omitempty"`
 	Policy      string           `json:"policy,omitempty"`
 	Wait        string           `json:"wait,omitempty"`
+	Global      bool             `json:"global,omitempty"`
 	Shadow      bool             `json:"shadow,omitempty"`
 	Overrides   map[string]int64 `json:"overrides,omitempty"`
 }
@@ -87,7 +88,7 @@ func rulesDocument(rules []httplimit.Rule) ([]byte, error) {
 		d := docRule{
 			ID: r.ID, Key: string(r.Key), MaxRequests: r.Quota, // the endpoint is a method pattern: checkRules checks it
 			Burst: r.Burst, SubWindows: r.SubWindows, Anchored: r.Anchored, Tier: r.Tier, Cost: r.Cost,
-			Shadow: r.Shadow, Overrides: r.Overrides,
+			Global: r.Global, Shadow: r.Shadow, Overrides: r.Overrides,
 		}
 		if r.Algorithm != 0 {
 			d.Algorithm = r.Algorithm.String()
@@ -131,7 +132,7 @@ func plan(rules []httplimit.Rule, methods []method) (*ruleSet, wants, error) {
 		if err != nil {
 			return err // ParseRules accepted it
 		}
-		ws.reg = append(ws.reg, rulereg.Want{Name: name, Limit: lim, Mode: r.Mode, Policy: r.Policy, Wait: r.Wait, Index: i, ID: r.ID})
+		ws.reg = append(ws.reg, rulereg.Want{Name: name, Limit: lim, Mode: r.Mode, Policy: r.Policy, Wait: r.Wait, Global: r.Global, Index: i, ID: r.ID})
 		ws.c = append(ws.c, c)
 		ws.over = append(ws.over, over)
 		return nil

@@ -140,9 +140,9 @@ func cloneRules(rules []Rule) []Rule {
 // series go, and what their Hybrid keys admitted is reported to Redis by
 // the syncer's next round. Added again later, a rule starts from what
 // Redis still holds of it (Central and Hybrid modes) or afresh (Local). A
-// rule may not change its Mode, Policy or Wait under the same ID. Rules of
-// different modes mix freely: a per-IP Local rule and a per-user Hybrid
-// quota decide as one.
+// rule may not change its Mode, Policy, Wait or Global under the same ID.
+// Rules of different modes mix freely: a per-IP Local rule and a per-user
+// Hybrid quota decide as one.
 //
 // The error is a *RuleError naming the rule and the field; its cause is
 // the Limiter's error when the Limiter refused a rule (Register, SetLimit).
@@ -203,7 +203,7 @@ func plan(rules []Rule, valid []checked) (*ruleSet, wants) {
 	set := &ruleSet{rules: make([]*compiledRule, 0, len(rules))}
 	var ws wants
 	add := func(c *compiledRule, r *Rule, i int, name, over string, lim localx.Limit) {
-		ws.reg = append(ws.reg, rulereg.Want{Name: name, Limit: lim, Mode: r.Mode, Policy: r.Policy, Wait: r.Wait, Index: i, ID: r.ID})
+		ws.reg = append(ws.reg, rulereg.Want{Name: name, Limit: lim, Mode: r.Mode, Policy: r.Policy, Wait: r.Wait, Global: r.Global, Index: i, ID: r.ID})
 		ws.c = append(ws.c, c)
 		ws.over = append(ws.over, over)
 	}

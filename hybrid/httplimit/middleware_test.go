@@ -365,6 +365,8 @@ func TestRuleErrors(t *testing.T) {
 		{rule: with(func(r *httplimit.Rule) { r.Mode = hybrid.Central }), id: "ok", field: "mode"},
 		{rule: with(func(r *httplimit.Rule) { r.Policy = 9 }), id: "ok", field: "policy"},
 		{rule: with(func(r *httplimit.Rule) { r.Wait = 9 }), id: "ok", field: "wait"},
+		{rule: with(func(r *httplimit.Rule) { r.Global = true }), id: "ok", field: "global"},
+		{rule: with(func(r *httplimit.Rule) { r.Global, r.Algorithm = true, hybrid.GCRA }), id: "ok", field: "global"},
 		{rule: ok, extra: []httplimit.Rule{ok}, index: 1, id: "ok", field: "id"},
 	} {
 		t.Run(tc.field, func(t *testing.T) {

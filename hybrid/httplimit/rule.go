@@ -74,6 +74,10 @@ type Rule struct {
 	// Wait is whether a Hybrid rule's request waits for its key's
 	// exchange with Redis. Default: the zero Wait, hybrid.WaitInFlight.
 	Wait hybrid.Wait `rules:"wait,omitempty"`
+	// Global holds the limit across every region, not only this region's
+	// cluster (hybrid.Rule.Global): a Hybrid fixed_window rule, on a
+	// Limiter with hybrid.Config.Global. Default false.
+	Global bool `rules:"global,omitempty"`
 	// Shadow counts and sends the headers, but never refuses. Default
 	// false.
 	Shadow bool `rules:"shadow,omitempty"`

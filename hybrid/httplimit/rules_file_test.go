@@ -58,6 +58,13 @@ rules:
     window: 1m
     sub_windows: 6
     anchored: true
+  - id: orders-global
+    key: user
+    algorithm: fixed_window
+    max_requests: 1000
+    window: 1h
+    mode: hybrid
+    global: true
 `
 
 const fullJSON = `{"version": 1, "rules": [
@@ -67,7 +74,9 @@ const fullJSON = `{"version": 1, "rules": [
    "max_requests": 5, "window": "1d", "burst": 2, "cost": 2, "mode": "central", "policy": "fail_closed", "shadow": true},
   {"id": "7", "key": "api_key", "endpoint": "/", "algorithm": "token-bucket", "max_requests": 10, "window": "1.5s", "wait": "never"},
   {"id": "api-key-anchored", "key": "api_key", "algorithm": "sub_window_counter", "max_requests": 60, "window": "1m",
-   "sub_windows": 6, "anchored": true}
+   "sub_windows": 6, "anchored": true},
+  {"id": "orders-global", "key": "user", "algorithm": "fixed_window", "max_requests": 1000, "window": "1h",
+   "mode": "hybrid", "global": true}
 ]}`
 
 var fullRules = []Rule{
@@ -78,6 +87,8 @@ var fullRules = []Rule{
 	{ID: "7", Key: KeyAPIKey, Endpoint: "/", Algorithm: hybrid.TokenBucket, Quota: 10, Window: 1500 * time.Millisecond, Wait: hybrid.WaitNever},
 	{ID: "api-key-anchored", Key: KeyAPIKey, Algorithm: hybrid.SubWindowCounter, Quota: 60, Window: time.Minute,
 		SubWindows: 6, Anchored: true},
+	{ID: "orders-global", Key: KeyUser, Algorithm: hybrid.FixedWindow, Quota: 1000, Window: time.Hour,
+		Mode: hybrid.Hybrid, Global: true},
 }
 
 func TestParseRules(t *testing.T) {
@@ -147,6 +158,8 @@ func TestMarshalRules(t *testing.T) {
 	assert.Contains(t, string(data), `"sub_windows":6,"anchored":true`)
 	assert.Contains(t, string(data), `"mode":"central","policy":"fail_closed"`, "names, not numbers")
 	assert.Contains(t, string(data), `"algorithm":"gcra"`)
+	assert.Contains(t, string(data), `"mode":"hybrid","global":true}`)
+	assert.Equal(t, 1, strings.Count(string(data), `"global"`), "left out when false")
 	back, err := ParseRules(data)
 	require.NoError(t, err)
 	assert.Equal(t, fullRules, back)
@@ -234,6 +247,14 @@ var parseErrorTests = []struct {
 	{"bad mode", yamlDoc("    mode: global\n"), 0, "r1", "mode", "local, central or hybrid"},
 	{"default mode spelled", yamlDoc("    mode: default\n"), 0, "r1", "mode", "local, central or hybrid"},
 	{"bad policy", yamlDoc("    policy: open\n"), 0, "r1", "policy", "fail_open"},
+	{"global yes", yamlDoc("    global: yes\n"), 0, "r1", "global", "true or false"},
+	{"global text", yamlDoc("    global: eu\n"), 0, "r1", "global", "true or false"},
+	{"json global text", `{"version": 1, "rules": [` + json1 + `, "global": "true"}]}`, 0, "r1", "global", "true or false"},
+	{"global twice", yamlDoc("    global: true\n    global: false\n"), 0, "r1", "global", "twice"},
+	{"global bucket", strings.Replace(yamlDoc("    global: true\n"), "fixed_window", "gcra", 1), 0, "r1", "global", "needs algorithm fixed_window, not gcra"},
+	{"global sliding window", strings.Replace(yamlDoc("    global: true\n"), "fixed_window", "sliding_window_counter", 1), 0, "r1", "global", "needs algorithm fixed_window"},
+	{"global central", yamlDoc("    mode: central\n    global: true\n"), 0, "r1", "global", "needs mode hybrid, not central"},
+	{"global local", yamlDoc("    mode: local\n    global: true\n"), 0, "r1", "global", "needs mode hybrid, not local"},
 	{"empty override name", yamlDoc("    overrides: {\"\": 5}\n"), 0, "r1", `overrides[""]`, "needs a tier or key"},
 	{"zero override", yamlDoc("    overrides: {pro: 0}\n"), 0, "r1", `overrides["pro"]`, "0: needs a tier or key and a limit of at least 1"},
 	{"float max_requests", strings.Replace(yamlDoc(""), "max_requests: 10", "max_requests: 1.5", 1), 0, "r1", "max_requests", "integer"},

@@ -102,6 +102,10 @@ func checkFields(i int, r *Rule) (pattern, error) {
 		return bad("policy", fmt.Sprintf("%v: unknown", r.Policy))
 	case r.Wait > hybrid.WaitFirst:
 		return bad("wait", fmt.Sprintf("%v: unknown", r.Wait))
+	case r.Global && r.Algorithm != local.FixedWindow:
+		return bad("global", fmt.Sprintf("true: needs algorithm fixed_window, not %v", r.Algorithm))
+	case r.Global && r.Mode != 0 && r.Mode != hybrid.Hybrid:
+		return bad("global", fmt.Sprintf("true: needs mode hybrid, not %v", r.Mode))
 	}
 	return pat, nil
 }

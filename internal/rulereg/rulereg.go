@@ -2,8 +2,8 @@
 // hybrid.Limiter and keeps them across versions of the set: the one logic
 // of httplimit's and grpclimit's SetRules. A rule whose limit is unchanged
 // keeps its hybrid rule, and so its counters; a changed limit goes
-// through SetLimit; a rule may not change its Mode, Policy or Wait under
-// the same name; the hybrid rules no version uses any more are
+// through SetLimit; a rule may not change its Mode, Policy, Wait or
+// Global under the same name; the hybrid rules no version uses any more are
 // unregistered.
 package rulereg
 
@@ -26,6 +26,7 @@ type Want struct {
 	Mode   hybrid.Mode
 	Policy hybrid.Policy
 	Wait   hybrid.Wait
+	Global bool
 	Index  int    // the rule's position in its set, for errors
 	ID     string // the rule's ID, for errors
 }
@@ -62,6 +63,7 @@ type registered struct {
 	mode   hybrid.Mode
 	policy hybrid.Policy
 	wait   hybrid.Wait
+	global bool
 }
 
 // New returns an empty Registry on l; name (the owner's package) starts
@@ -91,11 +93,11 @@ func (r *Registry) Apply(wants []Want) (rules []*hybrid.Rule, err error) {
 		}
 		switch {
 		case !ok:
-			hr, err := r.l.Register(hybrid.Rule{Name: w.Name, Limit: w.Limit.Params(), Mode: w.Mode, Policy: w.Policy, Wait: w.Wait})
+			hr, err := r.l.Register(hybrid.Rule{Name: w.Name, Limit: w.Limit.Params(), Mode: w.Mode, Policy: w.Policy, Wait: w.Wait, Global: w.Global})
 			if err != nil {
-				return bad("mode", "cannot register", err)
+				return bad(registerField(w), "cannot register", err)
 			}
-			reg = registered{rule: hr, limit: w.Limit, mode: w.Mode, policy: w.Policy, wait: w.Wait}
+			reg = registered{rule: hr, limit: w.Limit, mode: w.Mode, policy: w.Policy, wait: w.Wait, global: w.Global}
 			r.reg[w.Name] = reg
 			added = append(added, w.Name)
 		case reg.mode != w.Mode:
@@ -104,6 +106,8 @@ func (r *Registry) Apply(wants []Want) (rules []*hybrid.Rule, err error) {
 			return bad("policy", fmt.Sprintf("was %s; a rule's policy cannot change under the same ID", reg.policy), nil)
 		case reg.wait != w.Wait:
 			return bad("wait", fmt.Sprintf("was %s; a rule's wait cannot change under the same ID", reg.wait), nil)
+		case reg.global != w.Global:
+			return bad("global", fmt.Sprintf("was %t; a rule's global cannot change under the same ID", reg.global), nil)
 		case reg.limit != w.Limit:
 			changed = append(changed, i)
 		}
@@ -120,6 +124,16 @@ func (r *Registry) Apply(wants []Want) (rules []*hybrid.Rule, err error) {
 		r.reg[w.Name] = reg
 	}
 	return rules, nil
+}
+
+// registerField is the field a Register error of w is put on: global for
+// a rule of global reach (the Limiter may have no Config.Global), mode
+// otherwise (the Limiter may have no Redis for it).
+func registerField(w Want) string {
+	if w.Global {
+		return "global"
+	}
+	return "mode"
 }
 
 // Prune unregisters the hybrid rules none of wants needs: call it once the

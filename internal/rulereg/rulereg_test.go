@@ -11,6 +11,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/localx"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/internal/rulereg"
 	"github.com/hybridlimit/hybridlimit/local"
 )
@@ -48,6 +49,72 @@ func TestApply(t *testing.T) {
 	require.True(t, errors.As(err, &e), err)
 	assert.Equal(t, "mode", e.Field)
 	assert.Equal(t, 1, l.Stats().Rules, "c, registered before a was refused, is gone")
+}
+
+// TestApplyGlobal: a rule's reach cannot change under the same name, as
+// its mode cannot, whichever way; the refusal comes before the Limiter is
+// asked, and a Limiter without Config.Global refuses a rule of global
+// reach, the error on the global field.
+func TestApplyGlobal(t *testing.T) {
+	l, err := hybrid.New(hybrid.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	r := rulereg.New(l, slog.New(slog.DiscardHandler), "test")
+
+	g := want(t, "g", 1, 0)
+	g.Global = true
+	_, err = r.Apply([]rulereg.Want{g})
+	var e *rulereg.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, "global", e.Field)
+	assert.Equal(t, "cannot register", e.Reason)
+	assert.ErrorIs(t, err, hybrid.ErrInvalidRule)
+	require.Error(t, e.Err)
+	assert.Contains(t, e.Err.Error(), "Config.Global")
+	assert.Zero(t, l.Stats().Rules)
+
+	_, err = r.Apply([]rulereg.Want{want(t, "g", 1, 0)})
+	require.NoError(t, err)
+	_, err = r.Apply([]rulereg.Want{g})
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, "global", e.Field)
+	assert.Equal(t, "was false; a rule's global cannot change under the same ID", e.Reason)
+	assert.NoError(t, e.Err, "refused before the Limiter is asked")
+	assert.Equal(t, 1, l.Stats().Rules)
+}
+
+// TestApplyGlobalRedis: on a Limiter with Config.Global, a rule of global
+// reach registers, keeps its hybrid rule across versions, takes a new
+// limit in place, and cannot stop being global under the same name.
+func TestApplyGlobalRedis(t *testing.T) {
+	addr := redistest.Addr(t)
+	l, err := hybrid.New(hybrid.Config{
+		Redis: redistest.Client(t, addr), Global: redistest.Client(t, addr), Region: "eu-west",
+		Keyspace: hybrid.Keyspace{Prefix: redistest.Prefix(t)}, Logger: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	r := rulereg.New(l, slog.New(slog.DiscardHandler), "test")
+
+	g := want(t, "g", 10, 0)
+	g.Global = true
+	first, err := r.Apply([]rulereg.Want{g})
+	require.NoError(t, err)
+	assert.True(t, first[0].Global)
+	assert.Equal(t, hybrid.Hybrid, first[0].Mode, "the Limiter's default mode")
+
+	g = want(t, "g", 20, 0)
+	g.Global = true
+	again, err := r.Apply([]rulereg.Want{g})
+	require.NoError(t, err)
+	assert.Same(t, first[0], again[0], "the same hybrid rule, its limit set in place")
+
+	_, err = r.Apply([]rulereg.Want{want(t, "g", 20, 0)})
+	var e *rulereg.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, "global", e.Field)
+	assert.Contains(t, e.Reason, "was true")
+	assert.Equal(t, 1, l.Stats().Rules)
 }
 
 // TestOverrides: an override's name hides its tier or key, and its burst
