@@ -165,3 +165,48 @@ func Example_hybrid() {
 		fmt.Println("429, retry after", d.RetryAfter())
 	}
 }
+
+// A rule of global reach holds one limit across regions that each run
+// their own Redis: a region's nodes lease from the region's Redis, and
+// one of them at a time leases the region's part of the limit from the
+// global Redis, never on a request's path. (No output: it needs a Redis
+// server in the region and a global one.)
+func Example_global() {
+	regional := redis.NewClient(&redis.Options{Addr: "redis.eu-west.internal:6379", ContextTimeoutEnabled: true})
+	defer regional.Close()
+	global := redis.NewClient(&redis.Options{Addr: "redis.global.internal:6379", ContextTimeoutEnabled: true})
+	defer global.Close()
+
+	l, err := hybrid.New(hybrid.Config{
+		Redis:    regional,
+		Global:   global,
+		Region:   "eu-west", // the same on every node of the region, another in each region
+		Keyspace: hybrid.Keyspace{Prefix: "myapp"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Shutdown(context.Background())
+
+	// 10,000 orders an hour per customer, wherever they are placed. Its
+	// Wait defaults to WaitNever: a request past the region's part is
+	// refused at once, not held while the part comes across regions.
+	orders, err := l.Register(hybrid.Rule{
+		Name:   "orders",
+		Limit:  hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 10_000, Window: time.Hour},
+		Global: true,
+	})
+	if err != nil {
+		log.Fatal(err) // ErrInvalidRule: not a fixed window, or not in Hybrid mode
+	}
+	// Rules without Global, on the same Limiter, keep their limit within
+	// the region.
+
+	d, err := l.Allow(context.Background(), orders, "customer-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !d.Allowed() {
+		fmt.Println("429, retry after", d.RetryAfter())
+	}
+}
