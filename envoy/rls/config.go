@@ -69,7 +69,7 @@ type Descriptor struct {
 
 // RateLimit is a node's limit: envoyproxy/ratelimit's fields, and the
 // optional fields that choose this library's algorithm, mode, failure
-// policy and wait (each empty by default: a fixed window, as
+// policy, wait and reach (each empty by default: a fixed window, as
 // envoyproxy/ratelimit counts, in the Limiter's default mode and policy).
 type RateLimit struct {
 	// Unit is the window: second, minute, hour, day, week, month (30
@@ -108,6 +108,10 @@ type RateLimit struct {
 	// Wait is whether a hybrid request that only an exchange with Redis
 	// can decide waits for it: in_flight (the default), never or first.
 	Wait string `yaml:"wait"`
+	// Global holds the limit across every region, not only this region's
+	// cluster (hybrid.Rule.Global): a fixed_window limit in hybrid mode,
+	// on a Limiter with hybrid.Config.Global. Default false.
+	Global bool `yaml:"global"`
 }
 
 // Replace names a limit a RateLimit replaces.
@@ -258,6 +262,7 @@ type limitSpec struct {
 	mode      hybrid.Mode
 	policy    hybrid.Policy
 	wait      hybrid.Wait
+	global    bool
 }
 
 // spec checks r, the limit of the node at path, and returns what it
@@ -277,6 +282,9 @@ func (r *RateLimit) spec(path string) (limitSpec, error) {
 		if r.Unit != "" {
 			return limitSpec{}, fileError(path, "unit %q set on an unlimited limit", r.Unit)
 		}
+		if r.Global {
+			return limitSpec{}, fileError(path, "global set on an unlimited limit")
+		}
 		return limitSpec{unlimited: true}, nil
 	}
 	if !known {
@@ -295,6 +303,12 @@ func (r *RateLimit) spec(path string) (limitSpec, error) {
 	}
 	if s.wait, ok = waits[r.Wait]; !ok {
 		return limitSpec{}, fileError(path, "unknown wait %q", r.Wait)
+	}
+	if s.global = r.Global; s.global && lim.Algorithm != hybrid.FixedWindow {
+		return limitSpec{}, fileError(path, "global set for %s: needs fixed_window", lim.Algorithm)
+	}
+	if s.global && s.mode != 0 && s.mode != hybrid.Hybrid {
+		return limitSpec{}, fileError(path, "global set in mode %s: needs hybrid", s.mode)
 	}
 	lim.Quota, lim.Window = s.quota, window
 	switch lim.Algorithm {

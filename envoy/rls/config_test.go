@@ -52,6 +52,11 @@ func TestParseErrors(t *testing.T) {
 		{"bad mode", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, mode: x}", "unknown mode"},
 		{"bad policy", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, policy: x}", "unknown policy"},
 		{"bad wait", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, wait: x}", "unknown wait"},
+		{"global bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, global: true}", "d.k: global set for gcra: needs fixed_window"},
+		{"global central", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, mode: central, global: true}", "d.k: global set in mode central: needs hybrid"},
+		{"global local", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, mode: local, global: true}", "global set in mode local"},
+		{"global unlimited", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, global: true}", "d.k: global set on an unlimited limit"},
+		{"global not a boolean", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, global: eu}", "cannot unmarshal"},
 		{"two documents", "domain: d\n---\ndomain: e", "one document"},
 		{"too deep", deep(18), "deeper than 16"},
 	} {
@@ -101,6 +106,22 @@ func TestApplyKeepsCounts(t *testing.T) {
 	resp := h.ask(t, "internal", desc("azure", "a"))
 	assert.Equal(t, codeOK, resp.GetOverallCode())
 	assert.Nil(t, resp.GetStatuses()[0].GetCurrentLimit())
+}
+
+// A limit made global is another rule, as one of another algorithm is:
+// Apply registers it anew, and a Limiter without hybrid.Config.Global
+// refuses it, the previous configuration serving on.
+func TestApplyGlobal(t *testing.T) {
+	clock := &fakeClock{t: start}
+	l := newLimiter(t, clock)
+	h := serve(t, l, clock, rls.Config{}, "example5.yaml")
+	assert.Equal(t, 60, h.admitted(t, 60, "internal", desc("azure", "a")))
+	f := mustParse(t, "domain: internal\ndescriptors:\n  - key: azure\n    rate_limit: {unit: minute, requests_per_unit: 80, global: true}\n")
+	assert.True(t, f.Descriptors[0].RateLimit.Global)
+	err := h.svc.Apply([]*rls.File{f})
+	require.ErrorIs(t, err, rls.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "Global needs Config.Global")
+	assert.Equal(t, 40, h.admitted(t, 50, "internal", desc("azure", "a")), "the previous limit of 100, its counts kept")
 }
 
 func mustParse(t *testing.T, s string) *rls.File {

@@ -11,8 +11,8 @@
 // requests_per_unit, unlimited, name and replaces, shadow_mode and
 // detailed_metric; a request descriptor matches as envoyproxy/ratelimit
 // matches it. Optional fields of rate_limit choose this library's
-// algorithm (and burst), mode, failure policy and wait; without them a
-// limit is a fixed window, as envoyproxy/ratelimit counts.
+// algorithm (and burst), mode, failure policy, wait and reach (global);
+// without them a limit is a fixed window, as envoyproxy/ratelimit counts.
 //
 // Service.Apply installs a configuration and Watch reloads it as its files
 // change. A request's descriptors not in shadow mode are decided all or

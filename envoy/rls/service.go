@@ -130,8 +130,9 @@ func New(cfg Config) (*Service, error) {
 // Apply replaces the Service's configuration with files (one domain each):
 // it registers a rule with the Limiter for each new limit, moves a
 // changed limit (SetLimit) or registers it again when its algorithm,
-// mode, policy or wait changed, and unregisters the limits the files no
-// longer hold, once requests decide with the new configuration. A limit
+// mode, policy, wait or reach (RateLimit.Global) changed, and unregisters
+// the limits the files no longer hold, once requests decide with the new
+// configuration. A limit
 // keeps its rule, and its counts, while its place in the tree (its full
 // key) stays. On error nothing changes.
 func (s *Service) Apply(files []*File) error {
@@ -189,8 +190,8 @@ func (s *Service) Apply(files []*File) error {
 func (s *Service) ruleFor(l *limit) (registered, error) {
 	sp := l.spec
 	if old, ok := s.rules[l.ruleName]; ok {
-		// The name holds the algorithm, mode, policy and wait: only the
-		// limit may have changed.
+		// The name holds the algorithm, mode, policy, wait and reach: only
+		// the limit may have changed.
 		if old.spec.limit != sp.limit {
 			if err := s.cfg.Limiter.SetLimit(old.rule, sp.limit); err != nil {
 				return registered{}, fileError(l.fullKey, "%v", err)
@@ -198,7 +199,7 @@ func (s *Service) ruleFor(l *limit) (registered, error) {
 		}
 		return registered{rule: old.rule, spec: sp}, nil
 	}
-	r, err := s.cfg.Limiter.Register(hybrid.Rule{Name: l.ruleName, Limit: sp.limit, Mode: sp.mode, Policy: sp.policy, Wait: sp.wait})
+	r, err := s.cfg.Limiter.Register(hybrid.Rule{Name: l.ruleName, Limit: sp.limit, Mode: sp.mode, Policy: sp.policy, Wait: sp.wait, Global: sp.global})
 	if err != nil {
 		return registered{}, fileError(l.fullKey, "%v", err)
 	}

@@ -115,11 +115,16 @@ func buildLevel(parent *node, path string, ds []Descriptor) {
 // ruleName names the Limiter's rule of the limit at fullKey: a digest, as
 // a full key may be longer than a rule name or hold other characters. It
 // is the same on every replica, so they share the limit's state in Redis,
-// and it changes with the algorithm, mode, policy and wait, which a
-// registered rule keeps (the limit itself moves by SetLimit).
+// and it changes with the algorithm, mode, policy, wait and reach, which
+// a registered rule keeps (the limit itself moves by SetLimit). A limit
+// of global reach adds to the digest, so the others' names stay as they
+// were.
 func ruleName(fullKey string, sp limitSpec) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s", fullKey, sp.limit.Algorithm, sp.mode, sp.policy, sp.wait)
+	if sp.global {
+		h.Write([]byte("\x00global"))
+	}
 	return "rls:" + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
