@@ -137,7 +137,7 @@ func TestGlobalRegisterErrors(t *testing.T) {
 
 // TestGlobalRegister: a rule of global reach registers on a Limiter with
 // Config.Global, in Hybrid mode by default; its Wait defaults to
-// WaitNever, and a rule of the same name must have the same reach.
+// WaitInFlight, and a rule of the same name must have the same reach.
 func TestGlobalRegister(t *testing.T) {
 	addr := redistest.Addr(t)
 	l := newNode(t, hybrid.Config{
@@ -147,12 +147,12 @@ func TestGlobalRegister(t *testing.T) {
 	g := mustRegister(t, l, hybrid.Rule{Name: "g", Limit: globalLimit, Global: true}, hybrid.Hybrid)
 	assert.True(t, g.Global)
 
-	same, err := l.Register(hybrid.Rule{Name: "g", Limit: globalLimit, Global: true, Wait: hybrid.WaitNever})
-	require.NoError(t, err, "the default Wait is WaitNever")
+	same, err := l.Register(hybrid.Rule{Name: "g", Limit: globalLimit, Global: true, Wait: hybrid.WaitInFlight})
+	require.NoError(t, err, "the default Wait is WaitInFlight")
 	assert.True(t, same.Global)
 	for name, r := range map[string]hybrid.Rule{
-		"WaitInFlight": {Name: "g", Limit: globalLimit, Global: true, Wait: hybrid.WaitInFlight},
-		"not global":   {Name: "g", Limit: globalLimit},
+		"WaitNever":  {Name: "g", Limit: globalLimit, Global: true, Wait: hybrid.WaitNever},
+		"not global": {Name: "g", Limit: globalLimit},
 	} {
 		_, err := l.Register(r)
 		require.ErrorIs(t, err, hybrid.ErrInvalidRule, name)

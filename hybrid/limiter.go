@@ -212,7 +212,7 @@ func (l *Limiter) Register(r Rule) (*Rule, error) {
 	switch {
 	case wait > WaitFirst:
 		return nil, fmt.Errorf("%w: rule %q: Wait %d: unknown", ErrInvalidRule, r.Name, wait)
-	case wait == waitDefault && (l.cfg.manualSync || r.Global):
+	case wait == waitDefault && l.cfg.manualSync:
 		wait = WaitNever
 	case wait == waitDefault:
 		wait = WaitInFlight

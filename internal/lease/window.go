@@ -132,6 +132,11 @@ func (k *Lease) decideWindow(r *Rule, now, n int64, charge bool) (Verdict, Signa
 		return Verdict{Reason: local.ReasonLimited, Remaining: min(k.remaining(r, rnow), held), Reset: end, Retry: retry}, SignalSync
 	}
 	k.short = max(k.short, n)
+	if r.global && k.room >= 0 && k.room < n {
+		// The region's part is spent until its exchanger brings more,
+		// across regions: the request does not wait for the exchange.
+		return Verdict{Reason: local.ReasonNoLease, Remaining: held, Reset: end, Retry: r.minGap}, SignalSync
+	}
 	return Verdict{Reason: local.ReasonNoLease, Remaining: held, Reset: end, Retry: r.minGap}, SignalSync | SignalWait
 }
 

@@ -9,9 +9,9 @@
 -- (us: how far ahead a part must last, two exchanges and a round trip),
 -- and the nodes' demand TTL (us; lease_window.lua's).
 -- Before it reads, it gives back what the region holds of the current
--- window beyond what its nodes hold and two lookaheads of its demand: the
--- part the global store then records is never below what the region may
--- admit. Returns {0} for a state that is gone or not of a global rule's
+-- window beyond what its nodes hold and two lookaheads of its demand, when
+-- the store had less left at its last answer: the part the global store
+-- then records is never below what the region may admit. Returns {0} for a state that is gone or not of a global rule's
 -- fixed window, else {1, fp, now, window, W, demand (the region's nodes',
 -- requests per window), R (what its nodes hold or used in the window),
 -- used, part held, R of the next window, part held there, standing share}.
@@ -19,8 +19,8 @@
 -- 'w' records the global store's answer; its numbers: window, part, next
 -- window, part there (-1: none), standing share, what the limit has left
 -- in the window (0: the part is final, reg[3], which lease_window.lua
--- tells the nodes), how long the store keeps the share for the region
--- (us: the region holds it that long, reg[4]). A part only grows here: 'r' alone lowers one. Returns
+-- tells the nodes; reg[5] keeps it for 'r'), how long the store keeps the
+-- share for the region (us: the region holds it that long, reg[4]). A part only grows here: 'r' alone lowers one. Returns
 -- 1, or 0 for a state that is gone.
 local m, op, now = KEYS[1], ARGV[1], clock(ARGV[2])
 local raw = redis.call('GET', m)
@@ -43,6 +43,7 @@ if op == 'w' then
   caps[x] = math.max(caps[x] or 0, c)
   -- the window's part is final: the limit is spent, its nodes are told
   if left <= 0 then reg[3] = x end
+  reg[5] = left
   if cn >= 0 then caps[xn] = math.max(caps[xn] or 0, cn) end
   for y in pairs(caps) do
     if y < x - W then caps[y] = nil end
@@ -92,7 +93,10 @@ local hc = held(wt)
 if now - wt >= look and Rc < hc then D = math.min(D, cdiv(Uc * W, now - wt)) end
 local ahead = cdiv(D * look, W)
 local keep = math.max(Rc, Uc + 2 * ahead)
-if hc > keep + ahead then
+-- Only while the store has less left than the region would give back: a
+-- part nobody else could have costs nobody anything, and held it spares
+-- the region's nodes an exchange's wait.
+if hc > keep + ahead and (reg[5] or 0) < hc - keep then
   caps[wt], hc = keep, keep
   save()
 end
