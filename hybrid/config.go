@@ -76,9 +76,9 @@ type Config struct {
 	// health check later).
 	RequireRedis bool
 	// Global is the global store of the rules of global reach
-	// (Rule.Global): a Redis every region reaches, single or Sentinel,
-	// which holds one limit across regions that each run their own Redis
-	// (Redis, single or Sentinel). A region's nodes lease from their own
+	// (Rule.Global): a Redis every region reaches (single, Sentinel or
+	// Cluster), which holds one limit across regions that each run their
+	// own Redis (Redis). A region's nodes lease from their own
 	// Redis as for any rule, from the region's part of the limit; one of
 	// them at a time exchanges those parts with Global every
 	// Sync.Interval, never on a request's path. docs/multiregion.md has the
@@ -239,11 +239,6 @@ func (c Config) validateGlobal() error {
 		return configError("Global", "set", "needs Redis: the region's own")
 	case !validRegion(c.Region):
 		return configError("Region", c.Region, "must be 1 to 64 bytes of letters, digits and -_.:")
-	}
-	for f, r := range map[string]redis.UniversalClient{"Redis": c.Redis, "Global": c.Global} {
-		if _, ok := r.(*redis.ClusterClient); ok {
-			return configError(f, "a Cluster client", "rules of global reach need a single or Sentinel Redis in the region and as the global store")
-		}
 	}
 	return nil
 }

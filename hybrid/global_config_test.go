@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -61,25 +60,6 @@ func TestGlobalConfigErrors(t *testing.T) {
 			Keyspace: syncer.Keyspace{Prefix: redistest.Prefix(t)}, Logger: quiet,
 		})
 	})
-}
-
-// TestGlobalConfigCluster: rules of global reach need a single or Sentinel
-// Redis in the region and as the global store: New refuses a Cluster
-// client as either, naming which.
-func TestGlobalConfigCluster(t *testing.T) {
-	single := redistest.Client(t, redistest.Addr(t))
-	cluster := redistest.ClusterClient(t, redistest.ClusterAddrs(t))
-	for _, tc := range []struct {
-		field         string
-		redis, global redis.UniversalClient
-	}{
-		{"Redis", cluster, single},
-		{"Global", single, cluster},
-	} {
-		t.Run(tc.field, func(t *testing.T) {
-			requireConfigError(t, hybrid.Config{Redis: tc.redis, Global: tc.global, Region: "eu-west"}, tc.field, "a Cluster client")
-		})
-	}
 }
 
 // globalLimit is a limit a rule of global reach may have.

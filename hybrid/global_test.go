@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -249,4 +250,41 @@ func TestGlobalRegionRedisDownUsesThePolicy(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	assert.Positive(t, degraded, "decisions made by the failure policy within the region")
+}
+
+// TestGlobalCluster: a region's Redis may be a Cluster, and so may the
+// global store: region 0 on the 3-master Cluster, region 1 on a server of
+// its own, the store on the Cluster too (its keys apart from the leases').
+func TestGlobalCluster(t *testing.T) {
+	cluster := redistest.ClusterAddrs(t)
+	single := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	rg := &regions{}
+	for i, c := range []redis.UniversalClient{redistest.ClusterClient(t, cluster), redistest.Client(t, single.Addr)} {
+		var ls []*hybrid.Limiter
+		var rs []*hybrid.Rule
+		for j := range globalNodes {
+			l := newNode(t, hybrid.Config{
+				Redis: c, Global: redistest.ClusterClient(t, cluster), Region: fmt.Sprintf("r%d", i),
+				Keyspace: syncer.Keyspace{Prefix: prefix}, Logger: quiet,
+				Sync: hybrid.SyncConfig{NodeID: fmt.Sprintf("r%dn%d", i, j)},
+			})
+			ls = append(ls, l)
+			rs = append(rs, mustRegister(t, l, hybrid.Rule{Name: "g", Limit: fixed(globalL, time.Second), Global: true}, hybrid.Hybrid))
+		}
+		rg.nodes, rg.rules = append(rg.nodes, ls), append(rg.rules, rs)
+	}
+	stop := make(chan struct{})
+	// 2 regions × 2 nodes × 100 per second: 4/3 × L.
+	w, wait := rg.drive(t, "k", func(int) bool { return true }, stop)
+	start := nextSecond()
+	time.Sleep(5 * time.Second)
+	close(stop)
+	wait()
+	all, _ := w.totals(start+2, start+5, 0)
+	t.Logf("admitted per window, both regions: %v (L = %d)", all, globalL)
+	for i, a := range all {
+		assert.LessOrEqual(t, a, int64(globalL*102/100), "window %d", i)
+		assert.GreaterOrEqual(t, a, int64(globalL*90/100), "window %d: the limit is shared", i)
+	}
 }

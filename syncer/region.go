@@ -30,7 +30,8 @@ const (
 )
 
 // regionKey names one of the region's keys.
-func (ks *Keyspace) regionKey(part string) string { return ks.prefix() + ":region:" + part }
+// They share a hash tag: the lock's script prunes the set.
+func (ks *Keyspace) regionKey(part string) string { return ks.prefix() + ":{region}:" + part }
 
 var (
 	scriptRegion = compose("prelude", "params", "region")

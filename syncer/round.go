@@ -294,7 +294,26 @@ func (s *syncer) pipeline(ctx context.Context, b *batch, st *synchook.RoundStats
 		}
 	})
 	st.Pipeline++
+	if err == nil {
+		s.listGlobal(ctx, b)
+	}
 	return wrap(ctx, "sync", err)
+}
+
+// listGlobal adds the keys of global reach b exchanged to the region's set,
+// where its exchanger finds them (region.go), scored by the node's
+// estimate of Redis's time: one command, apart from the scripts, so that it
+// may live in another slot of a Cluster.
+func (s *syncer) listGlobal(ctx context.Context, b *batch) {
+	var ms []redis.Z
+	for i := range b.outs {
+		if p := &b.outs[i]; p.entry != nil && p.rule.Global() {
+			ms = append(ms, redis.Z{Score: float64(p.req.Now), Member: b.calls[i].keys[0]})
+		}
+	}
+	if len(ms) > 0 {
+		s.cfg.Client.ZAdd(ctx, s.ks.regionKey(regionActive), ms...)
+	}
 }
 
 // replies applies the replies cmds to b's calls idx (nil: all, in order), counts them in st and
@@ -420,7 +439,7 @@ func (s *syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Re
 	n := r.name
 	keys := []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
 	if lr.Global() {
-		return call{scriptLeaseWindow, append(keys, s.ks.regionKey("active")), encodeLeaseWindow(q, c, r, flagGlobal)}
+		return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r, flagGlobal)}
 	}
 	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r, 0)}
 }

@@ -23,7 +23,8 @@
 -- ARGV: [1] now ('' for Redis's clock), [2] node, [3] the rule's
 -- fingerprint, [4] numbers packed as little-endian doubles (each an integer
 -- below 2^53, so exact; one argument costs Redis less than many to pass and
--- parse): flags (1: release what is unused; 2: the rule is of global reach, below), demand (requests per window;
+-- parse): flags (1: release what is unused; 2: the rule is of global
+-- reach, below), demand (requests per window;
 -- -1: unknown), target for the current window (the total the node wants
 -- granted in it), target for the next window (0: none), horizon (us:
 -- pre-grant the next window when it starts within it), two reports
@@ -74,8 +75,9 @@ local m = KEYS[1]
 -- exchange with the global store (region.lua), holds that part per window
 -- (caps: window -> budget) and the region's standing share (S), the budget
 -- of a window it holds no part of yet, which the global store keeps for it
--- (global.lua) until reg[4] (its last exchange and the store's keep). The key is listed in KEYS[5], the region's keys of global
--- reach, for its exchanger to find.
+-- (global.lua) until reg[4] (its last exchange and the store's keep).
+-- The node lists the key in the region's set of keys of global reach, for
+-- its exchanger to find (syncer/region.go).
 local global = fdiv(flags, 2) % 2 == 1
 
 local wt = now - fmod(now, W)
@@ -456,7 +458,6 @@ for x, s in pairs(slots) do
 end
 redis.call('SET', m, cmsgpack.pack(rule_fp, ep, nd, hist, w[1], w[2], w[3], reg),
   'PX', ttl_ms(math.max(3 * W, demand_ttl, K * W)))
-if global then redis.call('ZADD', KEYS[5], now, m) end
 
 local _, ucur = state(kcur)
 -- Exhausted means until the window ends: true of the fixed window only. The
