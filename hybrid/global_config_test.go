@@ -1,6 +1,7 @@
 package hybrid_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -140,4 +141,29 @@ func TestGlobalRegister(t *testing.T) {
 	}
 	mustRegister(t, l, hybrid.Rule{Name: "regional", Limit: globalLimit}, hybrid.Hybrid)
 	assert.Equal(t, 2, l.Stats().Rules)
+}
+
+// TestGlobalSetLimit: a rule of global reach keeps its reach through
+// SetLimit: its keys are still leased from the region's part (listed in
+// the region's set for its exchanger), and a limit of another algorithm is
+// refused.
+func TestGlobalSetLimit(t *testing.T) {
+	addr := redistest.Addr(t)
+	c := redistest.Client(t, addr)
+	prefix := redistest.Prefix(t)
+	l := newNode(t, hybrid.Config{
+		Redis: c, Global: redistest.Client(t, addr), Region: "eu-west",
+		Keyspace: syncer.Keyspace{Prefix: prefix}, Logger: quiet,
+	})
+	g := mustRegister(t, l, hybrid.Rule{Name: "g", Limit: globalLimit, Global: true}, hybrid.Hybrid)
+	counter := hybrid.Limit{Algorithm: hybrid.SlidingWindowCounter, Quota: 100, Window: time.Minute}
+	require.ErrorIs(t, l.SetLimit(g, counter), hybrid.ErrInvalidRule, "a global rule keeps the fixed window")
+	raised := globalLimit
+	raised.Quota = 200
+	require.NoError(t, l.SetLimit(g, raised))
+	set := prefix + ":{region}:active"
+	require.Eventually(t, func() bool {
+		l.Allow(context.Background(), g, "after")
+		return c.ZCard(context.Background(), set).Val() > 0
+	}, 5*time.Second, 20*time.Millisecond, "the key is leased as one of global reach: listed in the region's set")
 }

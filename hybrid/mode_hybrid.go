@@ -40,14 +40,7 @@ func newHybridRule(rs *ruleState, sr *syncer.Rule) (*hybridRule, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rs.wait == WaitFirst || rs.policy == FailClosed || rs.global {
-		// no allowance: nothing admitted that Redis did not grant (a rule of
-		// global reach: nothing beyond the region's part)
-		lr.SetWaitFirst()
-	}
-	if rs.global {
-		lr.SetGlobal()
-	}
+	rs.dress(lr)
 	m := &hybridRule{rs: rs, l: rs.l, counts: rs.counts, salt: gossipSalt(rs.name)}
 	if m.store, err = keyed.New(l.storeConfig(), m.idle, nil); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -357,16 +350,30 @@ func (m *hybridRule) setLimit(lim localx.Limit) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
 	}
+	if m.rs.global && lim.Algorithm() != local.FixedWindow {
+		return fmt.Errorf("%w: rule %q: Global needs the fixed window, not %s", ErrInvalidRule, m.rs.name, lim.Algorithm())
+	}
 	lr, err := m.l.sync.LeaseRule(sr)
 	if err != nil {
 		return fmt.Errorf("%w: rule %q: the new limit cannot be leased; register a central rule instead: %w", ErrInvalidRule, m.rs.name, err)
 	}
-	if m.rs.wait == WaitFirst || m.rs.policy == FailClosed {
-		lr.SetWaitFirst()
-	}
+	m.rs.dress(lr)
 	m.setOutage(lr)
 	m.lease.Swap(lr).Replace(lr)
 	return nil
+}
+
+// dress sets what rs asks of its lease rule lr, at Register and at each
+// SetLimit: no allowance (nothing admitted that Redis did not grant) for
+// WaitFirst and FailClosed, and for a rule of global reach, whose leases
+// come from its region's part of the limit.
+func (rs *ruleState) dress(lr *lease.Rule) {
+	if rs.wait == WaitFirst || rs.policy == FailClosed || rs.global {
+		lr.SetWaitFirst()
+	}
+	if rs.global {
+		lr.SetGlobal()
+	}
 }
 
 func (m *hybridRule) sweep(now time.Time) int {

@@ -17,7 +17,7 @@ import (
 // (lua/lease_window.lua: reg); one node per region at a time, the
 // exchanger, leases those parts from the global store for the region's keys
 // (lua/region.lua on the region's Redis, lua/global.lua on the global
-// store), every GlobalInterval, in one pipeline per round. The request path
+// store), every Sync.Interval, in one pipeline per batch of keys. The request path
 // never waits on the global store, and the traffic to it grows with the
 // keys the region uses, not with its requests. docs/multiregion.md has the
 // design and its bounds.
@@ -104,11 +104,21 @@ func newExchanger(s *syncer) *exchanger {
 	return &exchanger{s: s, global: g.Client, region: g.Region, every: g.Interval, limit: g.Timeout}
 }
 
-// loop runs a round every period while this node leads, until stop.
+// loop runs a round every period while this node leads, until stop,
+// which also ends a round under way.
 func (x *exchanger) loop(stop <-chan struct{}) {
 	defer x.s.loops.Done()
 	tick := time.NewTicker(x.every)
 	defer tick.Stop()
+	base, end := context.WithCancel(context.Background())
+	defer end()
+	go func() {
+		select {
+		case <-stop:
+			end()
+		case <-base.Done():
+		}
+	}()
 	// A node that does not lead asks for the lock once a second or so: it
 	// lasts three rounds, and the leader renews it every round.
 	wait := 0
@@ -124,7 +134,7 @@ func (x *exchanger) loop(stop <-chan struct{}) {
 				wait--
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), x.every+x.limit)
+			ctx, cancel := context.WithTimeout(base, x.every+x.limit)
 			if x.lead(ctx) {
 				x.rounds.Add(1)
 				if err := x.round(ctx); err != nil {
@@ -223,12 +233,14 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 	}
 	gctx, cancel := context.WithTimeout(ctx, x.limit)
 	sent := time.Now()
-	gcmds, err := runPipelined(gctx, x.global, x.global.Pipeline, asks)
+	gcmds, gerr := runPipelined(gctx, x.global, x.global.Pipeline, asks)
 	cancel()
-	if err != nil {
-		return gone, wrap(gctx, "global", err)
+	if gerr == nil {
+		x.measure(time.Since(sent))
 	}
-	x.measure(time.Since(sent))
+	// Each answer the store gave is written back, whatever became of the
+	// others (a Cluster store with a master down answers for the rest):
+	// the store has recorded it.
 	writes := make([]call, 0, len(gcmds))
 	for i, cmd := range gcmds {
 		v, err := cmd.Int64Slice()
@@ -239,8 +251,13 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 		writes = append(writes, call{scriptRegion, []string{keys[i]},
 			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], v[4], keepFor(r.w).Microseconds())}})
 	}
-	if _, err := runPipelined(ctx, c, c.Pipeline, writes); err != nil {
-		return gone, wrap(ctx, "region", err)
+	if len(writes) > 0 {
+		if _, err := runPipelined(ctx, c, c.Pipeline, writes); err != nil {
+			return gone, wrap(ctx, "region", err)
+		}
+	}
+	if gerr != nil {
+		return gone, wrap(gctx, "global", gerr)
 	}
 	return gone, nil
 }

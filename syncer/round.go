@@ -75,6 +75,9 @@ type batch struct {
 	budget  time.Duration
 	calls   []call
 	outs    []pending
+	// listed are the keys of global reach the current pipeline exchanged,
+	// for the region's set (listGlobal).
+	listed []redis.Z
 }
 
 // dueKey is a key due for an exchange, and the node time of its last one
@@ -294,26 +297,23 @@ func (s *syncer) pipeline(ctx context.Context, b *batch, st *synchook.RoundStats
 		}
 	})
 	st.Pipeline++
-	if err == nil {
-		s.listGlobal(ctx, b)
-	}
+	s.listGlobal(ctx, b)
 	return wrap(ctx, "sync", err)
 }
 
-// listGlobal adds the keys of global reach b exchanged to the region's set,
-// where its exchanger finds them (region.go), scored by the node's
-// estimate of Redis's time: one command, apart from the scripts, so that it
-// may live in another slot of a Cluster.
+// listGlobal adds the keys of global reach b's pipeline exchanged to the
+// region's set, where its exchanger finds them (region.go), scored by the
+// node's estimate of Redis's time: one command, apart from the scripts, so
+// that the set may live in another slot of a Cluster; bounded by MinGap, so
+// that the set's master out of reach does not hold the round.
 func (s *syncer) listGlobal(ctx context.Context, b *batch) {
-	var ms []redis.Z
-	for i := range b.outs {
-		if p := &b.outs[i]; p.entry != nil && p.rule.Global() {
-			ms = append(ms, redis.Z{Score: float64(p.req.Now), Member: b.calls[i].keys[0]})
-		}
+	if len(b.listed) == 0 {
+		return
 	}
-	if len(ms) > 0 {
-		s.cfg.Client.ZAdd(ctx, s.ks.regionKey(regionActive), ms...)
-	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.MinGap)
+	defer cancel()
+	s.cfg.Client.ZAdd(ctx, s.ks.regionKey(regionActive), b.listed...)
+	b.listed = b.listed[:0]
 }
 
 // replies applies the replies cmds to b's calls idx (nil: all, in order), counts them in st and
@@ -361,6 +361,9 @@ func (s *syncer) replies(ctx context.Context, b *batch, idx []int, cmds []*redis
 			fail(cerr)
 		case applied:
 			st.Synced++
+			if p.rule.Global() {
+				b.listed = append(b.listed, redis.Z{Score: float64(p.req.Now), Member: b.calls[i].keys[0]})
+			}
 		}
 	}
 }

@@ -59,13 +59,17 @@ if fp and fp ~= rule_fp then
   for _, g in pairs(regs) do g[3] = fdiv(g[3] * L, math.max(old, 1)) end
 end
 
--- Forget the windows over, and the regions that stopped asking keep ago:
--- a region cut off holds its standing share that long, then nothing.
+-- Forget the windows over, and the regions that stopped asking keep and
+-- three windows ago: a region cut off holds its standing share keep long,
+-- then nothing.
 for y in pairs(parts) do
   if y < x - W then parts[y] = nil end
 end
 for r, g in pairs(regs) do
-  if r ~= region and g[2] + keep < now then regs[r] = nil end
+  -- the region stops taking leases from its share keep after its last
+  -- reply (a one-way trip after its ask); those it took last to their
+  -- window's end, and the next
+  if r ~= region and g[2] + keep + 3 * W < now then regs[r] = nil end
 end
 local me = regs[region] or {0, now, 0, 0}
 regs[region] = me
@@ -117,8 +121,10 @@ local function grant(y, have, want)
   return g
 end
 local gx = grant(x, math.max(hx, ux), wx)
+-- The next window: asked for, or held already (its nodes took grants ahead
+-- from the region's share, which may have been higher than it is now).
 local gn = -1
-if wn > 0 then gn = grant(xn, hn, wn) end
+if wn > 0 or hn > math.max(me[3], B) then gn = grant(xn, hn, wn) end
 
 -- The standing share: the region's part of L by demand, within what the
 -- others may hold in a window it holds nothing of.
@@ -135,5 +141,5 @@ if not young then
 end
 me[3] = S
 
-redis.call('SET', m, cmsgpack.pack(rule_fp, ep, regs, parts), 'PX', ttl_ms(math.max(3 * W, keep)))
+redis.call('SET', m, cmsgpack.pack(rule_fp, ep, regs, parts), 'PX', ttl_ms(keep + 3 * W))
 return {now, gx, gn, S, L - others(x) - gx}

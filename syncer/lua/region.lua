@@ -23,8 +23,9 @@
 -- share for the region (us: the region holds it that long, reg[4]). A part only grows here: 'r' alone lowers one. Returns
 -- 1, or 0 for a state that is gone.
 local m, op, now = KEYS[1], ARGV[1], clock(ARGV[2])
-local raw = redis.call('GET', m)
-if not raw then return {0} end
+local raw = redis.pcall('GET', m)
+-- gone, or not a lease state of this layout (a hash of an earlier one)
+if not raw or type(raw) == 'table' then return {0} end
 local st = {pcall(cmsgpack.unpack, raw)}
 if not st[1] or type(st[2]) ~= 'string' then return {0} end
 local p = parse_fp(st[2])
@@ -100,4 +101,8 @@ if hc > keep + ahead and (reg[5] or 0) < hc - keep then
   caps[wt], hc = keep, keep
   save()
 end
-return {1, st[2], now, wt, W, D, Rc, Uc, hc, Rn, held(wt + W), reg[2]}
+-- What the region holds of the next window: its part there, or its share,
+-- and at least what its nodes took ahead.
+local S = reg[2]
+if (reg[4] or 0) < now then S = 0 end
+return {1, st[2], now, wt, W, D, Rc, Uc, hc, Rn, math.max(held(wt + W), Rn), S}
