@@ -244,12 +244,12 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 	writes := make([]call, 0, len(gcmds))
 	for i, cmd := range gcmds {
 		v, err := cmd.Int64Slice()
-		if err != nil || len(v) != 5 {
+		if err != nil || len(v) != 5 || v[1] < 0 {
 			continue
 		}
 		r := rs[i]
 		writes = append(writes, call{scriptRegion, []string{keys[i]},
-			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], v[4], keepFor(r.w).Microseconds())}})
+			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], v[4], keepFor(r.w).Microseconds(), r.now)}})
 	}
 	if len(writes) > 0 {
 		if _, err := runPipelined(ctx, c, c.Pipeline, writes); err != nil {
@@ -281,7 +281,7 @@ func (x *exchanger) ask(r regionRead, look time.Duration) []any {
 	fresh := 2*x.limit + 5*x.every
 	keep := keepFor(r.w)
 	return []any{"", x.region, r.fp, appendNumbers(nil, r.demand, r.window, r.held, r.r, want,
-		r.window+r.w, r.heldNext, wantNext, r.standing, fresh.Microseconds(), keep.Microseconds(), look.Microseconds())}
+		r.window+r.w, r.heldNext, wantNext, r.standing, fresh.Microseconds(), keep.Microseconds(), look.Microseconds(), r.now)}
 }
 
 // measure folds a round trip to the global store into the smoothed one.

@@ -18,9 +18,9 @@
 -- each says what it holds, and nothing more is granted until they have.
 --
 -- KEYS[1] the key's global state, a string of four values packed with
--- cmsgpack: fp, ep (the epoch), regions (r -> {d, t, S, B}: demand per
--- window, when it last asked, standing share, share held), parts (x -> {r
--- -> part}).
+-- cmsgpack: fp, ep (the epoch), regions (r -> {d, t, S, B, q}: demand per
+-- window, when it last asked, standing share, share held, the time of the
+-- read its last ask came from), parts (x -> {r -> part}).
 -- ARGV: [1] now ('' for Redis's clock), [2] region, [3] the rule's
 -- fingerprint, [4] numbers packed as little-endian doubles: demand, window,
 -- part held there, used there, wanted there (the part the region asks
@@ -29,11 +29,12 @@
 -- standing share (µs), the region's lookahead (µs: how long before a window's end the
 -- parts kept for the others' demands are released).
 -- Returns {now, part in the window, part in the next (-1: none),
--- standing share, left (L less every region's hold, after the grant)}.
+-- standing share, left (L less every region's hold, after the grant)}; a
+-- part of -1 in the window for an ask older than one answered.
 local now = clock(ARGV[1])
 local region, rule_fp = ARGV[2], ARGV[3]
-local D, x, hx, ux, wx, xn, hn, wn, B, fresh, keep, look =
-  struct.unpack('<dddddddddddd', ARGV[4])
+local D, x, hx, ux, wx, xn, hn, wn, B, fresh, keep, look, seq =
+  struct.unpack('<ddddddddddddd', ARGV[4])
 local L, W = parse_fp(rule_fp).L, parse_fp(rule_fp).w
 local m = KEYS[1]
 
@@ -71,9 +72,12 @@ for r, g in pairs(regs) do
   -- window's end, and the next
   if r ~= region and g[2] + keep + 3 * W < now then regs[r] = nil end
 end
-local me = regs[region] or {0, now, 0, 0}
+local me = regs[region] or {0, now, 0, 0, 0}
+-- An ask older than one the store answered (a late packet of a round that
+-- timed out) changes nothing: the region holds what the newer one said.
+if seq <= (me[5] or 0) then return {now, -1, -1, me[3], 0} end
 regs[region] = me
-me[1], me[2], me[4] = D, now, B
+me[1], me[2], me[4], me[5] = D, now, B, seq
 
 -- holds(y, r) is what region r holds in window y.
 local function holds(y, r, g)

@@ -20,7 +20,8 @@
 -- window, part there (-1: none), standing share, what the limit has left
 -- in the window (0: the part is final, reg[3], which lease_window.lua
 -- tells the nodes; reg[5] keeps it for 'r'), how long the store keeps the
--- share for the region (us: the region holds it that long, reg[4]). A part only grows here: 'r' alone lowers one. Returns
+-- share for the region (us: the region holds it that long, reg[4]), the
+-- time of the read the answer is to (reg[6]: the last applied). A part only grows here: 'r' alone lowers one. Returns
 -- 1, or 0 for a state that is gone.
 local m, op, now = KEYS[1], ARGV[1], clock(ARGV[2])
 local raw = redis.pcall('GET', m)
@@ -39,8 +40,11 @@ local function save()
 end
 
 if op == 'w' then
-  local x, c, xn, cn, S, left, keep = struct.unpack('<ddddddd', ARGV[3])
-  reg[4] = now + keep
+  local x, c, xn, cn, S, left, keep, seq = struct.unpack('<dddddddd', ARGV[3])
+  -- an answer older than one applied (a late write of an earlier
+  -- exchanger) changes nothing
+  if seq <= (reg[6] or 0) then return 0 end
+  reg[4], reg[6] = now + keep, seq
   caps[x] = math.max(caps[x] or 0, c)
   -- the window's part is final: the limit is spent, its nodes are told
   if left <= 0 then reg[3] = x end
