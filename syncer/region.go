@@ -84,6 +84,9 @@ type exchanger struct {
 	// measured is set once the first round trip, which dials and loads
 	// the script, is past: it does not count.
 	measured bool
+	// reached is set while the store answers the exchanger's asks: a
+	// region gives back what it holds only then (lua/region.lua).
+	reached bool
 
 	rounds, failed atomic.Int64 // rounds led, and failed
 	keys           atomic.Int64 // keys the last round exchanged
@@ -205,7 +208,7 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 	look := 2*x.every + 2*time.Duration(x.rtt.Load())
 	reads := make([]call, len(names))
 	for i, n := range names {
-		reads[i] = call{scriptRegion, []string{n}, []any{"r", "", appendNumbers(nil, look.Microseconds(), x.s.cfg.DemandTTL.Microseconds())}}
+		reads[i] = call{scriptRegion, []string{n}, []any{"r", "", appendNumbers(nil, look.Microseconds(), x.s.cfg.DemandTTL.Microseconds(), int64(boolFlag(x.reached)))}}
 	}
 	cmds, err := runPipelined(ctx, c, c.Pipeline, reads)
 	if err != nil && len(cmds) == 0 {
@@ -235,6 +238,7 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 	sent := time.Now()
 	gcmds, gerr := runPipelined(gctx, x.global, x.global.Pipeline, asks)
 	cancel()
+	x.reached = gerr == nil
 	if gerr == nil {
 		x.measure(time.Since(sent))
 	}

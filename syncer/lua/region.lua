@@ -7,7 +7,8 @@
 --
 -- 'r' reads what the region needs and holds; its numbers: the lookahead
 -- (us: how far ahead a part must last, two exchanges and a round trip),
--- and the nodes' demand TTL (us; lease_window.lua's).
+-- the nodes' demand TTL (us; lease_window.lua's), and 1 if the store
+-- answered the exchanger's last round.
 -- Before it reads, it gives back what the region holds of the current
 -- window beyond what its nodes hold and two lookaheads of its demand, when
 -- the store had less left at its last answer: the part the global store
@@ -58,7 +59,7 @@ if op == 'w' then
   return 1
 end
 
-local look, dttl = struct.unpack('<dd', ARGV[3])
+local look, dttl, reached = struct.unpack('<ddd', ARGV[3])
 dttl = math.max(dttl, 2 * W)
 local wt = now - fmod(now, W)
 local function slot(x)
@@ -100,8 +101,10 @@ local ahead = cdiv(D * look, W)
 local keep = math.max(Rc, Uc + 2 * ahead)
 -- Only while the store has less left than the region would give back: a
 -- part nobody else could have costs nobody anything, and held it spares
--- the region's nodes an exchange's wait.
-if hc > keep + ahead and (reg[5] or 0) < hc - keep then
+-- the region's nodes an exchange's wait. And only while the store answers:
+-- a region cut off would give back what nobody can take, and never get it
+-- back.
+if reached == 1 and hc > keep + ahead and (reg[5] or 0) < hc - keep then
   caps[wt], hc = keep, keep
   save()
 end
