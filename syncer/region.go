@@ -248,12 +248,12 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 	writes := make([]call, 0, len(gcmds))
 	for i, cmd := range gcmds {
 		v, err := cmd.Int64Slice()
-		if err != nil || len(v) != 5 || v[1] < 0 {
+		if err != nil || len(v) != 6 || v[1] < 0 {
 			continue
 		}
 		r := rs[i]
 		writes = append(writes, call{scriptRegion, []string{keys[i]},
-			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], v[4], keepFor(r.w).Microseconds(), r.now)}})
+			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], v[4], keepFor(r.w).Microseconds(), r.now, v[5])}})
 	}
 	if len(writes) > 0 {
 		if _, err := runPipelined(ctx, c, c.Pipeline, writes); err != nil {

@@ -29,8 +29,10 @@
 -- standing share (µs), the region's lookahead (µs: how long before a window's end the
 -- parts kept for the others' demands are released).
 -- Returns {now, part in the window, part in the next (-1: none),
--- standing share, left (L less every region's hold, after the grant)}; a
--- part of -1 in the window for an ask older than one answered.
+-- standing share, left (L less every region's hold, after the grant),
+-- short (what the others' demands entitle them to in the window and they
+-- do not hold: what the region may give back)}; a part of -1 in the
+-- window for an ask older than one answered.
 local now = clock(ARGV[1])
 local region, rule_fp = ARGV[2], ARGV[3]
 local D, x, hx, ux, wx, xn, hn, wn, B, fresh, keep, look, seq =
@@ -75,7 +77,7 @@ end
 local me = regs[region] or {0, now, 0, 0, 0}
 -- An ask older than one the store answered (a late packet of a round that
 -- timed out) changes nothing: the region holds what the newer one said.
-if seq <= (me[5] or 0) then return {now, -1, -1, me[3], 0} end
+if seq <= (me[5] or 0) then return {now, -1, -1, me[3], 0, 0} end
 regs[region] = me
 me[1], me[2], me[4], me[5] = D, now, B, seq
 
@@ -108,17 +110,22 @@ end
 -- region gets at least its own part by demand, and beyond it what nobody
 -- else is entitled to.
 local young = now - ep < fresh
+-- short(y) is what the others' demands entitle them to in window y and
+-- they do not hold.
+local function short(y)
+  local k = 0
+  for r, o in pairs(regs) do
+    if r ~= region then k = k + math.max(fair(o) - holds(y, r, o), 0) end
+  end
+  return k
+end
 local function grant(y, have, want)
   parts[y] = parts[y] or {}
   local g = have
   if not young and want > have then
     local avail = L - others(y) - have
     local kept = 0
-    if now < y + W - look then
-      for r, o in pairs(regs) do
-        if r ~= region then kept = kept + math.max(fair(o) - holds(y, r, o), 0) end
-      end
-    end
+    if now < y + W - look then kept = short(y) end
     g = have + math.max(math.min(want - have, avail, math.max(avail - kept, fair(me) - have)), 0)
   end
   parts[y][region] = g
@@ -146,4 +153,4 @@ end
 me[3] = S
 
 redis.call('SET', m, cmsgpack.pack(rule_fp, ep, regs, parts), 'PX', ttl_ms(keep + 3 * W))
-return {now, gx, gn, S, L - others(x) - gx}
+return {now, gx, gn, S, L - others(x) - gx, short(x)}

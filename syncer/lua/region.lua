@@ -10,9 +10,9 @@
 -- the nodes' demand TTL (us; lease_window.lua's), and 1 if the store
 -- answered the exchanger's last round.
 -- Before it reads, it gives back what the region holds of the current
--- window beyond what its nodes hold and two lookaheads of its demand, when
--- the store had less left at its last answer: the part the global store
--- then records is never below what the region may admit. Returns {0} for a state that is gone or not of a global rule's
+-- window beyond what its nodes hold and two lookaheads of its demand, as
+-- far as the others wanted more at the store's last answer: the part the
+-- global store then records is never below what the region may admit. Returns {0} for a state that is gone or not of a global rule's
 -- fixed window, else {1, fp, now, window, W, demand (the region's nodes',
 -- requests per window), R (what its nodes hold or used in the window),
 -- used, part held, R of the next window, part held there, standing share}.
@@ -20,9 +20,10 @@
 -- 'w' records the global store's answer; its numbers: window, part, next
 -- window, part there (-1: none), standing share, what the limit has left
 -- in the window (0: the part is final, reg[3], which lease_window.lua
--- tells the nodes; reg[5] keeps it for 'r'), how long the store keeps the
+-- tells the nodes), how long the store keeps the
 -- share for the region (us: the region holds it that long, reg[4]), the
--- time of the read the answer is to (reg[6]: the last applied). A part only grows here: 'r' alone lowers one. Returns
+-- time of the read the answer is to (reg[6]: the last applied), and what
+-- the others want beyond what they hold (reg[5], for 'r'). A part only grows here: 'r' alone lowers one. Returns
 -- 1, or 0 for a state that is gone.
 local m, op, now = KEYS[1], ARGV[1], clock(ARGV[2])
 local raw = redis.pcall('GET', m)
@@ -41,7 +42,7 @@ local function save()
 end
 
 if op == 'w' then
-  local x, c, xn, cn, S, left, keep, seq = struct.unpack('<dddddddd', ARGV[3])
+  local x, c, xn, cn, S, left, keep, seq, short = struct.unpack('<ddddddddd', ARGV[3])
   -- an answer older than one applied (a late write of an earlier
   -- exchanger) changes nothing
   if seq <= (reg[6] or 0) then return 0 end
@@ -49,7 +50,7 @@ if op == 'w' then
   caps[x] = math.max(caps[x] or 0, c)
   -- the window's part is final: the limit is spent, its nodes are told
   if left <= 0 then reg[3] = x end
-  reg[5] = left
+  reg[5] = short
   if cn >= 0 then caps[xn] = math.max(caps[xn] or 0, cn) end
   for y in pairs(caps) do
     if y < x - W then caps[y] = nil end
@@ -99,13 +100,15 @@ local hc = held(wt)
 if now - wt >= look and Rc < hc then D = math.min(D, cdiv(Uc * W, now - wt)) end
 local ahead = cdiv(D * look, W)
 local keep = math.max(Rc, Uc + 2 * ahead)
--- Only while the store has less left than the region would give back: a
--- part nobody else could have costs nobody anything, and held it spares
--- the region's nodes an exchange's wait. And only while the store answers:
--- a region cut off would give back what nobody can take, and never get it
--- back.
-if reached == 1 and hc > keep + ahead and (reg[5] or 0) < hc - keep then
-  caps[wt], hc = keep, keep
+-- Only what the other regions' demands entitle them to and they do not
+-- hold, by the store's last answer (reg[5]): a part nobody else may have
+-- costs nobody anything, and held, it spares the region's nodes an
+-- exchange's wait and keeps the region whole should the store go. And
+-- only while the store answers: a region cut off would give back what
+-- nobody can take, and never get it back.
+local give = math.min(hc - keep, reg[5] or 0)
+if reached == 1 and hc > keep + ahead and give > 0 then
+  caps[wt], hc = hc - give, hc - give
   save()
 end
 -- What the region holds of the next window: its part there, or its share,
