@@ -23,7 +23,8 @@
 -- tells the nodes), how long the store keeps the
 -- share for the region (us: the region holds it that long, reg[4]), the
 -- time of the read the answer is to (reg[6]: the last applied), and what
--- the others want beyond what they hold (reg[5], for 'r'). A part only grows here: 'r' alone lowers one. Returns
+-- the others want beyond what they hold (reg[5], for 'r': less what the
+-- limit has left). A part only grows here: 'r' alone lowers one. Returns
 -- 1, or 0 for a state that is gone.
 local m, op, now = KEYS[1], ARGV[1], clock(ARGV[2])
 local raw = redis.pcall('GET', m)
@@ -50,7 +51,7 @@ if op == 'w' then
   caps[x] = math.max(caps[x] or 0, c)
   -- the window's part is final: the limit is spent, its nodes are told
   if left <= 0 then reg[3] = x end
-  reg[5] = short
+  reg[5] = math.max(short - math.max(left, 0), 0)
   if cn >= 0 then caps[xn] = math.max(caps[xn] or 0, cn) end
   for y in pairs(caps) do
     if y < x - W then caps[y] = nil end
@@ -101,7 +102,8 @@ if now - wt >= look and Rc < hc then D = math.min(D, cdiv(Uc * W, now - wt)) end
 local ahead = cdiv(D * look, W)
 local keep = math.max(Rc, Uc + 2 * ahead)
 -- Only what the other regions' demands entitle them to and they do not
--- hold, by the store's last answer (reg[5]): a part nobody else may have
+-- hold, beyond what the limit has left, by the store's last answer
+-- (reg[5]): a part nobody else may have
 -- costs nobody anything, and held, it spares the region's nodes an
 -- exchange's wait and keeps the region whole should the store go. And
 -- only while the store answers: a region cut off would give back what
