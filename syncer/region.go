@@ -218,6 +218,7 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 	var keys []string
 	var rs []regionRead
 	var asks []call
+	var wants []int64
 	for i, cmd := range cmds {
 		v, err := cmd.Slice()
 		if err != nil {
@@ -229,7 +230,8 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 			continue
 		}
 		keys, rs = append(keys, names[i]), append(rs, r)
-		asks = append(asks, call{scriptGlobal, []string{globalKey(names[i])}, x.ask(r, look)})
+		args, want := x.ask(r, look)
+		asks, wants = append(asks, call{scriptGlobal, []string{globalKey(names[i])}, args}), append(wants, want)
 	}
 	if len(asks) == 0 {
 		return gone, nil
@@ -251,9 +253,14 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 		if err != nil || len(v) != 6 || v[1] < 0 {
 			continue
 		}
-		r := rs[i]
+		r, left := rs[i], v[4]
+		if wants[i] <= v[1] {
+			// the region got what it asked for: the standing shares of the
+			// regions yet to ask may fill the limit without its being spent
+			left = max(left, 1)
+		}
 		writes = append(writes, call{scriptRegion, []string{keys[i]},
-			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], v[4], keepFor(r.w).Microseconds(), r.now, v[5])}})
+			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], left, keepFor(r.w).Microseconds(), r.now, v[5])}})
 	}
 	if len(writes) > 0 {
 		if _, err := runPipelined(ctx, c, c.Pipeline, writes); err != nil {
@@ -270,9 +277,9 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 // holds and uses in the window, what it wants there (two lookaheads of its
 // demand beyond its use, and more when its nodes hold all its part), and
 // in the next window, once that opens within a lookahead and a round.
-func (x *exchanger) ask(r regionRead, look time.Duration) []any {
+func (x *exchanger) ask(r regionRead, look time.Duration) (args []any, want int64) {
 	ahead := ceilDiv(r.demand*look.Microseconds(), r.w)
-	want := r.used + 2*ahead
+	want = r.used + 2*ahead
 	if r.r >= r.held {
 		want = max(want, r.held+max(ahead, 1))
 	}
@@ -285,7 +292,7 @@ func (x *exchanger) ask(r regionRead, look time.Duration) []any {
 	fresh := 2*x.limit + 5*x.every
 	keep := keepFor(r.w)
 	return []any{"", x.region, r.fp, appendNumbers(nil, r.demand, r.window, r.held, r.r, want,
-		r.window+r.w, r.heldNext, wantNext, r.standing, fresh.Microseconds(), keep.Microseconds(), look.Microseconds(), r.now)}
+		r.window+r.w, r.heldNext, wantNext, r.standing, fresh.Microseconds(), keep.Microseconds(), look.Microseconds(), r.now)}, want
 }
 
 // measure folds a round trip to the global store into the smoothed one.
