@@ -250,13 +250,15 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 	writes := make([]call, 0, len(gcmds))
 	for i, cmd := range gcmds {
 		v, err := cmd.Int64Slice()
-		if err != nil || len(v) != 6 || v[1] < 0 {
+		if err != nil || len(v) != 7 || v[1] < 0 {
 			continue
 		}
 		r, left := rs[i], v[4]
-		if wants[i] <= v[1] {
-			// the region got what it asked for: the standing shares of the
-			// regions yet to ask may fill the limit without its being spent
+		if wants[i] <= v[1] || v[6] > 0 {
+			// The window is not spent for the region (its part final) when
+			// it got what it asked for (under the limit the standing shares
+			// of the regions yet to ask may fill it), nor while the others
+			// hold more than their part by demand, which they give back.
 			left = max(left, 1)
 		}
 		writes = append(writes, call{scriptRegion, []string{keys[i]},

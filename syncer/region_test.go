@@ -28,7 +28,7 @@ const (
 )
 
 // run runs a, at time askWindow + 100 ms, and returns its answer: {now,
-// part, part next, standing share, left, short}.
+// part, part next, standing share, left, short, excess}.
 func (a globalAsk) run(t *testing.T, ctx context.Context, key string) []int64 {
 	t.Helper()
 	c := redistest.Client(t, redistest.Addr(t))
@@ -36,7 +36,7 @@ func (a globalAsk) run(t *testing.T, ctx context.Context, key string) []int64 {
 		askWindow+askW, 0, 0, a.seen, 1, 300_000_000, 200_000, a.seq)}
 	v, err := scriptGlobal.Run(ctx, c, []string{key}, args...).Int64Slice()
 	require.NoError(t, err)
-	require.Len(t, v, 6)
+	require.Len(t, v, 7)
 	return v
 }
 

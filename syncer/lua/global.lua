@@ -31,8 +31,9 @@
 -- Returns {now, part in the window, part in the next (-1: none),
 -- standing share, left (L less every region's hold, after the grant),
 -- short (what the others' demands entitle them to in the window and they
--- do not hold: what the region may give back)}; a part of -1 in the
--- window for an ask older than one answered.
+-- do not hold: what the region may give back), excess (what the others
+-- hold there beyond their part by demand: what they may give back)}; a
+-- part of -1 in the window for an ask older than one answered.
 local now = clock(ARGV[1])
 local region, rule_fp = ARGV[2], ARGV[3]
 local D, x, hx, ux, wx, xn, hn, wn, B, fresh, keep, look, seq =
@@ -77,7 +78,7 @@ end
 local me = regs[region] or {0, now, 0, 0, 0}
 -- An ask older than one the store answered (a late packet of a round that
 -- timed out) changes nothing: the region holds what the newer one said.
-if seq <= (me[5] or 0) then return {now, -1, -1, me[3], 0, 0} end
+if seq <= (me[5] or 0) then return {now, -1, -1, me[3], 0, 0, 0} end
 regs[region] = me
 me[1], me[2], me[4], me[5] = D, now, B, seq
 
@@ -153,4 +154,13 @@ end
 me[3] = S
 
 redis.call('SET', m, cmsgpack.pack(rule_fp, ep, regs, parts), 'PX', ttl_ms(keep + 3 * W))
-return {now, gx, gn, S, L - others(x) - gx, short(x)}
+-- excess(y) is what the others hold in window y beyond their part by
+-- demand: what they may yet give back.
+local function excess(y)
+  local k = 0
+  for r, o in pairs(regs) do
+    if r ~= region then k = k + math.max(holds(y, r, o) - fair(o), 0) end
+  end
+  return k
+end
+return {now, gx, gn, S, L - others(x) - gx, short(x), excess(x)}
