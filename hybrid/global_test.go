@@ -135,22 +135,37 @@ func nextSecond() int64 {
 	return next.Unix()
 }
 
-func TestGlobalRegionsShareOneLimit(t *testing.T) {
-	rg := startRegions(t, globalRegion, globalNodes, fixed(globalL, time.Second), 20*time.Millisecond)
+// offer drives the regions active returns true for (drive) from the start
+// of the next second, runs during, and returns the tally and that second.
+func (rg *regions) offer(t *testing.T, active func(region int) bool, during func()) (*windows, int64) {
 	stop := make(chan struct{})
-	w, wait := rg.drive(t, "k", func(int) bool { return true }, stop)
+	w, wait := rg.drive(t, "k", active, stop)
 	start := nextSecond()
-	time.Sleep(5 * time.Second)
+	during()
 	close(stop)
 	wait()
+	return w, start
+}
+
+// assertShared checks windows whose limit L is shared, not split: each
+// within 2% above (a decision's window is read after it) and 10% below.
+func assertShared(t *testing.T, all []int64, L int64) {
+	t.Helper()
+	for i, a := range all {
+		assert.LessOrEqual(t, a, L*102/100, "window %d", i)
+		assert.GreaterOrEqual(t, a, L*90/100, "window %d: the limit is shared, not split", i)
+	}
+}
+
+func sleep(d time.Duration) func() { return func() { time.Sleep(d) } }
+
+func TestGlobalRegionsShareOneLimit(t *testing.T) {
+	rg := startRegions(t, globalRegion, globalNodes, fixed(globalL, time.Second), 20*time.Millisecond)
+	w, start := rg.offer(t, func(int) bool { return true }, sleep(5*time.Second))
 	// The first two windows open the key in every region.
 	all, _ := w.totals(start+2, start+5, 0)
 	t.Logf("admitted per window, all regions: %v (L = %d, offered %d)", all, globalL, 2*globalL)
-	for i, a := range all {
-		// 2% of counting slack: a decision's window is read after it
-		assert.LessOrEqual(t, a, int64(globalL*102/100), "window %d", i)
-		assert.GreaterOrEqual(t, a, int64(globalL*90/100), "window %d: the limit is shared, not split", i)
-	}
+	assertShared(t, all, globalL)
 	// One node per region leads its exchanges; the others do not.
 	for i, ls := range rg.nodes {
 		var leaders int
@@ -167,13 +182,8 @@ func TestGlobalRegionsShareOneLimit(t *testing.T) {
 func TestGlobalRegionAloneGetsTheLimit(t *testing.T) {
 	const L = globalL / 2
 	rg := startRegions(t, globalRegion, globalNodes, fixed(L, time.Second), 20*time.Millisecond)
-	stop := make(chan struct{})
 	// Region 1 alone, offered 4/3 × L.
-	w, wait := rg.drive(t, "k", func(r int) bool { return r == 1 }, stop)
-	start := nextSecond()
-	time.Sleep(5 * time.Second)
-	close(stop)
-	wait()
+	w, start := rg.offer(t, func(r int) bool { return r == 1 }, sleep(5*time.Second))
 	all, one := w.totals(start+2, start+5, 1)
 	t.Logf("admitted per window: %v, region 1 %v", all, one)
 	assert.Equal(t, all, one, "only region 1 had traffic")
@@ -185,14 +195,11 @@ func TestGlobalRegionAloneGetsTheLimit(t *testing.T) {
 
 func TestGlobalRegionCutOffHoldsItsShare(t *testing.T) {
 	rg := startRegions(t, globalRegion, globalNodes, fixed(globalL, time.Second), 20*time.Millisecond)
-	stop := make(chan struct{})
-	w, wait := rg.drive(t, "k", func(int) bool { return true }, stop)
-	start := nextSecond()
-	time.Sleep(3 * time.Second)
-	rg.links[2].Cut() // region 2 loses the global store
-	time.Sleep(4 * time.Second)
-	close(stop)
-	wait()
+	w, start := rg.offer(t, func(int) bool { return true }, func() {
+		time.Sleep(3 * time.Second)
+		rg.links[2].Cut() // region 2 loses the global store
+		time.Sleep(4 * time.Second)
+	})
 	all, cut := w.totals(start+4, start+7, 2)
 	t.Logf("admitted per window while region 2 is cut off: %v, region 2 %v", all, cut)
 	for i := range all {
@@ -208,16 +215,13 @@ func TestGlobalRegionCutOffHoldsItsShare(t *testing.T) {
 
 func TestGlobalStoreKilledAndRestarted(t *testing.T) {
 	rg := startRegions(t, globalRegion, globalNodes, fixed(globalL, time.Second), 20*time.Millisecond)
-	stop := make(chan struct{})
-	w, wait := rg.drive(t, "k", func(int) bool { return true }, stop)
-	start := nextSecond()
-	time.Sleep(3 * time.Second)
-	rg.global.Kill() // every region loses the store, which comes back empty
-	time.Sleep(3 * time.Second)
-	rg.global.Restart()
-	time.Sleep(4 * time.Second)
-	close(stop)
-	wait()
+	w, start := rg.offer(t, func(int) bool { return true }, func() {
+		time.Sleep(3 * time.Second)
+		rg.global.Kill() // every region loses the store, which comes back empty
+		time.Sleep(3 * time.Second)
+		rg.global.Restart()
+		time.Sleep(4 * time.Second)
+	})
 	all, _ := w.totals(start+3, start+10, 0)
 	t.Logf("admitted per window, the store down from the first, back from the fourth: %v", all)
 	for i, a := range all {
@@ -274,17 +278,9 @@ func TestGlobalCluster(t *testing.T) {
 		}
 		rg.nodes, rg.rules = append(rg.nodes, ls), append(rg.rules, rs)
 	}
-	stop := make(chan struct{})
 	// 2 regions × 2 nodes × 100 per second: 4/3 × L.
-	w, wait := rg.drive(t, "k", func(int) bool { return true }, stop)
-	start := nextSecond()
-	time.Sleep(5 * time.Second)
-	close(stop)
-	wait()
+	w, start := rg.offer(t, func(int) bool { return true }, sleep(5*time.Second))
 	all, _ := w.totals(start+2, start+5, 0)
 	t.Logf("admitted per window, both regions: %v (L = %d)", all, globalL)
-	for i, a := range all {
-		assert.LessOrEqual(t, a, int64(globalL*102/100), "window %d", i)
-		assert.GreaterOrEqual(t, a, int64(globalL*90/100), "window %d: the limit is shared", i)
-	}
+	assertShared(t, all, globalL)
 }
