@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,14 +37,15 @@ type regions struct {
 	links  []*netproxy.Proxy
 	nodes  [][]*hybrid.Limiter
 	rules  [][]*hybrid.Rule
+	prefix string
 }
 
 // startRegions starts n regions of k nodes under one global rule of limit
 // lim, each link to the global store delaying delay one way.
 func startRegions(t *testing.T, n, k int, lim hybrid.Limit, delay time.Duration) *regions {
 	t.Helper()
-	rg := &regions{global: redistest.Start(t)}
 	prefix := redistest.Prefix(t)
+	rg := &regions{global: redistest.Start(t), prefix: prefix}
 	for i := range n {
 		srv := redistest.Start(t)
 		p, err := netproxy.Start(rg.global.Addr, delay)
@@ -158,6 +160,71 @@ func assertShared(t *testing.T, all []int64, L int64) {
 }
 
 func sleep(d time.Duration) func() { return func() { time.Sleep(d) } }
+
+// awaitRegions waits until every region's Redis holds the regions' count
+// as the store has it, which its exchanger writes.
+func (rg *regions) awaitRegions(t *testing.T) {
+	t.Helper()
+	for _, srv := range rg.local {
+		c := redistest.Client(t, srv.Addr)
+		require.Eventually(t, func() bool {
+			n, err := c.Get(context.Background(), "{"+rg.prefix+":nodes}:regions").Int()
+			return err == nil && n == len(rg.local)
+		}, 5*time.Second, 10*time.Millisecond, "the regions counted")
+	}
+}
+
+// burst sends n requests at once to l on key and returns how many were
+// admitted.
+func burst(t *testing.T, l *hybrid.Limiter, r *hybrid.Rule, key string, n int) int64 {
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			d, err := l.Allow(context.Background(), r, key)
+			if assert.NoError(t, err) && d.Allowed() {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return admitted.Load()
+}
+
+// TestGlobalNewKeyBurst: a key new to every region opens in each at
+// L ÷ regions, before any region has reached the global store: a burst
+// within it is admitted at once everywhere. A burst in one region alone
+// gets that at once, and the rest of L as its exchanger brings it; a key
+// the store knows does not open in another region: never more than L.
+func TestGlobalNewKeyBurst(t *testing.T) {
+	const L = 90
+	rg := startRegions(t, globalRegion, globalNodes, fixed(L, 10*time.Second), 40*time.Millisecond)
+	rg.awaitRegions(t)
+	// All three windows of this test within one 10 s window.
+	if left := 10*time.Second - time.Duration(time.Now().UnixNano()%int64(10*time.Second)); left < 4*time.Second {
+		time.Sleep(left)
+	}
+	var got [globalRegion]atomic.Int64
+	var wg sync.WaitGroup
+	for i := range globalRegion {
+		wg.Go(func() { got[i].Store(burst(t, rg.nodes[i][0], rg.rules[i][0], "everywhere", 20)) })
+	}
+	wg.Wait()
+	for i := range globalRegion {
+		assert.Equal(t, int64(20), got[i].Load(), "region %d: a burst of 20 on a key new everywhere (L = %d)", i, L)
+	}
+
+	first := burst(t, rg.nodes[1][0], rg.rules[1][0], "one", 50)
+	assert.Equal(t, int64(L/globalRegion), first, "a burst of 50 in one region: its opening at once")
+	// The openings kept for the other regions end; the region alone takes
+	// all of L.
+	time.Sleep(2 * time.Second)
+	more := burst(t, rg.nodes[1][1], rg.rules[1][1], "one", 70)
+	assert.Equal(t, int64(L)-first, more, "the rest of L, once its exchanger has brought it")
+	// Another region learned of the key from the store: it does not open
+	// it, and admits nothing past L.
+	assert.Zero(t, burst(t, rg.nodes[2][0], rg.rules[2][0], "one", 20), "a key that holds all of L elsewhere does not open")
+}
 
 func TestGlobalRegionsShareOneLimit(t *testing.T) {
 	rg := startRegions(t, globalRegion, globalNodes, fixed(globalL, time.Second), 20*time.Millisecond)

@@ -26,10 +26,22 @@ const flagGlobal = 2
 
 // encodeLeaseWindow is the ARGV of lua/lease_window.lua for q under r:
 // now, node, r's fingerprint, then q's numbers and r's packed in one
-// argument; flags adds to the request's (flagGlobal).
-func encodeLeaseWindow(q *lease.Request, c leaseConsts, r *Rule, flags int64) []any {
+// argument; g is the region's side of a rule of global reach, nil for
+// another.
+func encodeLeaseWindow(q *lease.Request, c leaseConsts, r *Rule, g *globalArgs) []any {
+	var flags, regions, keep int64
+	if g != nil {
+		flags, regions, keep = flagGlobal, g.regions, g.keep
+	}
 	return leaseArgs(c, r, int64(boolFlag(q.Release))|flags, q.Demand, q.WantCur, q.WantNext, q.Horizon,
-		q.Prev.Window, q.Prev.Used, q.Cur.Window, q.Cur.Used, c.demandTTL, q.Nodes, q.GuessTTL, q.PaceSpan, q.WaitCur)
+		q.Prev.Window, q.Prev.Used, q.Cur.Window, q.Cur.Used, c.demandTTL, q.Nodes, q.GuessTTL, q.PaceSpan, q.WaitCur,
+		regions, keep)
+}
+
+// globalArgs are lua/lease_window.lua's numbers of a rule of global reach.
+type globalArgs struct {
+	regions int64 // the regions as the global store counts them; 0: unknown
+	keep    int64 // how long the store keeps a region's standing share (µs)
 }
 
 // leaseArgs is a lease script's ARGV: now, node, r's fingerprint, then the
@@ -127,23 +139,38 @@ type registryRequest struct {
 	Ahead int64  // how far ahead of now to score the node (µs): an idle node's next registration is that much later
 }
 
-// registryCall is the call of lua/registry.lua for q on the registry key.
-func registryCall(key string, q registryRequest) call {
-	return call{scriptRegistry, []string{key}, []any{q.Now, q.Node, q.Live, boolFlag(q.Leave), q.Ahead}}
+// registryCall is the call of lua/registry.lua for q on the registry key,
+// and on the key of the regions' count when regions is not empty.
+func registryCall(key, regions string, q registryRequest) call {
+	keys := []string{key}
+	if regions != "" {
+		keys = append(keys, regions)
+	}
+	return call{scriptRegistry, keys, []any{q.Now, q.Node, q.Live, boolFlag(q.Leave), q.Ahead}}
 }
 
 // registryReply is what lua/registry.lua answers.
 type registryReply struct {
-	Now  int64 // Redis time it ran at
-	Live int64 // the live nodes
+	Now     int64 // Redis time it ran at
+	Live    int64 // the live nodes
+	Regions int64 // the regions as the global store counts them (0: unknown, or not asked)
 }
 
-// decodeRegistry reads lua/registry.lua's reply: {now, live nodes}.
-func decodeRegistry(v []int64) (registryReply, error) {
-	if len(v) != 2 {
-		return registryReply{}, replyLenError("registry", len(v), 2)
+// decodeRegistry reads lua/registry.lua's reply: {now, live nodes}, and
+// the regions when asked for them.
+func decodeRegistry(v []int64, regions bool) (registryReply, error) {
+	n := 2
+	if regions {
+		n = 3
 	}
-	return registryReply{Now: v[0], Live: v[1]}, nil
+	if len(v) != n {
+		return registryReply{}, replyLenError("registry", len(v), n)
+	}
+	r := registryReply{Now: v[0], Live: v[1]}
+	if regions {
+		r.Regions = v[2]
+	}
+	return r, nil
 }
 
 // decisionReply is a central script's decision: what the single-rule

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -24,9 +25,16 @@ func TestDecodeReplyLength(t *testing.T) {
 	}{
 		"lease_window": {leaseWindowLen, func(v []int64) error { _, err := decodeLeaseWindow(v); return err }},
 		"lease_bucket": {leaseBucketLen, func(v []int64) error { _, err := decodeLeaseBucket(v); return err }},
-		"registry":     {2, func(v []int64) error { _, err := decodeRegistry(v); return err }},
-		"refund":       {decisionLen, func(v []int64) error { _, err := decodeRefund(v); return err }},
-		"multi of 2":   {1 + 2*decisionLen, func(v []int64) error { _, _, err := decodeMulti(v, 2); return err }},
+		"registry":     {2, func(v []int64) error { _, err := decodeRegistry(v, false); return err }},
+		"registry of regions": {3, func(v []int64) error {
+			r, err := decodeRegistry(v, true)
+			if err == nil && len(v) == 3 && r.Regions != v[2] {
+				return fmt.Errorf("regions %d, not %d", r.Regions, v[2])
+			}
+			return err
+		}},
+		"refund":     {decisionLen, func(v []int64) error { _, err := decodeRefund(v); return err }},
+		"multi of 2": {1 + 2*decisionLen, func(v []int64) error { _, _, err := decodeMulti(v, 2); return err }},
 	}
 	for name, d := range decoders {
 		t.Run(name, func(t *testing.T) {
@@ -82,10 +90,12 @@ func TestEncodeLease(t *testing.T) {
 	w := encodeLeaseWindow(&lease.Request{
 		Release: true, Demand: -1, WantCur: 4, WantNext: 5, Horizon: 6, Prev: lease.Report{Window: 7, Used: 8},
 		Cur: lease.Report{Window: 9, Used: 10}, Nodes: 11, GuessTTL: 12, PaceSpan: 13, WaitCur: 14,
-	}, c, r, flagGlobal)
+	}, c, r, &globalArgs{regions: 15, keep: 16})
 	require.Len(t, w, 4)
 	assert.Equal(t, []any{"99", "n", r.fp}, w[:3])
-	assert.Equal(t, append([]float64{1 | flagGlobal, -1, 4, 5, 6, 7, 8, 9, 10, 600, 11, 12, 13, 14}, ruleNums...), unpack(t, w[3]))
+	assert.Equal(t, append([]float64{1 | flagGlobal, -1, 4, 5, 6, 7, 8, 9, 10, 600, 11, 12, 13, 14, 15, 16}, ruleNums...), unpack(t, w[3]))
+	plain := encodeLeaseWindow(&lease.Request{Demand: 3}, c, r, nil)
+	assert.Equal(t, append([]float64{0, 3, 0, 0, 0, 0, 0, 0, 0, 600, 0, 0, 0, 0, 0, 0}, ruleNums...), unpack(t, plain[3]))
 	b := encodeLeaseBucket(&lease.Request{
 		Bucket: true, Seq: 3, Demand: 5, Tokens: 6, Debt: 7, Rate: 10, Burst: 11, Expiry: 1 << 52, Nodes: 13,
 		Horizon: 14, Allowance: 15, Want: 16, Return: 17,
@@ -155,8 +165,10 @@ func FuzzReplyDecoders(f *testing.F) {
 		assert.Equal(t, len(v) == leaseWindowLen, err == nil, "lease_window, %d values: %v", len(v), err)
 		_, err = decodeLeaseBucket(v)
 		assert.Equal(t, len(v) == leaseBucketLen, err == nil, "lease_bucket, %d values: %v", len(v), err)
-		_, err = decodeRegistry(v)
+		_, err = decodeRegistry(v, false)
 		assert.Equal(t, len(v) == 2, err == nil, "registry, %d values: %v", len(v), err)
+		_, err = decodeRegistry(v, true)
+		assert.Equal(t, len(v) == 3, err == nil, "registry of regions, %d values: %v", len(v), err)
 		_, err = decodeRefund(v)
 		assert.Equal(t, len(v) == decisionLen, err == nil, "refund, %d values: %v", len(v), err)
 		for n := range 3 {

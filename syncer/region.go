@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,26 @@ const (
 // They share a hash tag: the lock's script prunes the set.
 func (ks *Keyspace) regionKey(part string) string { return ks.prefix() + ":{region}:" + part }
 
+// regionsKey names, in the region's Redis, the regions' count as the
+// global store last told the exchanger: in the registry's slot, which
+// reads it for every node (lua/registry.lua).
+func (ks *Keyspace) regionsKey() string { return "{" + ks.prefix() + ":nodes}:regions" }
+
+// storeRegionsKey names, in the global store, the set of regions scored by
+// their exchangers' last registration.
+func (ks *Keyspace) storeRegionsKey() string { return ks.prefix() + ":regions" }
+
+// globalSide is the part name of a key of global reach's side in the
+// region's Redis: the standing share as last answered, which outlives the
+// key's state (lua/lease_window.lua).
+const globalSide = "g"
+
+// sideOf names the side of the key whose state is named state (its part
+// "m").
+func sideOf(state string) string {
+	return strings.TrimSuffix(state, "m") + globalSide
+}
+
 var (
 	scriptRegion = compose("prelude", "params", "region")
 	scriptGlobal = compose("prelude", "params", "global")
@@ -46,6 +67,16 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local t = redis.call('TIME')
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%d', t[1] * 1000000 + t[2] - ARGV[3]))
 return 1`)
+	// scriptRegions registers the region in the global store's set of
+	// regions: KEYS[1] the set, ARGV the region and how long a region
+	// counts after its last registration (us). Returns the regions
+	// counted.
+	scriptRegions = redis.NewScript(`local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], math.floor(ARGV[2] / 1000) + 1000)
+return redis.call('ZCARD', KEYS[1])`)
 	// scriptResign gives the region's lock up: KEYS[1] the lock, ARGV the
 	// node; another node takes it at its next round.
 	scriptResign = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
@@ -87,6 +118,14 @@ type exchanger struct {
 	// reached is set while the store answers the exchanger's asks: a
 	// region gives back what it holds only then (lua/region.lua).
 	reached bool
+	// regions is the regions' count as the store last said (0: not yet),
+	// and registered when the exchanger last told the store of its region.
+	regions    int64
+	registered time.Time
+	// announce are the keys the store said to announce, not yet sent;
+	// since is the store's time of the last births read (births.go).
+	announce []string
+	since    int64
 
 	rounds, failed atomic.Int64 // rounds led, and failed
 	keys           atomic.Int64 // keys the last round exchanged
@@ -123,8 +162,9 @@ func (x *exchanger) loop(stop <-chan struct{}) {
 		}
 	}()
 	// A node that does not lead asks for the lock once a second or so: it
-	// lasts three rounds, and the leader renews it every round.
-	wait := 0
+	// lasts three rounds, and the leader renews it every round. The first
+	// try is at once: a region new to the store registers without delay.
+	wait := x.tick(base)
 	for {
 		select {
 		case <-stop:
@@ -137,18 +177,25 @@ func (x *exchanger) loop(stop <-chan struct{}) {
 				wait--
 				continue
 			}
-			ctx, cancel := context.WithTimeout(base, x.every+x.limit)
-			if x.lead(ctx) {
-				x.rounds.Add(1)
-				if err := x.round(ctx); err != nil {
-					x.failed.Add(1)
-				}
-			} else {
-				wait = int(time.Second / x.every)
-			}
-			cancel()
+			wait = x.tick(base)
 		}
 	}
+}
+
+// tick runs a round if this node leads, taking the lock when free; it
+// returns how many ticks to skip before the next try.
+func (x *exchanger) tick(base context.Context) int {
+	ctx, cancel := context.WithTimeout(base, x.every+x.limit)
+	defer cancel()
+	if !x.lead(ctx) {
+		return int(time.Second / x.every)
+	}
+	x.register(ctx)
+	x.rounds.Add(1)
+	if err := x.round(ctx); err != nil {
+		x.failed.Add(1)
+	}
+	return 0
 }
 
 // lead reports whether this node holds the region's lock, taking it when
@@ -161,6 +208,32 @@ func (x *exchanger) lead(ctx context.Context) bool {
 	return err == nil && v == 1
 }
 
+// registerEvery is how often the exchanger tells the global store of its
+// region, and regionsLive how long a region counts there after: the count
+// sizes a new key's opening in every region, and a region that stopped
+// counts as long as the store keeps its standing shares.
+const (
+	registerEvery = time.Second
+	regionsLive   = standingKeep
+)
+
+// register tells the global store of the region, at most every
+// registerEvery, and writes the regions it counts where the registry
+// hands them to every node of the region.
+func (x *exchanger) register(ctx context.Context) {
+	if time.Since(x.registered) < registerEvery {
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, x.limit)
+	n, err := scriptRegions.Run(gctx, x.global, []string{x.s.ks.storeRegionsKey()}, x.region, regionsLive.Microseconds()).Int64()
+	cancel()
+	if err != nil {
+		return
+	}
+	x.registered, x.regions = time.Now(), n
+	x.s.cfg.Client.Set(ctx, x.s.ks.regionsKey(), n, 3*regionsLive)
+}
+
 // round exchanges every key of the region's set, a batch at a time, the
 // most recently used first: a round that runs out of time leaves the keys
 // idle longest.
@@ -170,15 +243,20 @@ func (x *exchanger) round(ctx context.Context) error {
 	var first error
 	var keys int64
 	defer func() { x.keys.Store(keys) }()
+	births := true // with the first batch, or alone
 	for start := int64(0); ; start += exchangeBatch {
 		names, err := c.ZRevRange(ctx, set, start, start+exchangeBatch-1).Result()
 		if err != nil {
 			return err
 		}
 		if len(names) == 0 {
+			if births {
+				_, first = x.batch(ctx, nil, true)
+			}
 			return first
 		}
-		gone, err := x.batch(ctx, names)
+		gone, err := x.batch(ctx, names, births)
+		births = false
 		if err != nil && first == nil {
 			first = err
 		}
@@ -198,21 +276,26 @@ type regionRead struct {
 	fp                                           string
 	now, window, w, demand, r, used, held, rNext int64
 	heldNext, standing                           int64
+	opening                                      bool // the part held is the region's opening: no answer yet
 }
 
 // batch exchanges the keys names: reads them in the region, asks the
-// global store, writes its answers back. It returns the keys whose state
-// is gone.
-func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
+// global store, writes its answers back; and, with births, the store's
+// births (births.go). It returns the keys whose state is gone.
+func (x *exchanger) batch(ctx context.Context, names []string, births bool) ([]any, error) {
 	c := x.s.cfg.Client
 	look := 2*x.every + 2*time.Duration(x.rtt.Load())
-	reads := make([]call, len(names))
-	for i, n := range names {
-		reads[i] = call{scriptRegion, []string{n}, []any{"r", "", appendNumbers(nil, look.Microseconds(), x.s.cfg.DemandTTL.Microseconds(), int64(boolFlag(x.reached)))}}
-	}
-	cmds, err := runPipelined(ctx, c, c.Pipeline, reads)
-	if err != nil && len(cmds) == 0 {
-		return nil, wrap(ctx, "region", err)
+	var cmds []*redis.Cmd
+	if len(names) > 0 {
+		reads := make([]call, len(names))
+		for i, n := range names {
+			reads[i] = call{scriptRegion, []string{n, sideOf(n)}, []any{"r", "", appendNumbers(nil, look.Microseconds(), x.s.cfg.DemandTTL.Microseconds(), int64(boolFlag(x.reached)))}}
+		}
+		var err error
+		cmds, err = runPipelined(ctx, c, c.Pipeline, reads)
+		if err != nil && len(cmds) == 0 {
+			return nil, wrap(ctx, "region", err)
+		}
 	}
 	var gone []any
 	var keys []string
@@ -233,6 +316,11 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 		args, want := x.ask(r, look)
 		asks, wants = append(asks, call{scriptGlobal, []string{globalKey(names[i])}, args}), append(wants, want)
 	}
+	answers, announced := len(asks), 0
+	if births {
+		b, n := x.birthsCall()
+		asks, announced = append(asks, b), n
+	}
 	if len(asks) == 0 {
 		return gone, nil
 	}
@@ -248,21 +336,13 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 	// others (a Cluster store with a master down answers for the rest):
 	// the store has recorded it.
 	writes := make([]call, 0, len(gcmds))
-	for i, cmd := range gcmds {
-		v, err := cmd.Int64Slice()
-		if err != nil || len(v) != 7 || v[1] < 0 {
-			continue
+	if births && len(gcmds) > answers {
+		writes = append(writes, x.applyBirths(gcmds[answers], announced)...)
+	}
+	for i, cmd := range gcmds[:min(answers, len(gcmds))] {
+		if w, ok := x.answer(cmd, keys[i], rs[i], wants[i]); ok {
+			writes = append(writes, w)
 		}
-		r, left := rs[i], v[4]
-		if wants[i] <= v[1] || v[6] > 0 {
-			// The window is not spent for the region (its part final) when
-			// it got what it asked for (under the limit the standing shares
-			// of the regions yet to ask may fill it), nor while the others
-			// hold more than their part by demand, which they give back.
-			left = max(left, 1)
-		}
-		writes = append(writes, call{scriptRegion, []string{keys[i]},
-			[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], left, keepFor(r.w).Microseconds(), r.now, v[5])}})
 	}
 	if len(writes) > 0 {
 		if _, err := runPipelined(ctx, c, c.Pipeline, writes); err != nil {
@@ -275,15 +355,41 @@ func (x *exchanger) batch(ctx context.Context, names []string) ([]any, error) {
 	return gone, nil
 }
 
+// answer reads the store's answer to the ask of key, read as r, that
+// wanted want; it returns the write of the answer into the region, unless
+// there is nothing to write (an error, or an ask older than one answered).
+func (x *exchanger) answer(cmd *redis.Cmd, key string, r regionRead, want int64) (call, bool) {
+	v, err := cmd.Int64Slice()
+	if err != nil || len(v) != 8 || v[1] < 0 {
+		return call{}, false
+	}
+	if v[7] == 1 {
+		x.announce = append(x.announce, key)
+	}
+	left := v[4]
+	if want <= v[1] || v[6] > 0 {
+		// The window is not spent for the region (its part final) when
+		// it got what it asked for (under the limit the standing shares
+		// of the regions yet to ask may fill it), nor while the others
+		// hold more than their part by demand, or openings kept, which
+		// may come back.
+		left = max(left, 1)
+	}
+	return call{scriptRegion, []string{key, sideOf(key)},
+		[]any{"w", "", appendNumbers(nil, r.window, v[1], r.window+r.w, v[2], v[3], left, keepFor(r.w).Microseconds(), r.now, v[5])}}, true
+}
+
 // ask is the global store's call for the key r read: its demand, what it
 // holds and uses in the window, what it wants there (two lookaheads of its
-// demand beyond its use, and more when its nodes hold all its part), and
-// in the next window, once that opens within a lookahead and a round.
+// demand beyond its use, and, when its nodes hold all its part, twice
+// that part: a demand not yet measured, a new key's, grows it by half at
+// each round), and in the next window, once that opens within a lookahead
+// and a round.
 func (x *exchanger) ask(r regionRead, look time.Duration) (args []any, want int64) {
 	ahead := ceilDiv(r.demand*look.Microseconds(), r.w)
 	want = r.used + 2*ahead
 	if r.r >= r.held {
-		want = max(want, r.held+max(ahead, 1))
+		want = max(want, 2*r.held, r.held+max(ahead, 1))
 	}
 	wantNext := int64(0)
 	if r.now >= r.window+r.w-look.Microseconds()-x.every.Microseconds() {
@@ -291,10 +397,12 @@ func (x *exchanger) ask(r regionRead, look time.Duration) (args []any, want int6
 	}
 	// A restarted store hears from every region within a round's bound
 	// and a few rounds; until then the regions keep their standing shares.
-	fresh := 2*x.limit + 5*x.every
+	// A region that opened a new key asks within a round and its bound.
+	fresh, open := 2*x.limit+5*x.every, x.limit+2*x.every
 	keep := keepFor(r.w)
 	return []any{"", x.region, r.fp, appendNumbers(nil, r.demand, r.window, r.held, r.r, want,
-		r.window+r.w, r.heldNext, wantNext, r.standing, fresh.Microseconds(), keep.Microseconds(), look.Microseconds(), r.now)}, want
+		r.window+r.w, r.heldNext, wantNext, r.standing, fresh.Microseconds(), keep.Microseconds(), look.Microseconds(), r.now,
+		int64(boolFlag(r.opening)), x.regions, open.Microseconds())}, want
 }
 
 // measure folds a round trip to the global store into the smoothed one.
@@ -312,14 +420,14 @@ func (x *exchanger) measure(d time.Duration) {
 }
 
 func decodeRegionRead(v []any) (regionRead, bool) {
-	if len(v) != 12 {
+	if len(v) != 13 {
 		return regionRead{}, false
 	}
 	fp, ok := v[1].(string)
 	if !ok {
 		return regionRead{}, false
 	}
-	n := make([]int64, 10)
+	n := make([]int64, 11)
 	for i := range n {
 		x, ok := v[i+2].(int64)
 		if !ok {
@@ -328,7 +436,7 @@ func decodeRegionRead(v []any) (regionRead, bool) {
 		n[i] = x
 	}
 	return regionRead{fp: fp, now: n[0], window: n[1], w: n[2], demand: n[3], r: n[4], used: n[5],
-		held: n[6], rNext: n[7], heldNext: n[8], standing: n[9]}, true
+		held: n[6], rNext: n[7], heldNext: n[8], standing: n[9], opening: n[10] == 1}, true
 }
 
 func ceilDiv(a, b int64) int64 {

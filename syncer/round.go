@@ -53,7 +53,22 @@ func (s *syncer) firstRound(ctx context.Context, now int64, budget time.Duration
 		}
 		e.Unlock()
 	}
+	if s.region != nil && s.regions.Load() == 0 && len(b.keys) > 0 {
+		s.learnRegions(ctx)
+	}
 	return s.exchange(ctx, &b, now, synchook.RoundStats{Keys: int(s.nactive.Load()), First: true}, start)
+}
+
+// learnRegions reads the regions' count that the region's exchanger wrote,
+// before a new key of global reach's first exchange, which it sizes the
+// opening of: the registry's rounds read it too, but a first lease may
+// come before the first of them.
+func (s *syncer) learnRegions(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if n, err := s.cfg.Client.Get(ctx, s.ks.regionsKey()).Int64(); err == nil {
+		s.regions.Store(n)
+	}
 }
 
 // batch is a round's work: the registration, if due, and the keys due,
@@ -139,6 +154,9 @@ func (s *syncer) round(ctx context.Context, now int64, final, all bool, budget t
 	})
 	soon := s.cluster.TakeSoon()
 	b := batch{final: final, budget: budget}
+	if s.region != nil && s.regions.Load() == 0 {
+		s.learnRegions(ctx)
+	}
 	if c, ok := s.register(now, final, s.idle()); ok {
 		b.reg = &c
 	}
@@ -330,7 +348,7 @@ func (s *syncer) replies(ctx context.Context, b *batch, idx []int, cmds []*redis
 		if p.entry == nil { // the registration
 			var v registryReply
 			if cerr == nil {
-				v, cerr = decodeRegistry(vals)
+				v, cerr = decodeRegistry(vals, s.region != nil)
 				if cerr != nil {
 					fail(cerr)
 				}
@@ -339,6 +357,7 @@ func (s *syncer) replies(ctx context.Context, b *batch, idx []int, cmds []*redis
 			}
 			if cerr == nil {
 				s.cluster.SetNodes(v.Live)
+				s.regions.Store(v.Regions)
 				if !s.cfg.PassTime {
 					s.cluster.Measure(v.Now-(p.req.SentAt+recv)/2, max(recv-p.req.SentAt, 0)/2, recv)
 				}
@@ -442,7 +461,8 @@ func (s *syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Re
 	n := r.name
 	keys := []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
 	if lr.Global() {
-		return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r, flagGlobal)}
+		g := globalArgs{regions: s.regions.Load(), keep: keepFor(r.limit.Window().Microseconds()).Microseconds()}
+		return call{scriptLeaseWindow, append(keys, s.ks.name(n, digest, globalSide)), encodeLeaseWindow(q, c, r, &g)}
 	}
-	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r, 0)}
+	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r, nil)}
 }

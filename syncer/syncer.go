@@ -58,6 +58,10 @@ type syncer struct {
 	// region exchanges the rules of global reach with the global store;
 	// nil without one.
 	region *exchanger
+	// regions is the regions' count as the registry's last round read it
+	// (what the exchanger learned from the global store; 0: unknown): a
+	// key of global reach new to the region opens at its part of the limit.
+	regions atomic.Int64
 
 	life            sync.Mutex // guards the fields below
 	stop            chan struct{}
@@ -169,7 +173,11 @@ func (s *syncer) register(now int64, leave, idle bool) (call, bool) {
 		ahead = every - live/2
 	}
 	s.registered, s.regDue = now, now+every
-	return registryCall(s.registryKey(), registryRequest{Now: s.scriptNow(now), Node: s.node, Live: live, Leave: leave, Ahead: ahead}), true
+	regions := ""
+	if s.region != nil {
+		regions = s.ks.regionsKey()
+	}
+	return registryCall(s.registryKey(), regions, registryRequest{Now: s.scriptNow(now), Node: s.node, Live: live, Leave: leave, Ahead: ahead}), true
 }
 
 // idleRegister is how often, in intervals, a node with no key to look

@@ -14,47 +14,68 @@
 -- never pass L.
 --
 -- A state the store lost (a restart: the first region to ask holds some of
--- the key) takes the first fresh µs of its life to hear from every region:
--- each says what it holds, and nothing more is granted until they have.
+-- the key beyond its opening) takes the first fresh µs of its life to hear
+-- from every region: each says what it holds, and nothing more is granted
+-- until they have.
 --
--- KEYS[1] the key's global state, a string of four values packed with
+-- A key new to a region opens there at L ÷ regions before the region's
+-- first answer (lease_window.lua): a new key's burst reaches every region
+-- at once, and each admits its part at once. So in a new key's first open
+-- µs, the store keeps that opening in every window for each region yet to
+-- ask (the regions counted less those that asked): what they admitted is
+-- never granted to the first to ask.
+--
+-- Every region learns of a new key (region.go: the store's births): it
+-- then holds the key's side (lua/lease_window.lua), and does not open a key
+-- the store knows. A key is announced when it is born, and again every half
+-- keep while regions ask for it, as long as the sides last.
+--
+-- KEYS[1] the key's global state, a string of six values packed with
 -- cmsgpack: fp, ep (the epoch), regions (r -> {d, t, S, B, q}: demand per
 -- window, when it last asked, standing share, share held, the time of the
--- read its last ask came from), parts (x -> {r -> part}).
+-- read its last ask came from), parts (x -> {r -> part}), how the state
+-- began: 1 new (the openings kept), 2 lost (young); nil, an earlier
+-- layout's, young while fresh; and when it was last announced.
 -- ARGV: [1] now ('' for Redis's clock), [2] region, [3] the rule's
 -- fingerprint, [4] numbers packed as little-endian doubles: demand, window,
 -- part held there, used there, wanted there (the part the region asks
 -- for), next window, part held there, wanted there (0: no ask), standing
 -- share held, fresh (µs), how long a region that stopped asking keeps its
 -- standing share (µs), the region's lookahead (µs: how long before a window's end the
--- parts kept for the others' demands are released).
+-- parts kept for the others' demands are released), the time of the read
+-- the ask comes from, 1 if the part held in the window is the region's
+-- opening (no answer yet), the regions as counted (0: unknown), and how
+-- long a new key's openings are kept (µs: a region's exchanger asks
+-- within that of its opening).
 -- Returns {now, part in the window, part in the next (-1: none),
 -- standing share, left (L less every region's hold, after the grant),
 -- short (what the others' demands entitle them to in the window and they
 -- do not hold: what the region may give back), excess (what the others
--- hold there beyond their part by demand: what they may give back)}; a
+-- hold there beyond their part by demand, and the openings kept: what may
+-- come back), 1 if the key is to be announced}; a
 -- part of -1 in the window for an ask older than one answered.
 local now = clock(ARGV[1])
 local region, rule_fp = ARGV[2], ARGV[3]
-local D, x, hx, ux, wx, xn, hn, wn, B, fresh, keep, look, seq =
-  struct.unpack('<ddddddddddddd', ARGV[4])
+local D, x, hx, ux, wx, xn, hn, wn, B, fresh, keep, look, seq, opening, nr, open =
+  struct.unpack('<dddddddddddddddd', ARGV[4])
 local L, W = parse_fp(rule_fp).L, parse_fp(rule_fp).w
 local m = KEYS[1]
 
-local fp, ep, regs, parts
+local fp, ep, regs, parts, born, an
 local raw = redis.call('GET', m)
 if raw then
   local st = {pcall(cmsgpack.unpack, raw)}
   if not st[1] or type(st[2]) ~= 'string' then
     error('global: ' .. m .. ' holds a string that is not its state')
   end
-  fp, ep, regs, parts = st[2], st[3], st[4], st[5]
+  fp, ep, regs, parts, born, an = st[2], st[3], st[4], st[5], st[6], st[7]
 end
 if not ep then
   ep, regs, parts = now, {}, {}
-  -- A key new to the store is not young unless its first region holds
-  -- some of it: then the store lost the state.
-  if hx <= 0 and B <= 0 then ep = now - fresh end
+  -- A key new to the store is new, unless its first region holds some of
+  -- it beyond its opening: then the store lost the state.
+  born = 1
+  if (hx > 0 and opening ~= 1) or B > 0 then born = 2 end
 end
 if fp and fp ~= rule_fp then
   -- The limit changed: standing shares scale to it; parts held stay, to
@@ -78,7 +99,7 @@ end
 local me = regs[region] or {0, now, 0, 0, 0}
 -- An ask older than one the store answered (a late packet of a round that
 -- timed out) changes nothing: the region holds what the newer one said.
-if seq <= (me[5] or 0) then return {now, -1, -1, me[3], 0, 0, 0} end
+if seq <= (me[5] or 0) then return {now, -1, -1, me[3], 0, 0, 0, 0} end
 regs[region] = me
 me[1], me[2], me[4], me[5] = D, now, B, seq
 
@@ -88,8 +109,15 @@ local function holds(y, r, g)
   if p and p[r] then return p[r] end
   return math.max(g[3], g[4])
 end
+-- The openings kept: a new key's, for the regions yet to ask.
+local opened = 0
+if born == 1 and now - ep < open and nr > 0 then
+  local asked = 0
+  for _ in pairs(regs) do asked = asked + 1 end
+  opened = math.max(nr - asked, 0) * fdiv(L, nr)
+end
 local function others(y)
-  local c = 0
+  local c = opened
   for r, g in pairs(regs) do
     if r ~= region then c = c + holds(y, r, g) end
   end
@@ -110,7 +138,7 @@ end
 -- not hold yet is kept for them until the window's last lookahead: the
 -- region gets at least its own part by demand, and beyond it what nobody
 -- else is entitled to.
-local young = now - ep < fresh
+local young = born ~= 1 and now - ep < fresh
 -- short(y) is what the others' demands entitle them to in window y and
 -- they do not hold.
 local function short(y)
@@ -120,9 +148,14 @@ local function short(y)
   end
   return k
 end
+-- A region alone with the key (no other region holds any of window y,
+-- nor has a demand) takes all of L, whatever it asked for: its next burst
+-- needs no round trip, and nobody else wants any. A region that comes
+-- later is kept its part by demand, which this one gives back.
 local function grant(y, have, want)
   parts[y] = parts[y] or {}
   local g = have
+  if total - D <= 0 and others(y) <= 0 then want = L end
   if not young and want > have then
     local avail = L - others(y) - have
     local kept = 0
@@ -153,7 +186,9 @@ if not young then
 end
 me[3] = S
 
-redis.call('SET', m, cmsgpack.pack(rule_fp, ep, regs, parts), 'PX', ttl_ms(keep + 3 * W))
+local announce = 0
+if not an or now - an >= keep / 2 then an, announce = now, 1 end
+redis.call('SET', m, cmsgpack.pack(rule_fp, ep, regs, parts, born, an), 'PX', ttl_ms(keep + 3 * W))
 -- excess(y) is what the others hold in window y beyond their part by
 -- demand: what they may yet give back.
 local function excess(y)
@@ -163,4 +198,5 @@ local function excess(y)
   end
   return k
 end
-return {now, gx, gn, S, L - others(x) - gx, short(x), excess(x)}
+-- The openings kept may come back: the part is not final while they stand.
+return {now, gx, gn, S, L - others(x) - gx, short(x), excess(x) + opened, announce}

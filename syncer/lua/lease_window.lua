@@ -32,8 +32,11 @@
 -- cluster (the registry's count), how long an unknown demand counts (us; 2
 -- × MinGap), how long a paced grant lasts at the node's demand (us; 3 ×
 -- PaceGap), the total the node needs granted at once for the requests that
--- wait for this exchange (0: none), then the rule's ten numbers (see
--- params.lua).
+-- wait for this exchange (0: none), for a rule of global reach the regions
+-- (as the global store counts them; 0: unknown) and how long the store
+-- keeps a region's standing share (us), then the rule's ten numbers (see
+-- params.lua). KEYS[5], for a rule of global reach, the region's side of
+-- the key (below).
 --
 -- The sliding window counter's node carries what it holds unused as a
 -- window ends into the next one, and its first report there moves it in
@@ -63,7 +66,7 @@ local node, rule_fp = ARGV[2], ARGV[3]
 -- refused for the rest of a window syncs rarely until the next one, and
 -- still wants its part. Of the rule's numbers, alg, L, W, step and ws.
 local flags, demand, want_cur, want_next, horizon, w1, u1, w2, u2, demand_ttl, cluster, guess_ttl, pace_span, wait_cur,
-  alg, L, W, _, step, ws = struct.unpack('<dddddddddddddddddddd', ARGV[4])
+  regions, keep, alg, L, W, _, step, ws = struct.unpack('<dddddddddddddddddddddd', ARGV[4])
 local reports = {{w1, u1}, {w2, u2}}
 local sub, K = alg == 7, 1
 if sub then W, K = step, ws end
@@ -76,6 +79,11 @@ local m = KEYS[1]
 -- (caps: window -> budget) and the region's standing share (S), the budget
 -- of a window it holds no part of yet, which the global store keeps for it
 -- (global.lua) until reg[4] (its last exchange and the store's keep).
+-- Its fields: [1] caps, [2] S, [3] the window whose part is final, [4] how
+-- long S holds, [5] what the others want beyond what the limit has left,
+-- [6] the time of the read the last answer applied was to, [7] the
+-- opening {window, budget} (below), [8] 1 once the side was read (below),
+-- [9] when the side was last written, and its S (region.lua).
 -- The node lists the key in the region's set of keys of global reach, for
 -- its exchanger to find (syncer/region.go).
 local global = fdiv(flags, 2) % 2 == 1
@@ -395,12 +403,39 @@ local function grant(k, target, avail, budget, reserve, start)
 end
 
 local Rprev, Rnext = kprev[2], knext[2]
+-- A key of global reach new to the region (no answer yet, reg[6]) takes
+-- up its side (KEYS[5]; reg[8] once read): the standing share the store
+-- last gave the region and how long it holds, which outlive the state as
+-- long as the store keeps the share. Without a side, the region opens the
+-- key once it knows the regions' count: it may admit up to L ÷ regions in
+-- this window before its exchanger's first answer (reg[7]), which the
+-- store keeps for every region yet to ask in a new key's first moments
+-- (global.lua); the side then records the opening, so that a key the
+-- region opened is not opened again while the store may not have heard of
+-- it.
+if global then
+  reg = reg or {{}, 0}
+  if not reg[6] and not reg[7] and not reg[8] then
+    local side = redis.call('GET', KEYS[5])
+    if side then
+      reg[8] = 1
+      local v = {pcall(cmsgpack.unpack, side)}
+      if v[1] and type(v[2]) == 'number' and type(v[3]) == 'number' then
+        reg[2], reg[4] = v[2], v[3]
+      end
+    elseif regions > 0 then
+      reg[7] = {wt, fdiv(L, regions)}
+      redis.call('SET', KEYS[5], cmsgpack.pack(0, 0), 'PX', ttl_ms(keep))
+    end
+  end
+end
 -- part is the budget of window x: L, or the region's part of it.
 local function part(x)
   if not global then return L end
-  reg = reg or {{}, 0}
   local S = reg[2]
   if (reg[4] or 0) < now then S = 0 end
+  local o = reg[7]
+  if o and o[1] == x then S = math.max(S, o[2]) end
   return math.min(reg[1][x] or S, L)
 end
 local budget = part(wt)

@@ -2,7 +2,9 @@
 -- the region's Redis by the region's exchanger (see global.lua for the other
 -- side, and lease_window.lua for the state and its part reg).
 --
--- KEYS[1] the key's state (lease_window.lua). ARGV[1] 'r' or 'w', [2] now
+-- KEYS[1] the key's state (lease_window.lua), KEYS[2] its side (the
+-- standing share as the last answer gave it, which outlives the state;
+-- lease_window.lua). ARGV[1] 'r' or 'w', [2] now
 -- ('' for Redis's clock), [3] numbers packed as little-endian doubles.
 --
 -- 'r' reads what the region needs and holds; its numbers: the lookahead
@@ -15,7 +17,8 @@
 -- global store then records is never below what the region may admit. Returns {0} for a state that is gone or not of a global rule's
 -- fixed window, else {1, fp, now, window, W, demand (the region's nodes',
 -- requests per window), R (what its nodes hold or used in the window),
--- used, part held, R of the next window, part held there, standing share}.
+-- used, part held, R of the next window, part held there, standing share,
+-- 1 if the part held is the region's opening: no answer yet}.
 --
 -- 'w' records the global store's answer; its numbers: window, part, next
 -- window, part there (-1: none), standing share, what the limit has left
@@ -57,6 +60,16 @@ if op == 'w' then
     if y < x - W then caps[y] = nil end
   end
   reg[2] = S
+  -- the first answer holds the opening (the part granted is never below
+  -- what the region said it holds)
+  reg[7] = nil
+  -- The side, when the share changed or a quarter of its span has passed
+  -- since it was written (reg[9]: when, and the share written).
+  local sw = reg[9]
+  if type(sw) ~= 'table' or sw[2] ~= S or now - sw[1] >= keep / 4 then
+    reg[9] = {now, S}
+    redis.call('SET', KEYS[2], cmsgpack.pack(S, reg[4]), 'PX', ttl_ms(keep))
+  end
   save()
   return 1
 end
@@ -77,6 +90,8 @@ end
 local function held(x)
   local S = reg[2]
   if (reg[4] or 0) < now then S = 0 end
+  local o = reg[7]
+  if o and o[1] == x then S = math.max(S, o[2]) end
   return math.min(caps[x] or S, L)
 end
 
@@ -117,4 +132,6 @@ end
 -- and at least what its nodes took ahead.
 local S = reg[2]
 if (reg[4] or 0) < now then S = 0 end
-return {1, st[2], now, wt, W, D, Rc, Uc, hc, Rn, math.max(held(wt + W), Rn), S}
+local opening = 0
+if reg[7] then opening = 1 end
+return {1, st[2], now, wt, W, D, Rc, Uc, hc, Rn, math.max(held(wt + W), Rn), S, opening}
