@@ -112,8 +112,11 @@ if sn then Rn = sn[2] end
 local hc = held(wt)
 -- A region that holds more than its nodes took wants no more than it
 -- uses: its nodes' demands, reported as they last asked, lag a region
--- gone quiet by up to their TTL.
-if now - wt >= look and Rc < hc then D = math.min(D, cdiv(Uc * W, now - wt)) end
+-- gone quiet by up to their TTL. But the uses the nodes reported lag too
+-- (a node reports as it exchanges, and a lease may last the window): the
+-- demand falls by half at the most, never to nothing on their say alone,
+-- which would leave the region no part by demand.
+if now - wt >= look and Rc < hc then D = math.min(D, math.max(cdiv(Uc * W, now - wt), cdiv(D, 2))) end
 local ahead = cdiv(D * look, W)
 local keep = math.max(Rc, Uc + 2 * ahead)
 -- Only what the other regions' demands entitle them to and they do not
