@@ -53,21 +53,30 @@ func (s *syncer) firstRound(ctx context.Context, now int64, budget time.Duration
 		}
 		e.Unlock()
 	}
-	if s.region != nil && s.regions.Load() == 0 && len(b.keys) > 0 {
-		s.learnRegions(ctx)
+	if len(b.keys) > 0 {
+		s.learnRegions(ctx, now)
 	}
 	return s.exchange(ctx, &b, now, synchook.RoundStats{Keys: int(s.nactive.Load()), First: true}, start)
 }
 
+// regionsFresh is how long the regions' count read holds before a first
+// lease reads it again.
+const regionsFresh = time.Second
+
 // learnRegions reads the regions' count that the region's exchanger wrote,
-// before a new key of global reach's first exchange, which it sizes the
-// opening of: the registry's rounds read it too, but a first lease may
-// come before the first of them.
-func (s *syncer) learnRegions(ctx context.Context) {
+// at node time now, unless read within regionsFresh: before a new key of
+// global reach's first exchange, which it sizes the opening of. The
+// registry's rounds read it too, but an idle node's seldom, and a first
+// lease may come before the first of them.
+func (s *syncer) learnRegions(ctx context.Context, now int64) {
+	if s.region == nil || (s.regions.Load() != 0 && now-s.regionsAt.Load() < regionsFresh.Microseconds()) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	if n, err := s.cfg.Client.Get(ctx, s.ks.regionsKey()).Int64(); err == nil {
 		s.regions.Store(n)
+		s.regionsAt.Store(now)
 	}
 }
 
@@ -154,9 +163,7 @@ func (s *syncer) round(ctx context.Context, now int64, final, all bool, budget t
 	})
 	soon := s.cluster.TakeSoon()
 	b := batch{final: final, budget: budget}
-	if s.region != nil && s.regions.Load() == 0 {
-		s.learnRegions(ctx)
-	}
+	s.learnRegions(ctx, now)
 	if c, ok := s.register(now, final, s.idle()); ok {
 		b.reg = &c
 	}
@@ -358,6 +365,7 @@ func (s *syncer) replies(ctx context.Context, b *batch, idx []int, cmds []*redis
 			if cerr == nil {
 				s.cluster.SetNodes(v.Live)
 				s.regions.Store(v.Regions)
+				s.regionsAt.Store(recv)
 				if !s.cfg.PassTime {
 					s.cluster.Measure(v.Now-(p.req.SentAt+recv)/2, max(recv-p.req.SentAt, 0)/2, recv)
 				}

@@ -61,7 +61,8 @@ type syncer struct {
 	// regions is the regions' count as the registry's last round read it
 	// (what the exchanger learned from the global store; 0: unknown): a
 	// key of global reach new to the region opens at its part of the limit.
-	regions atomic.Int64
+	regions   atomic.Int64
+	regionsAt atomic.Int64 // node time of the count's last read (µs)
 
 	life            sync.Mutex // guards the fields below
 	stop            chan struct{}
