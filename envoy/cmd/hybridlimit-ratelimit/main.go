@@ -7,8 +7,8 @@
 // Every flag can be set by an environment variable: RLS_ and the flag's
 // name in capitals, '-' as '_' (-redis-addr is RLS_REDIS_ADDR); a flag
 // given on the command line wins. Secrets are read from the environment
-// only: RLS_REDIS_PASSWORD, and RLS_GOSSIP_KEY (base64 of 16, 24 or 32
-// bytes). See envoy/README.md.
+// only: RLS_REDIS_PASSWORD, RLS_GLOBAL_REDIS_PASSWORD, and RLS_GOSSIP_KEY
+// (base64 of 16, 24 or 32 bytes). See envoy/README.md.
 //
 //	hybridlimit-ratelimit -config /etc/ratelimit/config -redis-addr redis:6379 \
 //	    -gossip-bind 0.0.0.0:7946 -gossip-join ratelimit-headless:7946
@@ -17,7 +17,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -60,6 +59,8 @@ type options struct {
 	sentinelMaster  string
 	clusterAddrs    string
 	redisPassword   string
+	global          redisOptions // the global store of the limits of global reach
+	region          string
 	prefix          string
 	mode            string
 	policy          string
@@ -86,6 +87,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.StringVar(&o.sentinelAddrs, "redis-sentinel-addrs", "", "comma-separated Sentinel host:port addresses (with -redis-sentinel-master)")
 	fs.StringVar(&o.sentinelMaster, "redis-sentinel-master", "", "the master's name at the Sentinels")
 	fs.StringVar(&o.clusterAddrs, "redis-cluster-addrs", "", "comma-separated Redis Cluster node addresses")
+	fs.StringVar(&o.global.addr, "global-redis-addr", "", "the global store's Redis server host:port, for the limits of global reach (with -region)")
+	fs.StringVar(&o.global.sentinelAddrs, "global-redis-sentinel-addrs", "", "the global store's comma-separated Sentinel host:port addresses (with -global-redis-sentinel-master)")
+	fs.StringVar(&o.global.sentinelMaster, "global-redis-sentinel-master", "", "the global store's master name at its Sentinels")
+	fs.StringVar(&o.global.clusterAddrs, "global-redis-cluster-addrs", "", "the global store's comma-separated Redis Cluster node addresses")
+	fs.StringVar(&o.region, "region", "", "this replica's region, the same on every replica of the region (with a global store)")
 	fs.StringVar(&o.prefix, "redis-prefix", "rls", "prefix of the Redis keys, the same on every replica")
 	fs.StringVar(&o.mode, "mode", "", "limits' default mode: hybrid, central or local (default hybrid with Redis, local without)")
 	fs.StringVar(&o.policy, "policy", "", "limits' default failure policy: gossip, fail_local, fail_open or fail_closed (default gossip with gossip, fail_local without)")
@@ -116,6 +122,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		}
 	})
 	o.redisPassword, o.gossipKey = getenv("RLS_REDIS_PASSWORD"), getenv("RLS_GOSSIP_KEY")
+	o.global.password = getenv("RLS_GLOBAL_REDIS_PASSWORD")
 	return o, err
 }
 
@@ -144,19 +151,30 @@ func split(s string) []string {
 	return out
 }
 
+// redisOptions name one Redis: a server, a Sentinel group, or a Cluster.
+type redisOptions struct {
+	addr, sentinelAddrs, sentinelMaster, clusterAddrs, password string
+}
+
 // redisClient returns the client the options name, nil for none.
 func (o options) redisClient() (redis.UniversalClient, error) {
+	return redisOptions{o.redisAddr, o.sentinelAddrs, o.sentinelMaster, o.clusterAddrs, o.redisPassword}.client("-redis")
+}
+
+// client returns the client r names, nil for none; flag starts the names
+// of its flags, for the errors.
+func (r redisOptions) client(flag string) (redis.UniversalClient, error) {
 	switch {
-	case o.clusterAddrs != "":
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: split(o.clusterAddrs), Password: o.redisPassword, ContextTimeoutEnabled: true}), nil
-	case o.sentinelAddrs != "":
-		if o.sentinelMaster == "" {
-			return nil, errors.New("-redis-sentinel-addrs needs -redis-sentinel-master")
+	case r.clusterAddrs != "":
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: split(r.clusterAddrs), Password: r.password, ContextTimeoutEnabled: true}), nil
+	case r.sentinelAddrs != "":
+		if r.sentinelMaster == "" {
+			return nil, fmt.Errorf("%s-sentinel-addrs needs %s-sentinel-master", flag, flag)
 		}
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: o.sentinelMaster, SentinelAddrs: split(o.sentinelAddrs),
-			Password: o.redisPassword, ContextTimeoutEnabled: true}), nil
-	case o.redisAddr != "":
-		return redis.NewClient(&redis.Options{Addr: o.redisAddr, Password: o.redisPassword, ContextTimeoutEnabled: true}), nil
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.sentinelMaster, SentinelAddrs: split(r.sentinelAddrs),
+			Password: r.password, ContextTimeoutEnabled: true}), nil
+	case r.addr != "":
+		return redis.NewClient(&redis.Options{Addr: r.addr, Password: r.password, ContextTimeoutEnabled: true}), nil
 	}
 	return nil, nil
 }
@@ -249,10 +267,18 @@ func (o options) service(ctx context.Context, logger *slog.Logger, closers *[]io
 	if err != nil {
 		return nil, err
 	}
-	hc := hybrid.Config{Keyspace: hybrid.Keyspace{Prefix: o.prefix}, Mode: mode, Policy: policy, Gossip: g, Logger: logger}
+	hc := hybrid.Config{Keyspace: hybrid.Keyspace{Prefix: o.prefix}, Mode: mode, Policy: policy, Gossip: g, Logger: logger, Region: o.region}
 	if client != nil {
 		*closers = append(*closers, client)
 		hc.Redis = client // a nil interface, not a typed nil, without Redis
+	}
+	global, err := o.global.client("-global-redis")
+	if err != nil {
+		return nil, err
+	}
+	if global != nil {
+		*closers = append(*closers, global)
+		hc.Global = global
 	}
 	l, err := hybrid.New(hc)
 	if err != nil {
@@ -269,7 +295,7 @@ func (o options) service(ctx context.Context, logger *slog.Logger, closers *[]io
 		return nil, fmt.Errorf("-config %s: %w", o.config, err)
 	}
 	*closers = append(*closers, w)
-	logger.Info("hybridlimit-ratelimit: limiter", "redis", client != nil, "gossip", g != nil)
+	logger.Info("hybridlimit-ratelimit: limiter", "redis", client != nil, "gossip", g != nil, "region", o.region)
 	return svc, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -139,6 +140,51 @@ func TestRun(t *testing.T) {
 		return err == nil && resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
 	}, 10*time.Second, 20*time.Millisecond)
 	s.stop(t)
+}
+
+// The command with a global store: a limit of global reach is served,
+// one limit across the region's replica and a second region's; without a
+// region the command does not start.
+func TestRunGlobal(t *testing.T) {
+	store := rlstest.Redis(t)
+	dir := t.TempDir()
+	cfg := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 4, global: true}\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644))
+	vars := map[string]string{"RLS_GLOBAL_REDIS_ADDR": store.Addr, "RLS_REDIS_PREFIX": "globaltest"}
+	err := run(t.Context(), []string{"-config", dir, "-redis-addr", rlstest.Redis(t).Addr}, env(vars), io.Discard, nil)
+	assert.ErrorContains(t, err, "Region", "a global store needs a region")
+
+	var regions []*started
+	var counts []*redis.Client
+	for _, name := range []string{"eu", "us"} {
+		srv := rlstest.Redis(t)
+		regions = append(regions, start(t, []string{"-config", dir, "-redis-addr", srv.Addr, "-region", name}, vars))
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		t.Cleanup(func() { c.Close() })
+		counts = append(counts, c)
+	}
+	// Once each region counts both (a key new to a region opens there at
+	// the limit ÷ regions), both admit, and together no more than the limit.
+	for _, c := range counts {
+		require.Eventually(t, func() bool {
+			n, err := c.Get(t.Context(), "{globaltest:nodes}:regions").Int()
+			return err == nil && n == 2
+		}, 10*time.Second, 20*time.Millisecond, "the regions counted")
+	}
+	var ok int
+	for range 3 {
+		for _, s := range regions {
+			for _, c := range s.codes(t, 1) {
+				if c == rlsv3.RateLimitResponse_OK {
+					ok++
+				}
+			}
+		}
+	}
+	assert.Equal(t, 4, ok, "one limit across the regions: each region's opening, 4 ÷ 2, at once")
+	for _, s := range regions {
+		s.stop(t)
+	}
 }
 
 // The command against a Sentinel group and a Cluster, as their flags
