@@ -367,12 +367,14 @@ func (x *exchanger) answer(cmd *redis.Cmd, key string, r regionRead, want int64)
 		x.announce = append(x.announce, key)
 	}
 	left := v[4]
-	if want <= v[1] || v[6] > 0 {
+	if want <= v[1] || v[6] > 0 || r.demand <= 0 {
 		// The window is not spent for the region (its part final) when
 		// it got what it asked for (under the limit the standing shares
 		// of the regions yet to ask may fill it), nor while the others
 		// hold more than their part by demand, or openings kept, which
-		// may come back.
+		// may come back; nor while its own demand is not measured yet,
+		// which entitles it to nothing: a region that had the key alone
+		// holds all of L until the others' demands show.
 		left = max(left, 1)
 	}
 	return call{scriptRegion, []string{key, sideOf(key)},

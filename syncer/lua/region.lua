@@ -52,8 +52,13 @@ if op == 'w' then
   if seq <= (reg[6] or 0) then return 0 end
   reg[4], reg[6] = now + keep, seq
   caps[x] = math.max(caps[x] or 0, c)
-  -- the window's part is final: the limit is spent, its nodes are told
-  if left <= 0 then reg[3] = x end
+  -- the window's part is final: the limit is spent, its nodes are told;
+  -- or no longer, should some come back
+  if left <= 0 then
+    reg[3] = x
+  elseif reg[3] == x then
+    reg[3] = nil
+  end
   reg[5] = math.max(short - math.max(left, 0), 0)
   if cn >= 0 then caps[xn] = math.max(caps[xn] or 0, cn) end
   for y in pairs(caps) do
@@ -112,11 +117,15 @@ if sn then Rn = sn[2] end
 local hc = held(wt)
 -- A region that holds more than its nodes took wants no more than it
 -- uses: its nodes' demands, reported as they last asked, lag a region
--- gone quiet by up to their TTL. But the uses the nodes reported lag too
--- (a node reports as it exchanges, and a lease may last the window): the
--- demand falls by half at the most, never to nothing on their say alone,
--- which would leave the region no part by demand.
-if now - wt >= look and Rc < hc then D = math.min(D, math.max(cdiv(Uc * W, now - wt), cdiv(D, 2))) end
+-- gone quiet by up to their TTL (two windows at least). But the uses the
+-- nodes reported lag too (a node reports as it exchanges, and its lease
+-- may last the window): while they hold grants, what they hold bounds
+-- their use, and the demand falls by half at the most, never to nothing on
+-- reports alone, which would leave the region no part by demand.
+if now - wt >= look and Rc < hc then
+  local el = now - wt
+  D = math.min(D, math.max(cdiv(Uc * W, el), math.min(cdiv(D, 2), cdiv(Rc * W, el))))
+end
 local ahead = cdiv(D * look, W)
 local keep = math.max(Rc, Uc + 2 * ahead)
 -- Only what the other regions' demands entitle them to and they do not
