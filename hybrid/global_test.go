@@ -298,8 +298,12 @@ func TestGlobalStoreKilledAndRestarted(t *testing.T) {
 	assert.GreaterOrEqual(t, all[len(all)-1], int64(globalL*90/100), "the store back: the limit shared again")
 }
 
+// TestGlobalRegionRedisDownUsesThePolicy: a region whose Redis is down
+// decides by the failure policy (FailLocal here) on its even part of the
+// limit, L ÷ regions split over its nodes, not on the whole of L.
 func TestGlobalRegionRedisDownUsesThePolicy(t *testing.T) {
 	rg := startRegions(t, 2, 1, fixed(globalL, time.Second), 0)
+	rg.awaitRegions(t)
 	l, r := rg.nodes[0][0], rg.rules[0][0]
 	ctx := context.Background()
 	deadline := time.Now().Add(3 * time.Second)
@@ -320,7 +324,16 @@ func TestGlobalRegionRedisDownUsesThePolicy(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	assert.Positive(t, degraded, "decisions made by the failure policy within the region")
+	require.Positive(t, degraded, "decisions made by the failure policy within the region")
+	// A window the region holds no lease of: the policy's part alone.
+	nextSecond()
+	var admitted int
+	for range 2 * globalL {
+		if d, err := l.Allow(ctx, r, "k"); err == nil && d.Allowed() {
+			admitted++
+		}
+	}
+	assert.Equal(t, globalL/2, admitted, "FailLocal in one of two regions, one node: L ÷ 2")
 }
 
 // TestGlobalCluster: a region's Redis may be a Cluster, and so may the

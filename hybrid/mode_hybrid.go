@@ -310,12 +310,25 @@ func (m *hybridRule) degraded(e *keyed.Entry[lease.Lease], lr *lease.Rule, now i
 }
 
 // nodes is how many nodes share lr's limit: as the last lease exchange
-// counted them, or as the Config says until one did.
+// counted them, or as the Config says until one did. A rule of global
+// reach is shared by every region's nodes: the failure policy of a region
+// whose Redis is down decides on its even part of L, L ÷ regions, not on
+// the whole of it.
 func (m *hybridRule) nodes(lr *lease.Rule) int64 {
-	if c := lr.Nodes(); c > 0 {
-		return c
+	c := lr.Nodes()
+	if c <= 0 {
+		c = m.l.expectedNodes()
 	}
-	return m.l.expectedNodes()
+	if m.rs.global {
+		c *= m.regions(lr)
+	}
+	return c
+}
+
+// regions is how many regions share a rule of global reach, as the global
+// store last counted them: at least 1.
+func (m *hybridRule) regions(lr *lease.Rule) int64 {
+	return max(lr.Cluster().Regions(), 1)
 }
 
 // lockedEntry returns key's entry, locked and with its digest set; nil when

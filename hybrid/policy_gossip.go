@@ -272,7 +272,11 @@ func (m *hybridRule) gossipLease(e *keyed.Entry[lease.Lease], lr *lease.Rule, no
 		return local.Decision{}, false
 	}
 	est := m.estimate(&e.Value)
-	v := e.Value.FallbackIn(lr, now, n, est.AllowanceIn(w, m.rs.limit.Load().Params().Quota), charge)
+	quota := m.rs.limit.Load().Params().Quota
+	if m.rs.global {
+		quota = max(quota/m.regions(lr), 1) // the region's even part: its gossip sees only its own nodes
+	}
+	v := e.Value.FallbackIn(lr, now, n, est.AllowanceIn(w, quota), charge)
 	return m.fallbackLease(e, lr, v, charge), true
 }
 
@@ -380,9 +384,10 @@ func (f *failover) rescale(lim *localx.Limit) *shareScaled {
 
 // gossipNodes is the count of nodes a bucket or central rule's limit is
 // split among: under Gossip with Config.Gossip, the gossip's members (which a
-// node joining during an outage learns at once); else nodes.
+// node joining during an outage learns at once); else nodes, and always
+// for a rule of global reach, whose nodes count every region's.
 func (f *failover) gossipNodes(nodes int64) int64 {
-	if g := f.rs.l.gossip; g != nil && f.policy == Gossip {
+	if g := f.rs.l.gossip; g != nil && f.policy == Gossip && !f.rs.global {
 		return int64(g.node.Members())
 	}
 	return nodes

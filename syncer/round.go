@@ -69,13 +69,13 @@ const regionsFresh = time.Second
 // registry's rounds read it too, but an idle node's seldom, and a first
 // lease may come before the first of them.
 func (s *syncer) learnRegions(ctx context.Context, now int64) {
-	if s.region == nil || (s.regions.Load() != 0 && now-s.regionsAt.Load() < regionsFresh.Microseconds()) {
+	if s.region == nil || (s.cluster.Regions() != 0 && now-s.regionsAt.Load() < regionsFresh.Microseconds()) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	if n, err := s.cfg.Client.Get(ctx, s.ks.regionsKey()).Int64(); err == nil {
-		s.regions.Store(n)
+		s.cluster.SetRegions(n)
 		s.regionsAt.Store(now)
 	}
 }
@@ -364,7 +364,7 @@ func (s *syncer) replies(ctx context.Context, b *batch, idx []int, cmds []*redis
 			}
 			if cerr == nil {
 				s.cluster.SetNodes(v.Live)
-				s.regions.Store(v.Regions)
+				s.cluster.SetRegions(v.Regions)
 				s.regionsAt.Store(recv)
 				if !s.cfg.PassTime {
 					s.cluster.Measure(v.Now-(p.req.SentAt+recv)/2, max(recv-p.req.SentAt, 0)/2, recv)
@@ -469,7 +469,7 @@ func (s *syncer) leaseCall(lr *lease.Rule, d [lease.DigestSize]byte, q *lease.Re
 	n := r.name
 	keys := []string{s.ks.name(n, digest, "m"), s.ks.name(n, digest, "w0"), s.ks.name(n, digest, "w1"), s.ks.name(n, digest, "w2")}
 	if lr.Global() {
-		g := globalArgs{regions: s.regions.Load(), keep: keepFor(r.limit.Window().Microseconds()).Microseconds()}
+		g := globalArgs{regions: s.cluster.Regions(), keep: keepFor(r.limit.Window().Microseconds()).Microseconds()}
 		return call{scriptLeaseWindow, append(keys, s.ks.name(n, digest, globalSide)), encodeLeaseWindow(q, c, r, &g)}
 	}
 	return call{scriptLeaseWindow, keys, encodeLeaseWindow(q, c, r, nil)}

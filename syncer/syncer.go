@@ -58,11 +58,11 @@ type syncer struct {
 	// region exchanges the rules of global reach with the global store;
 	// nil without one.
 	region *exchanger
-	// regions is the regions' count as the registry's last round read it
-	// (what the exchanger learned from the global store; 0: unknown): a
-	// key of global reach new to the region opens at its part of the limit.
-	regions   atomic.Int64
-	regionsAt atomic.Int64 // node time of the count's last read (µs)
+	// regionsAt is the node time (µs) the regions' count was last read
+	// (cluster.Regions: what the exchanger learned from the global store):
+	// a key of global reach new to the region opens at its part of the
+	// limit.
+	regionsAt atomic.Int64
 
 	life            sync.Mutex // guards the fields below
 	stop            chan struct{}

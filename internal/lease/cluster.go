@@ -20,7 +20,10 @@ type Cluster struct {
 	// its first decisions already fall in Redis's windows, not the node
 	// clock's.
 	offset atomic.Int64
-	clock  struct {
+	// regions is the regions' count the global store gave, for the rules
+	// of global reach; 0: unknown, or none.
+	regions atomic.Int64
+	clock   struct {
 		sync.Mutex
 		offset, unc, at int64 // the best measure, its uncertainty, and the node time it was made at
 	}
@@ -65,6 +68,13 @@ func (c *Cluster) Nodes() int64 { return max(c.nodes.Load(), c.least) }
 
 // SetNodes records the live nodes as counted.
 func (c *Cluster) SetNodes(n int64) { c.nodes.Store(n) }
+
+// Regions returns the regions' count as last read (the rules of global
+// reach); 0 when unknown.
+func (c *Cluster) Regions() int64 { return c.regions.Load() }
+
+// SetRegions records the regions' count as read.
+func (c *Cluster) SetRegions(n int64) { c.regions.Store(n) }
 
 // Offset returns Redis time − node time, as best measured.
 func (c *Cluster) Offset() int64 { return c.offset.Load() }
