@@ -188,9 +188,10 @@ func Example_global() {
 	}
 	defer l.Shutdown(context.Background())
 
-	// 10,000 orders an hour per customer, wherever they are placed. Its
-	// Wait defaults to WaitNever: a request past the region's part is
-	// refused at once, not held while the part comes across regions.
+	// 10,000 orders an hour per customer, wherever they are placed. A
+	// customer new everywhere may place 10,000 ÷ regions at once in each
+	// region; a request past the region's part is refused at once, not
+	// held while more comes across regions.
 	orders, err := l.Register(hybrid.Rule{
 		Name:   "orders",
 		Limit:  hybrid.Limit{Algorithm: hybrid.FixedWindow, Quota: 10_000, Window: time.Hour},

@@ -155,7 +155,8 @@ type Rule struct {
 	// across this region's cluster: a Hybrid rule of the fixed window whose
 	// regions lease parts of one limit from the global store. Its nodes
 	// have no cold-start allowance (nothing is admitted beyond the
-	// region's part), and a request waits (Wait) only while the region's
+	// region's part; a key new everywhere opens in each region at
+	// L ÷ regions), and a request waits (Wait) only while the region's
 	// part has room: once it is spent, more comes across regions, and the
 	// request is refused at once. Default false: the limit is this region's cluster's, as it is
 	// without regions. Register refuses it without Config.Global, in
