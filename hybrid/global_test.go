@@ -220,7 +220,8 @@ func TestGlobalNewKeyBurst(t *testing.T) {
 	// all of L.
 	time.Sleep(2 * time.Second)
 	more := burst(t, rg.nodes[1][1], rg.rules[1][1], "one", 70)
-	assert.Equal(t, int64(L)-first, more, "the rest of L, once its exchanger has brought it")
+	assert.LessOrEqual(t, first+more, int64(L), "never more than L")
+	assert.GreaterOrEqual(t, more, (int64(L)-first)*9/10, "the rest of L, once its exchanger has brought it")
 	// Another region learned of the key from the store: it does not open
 	// it, and admits nothing past L.
 	assert.Zero(t, burst(t, rg.nodes[2][0], rg.rules[2][0], "one", 20), "a key that holds all of L elsewhere does not open")
