@@ -162,7 +162,9 @@ func assertShared(t *testing.T, all []int64, L int64) {
 func sleep(d time.Duration) func() { return func() { time.Sleep(d) } }
 
 // awaitRegions waits until every region's Redis holds the regions' count
-// as the store has it, which its exchanger writes.
+// as the store has it, which its exchanger writes, and then until every
+// node has read it: a node that read a smaller count (the regions that
+// had registered first) reads it again a second later, at its next round.
 func (rg *regions) awaitRegions(t *testing.T) {
 	t.Helper()
 	for _, srv := range rg.local {
@@ -172,6 +174,7 @@ func (rg *regions) awaitRegions(t *testing.T) {
 			return err == nil && n == len(rg.local)
 		}, 5*time.Second, 10*time.Millisecond, "the regions counted")
 	}
+	time.Sleep(1500 * time.Millisecond)
 }
 
 // burst sends n requests at once to l on key and returns how many were
